@@ -1,0 +1,148 @@
+"""The `gangkeeper` command: serve, mutate, certs, controller, explain."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from webhook import __version__
+
+BACKEND_CHOICES = ("auto", "volcano", "coscheduling", "native", "gate")
+KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Metrics are shared across gunicorn workers through files; set before prometheus_client loads.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gangkeeper-metrics-"))
+    from webhook import certs, logs
+    from webhook.admission.app import create_app
+    from webhook.admission.handler import Handler
+    from webhook.admission.resolve import BackendResolver
+    from webhook.server import GunicornServer, gunicorn_options
+
+    logs.setup(args.log_level)
+    cert_dir = Path(args.cert_dir)
+    if certs.ensure(cert_dir):
+        print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)",
+              file=sys.stderr)
+    resolver = _resolver(args)
+
+    def ready() -> bool:
+        return (cert_dir / certs.CERT_FILE).exists() and (cert_dir / certs.KEY_FILE).exists()
+
+    def factory() -> object:
+        return create_app(Handler(resolver), ready=ready, noop_endpoint=args.noop_endpoint)
+
+    options = gunicorn_options(args.host, args.port, cert_dir, args.workers, args.threads,
+                               args.graceful_timeout, args.cert_reload_seconds)
+    GunicornServer(factory, options).run()
+    return 0
+
+
+def _resolver(args: argparse.Namespace) -> object:
+    from webhook.admission.resolve import BackendResolver, WatchedNamespaces
+    from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
+
+    api_client = _api_client(args.kubeconfig)
+    if api_client is None:
+        return BackendResolver(default=args.backend, volcano_scheduler=args.volcano_scheduler,
+                               coscheduling_scheduler=args.coscheduling_scheduler)
+    namespaces = WatchedNamespaces(api_client)
+    namespaces.start()
+    discovery = DiscoveryCache(lambda: fetch_from_cluster(api_client))
+    discovery.start()
+    return BackendResolver(default=args.backend, namespaces=namespaces, served=lambda: discovery.served,
+                           volcano_scheduler=args.volcano_scheduler,
+                           coscheduling_scheduler=args.coscheduling_scheduler)
+
+
+def _api_client(kubeconfig: str | None) -> object | None:
+    """A client for the cluster in-cluster or from a kubeconfig; None when there is no cluster."""
+    from kubernetes import client, config
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
+        config.load_incluster_config()
+        return client.ApiClient()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path and Path(path).exists():
+        return config.new_client_from_config(config_file=path)
+    return None
+
+
+def _mutate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from webhook.offline import diff, dump, mutate_stream
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        print(f"gangkeeper: {args.file}: not valid YAML: {exc}", file=sys.stderr)
+        return 2
+    backend = "volcano" if args.backend == "auto" else args.backend
+    result = mutate_stream(documents, backend, args.kubernetes_version, args.namespace, args.scheduler_name)
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    for denial in result.denials:
+        print(f"Error from server: admission webhook \"mutate.gangkeeper.io\" denied the request: {denial}",
+              file=sys.stderr)
+    sys.stdout.write(diff(result) if args.diff else dump(result.objects))
+    return 1 if result.denials else 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from webhook import certs
+
+    sans = args.san or certs.default_sans()
+    certs.write(certs.generate(sans), Path(args.cert_dir))
+    print(f"wrote {args.cert_dir}/ca.crt, tls.crt, tls.key for {', '.join(sans)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gangkeeper", description="All-or-nothing scheduling for Kubernetes "
+                                     "workloads, without rewriting manifests.")
+    parser.add_argument("--version", action="version", version=f"gangkeeper {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8443)
+    serve.add_argument("--cert-dir", default="certs", help="ca.crt, tls.crt, tls.key; generated when missing")
+    serve.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
+                       help="cluster-wide default; a namespace label gangkeeper.io/backend overrides it")
+    serve.add_argument("--volcano-scheduler", default="volcano")
+    serve.add_argument("--coscheduling-scheduler", default="scheduler-plugins-scheduler")
+    serve.add_argument("--kubeconfig", default=None)
+    serve.add_argument("--workers", type=int, default=max(os.cpu_count() or 1, 1))
+    serve.add_argument("--threads", type=int, default=4)
+    serve.add_argument("--graceful-timeout", type=int, default=20)
+    serve.add_argument("--cert-reload-seconds", type=float, default=5.0)
+    serve.add_argument("--noop-endpoint", action="store_true", help="serve POST /noop (benchmark baseline)")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_serve)
+
+    mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
+    mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
+    mutate.add_argument("--backend", choices=BACKEND_CHOICES, default="volcano")
+    mutate.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, default="1.37",
+                        help="native backend: which scheduling.k8s.io generation to produce")
+    mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
+    mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
+    mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")
+    mutate.set_defaults(func=_mutate)
+
+    cert = sub.add_parser("certs", help="generate a CA and serving certificate")
+    cert.add_argument("--cert-dir", default="certs")
+    cert.add_argument("--san", action="append", help="subject alternative name (repeatable)")
+    cert.set_defaults(func=_certs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
