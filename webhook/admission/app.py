@@ -15,12 +15,23 @@ def _json(status: int, document: object) -> Response:
     return Response(json.dumps(document, separators=(",", ":")), status=status, mimetype="application/json")
 
 
+def _drain(length: int, limit: int = 32 * 1024 * 1024) -> None:
+    """Read and drop an oversized body so the client sees the 413, not a reset connection."""
+    remaining = min(length, limit)
+    while remaining > 0:
+        chunk = request.stream.read(min(remaining, 1 << 16))
+        if not chunk:
+            break
+        remaining -= len(chunk)
+
+
 def create_app(handler: Handler, ready: Callable[[], bool] = lambda: True, noop_endpoint: bool = False) -> Flask:
     app = Flask("gangkeeper")
 
     def read_body() -> bytes | Response:
         length = request.content_length
         if length is not None and length > review.MAX_BODY_BYTES:
+            _drain(length)
             return _json(413, {"error": f"request body of {length} bytes exceeds the "
                                         f"{review.MAX_BODY_BYTES} byte limit", "code": 413})
         content_type = (request.mimetype or "").lower()

@@ -36,8 +36,13 @@ class Target:
         return holder.setdefault("annotations", {})  # type: ignore[no-any-return]
 
     def pod_spec(self) -> dict[str, Any] | None:
-        """The PodSpec to edit, or None for a Spark role, whose spec fields are set on its pods."""
-        return None if self.is_spark_role else self.obj.setdefault("spec", {})
+        """The PodSpec whose gang fields (gates, workload links) may be set here, or None.
+
+        A CRD embeds a copy of PodSpec from the release it was built with; the API server prunes
+        fields that copy lacks (the JobSet CRD has no workloadRef), so inside CRDs those fields are
+        set on each pod at creation instead.
+        """
+        return self.obj.setdefault("spec", {}) if self.shape == "pod" else None
 
     def scheduler_name(self) -> str | None:
         holder = self.obj if self.is_spark_role else (self.obj.get("spec") or {})

@@ -40,7 +40,7 @@ def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
     gid = identity(name) if name and kind == "Job" else None
     plan.templates.append(TemplateStamp(path=template_path, gang=gid))
     if gid is not None:
-        members = [common.members_of(template, size, "pod", template_path, plan.errors)]
+        members = [common.members_of(template, size, "member", template_path, plan.errors)]
         gang = common.build_gang(obj, gid, members, size, reason, plan, template.get("spec") or {})
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)

@@ -37,10 +37,11 @@ def members_of(template: Any, count: int, role: str, path: Path, errors: list[Fi
     spec = spec if isinstance(spec, dict) else {}
     try:
         requests = resources.pod_requests(spec)
+        has_requests = resources.has_requests(spec)
     except ValueError as exc:
         errors.append(FieldError(render_path((*path, "spec", "containers")), "resources", f"{exc}"))
-        requests = {}
-    return Members(role=role, count=max(count, 0), requests=requests, has_requests=resources.has_requests(spec))
+        requests, has_requests = {}, False
+    return Members(role=role, count=max(count, 0), requests=requests, has_requests=has_requests)
 
 
 def owner_reference(obj: Mapping[str, Any]) -> Obj | None:

@@ -41,7 +41,7 @@ def analyze(obj: Obj) -> Plan:
         template = job_spec.get("template") or {}
         members = common.members_of(template, count, rj_name, path, plan.errors)
         gid = (_per_job(name, rj_name) if in_order else whole) if name else None
-        plan.templates.append(TemplateStamp(path=path, gang=gid))
+        plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
         if in_order or not groups:
             groups.append((gid, [members], template.get("spec") or {}))
         else:

@@ -47,7 +47,7 @@ def make_analyze(kind: str):  # type: ignore[no-untyped-def]
             members.append(common.members_of(template, common.as_int(rs.get("replicas"), 1), role, path,
                                              plan.errors))
             first_spec = first_spec or (template.get("spec") or {})
-            plan.templates.append(TemplateStamp(path=path, gang=common.gang_id(kind, name) if name else None))
+            plan.templates.append(TemplateStamp(path=path, gang=common.gang_id(kind, name) if name else None, shape="crd"))
         total = sum(m.count for m in members)
         size, reason = total, f"the {kind}'s total replicas"
         policy = (spec.get("runPolicy") or {}).get("schedulingPolicy") or {}

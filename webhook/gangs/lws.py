@@ -41,7 +41,7 @@ def analyze(obj: Obj) -> Plan:
             "so each group's gang is the leader alone"
         )
     for path in {leader_path, (*base, "workerTemplate")}:
-        plan.templates.append(TemplateStamp(path=path, gang=None))  # the group index is per pod
+        plan.templates.append(TemplateStamp(path=path, gang=None, shape="crd"))  # the group index is per pod
     plan.templates.sort(key=lambda t: t.path)
     if name:
         for index in range(replicas):

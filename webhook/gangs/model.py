@@ -88,7 +88,8 @@ class TemplateStamp:
 
     path: Path
     gang: GangId | None
-    # "pod": a PodTemplateSpec; "spark": a SparkApplication role with labels/annotations/schedulerName.
+    # "pod": a PodTemplateSpec of a built-in kind; "crd": one inside a custom resource (metadata and
+    # schedulerName only); "spark": a SparkApplication role with labels/annotations/schedulerName.
     shape: str = "pod"
 
 

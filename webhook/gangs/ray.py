@@ -30,7 +30,7 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     head = (cluster_spec.get("headGroupSpec") or {}).get("template") or {}
     head_path = (*prefix, "headGroupSpec", "template")
     members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]
-    plan.templates.append(TemplateStamp(path=head_path, gang=gid))
+    plan.templates.append(TemplateStamp(path=head_path, gang=gid, shape="crd"))
     for index, group in enumerate(cluster_spec.get("workerGroupSpecs") or []):
         path = (*prefix, "workerGroupSpecs", index, "template")
         minimum = common.as_int(group.get("minReplicas"), 0)
@@ -40,7 +40,7 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
         count = replicas * max(common.as_int(group.get("numOfHosts"), 1), 1)
         role = str(group.get("groupName") or f"workers-{index}")
         members.append(common.members_of(group.get("template") or {}, count, role, path, plan.errors))
-        plan.templates.append(TemplateStamp(path=path, gang=gid))
+        plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     if gid is not None:
         size = sum(m.count for m in members)
         gang = common.build_gang(obj, gid, members, size, f"the {kind}'s head plus minimum workers", plan,

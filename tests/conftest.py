@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    ca: str
+    process: subprocess.Popen[bytes]
+    cert_dir: Path
+    log: Path
+
+    def post(self, path: str, body: bytes, content_type: str = "application/json") -> requests.Response:
+        return requests.post(self.url + path, data=body, headers={"Content-Type": content_type},
+                             verify=self.ca, timeout=10)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, verify=self.ca, timeout=10)
+
+
+def start_server(tmp: Path, *args: str) -> Server:
+    port = free_port()
+    cert_dir = tmp / "certs"
+    log = tmp / "server.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "serve", "--port", str(port), "--cert-dir", str(cert_dir),
+         "--workers", "1", "--threads", "4", *args],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+    )
+    server = Server(f"https://127.0.0.1:{port}", str(cert_dir / "ca.crt"), process, cert_dir, log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gangkeeper serve exited: {log.read_text()}")
+        try:
+            if server.get("/readyz").status_code == 200:
+                return server
+        except (requests.ConnectionError, OSError):
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"gangkeeper serve did not become ready: {log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start_server(tmp_path_factory.mktemp("serve"), "--backend", "volcano")
+    yield running
+    stop_server(running)
