@@ -30,9 +30,14 @@ def template(spec: dict[str, Any] | None = None, labels: dict[str, str] | None =
     return t
 
 
-def job(name: str = "train", parallelism: int | None = 4, completions: int | None = None,
-        annotations: dict[str, str] | None = None, spec: dict[str, Any] | None = None, **extra: Any
-        ) -> dict[str, Any]:
+def job(
+    name: str = "train",
+    parallelism: int | None = 4,
+    completions: int | None = None,
+    annotations: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     job_spec: dict[str, Any] = {"template": template({**(spec or pod_spec()), "restartPolicy": "Never"})}
     if parallelism is not None:
         job_spec["parallelism"] = parallelism
@@ -46,30 +51,56 @@ def job(name: str = "train", parallelism: int | None = 4, completions: int | Non
 
 
 def statefulset(name: str = "db", replicas: int = 3) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": "team-a"},
-            "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
-                     "template": template(labels={"app": name})}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template(labels={"app": name}),
+        },
+    }
 
 
-def lws(name: str = "gang-test", size: int = 4, replicas: int = 1, cpu: str = "100m", memory: str = "128Mi",
-        startup_policy: str | None = None, scheduler: str | None = "volcano") -> dict[str, Any]:
+def lws(
+    name: str = "gang-test",
+    size: int = 4,
+    replicas: int = 1,
+    cpu: str = "100m",
+    memory: str = "128Mi",
+    startup_policy: str | None = None,
+    scheduler: str | None = "volcano",
+) -> dict[str, Any]:
     def part(role: str) -> dict[str, Any]:
         spec: dict[str, Any] = {"containers": [container(cpu, memory, name=role)]}
         if scheduler:
             spec["schedulerName"] = scheduler
         return {"spec": spec}
 
-    spec: dict[str, Any] = {"replicas": replicas, "leaderWorkerTemplate": {
-        "size": size, "leaderTemplate": part("leader"), "workerTemplate": part("worker")}}
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "leaderWorkerTemplate": {"size": size, "leaderTemplate": part("leader"), "workerTemplate": part("worker")},
+    }
     if startup_policy:
         spec["startupPolicy"] = startup_policy
-    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": name, "namespace": "gang-demo"}, "spec": spec}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": "gang-demo"},
+        "spec": spec,
+    }
 
 
-def pod(name: str = "p", labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-        owner: tuple[str, str, str] | None = None, spec: dict[str, Any] | None = None, namespace: str = "team-a"
-        ) -> dict[str, Any]:
+def pod(
+    name: str = "p",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    owner: tuple[str, str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    namespace: str = "team-a",
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
@@ -77,14 +108,26 @@ def pod(name: str = "p", labels: dict[str, str] | None = None, annotations: dict
         meta["annotations"] = dict(annotations)
     if owner:
         api_version, kind, owner_name = owner
-        meta["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": owner_name,
-                                    "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner_name)), "controller": True,
-                                    "blockOwnerDeletion": True}]
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": api_version,
+                "kind": kind,
+                "name": owner_name,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner_name)),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec or pod_spec()}
 
 
-def review(obj: dict[str, Any] | None, operation: str = "CREATE", uid: str | None = None,
-           old: dict[str, Any] | None = None, dry_run: bool = False) -> dict[str, Any]:
+def review(
+    obj: dict[str, Any] | None,
+    operation: str = "CREATE",
+    uid: str | None = None,
+    old: dict[str, Any] | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
     group, _, version = (obj or {}).get("apiVersion", "v1").rpartition("/")
     kind = (obj or {}).get("kind", "Pod")
     request: dict[str, Any] = {

@@ -28,8 +28,9 @@ class Server:
     log: Path
 
     def post(self, path: str, body: bytes, content_type: str = "application/json") -> requests.Response:
-        return requests.post(self.url + path, data=body, headers={"Content-Type": content_type},
-                             verify=self.ca, timeout=10)
+        return requests.post(
+            self.url + path, data=body, headers={"Content-Type": content_type}, verify=self.ca, timeout=10
+        )
 
     def get(self, path: str) -> requests.Response:
         return requests.get(self.url + path, verify=self.ca, timeout=10)
@@ -41,9 +42,24 @@ def start_server(tmp: Path, *args: str) -> Server:
     log = tmp / "server.log"
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook", "serve", "--port", str(port), "--cert-dir", str(cert_dir),
-         "--workers", "1", "--threads", "4", *args],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--port",
+            str(port),
+            "--cert-dir",
+            str(cert_dir),
+            "--workers",
+            "1",
+            "--threads",
+            "4",
+            *args,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     server = Server(f"https://127.0.0.1:{port}", str(cert_dir / "ca.crt"), process, cert_dir, log)
     deadline = time.monotonic() + 30

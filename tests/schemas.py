@@ -32,8 +32,11 @@ kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.
 def _strict(schema: Any) -> Any:
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         if schema.get("x-kubernetes-int-or-string"):
             out.pop("type", None)

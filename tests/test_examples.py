@@ -31,8 +31,14 @@ EXPECTED_GANGS = {
 }
 # Examples that pin schedulerName: volcano are left alone (with a warning) under other backends.
 PINNED_TO_VOLCANO = {"lws/lws-sample-volcano.yaml"}
-BACKENDS = [("volcano", "1.37"), ("coscheduling", "1.37"), ("gate", "1.37"),
-            ("native", "1.35"), ("native", "1.36"), ("native", "1.37")]
+BACKENDS = [
+    ("volcano", "1.37"),
+    ("coscheduling", "1.37"),
+    ("gate", "1.37"),
+    ("native", "1.35"),
+    ("native", "1.36"),
+    ("native", "1.37"),
+]
 
 
 def example_files() -> list[str]:
@@ -53,7 +59,7 @@ def group_sizes(objects: list[dict]) -> dict[str, int]:
             sizes[obj["metadata"]["name"]] = spec["schedulingPolicy"]["gang"]["minCount"]
         elif obj["kind"] == "Workload" and "podGroups" in spec:  # 1.35: per-replica gangs share a group
             for group in spec["podGroups"]:
-                sizes[f'{obj["metadata"]["name"]}/{group["name"]}'] = group["policy"]["gang"]["minCount"]
+                sizes[f"{obj['metadata']['name']}/{group['name']}"] = group["policy"]["gang"]["minCount"]
     return sizes
 
 

@@ -28,8 +28,9 @@ def only_gang(obj: dict) -> Gang:
         ("unset parallelism defaults to one pod", None, None, {}, 1),
     ],
 )
-def test_job_gang_size(description: str, parallelism: int | None, completions: int | None, extra: dict,
-                       size: int) -> None:
+def test_job_gang_size(
+    description: str, parallelism: int | None, completions: int | None, extra: dict, size: int
+) -> None:
     gang = only_gang(b.job(parallelism=parallelism, completions=completions, **extra))
     assert gang.min_member == size, description
     assert gang.name == "job-train"
@@ -57,8 +58,11 @@ def test_seed_gang_constrained_lws_needs_sixteen_cpus() -> None:
 
 def test_seed_eight_replica_training_job_of_one_gpu_each() -> None:
     """Seed: the 8-replica training job, one GPU each: all 8 or none."""
-    spec = b.pod_spec(b.container("2", "8Gi", resources={"requests": {"cpu": "2", "memory": "8Gi"},
-                                                         "limits": {"nvidia.com/gpu": "1"}}))
+    spec = b.pod_spec(
+        b.container(
+            "2", "8Gi", resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+        )
+    )
     gang = only_gang(b.job("training-job", parallelism=8, completions=8, spec=spec))
     assert gang.min_member == 8
     assert resources.render(gang.min_resources()) == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
@@ -67,7 +71,10 @@ def test_seed_eight_replica_training_job_of_one_gpu_each() -> None:
 def test_lws_has_one_gang_per_replica_group() -> None:
     plan = gangs.analyze(b.lws("vllm", size=2, replicas=3))
     assert [(g.name, g.min_member, g.id.replica_key) for g in plan.gangs] == [
-        ("lws-vllm-0", 2, "0"), ("lws-vllm-1", 2, "1"), ("lws-vllm-2", 2, "2")]
+        ("lws-vllm-0", 2, "0"),
+        ("lws-vllm-1", 2, "1"),
+        ("lws-vllm-2", 2, "2"),
+    ]
     assert {g.id.native_workload for g in plan.gangs} == {"lws-vllm"}
 
 
@@ -77,8 +84,10 @@ def test_lws_leader_ready_gang_is_the_leader_alone() -> None:
     assert any("LeaderReady" in w for w in plan.warnings)
 
 
-@pytest.mark.parametrize(("value", "accepted"), [("1", True), ("3", True), ("4", True), ("0", False),
-                                                  ("5", False), ("-2", False), ("four", False), ("", False)])
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [("1", True), ("3", True), ("4", True), ("0", False), ("5", False), ("-2", False), ("four", False), ("", False)],
+)
 def test_min_member_override_within_one_and_members(value: str, accepted: bool) -> None:
     plan = gangs.analyze(b.job(parallelism=4, annotations={"gangkeeper.io/min-member": value}))
     if accepted:
@@ -90,8 +99,10 @@ def test_min_member_override_within_one_and_members(value: str, accepted: bool) 
 
 def test_min_member_error_reads_like_the_api_server() -> None:
     plan = gangs.analyze(b.job(parallelism=4, annotations={"gangkeeper.io/min-member": "10"}))
-    assert str(plan.errors[0]) == ('metadata.annotations[gangkeeper.io/min-member]: Invalid value: "10": '
-                                   "must be between 1 and 4, the Job's parallelism")
+    assert str(plan.errors[0]) == (
+        'metadata.annotations[gangkeeper.io/min-member]: Invalid value: "10": '
+        "must be between 1 and 4, the Job's parallelism"
+    )
 
 
 def test_smaller_min_member_sums_only_that_many_members() -> None:
@@ -127,8 +138,9 @@ def test_bad_quantity_is_a_field_error_not_a_crash() -> None:
 def test_missing_requests_are_a_warning() -> None:
     plan = gangs.analyze(b.job(spec=b.pod_spec(b.container(cpu=None, memory=None))))
     assert not plan.errors
-    assert plan.warnings == ["gang job-train: member pods request no cpu or memory; minResources is "
-                             "incomplete, set resources.requests"]
+    assert plan.warnings == [
+        "gang job-train: member pods request no cpu or memory; minResources is incomplete, set resources.requests"
+    ]
 
 
 def test_bare_pods_form_a_gang_by_label_and_size_annotation() -> None:
@@ -149,11 +161,21 @@ def test_bare_pod_group_needs_a_valid_size(size: str | None) -> None:
     ("workload", "pod"),
     [
         (b.job("train"), b.pod(labels={"batch.kubernetes.io/job-name": "train"}, owner=("batch/v1", "Job", "train"))),
-        (b.statefulset("db"), b.pod("db-0", labels={"apps.kubernetes.io/pod-index": "0"},
-                                    owner=("apps/v1", "StatefulSet", "db"))),
-        (b.lws("gang-test"), b.pod("gang-test-0", labels={"leaderworkerset.sigs.k8s.io/name": "gang-test",
-                                                          "leaderworkerset.sigs.k8s.io/group-index": "0"},
-                                   owner=("apps/v1", "StatefulSet", "gang-test"))),
+        (
+            b.statefulset("db"),
+            b.pod("db-0", labels={"apps.kubernetes.io/pod-index": "0"}, owner=("apps/v1", "StatefulSet", "db")),
+        ),
+        (
+            b.lws("gang-test"),
+            b.pod(
+                "gang-test-0",
+                labels={
+                    "leaderworkerset.sigs.k8s.io/name": "gang-test",
+                    "leaderworkerset.sigs.k8s.io/group-index": "0",
+                },
+                owner=("apps/v1", "StatefulSet", "gang-test"),
+            ),
+        ),
     ],
     ids=["job", "statefulset", "lws"],
 )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import ssl
 import stat
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,10 @@ def test_generated_certificates_chain_to_the_ca_and_name_localhost(server: Serve
     assert stat.S_IMODE((server.cert_dir / "tls.key").stat().st_mode) == 0o600
     context = ssl.create_default_context(cafile=server.ca)
     host, port = server.url.removeprefix("https://").split(":")
-    with socket.create_connection((host, int(port))) as raw, context.wrap_socket(raw, server_hostname="localhost") as tls:
+    with (
+        socket.create_connection((host, int(port))) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
@@ -104,9 +107,13 @@ def test_invalid_min_member_is_denied_with_the_field_and_fix(server: Server) -> 
     for endpoint in ("/mutate", "/validate"):
         _, response = admit(server, "job-min-member-invalid", endpoint)
         assert response["allowed"] is False and "patch" not in response
-        assert response["status"] == {"code": 422, "message": (
-            'Job "train" is invalid: metadata.annotations[gangkeeper.io/min-member]: Invalid value: "10": '
-            "must be between 1 and 4, the Job's parallelism")}
+        assert response["status"] == {
+            "code": 422,
+            "message": (
+                'Job "train" is invalid: metadata.annotations[gangkeeper.io/min-member]: Invalid value: "10": '
+                "must be between 1 and 4, the Job's parallelism"
+            ),
+        }
 
 
 def test_foreign_scheduler_is_allowed_unchanged_with_a_warning(server: Server) -> None:
@@ -152,13 +159,36 @@ def test_output_mutated_again_gives_no_patch(server: Server) -> None:
         (b"{not json", 400, "not JSON"),
         (b"", 400, "empty request body"),
         (b"[]", 400, "not a JSON object"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
-                     "request": {"uid": "u"}}).encode(), 400, "expected apiVersion admission.k8s.io/v1"),
+        (
+            json.dumps(
+                {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "u"}}
+            ).encode(),
+            400,
+            "expected apiVersion admission.k8s.io/v1",
+        ),
         (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 400, "no request"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "request": {"operation": "CREATE", "object": {}}}).encode(), 400, "no uid"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "request": {"uid": "u", "operation": "CREATE", "object": "x"}}).encode(), 400, "not a JSON object"),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {"operation": "CREATE", "object": {}},
+                }
+            ).encode(),
+            400,
+            "no uid",
+        ),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {"uid": "u", "operation": "CREATE", "object": "x"},
+                }
+            ).encode(),
+            400,
+            "not a JSON object",
+        ),
         (b"x" * (3 * 1024 * 1024 + 1), 413, "exceeds"),
     ],
     ids=["not-json", "empty", "array", "v1beta1", "no-request", "no-uid", "object-not-object", "too-large"],
@@ -181,8 +211,10 @@ def test_health_readiness_and_metrics(server: Server) -> None:
     assert server.get("/readyz").status_code == 200
     admit(server, "job-create")
     metrics = server.get("/metrics").text
-    assert 'gangkeeper_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="mutated"}' \
+    assert (
+        'gangkeeper_admission_requests_total{endpoint="mutate",kind="Job",operation="CREATE",outcome="mutated"}'
         in metrics
+    )
     assert "gangkeeper_admission_duration_seconds_bucket" in metrics
 
 

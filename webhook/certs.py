@@ -33,8 +33,12 @@ class Bundle:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "gangkeeper"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "gangkeeper"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _san(entries: list[str]) -> x509.SubjectAlternativeName:
@@ -65,8 +69,9 @@ def make_ca(now: dt.datetime, days: int = 3650) -> tuple[ec.EllipticCurvePrivate
     return key, cert
 
 
-def make_serving(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, sans: list[str], now: dt.datetime,
-                 days: int = 365) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_serving(
+    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, sans: list[str], now: dt.datetime, days: int = 365
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
@@ -101,8 +106,11 @@ def generate(sans: list[str] | None = None, now: dt.datetime | None = None) -> B
 def write(bundle: Bundle, directory: Path) -> None:
     """Write ca.crt, tls.crt and tls.key (mode 0600); each file is replaced atomically."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, data, mode in ((CA_FILE, bundle.ca_pem, 0o644), (KEY_FILE, bundle.key_pem, 0o600),
-                             (CERT_FILE, bundle.cert_pem, 0o644)):
+    for name, data, mode in (
+        (CA_FILE, bundle.ca_pem, 0o644),
+        (KEY_FILE, bundle.key_pem, 0o600),
+        (CERT_FILE, bundle.cert_pem, 0o644),
+    ):
         tmp = directory / f".{name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as handle:

@@ -7,8 +7,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from webhook import __version__
+
+if TYPE_CHECKING:
+    from webhook.admission.resolve import BackendResolver
 
 BACKEND_CHOICES = ("auto", "volcano", "coscheduling", "native", "gate")
 KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")
@@ -20,14 +24,12 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook import certs, logs
     from webhook.admission.app import create_app
     from webhook.admission.handler import Handler
-    from webhook.admission.resolve import BackendResolver
     from webhook.server import GunicornServer, gunicorn_options
 
     logs.setup(args.log_level)
     cert_dir = Path(args.cert_dir)
     if certs.ensure(cert_dir):
-        print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)",
-              file=sys.stderr)
+        print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)", file=sys.stderr)
     resolver = _resolver(args)
 
     def ready() -> bool:
@@ -36,30 +38,38 @@ def _serve(args: argparse.Namespace) -> int:
     def factory() -> object:
         return create_app(Handler(resolver), ready=ready, noop_endpoint=args.noop_endpoint)
 
-    options = gunicorn_options(args.host, args.port, cert_dir, args.workers, args.threads,
-                               args.graceful_timeout, args.cert_reload_seconds)
+    options = gunicorn_options(
+        args.host, args.port, cert_dir, args.workers, args.threads, args.graceful_timeout, args.cert_reload_seconds
+    )
     GunicornServer(factory, options).run()
     return 0
 
 
-def _resolver(args: argparse.Namespace) -> object:
+def _resolver(args: argparse.Namespace) -> BackendResolver:
     from webhook.admission.resolve import BackendResolver, WatchedNamespaces
     from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
 
     api_client = _api_client(args.kubeconfig)
     if api_client is None:
-        return BackendResolver(default=args.backend, volcano_scheduler=args.volcano_scheduler,
-                               coscheduling_scheduler=args.coscheduling_scheduler)
+        return BackendResolver(
+            default=args.backend,
+            volcano_scheduler=args.volcano_scheduler,
+            coscheduling_scheduler=args.coscheduling_scheduler,
+        )
     namespaces = WatchedNamespaces(api_client)
     namespaces.start()
     discovery = DiscoveryCache(lambda: fetch_from_cluster(api_client))
     discovery.start()
-    return BackendResolver(default=args.backend, namespaces=namespaces, served=lambda: discovery.served,
-                           volcano_scheduler=args.volcano_scheduler,
-                           coscheduling_scheduler=args.coscheduling_scheduler)
+    return BackendResolver(
+        default=args.backend,
+        namespaces=namespaces,
+        served=lambda: discovery.served,
+        volcano_scheduler=args.volcano_scheduler,
+        coscheduling_scheduler=args.coscheduling_scheduler,
+    )
 
 
-def _api_client(kubeconfig: str | None) -> object | None:
+def _api_client(kubeconfig: str | None) -> Any:
     """A client for the cluster in-cluster or from a kubeconfig; None when there is no cluster."""
     from kubernetes import client, config
 
@@ -88,8 +98,9 @@ def _mutate(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for denial in result.denials:
-        print(f"Error from server: admission webhook \"mutate.gangkeeper.io\" denied the request: {denial}",
-              file=sys.stderr)
+        print(
+            f'Error from server: admission webhook "mutate.gangkeeper.io" denied the request: {denial}', file=sys.stderr
+        )
     sys.stdout.write(diff(result) if args.diff else dump(result.objects))
     return 1 if result.denials else 0
 
@@ -104,8 +115,10 @@ def _certs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gangkeeper", description="All-or-nothing scheduling for Kubernetes "
-                                     "workloads, without rewriting manifests.")
+    parser = argparse.ArgumentParser(
+        prog="gangkeeper",
+        description="All-or-nothing scheduling for Kubernetes workloads, without rewriting manifests.",
+    )
     parser.add_argument("--version", action="version", version=f"gangkeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -113,8 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8443)
     serve.add_argument("--cert-dir", default="certs", help="ca.crt, tls.crt, tls.key; generated when missing")
-    serve.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
-                       help="cluster-wide default; a namespace label gangkeeper.io/backend overrides it")
+    serve.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="cluster-wide default; a namespace label gangkeeper.io/backend overrides it",
+    )
     serve.add_argument("--volcano-scheduler", default="volcano")
     serve.add_argument("--coscheduling-scheduler", default="scheduler-plugins-scheduler")
     serve.add_argument("--kubeconfig", default=None)
@@ -129,8 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
     mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
     mutate.add_argument("--backend", choices=BACKEND_CHOICES, default="volcano")
-    mutate.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, default="1.37",
-                        help="native backend: which scheduling.k8s.io generation to produce")
+    mutate.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        default="1.37",
+        help="native backend: which scheduling.k8s.io generation to produce",
+    )
     mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
     mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
     mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")

@@ -22,8 +22,13 @@ class Result:
     originals: list[Obj] = field(default_factory=list)
 
 
-def mutate_stream(documents: list[Any], backend_name: str, kubernetes_version: str = "1.37",
-                  namespace: str = "default", scheduler_name: str | None = None) -> Result:
+def mutate_stream(
+    documents: list[Any],
+    backend_name: str,
+    kubernetes_version: str = "1.37",
+    namespace: str = "default",
+    scheduler_name: str | None = None,
+) -> Result:
     """Every object as admission would leave it, in input order, followed by the gang objects."""
     backend = backends.make(backend_name, scheduler_name=scheduler_name, kubernetes_version=kubernetes_version)
     info = NamespaceInfo(labels={contract.NAMESPACE_ENABLED_LABEL: "true"})
@@ -53,5 +58,6 @@ def dump(objects: list[Obj]) -> str:
 def diff(result: Result) -> str:
     before = dump(result.originals)
     after = dump(result.objects)
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        "input", "admitted"))
+    return "".join(
+        difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), "input", "admitted")
+    )

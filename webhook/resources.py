@@ -22,16 +22,36 @@ _DECIMAL_SUFFIXES = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), 
 
 def parse(value: object) -> Decimal:
     """Parse one quantity; raises ValueError with the offending text."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
     try:
-        return Decimal(parse_quantity(value))
+        quantity = Decimal(parse_quantity(value))
     except (ValueError, TypeError, ArithmeticError) as exc:
         raise ValueError(f"invalid quantity {value!r}") from exc
+    if not quantity.is_finite() or quantity < 0:
+        raise ValueError(f"invalid quantity {value!r}: must be a finite amount of at least 0")
+    return quantity
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _containers(pod_spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = pod_spec.get(key) or []
+    if not isinstance(value, list):
+        raise ValueError(f"{key} must be a list")
+    return [_mapping(c, key) for c in value]
 
 
 def container_requests(container: Mapping[str, Any]) -> Resources:
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
+    resources = _mapping(container.get("resources"), "resources")
+    limits = _mapping(resources.get("limits"), "resources.limits")
+    requests = _mapping(resources.get("requests"), "resources.requests")
     merged = {**limits, **requests}  # requests default to limits
     return {name: parse(value) for name, value in merged.items()}
 
@@ -53,7 +73,7 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
     """Effective requests of one pod built from this spec (see the module docstring)."""
     sidecars: Resources = {}
     init_peak: Resources = {}
-    for init in pod_spec.get("initContainers") or []:
+    for init in _containers(pod_spec, "initContainers"):
         requests = container_requests(init)
         if init.get("restartPolicy") == "Always":
             add(sidecars, requests)
@@ -61,16 +81,16 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
         else:
             init_peak = maximum(init_peak, add(dict(sidecars), requests))
     running = dict(sidecars)
-    for container in pod_spec.get("containers") or []:
+    for container in _containers(pod_spec, "containers"):
         add(running, container_requests(container))
     effective = maximum(running, init_peak)
-    overhead = pod_spec.get("overhead") or {}
+    overhead = _mapping(pod_spec.get("overhead"), "overhead")
     return add(effective, {name: parse(value) for name, value in overhead.items()})
 
 
 def has_requests(pod_spec: Mapping[str, Any]) -> bool:
     """True when every regular container states a cpu or memory request (or limit)."""
-    containers = pod_spec.get("containers") or []
+    containers = _containers(pod_spec, "containers")
     return bool(containers) and all(container_requests(c).keys() & {"cpu", "memory"} for c in containers)
 
 
@@ -91,16 +111,16 @@ def canonical(value: Decimal, resource: str) -> str:
         if whole != 0 and resource != "cpu":
             for suffix, factor in _BINARY_SUFFIXES:
                 if whole % factor == 0:
-                    return format_quantity(value, suffix)
+                    return str(format_quantity(value, suffix))
         if whole != 0:
             for suffix, factor in _DECIMAL_SUFFIXES:
                 if whole % factor == 0:
-                    return format_quantity(value, suffix)
+                    return str(format_quantity(value, suffix))
         return str(whole)
     milli = value * 1000
     if milli == milli.to_integral_value():
-        return format_quantity(value, "m")
-    return format_quantity(value, "m", quantize=Decimal("0.001"))
+        return str(format_quantity(value, "m"))
+    return str(format_quantity(value, "m", quantize=Decimal("0.001")))
 
 
 def render(resources: Mapping[str, Decimal]) -> dict[str, str]:

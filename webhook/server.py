@@ -45,8 +45,7 @@ class CertificateReloader:
                 try:
                     self.load(context)
                 except (OSError, ssl.SSLError):
-                    log.warning("could not reload the serving certificate; keeping the current one",
-                                exc_info=True)
+                    log.warning("could not reload the serving certificate; keeping the current one", exc_info=True)
 
         threading.Thread(target=loop, name="cert-reload", daemon=True).start()
 
@@ -91,8 +90,9 @@ def worker_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
-def gunicorn_options(host: str, port: int, cert_dir: Path, workers: int, threads: int,
-                     graceful_timeout: int, reload_interval: float) -> dict[str, Any]:
+def gunicorn_options(
+    host: str, port: int, cert_dir: Path, workers: int, threads: int, graceful_timeout: int, reload_interval: float
+) -> dict[str, Any]:
     return {
         "bind": f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
         "workers": workers,

@@ -32,8 +32,13 @@ def create_app(handler: Handler, ready: Callable[[], bool] = lambda: True, noop_
         length = request.content_length
         if length is not None and length > review.MAX_BODY_BYTES:
             _drain(length)
-            return _json(413, {"error": f"request body of {length} bytes exceeds the "
-                                        f"{review.MAX_BODY_BYTES} byte limit", "code": 413})
+            return _json(
+                413,
+                {
+                    "error": f"request body of {length} bytes exceeds the {review.MAX_BODY_BYTES} byte limit",
+                    "code": 413,
+                },
+            )
         content_type = (request.mimetype or "").lower()
         if content_type and content_type != "application/json":
             return _json(400, {"error": f"content type {content_type!r} is not application/json", "code": 400})
@@ -48,9 +53,11 @@ def create_app(handler: Handler, ready: Callable[[], bool] = lambda: True, noop_
     app.add_url_rule("/mutate", "mutate", lambda: admission("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: admission("validate"), methods=["POST"])
     if noop_endpoint:
+
         def noop() -> Response:
             body = read_body()
             return body if isinstance(body, Response) else _json(*handler.noop(body))
+
         app.add_url_rule("/noop", "noop", noop, methods=["POST"])
 
     @app.get("/healthz")

@@ -57,9 +57,11 @@ def _with_namespace(obj: Obj, namespace: str | None) -> Obj:
 
 def _foreign_scheduler(obj: Obj, plan: Plan, backend: Backend) -> str | None:
     ours = _OWN_SCHEDULERS | ({backend.scheduler_name} if backend.scheduler_name else set())
-    targets = [Target(obj, "pod")] if plan.pod_gang else [
-        Target(get_path(obj, t.path) or {}, t.shape) for t in plan.templates
-    ]
+    targets = (
+        [Target(obj, "pod")]
+        if plan.pod_gang
+        else [Target(get_path(obj, t.path) or {}, t.shape) for t in plan.templates]
+    )
     for target in targets:
         name = target.scheduler_name()
         if name and name not in ours:
@@ -79,22 +81,30 @@ def admit(
     plan = gangs.analyze(_with_namespace(obj, namespace))
     if plan.errors:
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
-        return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings,
-                       plan=plan)
+        return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)
     if plan.skip:
         return Outcome(True, plan.skip, warnings=plan.warnings, plan=plan)
     if isinstance(backend, Unavailable):
-        return Outcome(False, "gang backend unavailable", code=403, plan=plan,
-                       message=f"{describe(obj)} cannot be given a gang: {backend.message}")
+        return Outcome(
+            False,
+            "gang backend unavailable",
+            code=403,
+            plan=plan,
+            message=f"{describe(obj)} cannot be given a gang: {backend.message}",
+        )
     if operation != "CREATE":
-        return Outcome(True, "gang membership is set at creation; updates are only validated",
-                       warnings=plan.warnings if operation == "UPDATE" else [], plan=plan)
+        return Outcome(
+            True,
+            "gang membership is set at creation; updates are only validated",
+            warnings=plan.warnings if operation == "UPDATE" else [],
+            plan=plan,
+        )
     foreign = _foreign_scheduler(obj, plan, backend)
     if foreign:
-        warning = (f"{describe(obj)} uses scheduler {foreign!r}, not the {backend.name} gang backend's; "
-                   "left without a gang")
-        return Outcome(True, f"schedulerName {foreign} belongs to another scheduler", warnings=[warning],
-                       plan=plan)
+        warning = (
+            f"{describe(obj)} uses scheduler {foreign!r}, not the {backend.name} gang backend's; left without a gang"
+        )
+        return Outcome(True, f"schedulerName {foreign} belongs to another scheduler", warnings=[warning], plan=plan)
     outcome = Outcome(True, "gang stamped", warnings=plan.warnings, gangs=plan.gangs, plan=plan)
     outcome.group_objects = backend.group_objects(plan.gangs, namespace_info or NamespaceInfo())
     if not mutate:

@@ -35,8 +35,9 @@ class Handler:
             response, outcome_label = self._decide(endpoint, request)
         except Exception:
             log.exception("internal error in admission", extra={"uid": request["uid"], "endpoint": endpoint})
-            response = review.deny(request["uid"], 500, "gangkeeper internal error; see the webhook logs "
-                                   f"for request {request['uid']}")
+            response = review.deny(
+                request["uid"], 500, f"gangkeeper internal error; see the webhook logs for request {request['uid']}"
+            )
             outcome_label = "error"
         metrics.REQUESTS.labels(endpoint, request["operation"], kind, outcome_label).inc()
         metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
@@ -57,15 +58,28 @@ class Handler:
             return review.allow(uid), "allowed"
         namespace = request.get("namespace")
         backend = self.resolver.resolve(namespace)
-        outcome = admit(obj, operation, backend, namespace, self.resolver.namespace_info(namespace),
-                        mutate=endpoint == "mutate")
-        gang = outcome.plan.pod_gang.name if outcome.plan and outcome.plan.pod_gang else \
-            ",".join(g.name for g in outcome.gangs)
-        log.info("admission decision", extra={
-            "uid": uid, "endpoint": endpoint, "operation": operation, "object": describe(obj),
-            "namespace": namespace, "gang": gang, "allowed": outcome.allowed, "reason": outcome.reason,
-            "dryRun": bool(request.get("dryRun")),
-        })
+        outcome = admit(
+            obj, operation, backend, namespace, self.resolver.namespace_info(namespace), mutate=endpoint == "mutate"
+        )
+        gang = (
+            outcome.plan.pod_gang.name
+            if outcome.plan and outcome.plan.pod_gang
+            else ",".join(g.name for g in outcome.gangs)
+        )
+        log.info(
+            "admission decision",
+            extra={
+                "uid": uid,
+                "endpoint": endpoint,
+                "operation": operation,
+                "object": describe(obj),
+                "namespace": namespace,
+                "gang": gang,
+                "allowed": outcome.allowed,
+                "reason": outcome.reason,
+                "dryRun": bool(request.get("dryRun")),
+            },
+        )
         if not outcome.allowed:
             return review.deny(uid, outcome.code, outcome.message, outcome.warnings), "denied"
         if endpoint == "validate":

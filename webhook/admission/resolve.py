@@ -48,8 +48,9 @@ class WatchedNamespaces:
             try:
                 listing = core.list_namespace()
                 self._namespaces = {ns.metadata.name: _info(ns) for ns in listing.items}
-                stream = watch.Watch().stream(core.list_namespace, resource_version=listing.metadata.resource_version,
-                                              timeout_seconds=300)
+                stream = watch.Watch().stream(
+                    core.list_namespace, resource_version=listing.metadata.resource_version, timeout_seconds=300
+                )
                 for event in stream:
                     ns = event["object"]
                     if event["type"] == "DELETED":
@@ -87,8 +88,11 @@ class BackendResolver:
         info = self.namespace_info(namespace)
         requested = info.labels.get(contract.NAMESPACE_BACKEND_LABEL) or self.default
         if requested != "auto" and requested not in backends.NAMES:
-            return Unavailable(requested, f"namespace label {contract.NAMESPACE_BACKEND_LABEL}: Unsupported value: "
-                               f'"{requested}": supported values: auto, {", ".join(backends.NAMES)}')
+            return Unavailable(
+                requested,
+                f"namespace label {contract.NAMESPACE_BACKEND_LABEL}: Unsupported value: "
+                f'"{requested}": supported values: auto, {", ".join(backends.NAMES)}',
+            )
         choice = choose(requested, self.served(), self._offline_version)
         if isinstance(choice, Unavailable):
             return choice
@@ -97,6 +101,9 @@ class BackendResolver:
     def _backend(self, choice: Choice) -> Backend:
         key = (choice.backend, choice.kubernetes_version)
         if key not in self._cache:
-            self._cache[key] = backends.make(choice.backend, scheduler_name=self._schedulers.get(choice.backend),
-                                             kubernetes_version=choice.kubernetes_version)
+            self._cache[key] = backends.make(
+                choice.backend,
+                scheduler_name=self._schedulers.get(choice.backend),
+                kubernetes_version=choice.kubernetes_version,
+            )
         return self._cache[key]

@@ -61,8 +61,10 @@ def decode(body: bytes) -> AdmissionRequest:
     if not isinstance(review, dict):
         raise BadReview(400, "request body is not a JSON object; expected an AdmissionReview")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
-        raise BadReview(400, f"expected apiVersion {API_VERSION} kind {KIND}, got "
-                             f"{review.get('apiVersion')!r} {review.get('kind')!r}")
+        raise BadReview(
+            400,
+            f"expected apiVersion {API_VERSION} kind {KIND}, got {review.get('apiVersion')!r} {review.get('kind')!r}",
+        )
     request = review.get("request")
     if not isinstance(request, dict):
         raise BadReview(400, "AdmissionReview has no request")
@@ -84,8 +86,7 @@ def warning_line(text: str) -> str:
     return line if len(line) <= MAX_WARNING else line[: MAX_WARNING - 3].rstrip() + "..."
 
 
-def allow(uid: str, patch: list[dict[str, Any]] | None = None, warnings: list[str] | None = None
-          ) -> AdmissionResponse:
+def allow(uid: str, patch: list[dict[str, Any]] | None = None, warnings: list[str] | None = None) -> AdmissionResponse:
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch:
         response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()

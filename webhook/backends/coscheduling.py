@@ -30,6 +30,5 @@ class Coscheduling:
                 spec["minResources"] = min_resources
             if gang.timeout_seconds:
                 spec["scheduleTimeoutSeconds"] = gang.timeout_seconds
-            objects.append({"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang),
-                            "spec": spec})
+            objects.append({"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec})
         return objects

@@ -88,10 +88,16 @@ def choose(requested: str, served: Served | None, offline_version: str = "1.37")
                 return Choice(name, native.generation_for_version(version).kubernetes)
         if name == "gate":
             return Choice(name)
-    what = {"volcano": VOLCANO_GV, "coscheduling": COSCHEDULING_GV,
-            "native": f"{native.GROUP} Workload (v1alpha1, v1alpha2 or v1beta1)"}.get(requested, requested)
-    return Unavailable(requested, f"backend {requested} needs {what}, which this cluster does not serve: "
-                       f"{HOW_TO_ENABLE.get(requested, 'choose another backend')}")
+    what = {
+        "volcano": VOLCANO_GV,
+        "coscheduling": COSCHEDULING_GV,
+        "native": f"{native.GROUP} Workload (v1alpha1, v1alpha2 or v1beta1)",
+    }.get(requested, requested)
+    return Unavailable(
+        requested,
+        f"backend {requested} needs {what}, which this cluster does not serve: "
+        f"{HOW_TO_ENABLE.get(requested, 'choose another backend')}",
+    )
 
 
 class DiscoveryCache:
@@ -134,9 +140,12 @@ def fetch_from_cluster(api_client: Any) -> Served:
     for group in groups.groups or []:
         for version in group.versions or []:
             if version.group_version in wanted:
-                doc = api_client.call_api(f"/apis/{version.group_version}", "GET", response_type="object",
-                                          auth_settings=["BearerToken"], _return_http_data_only=True)
+                doc = api_client.call_api(
+                    f"/apis/{version.group_version}",
+                    "GET",
+                    response_type="object",
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                )
                 docs.append(doc)
     return Served.from_documents(docs)
-
-

@@ -1,15 +1,12 @@
 """Gang synthesis: from one Kubernetes object to its gangs, a pure library.
 
-Importing the package registers every workload kind. The pod rules are checked in the order the
-modules are imported below: operator-specific labels first, the generic owners (Job, StatefulSet) last.
+Importing the package registers every workload kind (one module each).
 """
 
 from __future__ import annotations
 
 from webhook import contract
-from webhook.gangs import common, kinds
-from webhook.gangs import lws, jobset, kubeflow, ray, spark  # noqa: F401  (registration, specific first)
-from webhook.gangs import batch, apps, pod  # noqa: F401  (registration, generic last)
+from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, lws, pod, ray, spark  # noqa: F401  (registration)
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp
 
 __all__ = ["FieldError", "Gang", "GangId", "Members", "Obj", "Plan", "TemplateStamp", "analyze", "supported"]
@@ -28,6 +25,6 @@ def analyze(obj: Obj) -> Plan:
     namespace = common.meta(obj).get("namespace")
     if namespace in contract.IGNORED_NAMESPACES:
         return Plan.leave(kind_name, f"namespace {namespace} is never managed")
-    if common.labels(obj).get(contract.SKIP_LABEL) == "true":
+    if common.labels_of(obj).get(contract.SKIP_LABEL) == "true":
         return Plan.leave(kind_name, f"opted out with label {contract.SKIP_LABEL}")
     return kind.analyze(obj)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from webhook import contract
 from webhook.gangs import common
-from webhook.gangs.batch import controller_of
 from webhook.gangs.kinds import Kind, register
 from webhook.gangs.model import GangId, Obj, Plan, TemplateStamp
 
@@ -26,8 +25,9 @@ def _replicated(obj: Obj, gid: GangId | None, kind: str) -> Plan:
     plan.templates.append(TemplateStamp(path=path, gang=gid))
     if gid is not None:
         members = [common.members_of(template, replicas, "member", path, plan.errors)]
-        gang = common.build_gang(obj, gid, members, replicas, f"the {kind}'s replicas", plan,
-                                 template.get("spec") or {})
+        gang = common.build_gang(
+            obj, gid, members, replicas, f"the {kind}'s replicas", plan, template.get("spec") or {}
+        )
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan
@@ -40,7 +40,7 @@ def analyze_statefulset(obj: Obj) -> Plan:
 
 def analyze_deployment(obj: Obj) -> Plan:
     name = common.meta(obj).get("name") or ""
-    if common.annotations(obj).get(contract.DEPLOYMENT_GANG_ANNOTATION) != "true":
+    if common.annotations_of(obj).get(contract.DEPLOYMENT_GANG_ANNOTATION) != "true":
         return Plan.leave(
             "Deployment",
             f"Deployments form a gang only with the annotation {contract.DEPLOYMENT_GANG_ANNOTATION}: "
@@ -59,12 +59,20 @@ def analyze_deployment(obj: Obj) -> Plan:
 
 
 def statefulset_pod(pod: Obj) -> GangId | str | None:
-    owner = controller_of(pod)
+    owner = common.controller_of(pod)
     if owner and owner.get("kind") == "StatefulSet" and owner.get("name"):
         return sts_identity(owner["name"])
     return None
 
 
-register(Kind(group="apps", kind="StatefulSet", analyze=analyze_statefulset, identity=sts_identity,
-              pod_rule=statefulset_pod))
+register(
+    Kind(
+        group="apps",
+        kind="StatefulSet",
+        analyze=analyze_statefulset,
+        identity=sts_identity,
+        pod_rule=statefulset_pod,
+        generic_owner=True,
+    )
+)
 register(Kind(group="apps", kind="Deployment", analyze=analyze_deployment, identity=deployment_identity))

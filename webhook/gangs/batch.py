@@ -52,22 +52,15 @@ def analyze_cronjob(obj: Obj) -> Plan:
 
 
 def job_pod(pod: Obj) -> GangId | str | None:
-    labels = common.labels(pod)
+    labels = common.labels_of(pod)
     for key in JOB_NAME_LABELS:
         if labels.get(key):
             return identity(labels[key])
-    owner = controller_of(pod)
+    owner = common.controller_of(pod)
     if owner and owner.get("kind") == "Job" and owner.get("name"):
         return identity(owner["name"])
     return None
 
 
-def controller_of(obj: Obj) -> dict[str, Any] | None:
-    for ref in common.meta(obj).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-register(Kind(group="batch", kind="Job", analyze=analyze_job, identity=identity, pod_rule=job_pod))
+register(Kind(group="batch", kind="Job", analyze=analyze_job, identity=identity, pod_rule=job_pod, generic_owner=True))
 register(Kind(group="batch", kind="CronJob", analyze=analyze_cronjob, identity=identity))

@@ -14,11 +14,11 @@ def meta(obj: Mapping[str, Any]) -> Obj:
     return value if isinstance(value, dict) else {}
 
 
-def labels(obj: Mapping[str, Any]) -> dict[str, str]:
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return meta(obj).get("labels") or {}
 
 
-def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return meta(obj).get("annotations") or {}
 
 
@@ -42,6 +42,14 @@ def members_of(template: Any, count: int, role: str, path: Path, errors: list[Fi
         errors.append(FieldError(render_path((*path, "spec", "containers")), "resources", f"{exc}"))
         requests, has_requests = {}, False
     return Members(role=role, count=max(count, 0), requests=requests, has_requests=has_requests)
+
+
+def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The owner reference marked controller, as workload controllers set on what they create."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return dict(ref)
+    return None
 
 
 def owner_reference(obj: Mapping[str, Any]) -> Obj | None:
@@ -73,14 +81,12 @@ def gang_id(kind: str, name: str, template: str = "gang", *index: str | int) -> 
     )
 
 
-def min_member(
-    obj: Mapping[str, Any], default: int, total: int, what: str, errors: list[FieldError]
-) -> int:
+def min_member(obj: Mapping[str, Any], default: int, total: int, what: str, errors: list[FieldError]) -> int:
     """The gang size: `default`, or the `gangkeeper.io/min-member` override within 1..total.
 
     `what` explains the upper bound in the error, e.g. "the Job's parallelism".
     """
-    raw = annotations(obj).get(contract.MIN_MEMBER_ANNOTATION)
+    raw = annotations_of(obj).get(contract.MIN_MEMBER_ANNOTATION)
     if raw is None:
         return default
     path = f"metadata.annotations[{contract.MIN_MEMBER_ANNOTATION}]"
@@ -96,7 +102,7 @@ def min_member(
 
 
 def positive_int_annotation(obj: Mapping[str, Any], key: str, errors: list[FieldError]) -> int | None:
-    raw = annotations(obj).get(key)
+    raw = annotations_of(obj).get(key)
     if raw is None:
         return None
     try:
@@ -128,7 +134,7 @@ def build_gang(
         min_member=max(size, 1),
         members=tuple(members),
         owner=owner_reference(obj),
-        queue=annotations(obj).get(contract.QUEUE_ANNOTATION),
+        queue=annotations_of(obj).get(contract.QUEUE_ANNOTATION),
         priority_class=spec.get("priorityClassName"),
         timeout_seconds=positive_int_annotation(obj, contract.TIMEOUT_ANNOTATION, plan.errors),
     )

@@ -39,13 +39,13 @@ def analyze(obj: Obj) -> Plan:
         count = common.as_int(rj.get("replicas"), 1) * per_job
         path = ("spec", "replicatedJobs", index, "template", "spec", "template")
         template = job_spec.get("template") or {}
-        members = common.members_of(template, count, rj_name, path, plan.errors)
+        member = common.members_of(template, count, rj_name, path, plan.errors)
         gid = (_per_job(name, rj_name) if in_order else whole) if name else None
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
         if in_order or not groups:
-            groups.append((gid, [members], template.get("spec") or {}))
+            groups.append((gid, [member], template.get("spec") or {}))
         else:
-            groups[0][1].append(members)
+            groups[0][1].append(member)
     for gid, members, first_spec in groups:
         if gid is None:
             continue
@@ -57,7 +57,7 @@ def analyze(obj: Obj) -> Plan:
 
 
 def from_pod(pod: Obj) -> GangId | str | None:
-    name = common.labels(pod).get(JOBSET_NAME_LABEL)
+    name = common.labels_of(pod).get(JOBSET_NAME_LABEL)
     return identity(name) if name else None
 
 

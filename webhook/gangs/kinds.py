@@ -20,17 +20,25 @@ class Kind:
     analyze: Callable[[Obj], Plan]
     identity: Callable[..., GangId]  # (workload name, *index parts) -> GangId
     pod_rule: PodRule | None = None
+    # Pods of operator kinds also look like pods of the built-in kinds they use (a JobSet's pods
+    # belong to Jobs): specific rules (0) are checked before generic owners (1).
+    generic_owner: bool = False
 
 
 REGISTRY: dict[tuple[str, str], Kind] = {}
-POD_RULES: list[tuple[str, PodRule]] = []  # checked in registration order: most specific first
+POD_RULES: list[tuple[str, PodRule]] = []  # checked in this order: operator kinds, then generic owners
 
 
 def register(kind: Kind) -> Kind:
     REGISTRY[(kind.group, kind.kind)] = kind
     if kind.pod_rule is not None:
         POD_RULES.append((kind.kind, kind.pod_rule))
+        POD_RULES.sort(key=lambda rule: REGISTRY[_key_of(rule[0])].generic_owner)
     return kind
+
+
+def _key_of(kind_name: str) -> tuple[str, str]:
+    return next(key for key, kind in REGISTRY.items() if kind.kind == kind_name)
 
 
 def lookup(api_version: str, kind: str) -> Kind | None:

@@ -45,14 +45,15 @@ def analyze(obj: Obj) -> Plan:
     plan.templates.sort(key=lambda t: t.path)
     if name:
         for index in range(replicas):
-            gang = common.build_gang(obj, identity(name, index), members, gang_size, reason, plan,
-                                     (leader.get("spec") or {}))
+            gang = common.build_gang(
+                obj, identity(name, index), members, gang_size, reason, plan, (leader.get("spec") or {})
+            )
             plan.gangs.append(gang)
     return plan
 
 
 def from_pod(pod: Obj) -> GangId | str | None:
-    labels = common.labels(pod)
+    labels = common.labels_of(pod)
     name = labels.get(NAME_LABEL)
     if not name:
         return None
@@ -61,9 +62,8 @@ def from_pod(pod: Obj) -> GangId | str | None:
 
 
 def group_size_of_pod(pod: Obj) -> int | None:
-    raw = common.annotations(pod).get(SIZE_ANNOTATION)
+    raw = common.annotations_of(pod).get(SIZE_ANNOTATION)
     return int(raw) if raw and raw.isdigit() else None
 
 
-register(Kind(group="leaderworkerset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity,
-              pod_rule=from_pod))
+register(Kind(group="leaderworkerset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))

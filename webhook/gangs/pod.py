@@ -15,7 +15,7 @@ KIND = "Pod"
 
 def foreign_gang(pod: Obj) -> str | None:
     """The marker by which some other controller already put this pod in a gang, if any."""
-    annotations, labels = common.annotations(pod), common.labels(pod)
+    annotations, labels = common.annotations_of(pod), common.labels_of(pod)
     spec = pod.get("spec") or {}
     if contract.VOLCANO_GROUP_ANNOTATION in annotations:
         return f"annotation {contract.VOLCANO_GROUP_ANNOTATION}={annotations[contract.VOLCANO_GROUP_ANNOTATION]}"
@@ -33,8 +33,8 @@ def foreign_gang(pod: Obj) -> str | None:
 
 def stamped_identity(pod: Obj) -> GangId | None:
     """The gang gangkeeper stamped on the pod's template, when the stamp is consistent."""
-    group = common.labels(pod).get(contract.GROUP_LABEL)
-    workload = common.annotations(pod).get(contract.WORKLOAD_ANNOTATION)
+    group = common.labels_of(pod).get(contract.GROUP_LABEL)
+    workload = common.annotations_of(pod).get(contract.WORKLOAD_ANNOTATION)
     if not group or not workload:
         return None
     kind_name, _, rest = workload.partition("/")
@@ -56,7 +56,7 @@ def workload_stamp(gid: GangId) -> str:
 
 def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
     key = contract.GROUP_SIZE_ANNOTATION
-    raw = common.annotations(pod).get(key)
+    raw = common.annotations_of(pod).get(key)
     path = f"metadata.annotations[{key}]"
     if raw is None:
         plan.errors.append(FieldError(path, "", f"Required value: set the number of pods in group {group!r}"))
@@ -78,7 +78,7 @@ def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
 
 def analyze(pod: Obj) -> Plan:
     plan = Plan(kind=KIND)
-    labels = common.labels(pod)
+    labels = common.labels_of(pod)
     stamped = stamped_identity(pod)
     marker = foreign_gang(pod)
     if marker and stamped is None:

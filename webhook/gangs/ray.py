@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.gangs import common
-from webhook.gangs.batch import controller_of
 from webhook.gangs.kinds import Kind, register
 from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp
 
@@ -25,7 +24,7 @@ def rayjob_identity(name: str) -> GangId:
 
 def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: str, gid: GangId | None) -> Plan:
     plan = Plan(kind=kind)
-    if common.labels(obj).get(BATCH_SCHEDULER_LABEL):
+    if common.labels_of(obj).get(BATCH_SCHEDULER_LABEL):
         return Plan.leave(kind, f"KubeRay makes this gang itself (label {BATCH_SCHEDULER_LABEL})")
     head = (cluster_spec.get("headGroupSpec") or {}).get("template") or {}
     head_path = (*prefix, "headGroupSpec", "template")
@@ -43,8 +42,9 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     if gid is not None:
         size = sum(m.count for m in members)
-        gang = common.build_gang(obj, gid, members, size, f"the {kind}'s head plus minimum workers", plan,
-                                 head.get("spec") or {})
+        gang = common.build_gang(
+            obj, gid, members, size, f"the {kind}'s head plus minimum workers", plan, head.get("spec") or {}
+        )
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan
@@ -52,8 +52,8 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
 
 def analyze_cluster(obj: Obj) -> Plan:
     name = common.meta(obj).get("name") or ""
-    labels = common.labels(obj)
-    owner = controller_of(obj)
+    labels = common.labels_of(obj)
+    owner = common.controller_of(obj)
     if labels.get(ORIGIN_KIND_LABEL) == "RayJob" and labels.get(ORIGIN_NAME_LABEL):
         gid: GangId | None = rayjob_identity(labels[ORIGIN_NAME_LABEL])
     elif owner and owner.get("kind") == "RayJob":
@@ -71,12 +71,13 @@ def analyze_rayjob(obj: Obj) -> Plan:
     spec = obj.get("spec") or {}
     if not spec.get("rayClusterSpec"):
         return Plan.leave("RayJob", "the RayJob runs on an existing RayCluster (clusterSelector)")
-    return _cluster_plan(obj, spec["rayClusterSpec"], ("spec", "rayClusterSpec"), "RayJob",
-                         rayjob_identity(name) if name else None)
+    return _cluster_plan(
+        obj, spec["rayClusterSpec"], ("spec", "rayClusterSpec"), "RayJob", rayjob_identity(name) if name else None
+    )
 
 
 def from_pod(pod: Obj) -> GangId | str | None:
-    labels = common.labels(pod)
+    labels = common.labels_of(pod)
     cluster = labels.get(CLUSTER_LABEL)
     if not cluster:
         return None
@@ -85,6 +86,5 @@ def from_pod(pod: Obj) -> GangId | str | None:
     return cluster_identity(cluster)
 
 
-register(Kind(group="ray.io", kind="RayCluster", analyze=analyze_cluster, identity=cluster_identity,
-              pod_rule=from_pod))
+register(Kind(group="ray.io", kind="RayCluster", analyze=analyze_cluster, identity=cluster_identity, pod_rule=from_pod))
 register(Kind(group="ray.io", kind="RayJob", analyze=analyze_rayjob, identity=rayjob_identity))

@@ -70,20 +70,22 @@ def analyze(obj: Obj) -> Plan:
         try:
             requests = role_requests(role_spec, spec)
         except (ValueError, ArithmeticError):
-            plan.errors.append(FieldError(f"spec.{role}.memory", role_spec.get("memory"), "must be a Spark memory size such as 512m or 2g"))
+            plan.errors.append(
+                FieldError(
+                    f"spec.{role}.memory", role_spec.get("memory"), "must be a Spark memory size such as 512m or 2g"
+                )
+            )
             requests = {}
         members.append(Members(role=role, count=count, requests=requests, has_requests=bool(requests)))
-        plan.templates.append(TemplateStamp(path=("spec", role), gang=identity(name) if name else None,
-                                           shape="spark"))
+        plan.templates.append(TemplateStamp(path=("spec", role), gang=identity(name) if name else None, shape="spark"))
     if name:
-        gang = common.build_gang(obj, identity(name), members, 1 + executors, "the driver plus executors", plan,
-                                 driver)
+        gang = common.build_gang(obj, identity(name), members, 1 + executors, "the driver plus executors", plan, driver)
         plan.gangs.append(gang)
     return plan
 
 
 def from_pod(pod: Obj) -> GangId | str | None:
-    name = common.labels(pod).get(APP_NAME_LABEL)
+    name = common.labels_of(pod).get(APP_NAME_LABEL)
     return identity(name) if name else None
 
 

@@ -1,0 +1,82 @@
+"""`gangkeeper mutate`, offline: YAML in, YAML out; denials on stderr with exit code 1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.schemas import EXAMPLES, validate
+
+JOB_STREAM = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  parallelism: 4
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: t, image: busybox, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {a: b}
+"""
+
+
+def gangkeeper(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_mutate_stdin_prints_objects_in_order_then_gang_objects() -> None:
+    result = gangkeeper("mutate", "-f", "-", stdin=JOB_STREAM)
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["Job", "ConfigMap", "PodGroup"]
+    for doc in docs:
+        validate(doc)
+    assert docs[2]["spec"] == {"minMember": 4, "minResources": {"cpu": "4", "memory": "4Gi"}}
+    assert docs[2]["metadata"]["namespace"] == "default"
+
+
+def test_mutate_diff_shows_only_what_changes() -> None:
+    result = gangkeeper("mutate", "-f", "-", "--diff", "--backend", "gate", stdin=JOB_STREAM)
+    assert result.returncode == 0
+    added = [line for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert "+      schedulingGates:" in added and "+      - name: gangkeeper.io/gang-gate" in added
+    assert not [line for line in result.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
+
+
+def test_mutate_native_versions_from_a_file() -> None:
+    for version, field in (("1.35", "workloadRef"), ("1.36", "schedulingGroup"), ("1.37", "schedulingGroup")):
+        result = gangkeeper(
+            "mutate", "-f", str(EXAMPLES / "lws/lws.yaml"), "--backend", "native", "--kubernetes-version", version
+        )
+        assert result.returncode == 0, result.stderr
+        docs = list(yaml.safe_load_all(result.stdout))
+        for doc in docs:
+            validate(doc, version)
+        assert field not in result.stdout  # LWS templates are CRD copies: the link goes on each pod
+
+
+def test_denied_object_is_reported_like_the_webhook_and_exit_code_is_1() -> None:
+    bad = JOB_STREAM.replace(
+        "metadata: {name: train}", "metadata: {name: train, annotations: {gangkeeper.io/min-member: '9'}}"
+    )
+    result = gangkeeper("mutate", "-f", "-", stdin=bad)
+    assert result.returncode == 1
+    assert (
+        'denied the request: Job "train" is invalid: metadata.annotations[gangkeeper.io/min-member]: '
+        'Invalid value: "9": must be between 1 and 4, the Job\'s parallelism'
+    ) in result.stderr
+    assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["ConfigMap"]
+
+
+def test_invalid_yaml_is_a_clear_error() -> None:
+    result = gangkeeper("mutate", "-f", "-", stdin="a: [b\n")
+    assert result.returncode == 2 and "not valid YAML" in result.stderr

@@ -1,0 +1,99 @@
+"""The framework-free handler: internal errors, backend choice per namespace, unavailable backends."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from tests import builders as b
+from tests.schemas import validate
+from webhook.admission.handler import Handler
+from webhook.admission.resolve import BackendResolver, StaticNamespaces
+from webhook.backends import NamespaceInfo
+from webhook.backends.discovery import Served
+
+
+class Exploding(BackendResolver):
+    def resolve(self, namespace: str | None):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+
+def handle(handler: Handler, obj: dict, endpoint: str = "mutate") -> dict:
+    status, document = handler.handle(endpoint, json.dumps(b.review(obj, uid="u-1")).encode())
+    assert status == 200
+    return document["response"]
+
+
+def test_internal_error_is_logged_with_the_uid_and_denied_with_500(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        response = handle(Handler(Exploding()), b.job())
+    assert response["allowed"] is False and response["status"]["code"] == 500
+    assert "u-1" in response["status"]["message"]
+    assert any(getattr(r, "uid", None) == "u-1" and r.exc_info for r in caplog.records)
+
+
+def namespaces(**labels_by_namespace: dict[str, str]) -> StaticNamespaces:
+    return StaticNamespaces({ns: NamespaceInfo(labels=labels) for ns, labels in labels_by_namespace.items()})
+
+
+def test_namespace_label_chooses_the_backend() -> None:
+    resolver = BackendResolver(
+        default="volcano", namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "gate"}})
+    )
+    pod = b.pod(labels={"batch.kubernetes.io/job-name": "train"})
+    response = handle(Handler(resolver), pod)
+    patched = b.patched(pod, response)
+    validate(patched)
+    assert patched["spec"]["schedulingGates"] == [{"name": "gangkeeper.io/gang-gate"}]
+    assert "schedulerName" not in patched["spec"]
+
+
+def test_unknown_backend_label_is_denied_with_the_supported_values() -> None:
+    resolver = BackendResolver(namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "kueue"}}))
+    response = handle(Handler(resolver), b.job())
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert 'gangkeeper.io/backend: Unsupported value: "kueue"' in response["status"]["message"]
+
+
+def test_native_backend_on_a_cluster_without_the_api_is_denied_with_how_to_enable() -> None:
+    bare = Served({"v1": frozenset({"pods"}), "scheduling.k8s.io/v1": frozenset({"priorityclasses"})})
+    resolver = BackendResolver(default="native", served=lambda: bare)
+    response = handle(Handler(resolver), b.job())
+    assert response["allowed"] is False
+    assert "GenericWorkload" in response["status"]["message"]
+    # objects that are no gang are never blocked by a missing backend
+    assert handle(Handler(resolver), b.pod())["allowed"] is True
+
+
+def test_volcano_queue_comes_from_the_namespace_annotation() -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import Volcano
+
+    info = NamespaceInfo(annotations={"scheduling.volcano.sh/queue-name": "research"})
+    outcome = admit(b.job(), "CREATE", Volcano(), "team-a", info)
+    assert outcome.group_objects[0]["spec"]["queue"] == "research"
+    job = b.job(annotations={"gangkeeper.io/queue": "urgent"})
+    assert admit(job, "CREATE", Volcano(), "team-a", info).group_objects[0]["spec"]["queue"] == "urgent"
+
+
+def test_volcano_podgroup_is_owned_by_the_workload_when_its_uid_is_known() -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import Volcano
+
+    job = b.job()
+    job["metadata"]["uid"] = "5f0c0d1e-0000-4000-8000-000000000000"
+    group = admit(job, "CREATE", Volcano(), "team-a").group_objects[0]
+    validate(group)
+    assert group["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train",
+            "uid": "5f0c0d1e-0000-4000-8000-000000000000",
+            "controller": False,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert group["spec"] == {"minMember": 4, "minResources": {"cpu": "4", "memory": "4Gi"}}
