@@ -1,7 +1,7 @@
 """The admission decision for one object: pure, shared by the webhook and `gangkeeper mutate`.
 
 The mutator edits a copy and the patch is computed once, by diffing the object as received against
-that copy, so fields gangkeeper does not know are never touched.
+that copy (webhook.admission.patch), so fields gangkeeper does not know are never touched.
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-
 from webhook import gangs
+from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.discovery import Unavailable
 from webhook.gangs.model import Gang, Obj, Plan, get_path
@@ -117,7 +116,7 @@ def admit(
         if isinstance(template, dict):
             backend.stamp(Target(template, stamp.shape), stamp.gang, is_pod=False)
     outcome.mutated = mutated
-    outcome.patch = jsonpatch.make_patch(obj, mutated).patch
+    outcome.patch = diff(obj, mutated)
     if not outcome.patch:
         outcome.reason = "already stamped"
     return outcome
