@@ -269,7 +269,8 @@ def main() -> int:
             f"targets: p99 <= 5 ms at {args.rate:.0f}/s: {busy['p99_ms']:.2f} ms "
             f"({'met' if busy['p99_ms'] <= 5 else 'not met'}); peak >= 3000 rps: {mutate['rps']:.0f} "
             f"({'met' if mutate['rps'] >= 3000 else 'not met'}); mutation <= 30% below no-op: "
-            f"{100 * (1 - mutate['rps'] / noop['rps']):.1f}% ({'met' if mutate['rps'] >= 0.7 * noop['rps'] else 'not met'})"
+            f"{100 * (1 - mutate['rps'] / noop['rps']):.1f}% "
+            f"({'met' if mutate['rps'] >= 0.7 * noop['rps'] else 'not met'})"
         )
     finally:
         server.terminate()

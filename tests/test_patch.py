@@ -33,8 +33,10 @@ def test_equal_documents_give_no_operations(document: Any) -> None:
 
 def test_keys_are_escaped_and_lists_grow_at_the_end() -> None:
     before = {"metadata": {"labels": {"app": "x"}}, "spec": {"schedulingGates": [{"name": "a"}]}}
-    after = {"metadata": {"labels": {"app": "x", "gangkeeper.io/group": "g"}},
-             "spec": {"schedulingGates": [{"name": "a"}, {"name": "gangkeeper.io/gang-gate"}]}}
+    after = {
+        "metadata": {"labels": {"app": "x", "gangkeeper.io/group": "g"}},
+        "spec": {"schedulingGates": [{"name": "a"}, {"name": "gangkeeper.io/gang-gate"}]},
+    }
     assert diff(before, after) == [
         {"op": "add", "path": "/metadata/labels/gangkeeper.io~1group", "value": "g"},
         {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "gangkeeper.io/gang-gate"}},

@@ -29,7 +29,9 @@ def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
             else:
                 ops.extend(diff(old, after[key], f"{path}/{_escape(key)}"))
-        ops.extend({"op": "add", "path": f"{path}/{_escape(k)}", "value": v} for k, v in after.items() if k not in before)
+        ops.extend(
+            {"op": "add", "path": f"{path}/{_escape(k)}", "value": v} for k, v in after.items() if k not in before
+        )
         return ops
     if isinstance(before, list) and isinstance(after, list) and len(after) >= len(before):
         ops = []
