@@ -114,6 +114,30 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _controller(args: argparse.Namespace) -> int:
+    from webhook import logs
+    from webhook.controller.kube import client_from
+    from webhook.controller.run import run
+
+    logs.setup(args.log_level)
+    run(
+        client_from(args.kubeconfig, args.server), args.namespace, args.interval, args.native_version, args.metrics_port
+    )
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from webhook.controller.explain import explain
+    from webhook.controller.kube import Api, client_from
+
+    namespace, _, gang = args.gang.partition("/")
+    if not gang:
+        print("gangkeeper explain: expected NAMESPACE/GANG", file=sys.stderr)
+        return 2
+    print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gangkeeper",
@@ -156,6 +180,22 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
     mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")
     mutate.set_defaults(func=_mutate)
+
+    controller = sub.add_parser("controller", help="run the controller: group objects and gang release")
+    controller.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    controller.add_argument("--server", default=None, help="API server URL without credentials (tests)")
+    controller.add_argument("--namespace", default="gangkeeper-system", help="where the leader Lease lives")
+    controller.add_argument("--interval", type=float, default=1.0, help="seconds between passes without events")
+    controller.add_argument("--native-version", choices=KUBERNETES_VERSIONS, default="1.37")
+    controller.add_argument("--metrics-port", type=int, default=8080)
+    controller.add_argument("--log-level", default="info")
+    controller.set_defaults(func=_controller)
+
+    explain = sub.add_parser("explain", help="why a gang waits: members, capacity, node by node")
+    explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
+    explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    explain.add_argument("--server", default=None)
+    explain.set_defaults(func=_explain)
 
     cert = sub.add_parser("certs", help="generate a CA and serving certificate")
     cert.add_argument("--cert-dir", default="certs")

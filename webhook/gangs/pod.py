@@ -83,7 +83,7 @@ def analyze(pod: Obj) -> Plan:
     marker = foreign_gang(pod)
     if marker and stamped is None:
         return Plan.leave(KIND, f"already in a gang ({marker})")
-    if stamped is not None:
+    if stamped is not None and stamped.workload_kind != KIND:
         plan.pod_gang = stamped
         return plan
     group = labels.get(contract.GROUP_NAME_LABEL)

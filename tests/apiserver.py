@@ -1,0 +1,361 @@
+"""A small Kubernetes API server for controller tests, enforcing the rules the real one enforces for
+the calls gangkeeper's controller makes:
+
+- a pod's scheduling gates can only be removed, never added, after creation;
+- `spec.nodeSelector` may only gain keys, and only while the pod is gated; other spec fields are immutable;
+- a write carrying a stale `metadata.resourceVersion` gets 409 Conflict; a missing object 404;
+  creating an existing name 409 AlreadyExists;
+- watches resume from a resourceVersion; one older than the retained history gets a 410 Gone event.
+Objects are stored as JSON; every write bumps one global resourceVersion, as etcd's revision does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+Obj = dict[str, Any]
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
+)
+CLUSTER_SCOPED = {"nodes", "namespaces"}
+
+
+class Reject(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def check_pod_update(old: Obj, new: Obj) -> None:
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_gates = [g["name"] for g in old_spec.get("schedulingGates") or []]
+    new_gates = [g["name"] for g in new_spec.get("schedulingGates") or []]
+    added = [g for g in new_gates if g not in old_gates]
+    if added:
+        raise Reject(
+            422,
+            "Invalid",
+            f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate '{added[0]}'",
+        )
+    old_selector, new_selector = old_spec.get("nodeSelector") or {}, new_spec.get("nodeSelector") or {}
+    if old_selector != new_selector:
+        if not old_gates:
+            raise Reject(
+                422,
+                "Invalid",
+                "spec.nodeSelector: Forbidden: pod updates may not change nodeSelector once the pod is not gated",
+            )
+        if any(new_selector.get(k) != v for k, v in old_selector.items()):
+            raise Reject(
+                422,
+                "Invalid",
+                "spec.nodeSelector: Invalid value: only additions to nodeSelector are allowed while the pod is gated",
+            )
+    strip = ("schedulingGates", "nodeSelector", "nodeName")
+    if {k: v for k, v in old_spec.items() if k not in strip} != {k: v for k, v in new_spec.items() if k not in strip}:
+        raise Reject(422, "Invalid", "spec: Forbidden: pod updates may not change fields other than the allowed ones")
+    if new_spec.get("nodeName") != old_spec.get("nodeName"):
+        raise Reject(422, "Invalid", "spec.nodeName: Forbidden: set by binding, not by update")
+
+
+class Store:
+    def __init__(self, history: int = 1000) -> None:
+        self.lock = threading.Condition()
+        self.objects: dict[tuple[str, str, str, str], Obj] = {}  # (gv, plural, ns, name)
+        self.revision = 0
+        self.events: list[tuple[int, str, str, str, Obj]] = []  # (rv, gv, plural, type, obj)
+        self.history = history
+        self.requests: list[tuple[str, str]] = []
+        self.fail_next: list[Callable[[str, str], Reject | None]] = []
+
+    def _bump(self, gv: str, plural: str, kind: str, obj: Obj) -> None:
+        self.revision += 1
+        obj["metadata"]["resourceVersion"] = str(self.revision)
+        self.events.append((self.revision, gv, plural, kind, copy.deepcopy(obj)))
+        del self.events[: max(0, len(self.events) - self.history)]
+        self.lock.notify_all()
+
+    def oldest(self) -> int:
+        return self.events[0][0] if self.events else self.revision
+
+    def create(self, gv: str, plural: str, ns: str, obj: Obj) -> Obj:
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            if plural not in CLUSTER_SCOPED:
+                meta["namespace"] = ns
+            key = (gv, plural, ns if plural not in CLUSTER_SCOPED else "", meta["name"])
+            if key in self.objects:
+                raise Reject(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
+            meta["uid"] = str(uuid.uuid4())
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            self.objects[key] = obj
+            self._bump(gv, plural, "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def get(self, gv: str, plural: str, ns: str, name: str) -> Obj:
+        with self.lock:
+            key = (gv, plural, ns if plural not in CLUSTER_SCOPED else "", name)
+            if key not in self.objects:
+                raise Reject(404, "NotFound", f'{plural} "{name}" not found')
+            return copy.deepcopy(self.objects[key])
+
+    def list(self, gv: str, plural: str, ns: str | None, selector: str = "") -> tuple[list[Obj], str]:
+        with self.lock:
+            items = [
+                copy.deepcopy(o)
+                for (g, p, n, _), o in sorted(self.objects.items())
+                if g == gv
+                and p == plural
+                and (not ns or n == ns)
+                and selector_matches(selector, (o["metadata"].get("labels") or {}))
+            ]
+            return items, str(self.revision)
+
+    def update(self, gv: str, plural: str, ns: str, name: str, new: Obj, expected_rv: str | None) -> Obj:
+        with self.lock:
+            old = self.get(gv, plural, ns, name)
+            if expected_rv and expected_rv != old["metadata"]["resourceVersion"]:
+                raise Reject(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has '
+                    "been modified; please apply your changes to the latest version and "
+                    "try again",
+                )
+            if plural == "pods":
+                check_pod_update(old, new)
+            new["metadata"]["uid"] = old["metadata"]["uid"]
+            new["metadata"]["creationTimestamp"] = old["metadata"].get("creationTimestamp")
+            key = (gv, plural, ns if plural not in CLUSTER_SCOPED else "", name)
+            self.objects[key] = new
+            self._bump(gv, plural, "MODIFIED", new)
+            return copy.deepcopy(new)
+
+    def patch(self, gv: str, plural: str, ns: str, name: str, patch: Obj) -> Obj:
+        with self.lock:
+            old = self.get(gv, plural, ns, name)
+            expected = (patch.get("metadata") or {}).get("resourceVersion")
+            new = merge_patch(old, patch)
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            return self.update(gv, plural, ns, name, new, expected)
+
+    def delete(self, gv: str, plural: str, ns: str, name: str) -> Obj:
+        with self.lock:
+            old = self.get(gv, plural, ns, name)
+            del self.objects[(gv, plural, ns if plural not in CLUSTER_SCOPED else "", name)]
+            self._bump(gv, plural, "DELETED", old)
+            return old
+
+    def bind(self, ns: str, name: str, node: str) -> None:
+        """What the scheduler's Binding does: set spec.nodeName once."""
+        with self.lock:
+            pod = self.get("v1", "pods", ns, name)
+            if pod["spec"].get("schedulingGates"):
+                raise Reject(422, "Invalid", "a gated pod cannot be bound")
+            pod["spec"]["nodeName"] = node
+            self.objects[("v1", "pods", ns, name)] = pod
+            self._bump("v1", "pods", "MODIFIED", pod)
+
+
+class Handler(BaseHTTPRequestHandler):
+    store: Store
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, error: Reject) -> None:
+        self._send(
+            error.code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": error.message,
+                "reason": error.reason,
+                "code": error.code,
+            },
+        )
+
+    def _route(self) -> tuple[str, str, str, str | None, str | None, dict[str, list[str]]]:
+        url = urlparse(self.path)
+        match = _PATH.match(url.path)
+        if not match:
+            raise Reject(404, "NotFound", f"no route {url.path}")
+        gv = "v1" if match["core"] else f"{match['group']}/{match['version']}"
+        return gv, match["plural"], match["ns"] or "", match["name"], match["sub"], parse_qs(url.query)
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length)) if length else None
+
+    def _body(self) -> Any:
+        return self._request_body
+
+    def _handle(self, method: str) -> None:
+        store = self.store
+        self._request_body = self._read_body()  # always read: the connection is kept alive
+        try:
+            gv, plural, ns, name, sub, query = self._route()
+            store.requests.append((method, self.path))
+            for hook in list(store.fail_next):
+                failure = hook(method, self.path)
+                if failure is not None:
+                    store.fail_next.remove(hook)
+                    raise failure
+            if method == "GET" and name:
+                self._send(200, store.get(gv, plural, ns, name))
+            elif method == "GET" and query.get("watch") == ["true"]:
+                self._watch(gv, plural, ns, query)
+            elif method == "GET":
+                items, rv = store.list(gv, plural, ns or None, query.get("labelSelector", [""])[0])
+                self._send(
+                    200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}
+                )
+            elif method == "POST" and sub == "eviction":
+                store.delete(gv, plural, ns, name or "")
+                self._send(201, {"kind": "Status", "status": "Success"})
+            elif method == "POST":
+                self._send(201, store.create(gv, plural, ns, self._body()))
+            elif method == "PUT":
+                body = self._body()
+                self._send(200, store.update(gv, plural, ns, name or "", body, body["metadata"].get("resourceVersion")))
+            elif method == "PATCH":
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    raise Reject(415, "UnsupportedMediaType", "only merge patches in this test server")
+                self._send(200, store.patch(gv, plural, ns, name or "", self._body()))
+            elif method == "DELETE":
+                self._send(200, store.delete(gv, plural, ns, name or ""))
+        except Reject as error:
+            self._status(error)
+
+    def _watch(self, gv: str, plural: str, ns: str, query: dict[str, list[str]]) -> None:
+        store = self.store
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        selector = query.get("labelSelector", [""])[0]
+        timeout = float(query.get("timeoutSeconds", ["5"])[0])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def emit(event: Obj) -> None:
+            line = json.dumps(event).encode() + b"\n"
+            self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            self.wfile.flush()
+
+        deadline = time.monotonic() + timeout
+        with store.lock:
+            if since and since < store.oldest() - 1:
+                emit(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "code": 410,
+                            "reason": "Expired",
+                            "message": f"too old resource version: {since}",
+                        },
+                    }
+                )
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            while time.monotonic() < deadline:
+                for rv, egv, eplural, kind, obj in store.events:
+                    if (
+                        rv > since
+                        and egv == gv
+                        and eplural == plural
+                        and (not ns or obj["metadata"].get("namespace") == ns)
+                        and selector_matches(selector, obj["metadata"].get("labels") or {})
+                    ):
+                        emit({"type": kind, "object": obj})
+                since = store.revision
+                store.lock.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+
+class TestApiServer:
+    __test__ = False  # not a pytest test class
+
+    def __init__(self) -> None:
+        self.store = Store()
+        handler = type("BoundHandler", (Handler,), {"store": self.store})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> TestApiServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,110 @@
+"""Helpers for controller tests: a test API server populated like a small kind cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from tests import builders as b
+from tests.apiserver import Store
+from webhook.admission.decide import admit
+from webhook.backends import make
+from webhook.controller import placement
+from webhook.controller.state import PodView
+
+
+def node(
+    name: str,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    pods: str = "110",
+    taints: list[dict[str, str]] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints} if taints else {},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods}},
+    }
+
+
+BLOCKED = [{"key": "test", "value": "blocked", "effect": "NoSchedule"}]
+CONTROL_PLANE = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+
+
+def add_job(
+    store: Store,
+    name: str = "train",
+    parallelism: int = 4,
+    cpu: str = "4",
+    namespace: str = "team-a",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    job = b.job(name, parallelism=parallelism, spec=b.pod_spec(b.container(cpu, "1Gi")), annotations=annotations)
+    job["metadata"]["namespace"] = namespace
+    return store.create("batch/v1", "jobs", namespace, job)
+
+
+def add_job_pods(store: Store, job: dict[str, Any], count: int | None = None, backend: str = "gate") -> list[str]:
+    """Pods as the Job controller creates them, through the webhook's admission of the chosen backend."""
+    meta = job["metadata"]
+    names = []
+    for _ in range(count if count is not None else job["spec"]["parallelism"]):
+        pod = b.pod(
+            "",
+            labels={"batch.kubernetes.io/job-name": meta["name"], "batch.kubernetes.io/controller-uid": meta["uid"]},
+            spec=dict(job["spec"]["template"]["spec"]),
+            namespace=meta["namespace"],
+        )
+        pod["metadata"]["generateName"] = f"{meta['name']}-"
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        outcome = admit(pod, "CREATE", make(backend), meta["namespace"])
+        assert outcome.mutated is not None, outcome.reason
+        names.append(store.create("v1", "pods", meta["namespace"], outcome.mutated)["metadata"]["name"])
+    return names
+
+
+def pods(store: Store, namespace: str = "team-a") -> list[dict[str, Any]]:
+    return store.list("v1", "pods", namespace)[0]
+
+
+def default_scheduler(store: Store) -> int:
+    """The stock kube-scheduler, pod by pod: bind each ungated pod to the first node where it fits."""
+    bound = 0
+    all_pods = store.list("v1", "pods", None)[0]
+    nodes = [placement.Node.from_api(n) for n in store.list("v1", "nodes", None)[0]]
+    views = [PodView.from_api(p) for p in all_pods]
+    free = placement.free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
+    for view in sorted(views, key=lambda v: v.name):
+        if view.node_name or view.gated or view.terminal:
+            continue
+        result = placement.place([placement.Member(view.name, view.shape)], nodes, free)
+        if result.complete:
+            target = result.assignments[view.name]
+            store.bind(view.namespace, view.name, target)
+            for resource, amount in view.units.items():
+                free[target][resource] -= amount
+            bound += 1
+    return bound
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)

@@ -1,0 +1,105 @@
+"""The test API server enforces the rules the controller depends on, the way the real one does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import node
+from webhook.controller.informer import Informer
+from webhook.controller.kube import NODES, PODS, Api, ApiError, client_from
+from webhook.controller.leader import LeaderElector
+
+GATE = {"name": "gangkeeper.io/gang-gate"}
+
+
+@pytest.fixture
+def server() -> Iterator[TestApiServer]:
+    with TestApiServer() as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: TestApiServer) -> Api:
+    return Api(client_from(server=server.url))
+
+
+def gated_pod(api: Api) -> dict:
+    pod = b.pod("p", spec=b.pod_spec(schedulingGates=[GATE]))
+    return api.create(PODS.path("team-a"), pod)
+
+
+def test_gates_can_be_removed_but_never_added(api: Api) -> None:
+    gated_pod(api)
+    path = PODS.path("team-a", "p")
+    with pytest.raises(ApiError) as denied:
+        api.merge_patch(path, {"spec": {"schedulingGates": [GATE, {"name": "other"}]}})
+    assert denied.value.status == 422 and "only deletion is allowed" in denied.value.body
+    api.merge_patch(path, {"spec": {"schedulingGates": None}})
+    with pytest.raises(ApiError):
+        api.merge_patch(path, {"spec": {"schedulingGates": [GATE]}})
+
+
+def test_node_selector_only_grows_and_only_while_gated(api: Api) -> None:
+    gated_pod(api)
+    path = PODS.path("team-a", "p")
+    api.merge_patch(path, {"spec": {"nodeSelector": {"kubernetes.io/hostname": "w1"}}})
+    with pytest.raises(ApiError) as changed:
+        api.merge_patch(path, {"spec": {"nodeSelector": {"kubernetes.io/hostname": "w2"}}})
+    assert changed.value.status == 422
+    # the release: pin and lift the gate in one request
+    api.merge_patch(path, {"spec": {"nodeSelector": {"zone": "a"}, "schedulingGates": None}})
+    with pytest.raises(ApiError) as ungated:
+        api.merge_patch(path, {"spec": {"nodeSelector": {"extra": "x"}}})
+    assert ungated.value.status == 422
+
+
+def test_stale_resource_version_conflicts_and_missing_objects_are_404(api: Api) -> None:
+    created = gated_pod(api)
+    path = PODS.path("team-a", "p")
+    api.merge_patch(path, {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApiError) as conflict:
+        api.merge_patch(
+            path, {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"], "labels": {"a": "c"}}}
+        )
+    assert conflict.value.status == 409
+    with pytest.raises(ApiError) as missing:
+        api.get(PODS.path("team-a", "nope"))
+    assert missing.value.status == 404
+    with pytest.raises(ApiError) as exists:
+        api.create(PODS.path("team-a"), b.pod("p"))
+    assert exists.value.status == 409
+
+
+def test_informer_resumes_watches_and_relists_after_410(server: TestApiServer, api: Api) -> None:
+    server.store.history = 3
+    informer = Informer(api, NODES, watch_seconds=1)
+    informer.relist()
+    server.store.create("v1", "nodes", "", node("a"))
+    assert informer.watch_once() is True
+    assert [n["metadata"]["name"] for n in informer.items()] == ["a"]
+    for name in "bcdef":  # more changes than the server keeps
+        server.store.create("v1", "nodes", "", node(name))
+    informer.resource_version = "1"
+    assert informer.watch_once() is False  # 410 Gone: the caller lists again
+    informer.relist()
+    assert sorted(n["metadata"]["name"] for n in informer.items()) == list("abcdef")
+    assert informer.relists == 2
+
+
+def test_only_one_leader_at_a_time(api: Api) -> None:
+    from tests.cluster import Clock
+
+    clock = Clock()
+    first = LeaderElector(api, "gangkeeper-system", "gangkeeper-controller", "a", lease_seconds=15, clock=clock)
+    second = LeaderElector(api, "gangkeeper-system", "gangkeeper-controller", "b", lease_seconds=15, clock=clock)
+    assert first.try_acquire_or_renew() is True
+    assert second.try_acquire_or_renew() is False
+    clock.advance(10)
+    assert first.try_acquire_or_renew() is True  # renewed
+    clock.advance(16)
+    assert second.try_acquire_or_renew() is True  # first stopped renewing: the lease expired
+    assert first.try_acquire_or_renew() is False

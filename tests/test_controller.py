@@ -1,0 +1,277 @@
+"""The controller against a test API server that enforces the real API rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import BLOCKED, CONTROL_PLANE, Clock, add_job, add_job_pods, default_scheduler, node, pods
+from webhook.controller.kube import Api, client_from
+from webhook.controller.reconciler import Controller
+
+
+@pytest.fixture
+def server() -> Iterator[TestApiServer]:
+    with TestApiServer() as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: TestApiServer) -> Api:
+    return Api(client_from(server=server.url))
+
+
+def seed_cluster(server: TestApiServer) -> None:
+    """Seed scenario 2: a kind cluster whose two big workers are tainted; worker3 has room for one 4-cpu pod."""
+    store = server.store
+    store.create("v1", "nodes", "", node("control-plane", taints=CONTROL_PLANE))
+    store.create("v1", "nodes", "", node("worker1", cpu="8", taints=BLOCKED))
+    store.create("v1", "nodes", "", node("worker2", cpu="8", taints=BLOCKED))
+    store.create("v1", "nodes", "", node("worker3", cpu="4"))
+
+
+def events(server: TestApiServer, reason: str) -> list[dict]:
+    return [e for e in server.store.list("v1", "events", None)[0] if e["reason"] == reason]
+
+
+def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiServer, api: Api) -> None:
+    seed_cluster(server)
+    job = add_job(server.store, parallelism=4, cpu="4")
+    add_job_pods(server.store, job)
+    controller = Controller(api, clock=Clock())
+
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "WaitingForCapacity"
+    assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
+    assert default_scheduler(server.store) == 0  # nothing starts while gated
+    waiting = events(server, "WaitingForCapacity")
+    assert waiting and "worker1, worker2: taint test=blocked:NoSchedule not tolerated" in waiting[0]["message"]
+    assert "worker3: 1 of 4 pods fit (needs 4 cpu each, 4 cpu free)" in waiting[0]["message"]
+
+    for name in ("worker1", "worker2"):
+        server.store.patch("v1", "nodes", "", name, {"spec": {"taints": None}})
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release" and len(decision.release) == 4
+    released = pods(server.store)
+    assert all(not p["spec"].get("schedulingGates") for p in released)
+    assert all(
+        p["spec"]["nodeSelector"]["kubernetes.io/hostname"] in {"worker1", "worker2", "worker3"} for p in released
+    )
+    assert default_scheduler(server.store) == 4  # the whole gang starts together
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    assert events(server, "GangReleased")
+
+
+def test_control_without_gangkeeper_starts_one_of_four(server: TestApiServer) -> None:
+    seed_cluster(server)
+    job = add_job(server.store, parallelism=4, cpu="4")
+    add_job_pods(server.store, job, backend="volcano")  # no gate: the default scheduler sees every pod
+    for pod in pods(server.store):
+        pod["spec"].pop("schedulerName", None)
+    assert default_scheduler(server.store) == 1  # the partial start a gang prevents
+
+
+def test_all_fit_releases_at_once(server: TestApiServer, api: Api) -> None:
+    """Seed scenario 1: 1 leader + 3 workers of 100m fit: released in the first pass."""
+    for i in range(3):
+        server.store.create("v1", "nodes", "", node(f"worker{i}"))
+    job = add_job(server.store, parallelism=4, cpu="100m")
+    add_job_pods(server.store, job)
+    assert Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 4
+
+
+def test_waits_for_every_member(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="64"))
+    job = add_job(server.store, parallelism=4, cpu="1")
+    add_job_pods(server.store, job, count=3)
+    controller = Controller(api, clock=Clock())
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert (decision.state, decision.message) == ("WaitingForMembers", "3 of 4 pods exist")
+    add_job_pods(server.store, job, count=1)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+
+
+def test_gang_larger_than_the_cluster_is_reported_at_once(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=4, cpu="16")
+    add_job_pods(server.store, job)
+    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+    assert decision.state == "NeverFits"
+    too_large = events(server, "GangTooLarge")
+    assert too_large and "even if empty" in too_large[0]["message"]
+    assert {e["involvedObject"]["kind"] for e in too_large} == {"Job", "Pod"}
+
+
+def test_competing_gangs_never_share_promised_capacity(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="12"))
+    for name in ("first", "second"):
+        add_job_pods(server.store, add_job(server.store, name, parallelism=2, cpu="4"))
+    decisions = Controller(api, clock=Clock()).reconcile_once()
+    states = sorted(d.state for d in decisions.values())
+    assert states == ["Release", "WaitingForCapacity"]
+    assert default_scheduler(server.store) == 2
+
+
+def test_crash_mid_release_is_finished_by_the_next_controller(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    server.store.create("v1", "nodes", "", node("worker2", cpu="8"))
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"))
+
+    class Crash(Exception):
+        pass
+
+    patches = {"count": 0}
+
+    def crash_after_two(method: str, path: str):  # type: ignore[no-untyped-def]
+        if method == "PATCH" and "/pods/" in path:
+            patches["count"] += 1
+            if patches["count"] == 3:
+                raise Crash()
+        return None
+
+    first = Controller(api, clock=Clock())
+    original = first.api.merge_patch
+
+    def dying_patch(path: str, patch: dict):  # type: ignore[no-untyped-def]
+        crash_after_two("PATCH", path)
+        return original(path, patch)
+
+    first.api = Api(first.api._client)
+    first.api.merge_patch = dying_patch  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        first.reconcile_once()
+    gated = [p for p in pods(server.store) if p["spec"].get("schedulingGates")]
+    assert len(gated) == 2  # half released when the process died
+
+    server.store.requests.clear()
+    second = Controller(api, clock=Clock())
+    assert second.reconcile_once()["team-a/job-train"].state == "Release"
+    pod_patches = [path for method, path in server.store.requests if method == "PATCH" and "/pods/" in path]
+    assert len(pod_patches) == 2  # only the two still gated: nothing done twice
+    assert default_scheduler(server.store) == 4
+    by_node: dict[str, int] = {}
+    for pod in pods(server.store):
+        by_node[pod["spec"]["nodeName"]] = by_node.get(pod["spec"]["nodeName"], 0) + 1
+    assert by_node == {"worker1": 2, "worker2": 2}  # the promised capacity was honoured
+
+
+def test_conflict_on_release_is_retried_next_pass(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"))
+    controller = Controller(api, clock=Clock())
+    stale = {"done": False}
+
+    def touch_once(method: str, path: str):  # type: ignore[no-untyped-def]
+        if method == "PATCH" and "/pods/" in path and not stale["done"]:
+            stale["done"] = True
+            name = path.split("/pods/")[1].split("?")[0]
+            server.store.patch("v1", "pods", "team-a", name, {"metadata": {"labels": {"touched": "yes"}}})
+        return None
+
+    server.store.fail_next.append(touch_once)
+    controller.reconcile_once()
+    gated = [p for p in pods(server.store) if p["spec"].get("schedulingGates")]
+    assert len(gated) == 1  # the 409 left that pod alone
+    controller.reconcile_once()
+    assert not [p for p in pods(server.store) if p["spec"].get("schedulingGates")]
+
+
+def test_scale_down_mid_release(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    busy = b.pod("busy", spec=b.pod_spec(b.container("2", "1Gi")), namespace="other")
+    server.store.create("v1", "pods", "other", busy)
+    server.store.bind("other", "busy", "worker1")
+    job = add_job(server.store, parallelism=4, cpu="2")
+    names = add_job_pods(server.store, job)
+    controller = Controller(api, clock=Clock())
+    assert controller.reconcile_once()["team-a/job-train"].state == "WaitingForCapacity"
+    server.store.patch("batch/v1", "jobs", "team-a", "train", {"spec": {"parallelism": 3}})
+    server.store.delete("v1", "pods", "team-a", names[-1])
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 3
+
+
+def test_timeout_evicts_the_gang_with_backoff(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(
+        server.store, add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    )
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    # nothing binds them (a kubelet or scheduler problem): after the timeout the gang is evicted
+    clock.advance(61)
+    assert controller.reconcile_once()["team-a/job-train"].state == "TimedOut"
+    assert pods(server.store) == []
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert job["metadata"]["annotations"]["gangkeeper.io/release-attempts"] == "1"
+    assert events(server, "GangEvicted")
+    # the Job controller recreates them gated; they wait out the backoff, then go again
+    add_job_pods(server.store, job)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Backoff"
+    clock.advance(31)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+
+
+def test_bare_pods_are_never_evicted(server: TestApiServer, api: Api) -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    for i in range(2):
+        pod = b.pod(
+            f"mpi-{i}",
+            labels={"gangkeeper.io/group-name": "mpi"},
+            annotations={"gangkeeper.io/group-size": "2", "gangkeeper.io/timeout-seconds": "30"},
+        )
+        server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/pg-mpi"].state == "Release"
+    clock.advance(31)
+    assert controller.reconcile_once()["team-a/pg-mpi"].state == "TimedOut"
+    assert len(pods(server.store)) == 2
+    assert events(server, "GangTimedOut")
+
+
+def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, api: Api) -> None:
+    from tests.schemas import validate
+
+    job = add_job(server.store, parallelism=4, cpu="1")
+    add_job_pods(server.store, job, backend="volcano")
+    controller = Controller(api, clock=Clock())
+    controller.reconcile_once()
+    group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+    validate(group)
+    assert group["spec"] == {"minMember": 4, "minResources": {"cpu": "4", "memory": "4Gi"}}
+    assert group["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    server.store.patch("batch/v1", "jobs", "team-a", "train", {"spec": {"parallelism": 6}})
+    controller.reconcile_once()
+    group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+    assert group["spec"]["minMember"] == 6
+    server.store.delete("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+    controller.reconcile_once()
+    assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+
+
+def test_someone_elses_podgroup_is_never_taken_over(server: TestApiServer, api: Api) -> None:
+    server.store.create(
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        "team-a",
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "job-train"},
+            "spec": {"minMember": 1},
+        },
+    )
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend="volcano")
+    Controller(api, clock=Clock()).reconcile_once()
+    assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")["spec"] == {
+        "minMember": 1
+    }
