@@ -123,7 +123,7 @@ class Store:
             obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
-                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:8]
             if plural not in CLUSTER_SCOPED:
                 meta["namespace"] = ns
             key = (gv, plural, ns if plural not in CLUSTER_SCOPED else "", meta["name"])
@@ -203,8 +203,10 @@ class Store:
 class Handler(BaseHTTPRequestHandler):
     store: Store
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small keep-alive responses must not wait for delayed ACKs
+    wbufsize = 1 << 16  # headers and body leave in one segment; flushed after each request
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:  # the tests read the store, not logs
         pass
 
     def _send(self, code: int, body: Any) -> None:
@@ -359,3 +361,21 @@ class TestApiServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def main() -> None:
+    """Serve on a port of its own, in its own process (benchmarks: the server must not share our GIL)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    store = Store(history=100_000)
+    handler = type("BoundHandler", (Handler,), {"store": store})
+    httpd = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    httpd.daemon_threads = True
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,24 @@ def api(server: TestApiServer) -> Api:
     return Api(client_from(server=server.url))
 
 
+RECORDERS: list = []
+
+
+@pytest.fixture(autouse=True)
+def track_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events are sent in the background; tests flush every recorder before reading them."""
+    from webhook.controller import events as events_module
+
+    original = events_module.EventRecorder.__init__
+
+    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        RECORDERS.append(self)
+
+    monkeypatch.setattr(events_module.EventRecorder, "__init__", init)
+    RECORDERS.clear()
+
+
 def seed_cluster(server: TestApiServer) -> None:
     """Seed scenario 2: a kind cluster whose two big workers are tainted; worker3 has room for one 4-cpu pod."""
     store = server.store
@@ -33,7 +52,9 @@ def seed_cluster(server: TestApiServer) -> None:
     store.create("v1", "nodes", "", node("worker3", cpu="4"))
 
 
-def events(server: TestApiServer, reason: str) -> list[dict]:
+def events(server: TestApiServer, reason: str, controller: Controller | None = None) -> list[dict]:
+    for recorder in RECORDERS:
+        recorder.flush()
     return [e for e in server.store.list("v1", "events", None)[0] if e["reason"] == reason]
 
 
@@ -126,11 +147,14 @@ def test_crash_mid_release_is_finished_by_the_next_controller(server: TestApiSer
 
     patches = {"count": 0}
 
+    lock = threading.Lock()
+
     def crash_after_two(method: str, path: str):  # type: ignore[no-untyped-def]
         if method == "PATCH" and "/pods/" in path:
-            patches["count"] += 1
-            if patches["count"] == 3:
-                raise Crash()
+            with lock:  # the process dies at its third PATCH: nothing after that goes out
+                patches["count"] += 1
+                if patches["count"] >= 3:
+                    raise Crash()
         return None
 
     first = Controller(api, clock=Clock())

@@ -8,17 +8,84 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.kube import Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller.informer")
 
 
+def _keep(value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: value[k] for k in keys if isinstance(value, dict) and k in value}
+
+
+def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """Only what placement and release read: a cluster's worth of full pods would not fit in memory.
+
+    Pods of gangs keep what release needs; every other pod only counts against its node's capacity.
+    """
+    spec = pod.get("spec") or {}
+    metadata = pod.get("metadata") or {}
+    managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
+    trimmed_spec = _keep(
+        spec,
+        ("nodeName", "overhead", "nodeSelector", "schedulingGates")
+        if not managed
+        else (
+            "nodeName",
+            "nodeSelector",
+            "schedulingGates",
+            "overhead",
+            "affinity",
+            "tolerations",
+            "topologySpreadConstraints",
+            "schedulerName",
+            "priorityClassName",
+        ),
+    )
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            trimmed_spec[key] = [_keep(c, ("resources", "restartPolicy")) for c in spec[key]]
+    meta_keys: tuple[str, ...] = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+    if managed:
+        meta_keys += ("labels", "annotations", "ownerReferences", "creationTimestamp")
+    meta = _keep(metadata, meta_keys)
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": meta,
+        "spec": trimmed_spec,
+        "status": _keep(pod.get("status") or {}, ("phase",)),
+    }
+
+
+def trim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Nodes carry image lists and conditions placement never reads."""
+    return {
+        "metadata": _keep(node.get("metadata") or {}, ("name", "labels", "resourceVersion")),
+        "spec": _keep(node.get("spec") or {}, ("taints", "unschedulable")),
+        "status": _keep(node.get("status") or {}, ("allocatable",)),
+    }
+
+
+def identity(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
 class Informer:
-    def __init__(self, api: Api, resource: Resource, label_selector: str = "", watch_seconds: int = 300) -> None:
+    def __init__(
+        self,
+        api: Api,
+        resource: Resource,
+        label_selector: str = "",
+        watch_seconds: int = 300,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
+    ) -> None:
         self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
+        self.transform = transform
         self._items: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
@@ -40,7 +107,7 @@ class Informer:
         query = {"labelSelector": self.selector} if self.selector else {}
         listing = self.api.list(self.resource.path(), **query)
         with self._lock:
-            self._items = {self._key(o): o for o in listing.get("items") or []}
+            self._items = {self._key(o): self.transform(o) for o in listing.get("items") or []}
             self.resource_version = listing["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced.set()
@@ -66,7 +133,7 @@ class Informer:
                 if kind == "DELETED":
                     self._items.pop(self._key(obj), None)
                 elif kind in ("ADDED", "MODIFIED"):
-                    self._items[self._key(obj)] = obj
+                    self._items[self._key(obj)] = self.transform(obj)
                 self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
             self.changed.set()
         return True

@@ -9,13 +9,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
 from webhook.controller import metrics, placement
-from webhook.controller.kube import EVENTS, NODES, PODS, Api, ApiError, Resource
+from webhook.controller.events import EventRecorder
+from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.placement import Node
 from webhook.controller.state import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -100,10 +102,13 @@ class Controller:
         native_version: str = "1.37",
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         component: str = "gangkeeper-controller",
+        release_concurrency: int = 16,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
         self.last_state: dict[str, str] = {}
+        self.release_concurrency = release_concurrency
+        self.recorder = EventRecorder(api, component, clock)
         self.decisions: dict[str, Decision] = {}
 
     # --- the pass -------------------------------------------------------------------------------
@@ -202,19 +207,19 @@ class Controller:
         now: dt.datetime,
     ) -> None:
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
+        patches: list[tuple[PodView, Obj]] = []
         for pod_name, node in decision.release.items():
             view, raw = by_name[pod_name]
-            for resource, amount in view.units.items():  # promised before the PATCH: no other gang takes it
+            for resource, amount in view.units.items():  # promised before any PATCH: no other gang takes it
                 free[node][resource] = free[node].get(resource, 0) - amount
-            patch = release_patch(
-                view, hostnames.get(node, node), now, (raw.get("spec") or {}).get("schedulingGates") or []
-            )
-            try:
-                self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
-            except ApiError as error:
-                # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
-                metrics.API_ERRORS.labels("patch", str(error.status)).inc()
-                log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            patches.append((view, release_patch(view, hostnames.get(node, node), now, gates)))
+        if len(patches) <= 2:
+            for item in patches:
+                self._send_release(item)
+        else:  # the decision is made; the PATCHes are independent, so they go side by side
+            with ThreadPoolExecutor(max_workers=min(self.release_concurrency, len(patches))) as pool:
+                list(pool.map(self._send_release, patches))
         created = [p.created_at for p in gang.pods if p.created_at]
         if created:
             metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
@@ -226,6 +231,15 @@ class Controller:
                 f"gang {gang.name} released without a check of {', '.join(decision.unmodelled)}; "
                 "the scheduler may still leave some pods pending",
             )
+
+    def _send_release(self, item: tuple[PodView, Obj]) -> None:
+        view, patch = item
+        try:
+            self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+        except ApiError as error:
+            # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
 
     def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         metrics.TIMEOUTS.inc()
@@ -338,35 +352,7 @@ class Controller:
                 self.event(pod, kind, reason, message)
 
     def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
-        meta = obj.get("metadata") or {}
-        now = format_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'gang')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": self.component},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": self.component,
-        }
-        try:
-            self.api.create(EVENTS.path(meta.get("namespace")), body)
-        except ApiError as error:
-            metrics.API_ERRORS.labels("create", str(error.status)).inc()
-        log.info(
-            "gang event", extra={"object": f"{obj.get('kind')}/{meta.get('name')}", "reason": reason, "detail": message}
-        )
+        self.recorder.record(obj, kind, reason, message)
 
     def publish(self, decisions: Mapping[str, Decision], views: Iterable[tuple[PodView, Obj]]) -> None:
         counts: dict[str, int] = {}

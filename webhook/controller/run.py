@@ -9,7 +9,7 @@ import socket
 import threading
 from typing import Any
 
-from webhook.controller.informer import Informer, InformerSource
+from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NODES, PODS, Api
 from webhook.controller.leader import LeaderElector
 from webhook.controller.reconciler import Controller
@@ -33,7 +33,7 @@ def run(
     if metrics_port:
         start_http_server(metrics_port)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
-    pods, nodes = Informer(api, PODS), Informer(api, NODES)
+    pods, nodes = Informer(api, PODS, transform=trim_pod), Informer(api, NODES, transform=trim_node)
     pods.start()
     nodes.start()
     identity = f"{socket.gethostname()}_{os.getpid()}"
