@@ -24,7 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook import certs, logs
     from webhook.admission.app import create_app
     from webhook.admission.handler import Handler
-    from webhook.server import GunicornServer, gunicorn_options
+    from webhook.server import Drain, GunicornServer, gunicorn_options
 
     logs.setup(args.log_level)
     cert_dir = Path(args.cert_dir)
@@ -32,17 +32,45 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)", file=sys.stderr)
     resolver = _resolver(args)
 
+    drain = Drain(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
+
     def ready() -> bool:
-        return (cert_dir / certs.CERT_FILE).exists() and (cert_dir / certs.KEY_FILE).exists()
+        certificates = (cert_dir / certs.CERT_FILE).exists() and (cert_dir / certs.KEY_FILE).exists()
+        return certificates and not drain.active()
 
     def factory() -> object:
-        return create_app(Handler(resolver), ready=ready, noop_endpoint=args.noop_endpoint)
+        return create_app(Handler(resolver), ready=ready, noop_endpoint=args.noop_endpoint, draining=drain.active)
 
     options = gunicorn_options(
         args.host, args.port, cert_dir, args.workers, args.threads, args.graceful_timeout, args.cert_reload_seconds
     )
-    GunicornServer(factory, options).run()
+    GunicornServer(factory, options, drain, args.drain_seconds).run()
     return 0
+
+
+def _cert_sync(args: argparse.Namespace, cert_dir: Path) -> Any:
+    from webhook import certs
+    from webhook.certsync import CertSync
+    from webhook.controller.kube import Api, client_from
+
+    sans = args.san or certs.service_dns_names(args.service, args.namespace)
+    return CertSync(Api(client_from(args.kubeconfig)), args.namespace, args.cert_secret, cert_dir, sans)
+
+
+def _start_cert_sync(args: argparse.Namespace, cert_dir: Path) -> None:
+    """Certificates from the Secret before serving (readiness waits on them), then upkeep in the background."""
+    import threading
+    import time
+
+    sync = _cert_sync(args, cert_dir)
+    while True:
+        try:
+            sync.sync_once()
+            break
+        except Exception as error:  # the API may not be reachable yet: keep trying, stay unready
+            print(f"gangkeeper: certificates not ready yet: {error}", file=sys.stderr)
+            time.sleep(2)
+    threading.Thread(target=sync.run_forever, args=(args.cert_sync_seconds,), daemon=True).start()
 
 
 def _resolver(args: argparse.Namespace) -> BackendResolver:
@@ -108,6 +136,14 @@ def _mutate(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from webhook import certs
 
+    if args.secret:
+        args.cert_secret = args.secret
+        state = _cert_sync(args, Path(args.cert_dir)).sync_once()
+        print(
+            f"certificates in Secret {args.namespace}/{args.secret} are current; CA bundle has "
+            f"{state.bundle.count(b'BEGIN CERTIFICATE')} CA(s)"
+        )
+        return 0
     sans = args.san or certs.default_sans()
     certs.write(certs.generate(sans), Path(args.cert_dir))
     print(f"wrote {args.cert_dir}/ca.crt, tls.crt, tls.key for {', '.join(sans)}")
@@ -164,6 +200,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--graceful-timeout", type=int, default=20)
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)
     serve.add_argument("--noop-endpoint", action="store_true", help="serve POST /noop (benchmark baseline)")
+    serve.add_argument(
+        "--cert-secret",
+        default=None,
+        help="in-cluster: keep CA and serving certificate in this Secret and inject the CA bundle",
+    )
+    serve.add_argument("--namespace", default="gangkeeper-system")
+    serve.add_argument("--service", default="gangkeeper-webhook")
+    serve.add_argument("--san", action="append", help="extra subject alternative name (repeatable)")
+    serve.add_argument("--cert-sync-seconds", type=float, default=3600.0)
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, report unready and keep serving this long before shutting down",
+    )
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_serve)
 
@@ -200,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert = sub.add_parser("certs", help="generate a CA and serving certificate")
     cert.add_argument("--cert-dir", default="certs")
     cert.add_argument("--san", action="append", help="subject alternative name (repeatable)")
+    cert.add_argument("--secret", default=None, help="in-cluster: the Secret to create or rotate")
+    cert.add_argument("--namespace", default="gangkeeper-system")
+    cert.add_argument("--service", default="gangkeeper-webhook")
+    cert.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     cert.set_defaults(func=_certs)
     return parser
 

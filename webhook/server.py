@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import ssl
 import threading
 from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from webhook import certs
 
@@ -50,10 +52,51 @@ class CertificateReloader:
         threading.Thread(target=loop, name="cert-reload", daemon=True).start()
 
 
+class Drain:
+    """Shared by the master and its workers through a file: set on the first SIGTERM."""
+
+    def __init__(self, directory: Path) -> None:
+        self.flag = directory / "draining"
+
+    def start(self) -> None:
+        self.flag.touch()
+
+    def active(self) -> bool:
+        return self.flag.exists()
+
+
+class DrainingArbiter(Arbiter):  # type: ignore[misc]
+    """On SIGTERM: first report unready and answer with `Connection: close` for `drain_seconds`, so the
+    endpoints controller and the API server stop sending here; then gunicorn's graceful stop, which
+    finishes every request in flight."""
+
+    drain: Drain
+    drain_seconds: float = 0.0
+    _draining = False
+
+    def handle_term(self) -> None:
+        if self.drain_seconds > 0 and not self._draining:
+            self._draining = True
+            self.drain.start()
+            log.info("draining before shutdown", extra={"seconds": self.drain_seconds})
+            threading.Timer(self.drain_seconds, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return
+        super().handle_term()
+
+
 class GunicornServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, app_factory: Any, options: dict[str, Any]) -> None:
+    def __init__(
+        self, app_factory: Any, options: dict[str, Any], drain: Drain | None = None, drain_seconds: float = 0.0
+    ) -> None:
         self._factory, self._options = app_factory, options
+        self._drain, self._drain_seconds = drain, drain_seconds
         super().__init__()
+
+    def run(self) -> None:
+        arbiter = DrainingArbiter(self)
+        if self._drain is not None:
+            arbiter.drain, arbiter.drain_seconds = self._drain, self._drain_seconds
+        arbiter.run()
 
     def load_config(self) -> None:
         for key, value in self._options.items():
