@@ -299,3 +299,41 @@ def test_someone_elses_podgroup_is_never_taken_over(server: TestApiServer, api: 
     assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")["spec"] == {
         "minMember": 1
     }
+
+
+def test_unmodelled_constraints_release_without_pins_and_warn(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    job = add_job(server.store, parallelism=2, cpu="1")
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    job["spec"]["template"]["spec"]["affinity"] = anti
+    add_job_pods(server.store, job)
+    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release" and decision.unmodelled == ("podAntiAffinity",)
+    assert all("nodeSelector" not in p["spec"] and not p["spec"].get("schedulingGates") for p in pods(server.store))
+    warning = events(server, "UnmodelledConstraints")
+    assert warning and "podAntiAffinity" in warning[0]["message"]
+
+
+def test_orphaned_group_of_bare_pods_is_deleted(server: TestApiServer, api: Api) -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    for i in range(2):
+        pod = b.pod(
+            f"mpi-{i}", labels={"gangkeeper.io/group-name": "mpi"}, annotations={"gangkeeper.io/group-size": "2"}
+        )
+        server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("volcano"), "team-a").mutated)
+    controller = Controller(api, clock=Clock(), orphan_every=1)
+    controller.reconcile_once()
+    group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "pg-mpi")
+    assert "ownerReferences" not in group["metadata"]  # nobody would garbage-collect it
+    for i in range(2):
+        server.store.delete("v1", "pods", "team-a", f"mpi-{i}")
+    controller.reconcile_once()
+    assert server.store.list("scheduling.volcano.sh/v1beta1", "podgroups", None)[0] == []

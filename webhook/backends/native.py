@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook import contract
 from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
 from webhook.gangs.model import Gang, GangId, Obj
 
@@ -86,7 +87,7 @@ class Native:
             group = first.owner["apiVersion"].rpartition("/")[0] if "/" in first.owner["apiVersion"] else ""
             spec["controllerRef"] = {"apiGroup": group, "kind": first.owner["kind"], "name": first.owner["name"]}
         meta = object_meta(first, first.id.native_workload)
-        meta["labels"] = {"gangkeeper.io/workload": first.id.native_workload}
+        meta["labels"] = {**meta["labels"], contract.WORKLOAD_ANNOTATION: first.id.native_workload}
         return {"apiVersion": self.api_version, "kind": "Workload", "metadata": meta, "spec": spec}
 
     def pod_group(self, gang: Gang) -> Obj:

@@ -103,11 +103,13 @@ class Controller:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         component: str = "gangkeeper-controller",
         release_concurrency: int = 16,
+        orphan_every: int = 30,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
         self.last_state: dict[str, str] = {}
         self.release_concurrency = release_concurrency
+        self.passes, self.orphan_every = 0, orphan_every
         self.recorder = EventRecorder(api, component, clock)
         self.decisions: dict[str, Decision] = {}
 
@@ -138,7 +140,25 @@ class Controller:
             decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
         self.publish(decisions, views)
         self.decisions = decisions
+        self.passes += 1
+        if self.passes % self.orphan_every == 1 or self.orphan_every == 1:
+            live = {(g.namespace, g.name) for g in gangs_by_key.values()}
+            deleted = orphan_groups(self.api, live, self.group_resources())
+            if deleted:
+                metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
+                log.info("deleted orphaned group objects", extra={"objects": deleted})
         return decisions
+
+    def group_resources(self) -> list[Resource]:
+        from webhook.backends.native import GENERATIONS
+
+        native = f"scheduling.k8s.io/{GENERATIONS[self.native_version].version}"
+        return [
+            group_resource("scheduling.volcano.sh/v1beta1", "PodGroup"),
+            group_resource("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            group_resource(native, "PodGroup"),
+            group_resource(native, "Workload"),
+        ]
 
     def resolve(self, gang: GangView, cache: dict[tuple[str, str, str], Obj | None]) -> Resolved:
         """The gang's size and timeout, from its workload (or from the pods of a bare pod group)."""
@@ -213,7 +233,9 @@ class Controller:
             for resource, amount in view.units.items():  # promised before any PATCH: no other gang takes it
                 free[node][resource] = free[node].get(resource, 0) - amount
             gates = (raw.get("spec") or {}).get("schedulingGates") or []
-            patches.append((view, release_patch(view, hostnames.get(node, node), now, gates)))
+            # a pin would promise what placement did not check (pod affinity, spread): leave those to the scheduler
+            pin = None if decision.unmodelled else hostnames.get(node, node)
+            patches.append((view, release_patch(view, pin, now, gates)))
         if len(patches) <= 2:
             for item in patches:
                 self._send_release(item)

@@ -99,7 +99,7 @@ class PodView:
         if self.node_name:
             return self.node_name
         if not self.gated and self.released_at is not None:
-            return self.pinned_node
+            return self.pinned_node  # promised; an unpinned release holds nothing until it binds
         return None
 
 
@@ -183,12 +183,18 @@ def decide(
     )
 
 
-def release_patch(pod: PodView, node: str, now: dt.datetime, gates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One merge patch: pin to the node, lift gangkeeper's gate, mark the release; guarded by resourceVersion."""
+def release_patch(
+    pod: PodView, node: str | None, now: dt.datetime, gates: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One merge patch: pin to the node (None: no pin), lift gangkeeper's gate, mark the release;
+    guarded by resourceVersion so a pod changed since it was read is left for the next pass."""
     remaining = [dict(g) for g in gates if g.get("name") != contract.GATE]
+    spec: dict[str, Any] = {"schedulingGates": remaining or None}
+    if node is not None:
+        spec["nodeSelector"] = {HOSTNAME_LABEL: node}
     return {
         "metadata": {"resourceVersion": pod.resource_version, "annotations": {RELEASED_ANNOTATION: format_time(now)}},
-        "spec": {"nodeSelector": {HOSTNAME_LABEL: node}, "schedulingGates": remaining or None},
+        "spec": spec,
     }
 
 

@@ -6,6 +6,8 @@ webhook needs no API call, and the name equals the one the workload-level mutati
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook import contract
 from webhook.gangs import common, kinds
 from webhook.gangs.model import FieldError, Gang, GangId, Obj, Plan
@@ -73,7 +75,8 @@ def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
     members = [common.members_of(template, size, "member", (), plan.errors)]
     gang = common.build_gang(pod, gid, members, size, f"the group-size {size}", plan, pod.get("spec") or {})
     common.warn_missing_requests(plan, gang)
-    return gang
+    # no pod owns the group: when one member goes, the rest still need it (the controller collects it)
+    return replace(gang, owner=None)
 
 
 def analyze(pod: Obj) -> Plan:
