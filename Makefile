@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench e2e clean
+.PHONY: run test lint scan bench e2e clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/pytest -q
+	bash hack/scan.sh
+
+scan:
+	bash hack/scan.sh
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/admission.py
@@ -29,4 +33,4 @@ e2e: $(BIN)/.installed
 	$(BIN)/pytest -q tests/e2e
 
 clean:
-	rm -rf $(VENV) certs/*.crt certs/*.key
+	rm -rf $(VENV) .venv-scan certs/*.crt certs/*.key

@@ -1,0 +1,1 @@
+"""AdmissionReview handling. Only app.py (the transport) knows about Flask."""

@@ -1,0 +1,87 @@
+"""From request bytes to response document, without any web framework.
+
+Returns (HTTP status, JSON document). Never raises: a bug in gang logic becomes a logged
+`allowed: false` with code 500 for that one request, not a dead worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from webhook.admission import metrics, review
+from webhook.admission.decide import admit, describe
+from webhook.admission.resolve import BackendResolver
+from webhook.gangs.model import Obj
+
+log = logging.getLogger("gangkeeper.admission")
+
+
+class Handler:
+    def __init__(self, resolver: BackendResolver) -> None:
+        self.resolver = resolver
+
+    def handle(self, endpoint: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        started = time.perf_counter()
+        try:
+            request = review.decode(body)
+        except review.BadReview as bad:
+            metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
+            log.info("bad admission review", extra={"endpoint": endpoint, "reason": bad.reason})
+            return bad.http_status, {"error": bad.reason, "code": bad.http_status}
+        kind = str((request.get("kind") or {}).get("kind", ""))
+        try:
+            response, outcome_label = self._decide(endpoint, request)
+        except Exception:
+            log.exception("internal error in admission", extra={"uid": request["uid"], "endpoint": endpoint})
+            response = review.deny(
+                request["uid"], 500, f"gangkeeper internal error; see the webhook logs for request {request['uid']}"
+            )
+            outcome_label = "error"
+        metrics.REQUESTS.labels(endpoint, request["operation"], kind, outcome_label).inc()
+        metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+        return 200, review.envelope(response)
+
+    def noop(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Decode and allow: the transport's own cost, the benchmark's baseline."""
+        try:
+            request = review.decode(body)
+        except review.BadReview as bad:
+            return bad.http_status, {"error": bad.reason, "code": bad.http_status}
+        return 200, review.envelope(review.allow(request["uid"]))
+
+    def _decide(self, endpoint: str, request: review.AdmissionRequest) -> tuple[review.AdmissionResponse, str]:
+        uid, operation = request["uid"], request["operation"]
+        obj: Obj | None = request.get("object")
+        if obj is None or operation not in ("CREATE", "UPDATE"):
+            return review.allow(uid), "allowed"
+        namespace = request.get("namespace")
+        backend = self.resolver.resolve(namespace)
+        outcome = admit(
+            obj, operation, backend, namespace, self.resolver.namespace_info(namespace), mutate=endpoint == "mutate"
+        )
+        gang = (
+            outcome.plan.pod_gang.name
+            if outcome.plan and outcome.plan.pod_gang
+            else ",".join(g.name for g in outcome.gangs)
+        )
+        log.info(
+            "admission decision",
+            extra={
+                "uid": uid,
+                "endpoint": endpoint,
+                "operation": operation,
+                "object": describe(obj),
+                "namespace": namespace,
+                "gang": gang,
+                "allowed": outcome.allowed,
+                "reason": outcome.reason,
+                "dryRun": bool(request.get("dryRun")),
+            },
+        )
+        if not outcome.allowed:
+            return review.deny(uid, outcome.code, outcome.message, outcome.warnings), "denied"
+        if endpoint == "validate":
+            return review.allow(uid), "allowed"  # warnings come once, from the mutating webhook
+        return review.allow(uid, outcome.patch, outcome.warnings), "mutated" if outcome.patch else "allowed"

@@ -1,0 +1,44 @@
+"""An RFC 6902 JSON Patch from a document and its mutated copy.
+
+jsonpatch.make_patch gives the same kind of answer but costs about 190 us for one pod on this
+machine, two thirds of a whole mutation (bench/admission.py), because it searches for moves and list
+runs that a mutator never makes. This diff walks both trees once and emits add, remove and replace;
+lists that change other than by growing at the end are replaced whole, as the API server would
+accept. The tests check it against jsonpatch's own apply_patch on random documents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Operation = dict[str, Any]
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
+    """Operations that turn `before` into `after` (an empty list when they are equal)."""
+    if before is after:
+        return []
+    if isinstance(before, dict) and isinstance(after, dict):
+        ops: list[Operation] = []
+        for key, old in before.items():
+            if key not in after:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+            else:
+                ops.extend(diff(old, after[key], f"{path}/{_escape(key)}"))
+        ops.extend(
+            {"op": "add", "path": f"{path}/{_escape(k)}", "value": v} for k, v in after.items() if k not in before
+        )
+        return ops
+    if isinstance(before, list) and isinstance(after, list) and len(after) >= len(before):
+        ops = []
+        for index, old in enumerate(before):
+            ops.extend(diff(old, after[index], f"{path}/{index}"))
+        ops.extend({"op": "add", "path": f"{path}/-", "value": v} for v in after[len(before) :])
+        return ops
+    if type(before) is type(after) and before == after:
+        return []
+    return [{"op": "replace", "path": path, "value": after}]

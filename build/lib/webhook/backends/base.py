@@ -1,0 +1,81 @@
+"""What every backend shares: the stamps gangkeeper itself puts on every managed pod or template."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook import contract
+from webhook.gangs.model import Gang, GangId, Obj
+from webhook.gangs.pod import workload_stamp
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+class Target:
+    """A place pods are described: a pod, a PodTemplateSpec, or a SparkApplication role."""
+
+    def __init__(self, obj: Obj, shape: str) -> None:
+        self.obj, self.shape = obj, shape
+
+    @property
+    def is_spark_role(self) -> bool:
+        return self.shape == "spark"
+
+    def labels(self) -> dict[str, str]:
+        holder = self.obj if self.is_spark_role else self.obj.setdefault("metadata", {})
+        return holder.setdefault("labels", {})  # type: ignore[no-any-return]
+
+    def annotations(self) -> dict[str, str]:
+        holder = self.obj if self.is_spark_role else self.obj.setdefault("metadata", {})
+        return holder.setdefault("annotations", {})  # type: ignore[no-any-return]
+
+    def pod_spec(self) -> dict[str, Any] | None:
+        """The PodSpec whose gang fields (gates, workload links) may be set here, or None.
+
+        A CRD embeds a copy of PodSpec from the release it was built with; the API server prunes
+        fields that copy lacks (the JobSet CRD has no workloadRef), so inside CRDs those fields are
+        set on each pod at creation instead.
+        """
+        return self.obj.setdefault("spec", {}) if self.shape == "pod" else None
+
+    def scheduler_name(self) -> str | None:
+        holder = self.obj if self.is_spark_role else (self.obj.get("spec") or {})
+        value = holder.get("schedulerName")
+        return str(value) if value else None
+
+    def set_scheduler_name(self, name: str) -> None:
+        holder = self.obj if self.is_spark_role else self.obj.setdefault("spec", {})
+        holder["schedulerName"] = name
+
+
+class Backend(Protocol):
+    name: str
+    scheduler_name: str | None  # the scheduler its pods go to; None keeps the default scheduler
+
+    def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
+        """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
+
+    def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
+        """The group objects the mechanism needs for these gangs, ready to create."""
+
+
+def stamp_common(target: Target, gang: GangId | None) -> None:
+    if gang is None:
+        return
+    target.labels()[contract.GROUP_LABEL] = gang.name
+    target.annotations()[contract.WORKLOAD_ANNOTATION] = workload_stamp(gang)
+
+
+def object_meta(gang: Gang, name: str | None = None) -> Obj:
+    meta: Obj = {"name": name or gang.name, "labels": {contract.GROUP_LABEL: gang.name}}
+    if gang.namespace:
+        meta["namespace"] = gang.namespace
+    if gang.owner:
+        meta["ownerReferences"] = [dict(gang.owner)]
+    return meta

@@ -1,0 +1,34 @@
+"""scheduler-plugins coscheduling: pod label scheduling.x-k8s.io/pod-group and its v1alpha1 PodGroup."""
+
+from __future__ import annotations
+
+from webhook import contract, resources
+from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj
+
+API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+
+
+class Coscheduling:
+    name = "coscheduling"
+
+    def __init__(self, scheduler_name: str = "scheduler-plugins-scheduler") -> None:
+        self.scheduler_name: str | None = scheduler_name
+
+    def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
+        target.set_scheduler_name(self.scheduler_name or "scheduler-plugins-scheduler")
+        stamp_common(target, gang)
+        if gang is not None:
+            target.labels()[contract.COSCHEDULING_GROUP_LABEL] = gang.name
+
+    def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
+        objects = []
+        for gang in gangs:
+            spec: Obj = {"minMember": gang.min_member}
+            min_resources = resources.render(gang.min_resources())
+            if min_resources:
+                spec["minResources"] = min_resources
+            if gang.timeout_seconds:
+                spec["scheduleTimeoutSeconds"] = gang.timeout_seconds
+            objects.append({"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec})
+        return objects

@@ -1,0 +1,151 @@
+"""Which gang mechanism a namespace gets, from what the cluster really serves.
+
+`auto` picks, best first: Volcano, scheduler-plugins coscheduling, native scheduling.k8s.io (newest
+served version), then gate. A dedicated gang scheduler that is installed was chosen by the platform
+team; the native API is next because the kube-scheduler enforces it; gate needs only gangkeeper's own
+controller and works on any cluster. A backend asked for by name whose API is not served is refused
+with what is missing, never silently ignored: a pod field the API server does not know is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.backends import native
+
+log = logging.getLogger(__name__)
+
+VOLCANO_GV, VOLCANO_RESOURCE = "scheduling.volcano.sh/v1beta1", "podgroups"
+COSCHEDULING_GV, COSCHEDULING_RESOURCE = "scheduling.x-k8s.io/v1alpha1", "podgroups"
+AUTO_ORDER = ("volcano", "coscheduling", "native", "gate")
+
+HOW_TO_ENABLE = {
+    "volcano": "install Volcano (its scheduling.volcano.sh/v1beta1 PodGroup CRD and scheduler)",
+    "coscheduling": "install scheduler-plugins with the coscheduling plugin and its PodGroup CRD",
+    "native": "enable the GenericWorkload feature gate on the API server and scheduler and serve the API "
+    "with --runtime-config=scheduling.k8s.io/<version>=true (Kubernetes 1.35 or later)",
+}
+
+
+@dataclass(frozen=True)
+class Served:
+    """Resources served per group-version, e.g. {"scheduling.volcano.sh/v1beta1": {"podgroups"}}."""
+
+    resources: Mapping[str, frozenset[str]]
+
+    def has(self, group_version: str, resource: str) -> bool:
+        return resource in self.resources.get(group_version, frozenset())
+
+    def native_version(self) -> str | None:
+        for version in native.VERSIONS_BEST_FIRST:
+            if self.has(f"{native.GROUP}/{version}", "workloads"):
+                return version
+        return None
+
+    @staticmethod
+    def from_documents(resource_lists: list[Mapping[str, Any]]) -> Served:
+        """From APIResourceList documents as /api/v1 and /apis/<group>/<version> return them."""
+        found: dict[str, frozenset[str]] = {}
+        for doc in resource_lists:
+            names = frozenset(str(r["name"]) for r in doc.get("resources") or [] if "/" not in str(r["name"]))
+            found[str(doc["groupVersion"])] = names
+        return Served(found)
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    kubernetes_version: str = "1.37"  # native generation, when backend is native
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    backend: str
+    message: str
+
+
+def choose(requested: str, served: Served | None, offline_version: str = "1.37") -> Choice | Unavailable:
+    """The backend for `requested` (a backend name or "auto") on a cluster serving `served`.
+
+    With no discovery (offline, or the API unreachable) a named backend is trusted as asked and auto
+    falls back to gate, which needs nothing from the cluster but gangkeeper's controller.
+    """
+    if served is None:
+        return Choice("gate") if requested == "auto" else Choice(requested, offline_version)
+    candidates = AUTO_ORDER if requested == "auto" else (requested,)
+    for name in candidates:
+        if name == "volcano" and served.has(VOLCANO_GV, VOLCANO_RESOURCE):
+            return Choice(name)
+        if name == "coscheduling" and served.has(COSCHEDULING_GV, COSCHEDULING_RESOURCE):
+            return Choice(name)
+        if name == "native":
+            version = served.native_version()
+            if version:
+                return Choice(name, native.generation_for_version(version).kubernetes)
+        if name == "gate":
+            return Choice(name)
+    what = {
+        "volcano": VOLCANO_GV,
+        "coscheduling": COSCHEDULING_GV,
+        "native": f"{native.GROUP} Workload (v1alpha1, v1alpha2 or v1beta1)",
+    }.get(requested, requested)
+    return Unavailable(
+        requested,
+        f"backend {requested} needs {what}, which this cluster does not serve: "
+        f"{HOW_TO_ENABLE.get(requested, 'choose another backend')}",
+    )
+
+
+class DiscoveryCache:
+    """Served APIs, refreshed in the background; readers never wait on the network."""
+
+    def __init__(self, fetch: Callable[[], Served], refresh_seconds: float = 60.0) -> None:
+        self._fetch, self._refresh = fetch, refresh_seconds
+        self._served: Served | None = None
+        self._stop = threading.Event()
+
+    @property
+    def served(self) -> Served | None:
+        return self._served
+
+    def refresh(self) -> None:
+        try:
+            self._served = self._fetch()
+        except Exception:  # the cluster may be briefly unreachable; keep the last answer
+            log.warning("api discovery failed; keeping the previous answer", exc_info=True)
+
+    def start(self) -> None:
+        self.refresh()
+        threading.Thread(target=self._loop, name="discovery", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._refresh):
+            self.refresh()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def fetch_from_cluster(api_client: Any) -> Served:
+    """Ask the API server which of the group-versions gangkeeper cares about it serves."""
+    from kubernetes import client
+
+    wanted = {VOLCANO_GV, COSCHEDULING_GV, *(f"{native.GROUP}/{v}" for v in native.VERSIONS_BEST_FIRST)}
+    groups = client.ApisApi(api_client).get_api_versions()
+    docs = []
+    for group in groups.groups or []:
+        for version in group.versions or []:
+            if version.group_version in wanted:
+                doc = api_client.call_api(
+                    f"/apis/{version.group_version}",
+                    "GET",
+                    response_type="object",
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                )
+                docs.append(doc)
+    return Served.from_documents(docs)

@@ -1,0 +1,25 @@
+"""gate: pods wait behind the scheduling gate gangkeeper.io/gang-gate until gangkeeper's controller
+has found room for the whole gang. The default scheduler keeps the pods; no group object is needed."""
+
+from __future__ import annotations
+
+from webhook import contract
+from webhook.backends.base import NamespaceInfo, Target, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj
+
+
+class Gate:
+    name = "gate"
+    scheduler_name: str | None = None
+
+    def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
+        stamp_common(target, gang)
+        spec = target.pod_spec()
+        if spec is None or gang is None:
+            return  # a gate is added on the pod itself once its gang is known
+        gates = spec.setdefault("schedulingGates", [])
+        if not any(g.get("name") == contract.GATE for g in gates):
+            gates.append({"name": contract.GATE})
+
+    def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
+        return []

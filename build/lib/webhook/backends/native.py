@@ -1,0 +1,103 @@
+"""Native Kubernetes gang scheduling (scheduling.k8s.io), each API generation exactly as served.
+
+- 1.35, v1alpha1: one Workload with `podGroups`; pods link with `spec.workloadRef`.
+- 1.36, v1alpha2: Workload `podGroupTemplates` plus a runtime PodGroup per gang; pods link with
+  `spec.schedulingGroup.podGroupName`.
+- 1.37, v1beta1: as 1.36, the PodGroup pointing at its template with `spec.workloadRef`.
+Pods keep the default scheduler; the pod link is immutable, so it is set when the pod is created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook import contract
+from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj
+
+GROUP = "scheduling.k8s.io"
+
+
+@dataclass(frozen=True)
+class Generation:
+    kubernetes: str
+    version: str
+
+
+GENERATIONS = {
+    "1.35": Generation("1.35", "v1alpha1"),
+    "1.36": Generation("1.36", "v1alpha2"),
+    "1.37": Generation("1.37", "v1beta1"),
+}
+# Best first: discovery picks the newest version the cluster serves.
+VERSIONS_BEST_FIRST = ("v1beta1", "v1alpha2", "v1alpha1")
+
+
+def generation_for_version(version: str) -> Generation:
+    return next(g for g in GENERATIONS.values() if g.version == version)
+
+
+class Native:
+    name = "native"
+    scheduler_name: str | None = None
+
+    def __init__(self, kubernetes_version: str = "1.37") -> None:
+        self.generation = GENERATIONS[kubernetes_version]
+
+    @property
+    def api_version(self) -> str:
+        return f"{GROUP}/{self.generation.version}"
+
+    def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
+        stamp_common(target, gang)
+        spec = target.pod_spec()
+        if spec is None or gang is None:
+            return
+        if self.generation.version == "v1alpha1":
+            ref = {"name": gang.native_workload, "podGroup": gang.template}
+            if gang.replica_key is not None:
+                ref["podGroupReplicaKey"] = gang.replica_key
+            spec["workloadRef"] = ref
+        else:
+            spec["schedulingGroup"] = {"podGroupName": gang.name}
+
+    def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
+        objects: list[Obj] = []
+        by_workload: dict[str, list[Gang]] = {}
+        for gang in gangs:
+            by_workload.setdefault(gang.id.native_workload, []).append(gang)
+        for members in by_workload.values():
+            objects.append(self.workload(members))
+            if self.generation.version != "v1alpha1":
+                objects.extend(self.pod_group(gang) for gang in members)
+        return objects
+
+    def workload(self, gangs: list[Gang]) -> Obj:
+        first = gangs[0]
+        templates: dict[str, Obj] = {}
+        for gang in gangs:  # replicas of one template (LWS groups) share it
+            policy = {"gang": {"minCount": gang.min_member}}
+            if self.generation.version == "v1alpha1":
+                templates.setdefault(gang.id.template, {"name": gang.id.template, "policy": policy})
+            else:
+                templates.setdefault(gang.id.template, {"name": gang.id.template, "schedulingPolicy": policy})
+        key = "podGroups" if self.generation.version == "v1alpha1" else "podGroupTemplates"
+        spec: Obj = {key: list(templates.values())}
+        if first.owner:
+            group = first.owner["apiVersion"].rpartition("/")[0] if "/" in first.owner["apiVersion"] else ""
+            spec["controllerRef"] = {"apiGroup": group, "kind": first.owner["kind"], "name": first.owner["name"]}
+        meta = object_meta(first, first.id.native_workload)
+        meta["labels"] = {**meta["labels"], contract.WORKLOAD_ANNOTATION: first.id.native_workload}
+        return {"apiVersion": self.api_version, "kind": "Workload", "metadata": meta, "spec": spec}
+
+    def pod_group(self, gang: Gang) -> Obj:
+        spec: Obj = {"schedulingPolicy": {"gang": {"minCount": gang.min_member}}}
+        if self.generation.version == "v1alpha2":
+            spec["podGroupTemplateRef"] = {
+                "workload": {"workloadName": gang.id.native_workload, "podGroupTemplateName": gang.id.template}
+            }
+        else:
+            spec["workloadRef"] = {"workloadName": gang.id.native_workload, "templateName": gang.id.template}
+        if gang.priority_class:
+            spec["priorityClassName"] = gang.priority_class
+        return {"apiVersion": self.api_version, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}

@@ -1,0 +1,264 @@
+"""The `gangkeeper` command: serve, mutate, certs, controller, explain."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from webhook import __version__
+
+if TYPE_CHECKING:
+    from webhook.admission.resolve import BackendResolver
+
+BACKEND_CHOICES = ("auto", "volcano", "coscheduling", "native", "gate")
+KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Metrics are shared across gunicorn workers through files; set before prometheus_client loads.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gangkeeper-metrics-"))
+    from webhook import certs, logs
+    from webhook.admission.app import create_app
+    from webhook.admission.handler import Handler
+    from webhook.server import Drain, GunicornServer, gunicorn_options
+
+    logs.setup(args.log_level)
+    cert_dir = Path(args.cert_dir)
+    if certs.ensure(cert_dir):
+        print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)", file=sys.stderr)
+    resolver = _resolver(args)
+
+    drain = Drain(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
+
+    def ready() -> bool:
+        certificates = (cert_dir / certs.CERT_FILE).exists() and (cert_dir / certs.KEY_FILE).exists()
+        return certificates and not drain.active()
+
+    def factory() -> object:
+        return create_app(Handler(resolver), ready=ready, noop_endpoint=args.noop_endpoint, draining=drain.active)
+
+    options = gunicorn_options(
+        args.host, args.port, cert_dir, args.workers, args.threads, args.graceful_timeout, args.cert_reload_seconds
+    )
+    GunicornServer(factory, options, drain, args.drain_seconds).run()
+    return 0
+
+
+def _cert_sync(args: argparse.Namespace, cert_dir: Path) -> Any:
+    from webhook import certs
+    from webhook.certsync import CertSync
+    from webhook.controller.kube import Api, client_from
+
+    sans = args.san or certs.service_dns_names(args.service, args.namespace)
+    return CertSync(Api(client_from(args.kubeconfig)), args.namespace, args.cert_secret, cert_dir, sans)
+
+
+def _start_cert_sync(args: argparse.Namespace, cert_dir: Path) -> None:
+    """Certificates from the Secret before serving (readiness waits on them), then upkeep in the background."""
+    import threading
+    import time
+
+    sync = _cert_sync(args, cert_dir)
+    while True:
+        try:
+            sync.sync_once()
+            break
+        except Exception as error:  # the API may not be reachable yet: keep trying, stay unready
+            print(f"gangkeeper: certificates not ready yet: {error}", file=sys.stderr)
+            time.sleep(2)
+    threading.Thread(target=sync.run_forever, args=(args.cert_sync_seconds,), daemon=True).start()
+
+
+def _resolver(args: argparse.Namespace) -> BackendResolver:
+    from webhook.admission.resolve import BackendResolver, WatchedNamespaces
+    from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
+
+    api_client = _api_client(args.kubeconfig)
+    if api_client is None:
+        return BackendResolver(
+            default=args.backend,
+            volcano_scheduler=args.volcano_scheduler,
+            coscheduling_scheduler=args.coscheduling_scheduler,
+        )
+    namespaces = WatchedNamespaces(api_client)
+    namespaces.start()
+    discovery = DiscoveryCache(lambda: fetch_from_cluster(api_client))
+    discovery.start()
+    return BackendResolver(
+        default=args.backend,
+        namespaces=namespaces,
+        served=lambda: discovery.served,
+        volcano_scheduler=args.volcano_scheduler,
+        coscheduling_scheduler=args.coscheduling_scheduler,
+    )
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    """A client for the cluster in-cluster or from a kubeconfig; None when there is no cluster."""
+    from kubernetes import client, config
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
+        config.load_incluster_config()
+        return client.ApiClient()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path and Path(path).exists():
+        return config.new_client_from_config(config_file=path)
+    return None
+
+
+def _mutate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from webhook.offline import diff, dump, mutate_stream
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        print(f"gangkeeper: {args.file}: not valid YAML: {exc}", file=sys.stderr)
+        return 2
+    backend = "volcano" if args.backend == "auto" else args.backend
+    result = mutate_stream(documents, backend, args.kubernetes_version, args.namespace, args.scheduler_name)
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    for denial in result.denials:
+        print(
+            f'Error from server: admission webhook "mutate.gangkeeper.io" denied the request: {denial}', file=sys.stderr
+        )
+    sys.stdout.write(diff(result) if args.diff else dump(result.objects))
+    return 1 if result.denials else 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from webhook import certs
+
+    if args.secret:
+        args.cert_secret = args.secret
+        state = _cert_sync(args, Path(args.cert_dir)).sync_once()
+        print(
+            f"certificates in Secret {args.namespace}/{args.secret} are current; CA bundle has "
+            f"{state.bundle.count(b'BEGIN CERTIFICATE')} CA(s)"
+        )
+        return 0
+    sans = args.san or certs.default_sans()
+    certs.write(certs.generate(sans), Path(args.cert_dir))
+    print(f"wrote {args.cert_dir}/ca.crt, tls.crt, tls.key for {', '.join(sans)}")
+    return 0
+
+
+def _controller(args: argparse.Namespace) -> int:
+    from webhook import logs
+    from webhook.controller.kube import client_from
+    from webhook.controller.run import run
+
+    logs.setup(args.log_level)
+    run(
+        client_from(args.kubeconfig, args.server), args.namespace, args.interval, args.native_version, args.metrics_port
+    )
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from webhook.controller.explain import explain
+    from webhook.controller.kube import Api, client_from
+
+    namespace, _, gang = args.gang.partition("/")
+    if not gang:
+        print("gangkeeper explain: expected NAMESPACE/GANG", file=sys.stderr)
+        return 2
+    print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gangkeeper",
+        description="All-or-nothing scheduling for Kubernetes workloads, without rewriting manifests.",
+    )
+    parser.add_argument("--version", action="version", version=f"gangkeeper {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8443)
+    serve.add_argument("--cert-dir", default="certs", help="ca.crt, tls.crt, tls.key; generated when missing")
+    serve.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="cluster-wide default; a namespace label gangkeeper.io/backend overrides it",
+    )
+    serve.add_argument("--volcano-scheduler", default="volcano")
+    serve.add_argument("--coscheduling-scheduler", default="scheduler-plugins-scheduler")
+    serve.add_argument("--kubeconfig", default=None)
+    serve.add_argument("--workers", type=int, default=max(os.cpu_count() or 1, 1))
+    serve.add_argument("--threads", type=int, default=4)
+    serve.add_argument("--graceful-timeout", type=int, default=20)
+    serve.add_argument("--cert-reload-seconds", type=float, default=5.0)
+    serve.add_argument("--noop-endpoint", action="store_true", help="serve POST /noop (benchmark baseline)")
+    serve.add_argument(
+        "--cert-secret",
+        default=None,
+        help="in-cluster: keep CA and serving certificate in this Secret and inject the CA bundle",
+    )
+    serve.add_argument("--namespace", default="gangkeeper-system")
+    serve.add_argument("--service", default="gangkeeper-webhook")
+    serve.add_argument("--san", action="append", help="extra subject alternative name (repeatable)")
+    serve.add_argument("--cert-sync-seconds", type=float, default=3600.0)
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, report unready and keep serving this long before shutting down",
+    )
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_serve)
+
+    mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
+    mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
+    mutate.add_argument("--backend", choices=BACKEND_CHOICES, default="volcano")
+    mutate.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        default="1.37",
+        help="native backend: which scheduling.k8s.io generation to produce",
+    )
+    mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
+    mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
+    mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")
+    mutate.set_defaults(func=_mutate)
+
+    controller = sub.add_parser("controller", help="run the controller: group objects and gang release")
+    controller.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    controller.add_argument("--server", default=None, help="API server URL without credentials (tests)")
+    controller.add_argument("--namespace", default="gangkeeper-system", help="where the leader Lease lives")
+    controller.add_argument("--interval", type=float, default=1.0, help="seconds between passes without events")
+    controller.add_argument("--native-version", choices=KUBERNETES_VERSIONS, default="1.37")
+    controller.add_argument("--metrics-port", type=int, default=8080)
+    controller.add_argument("--log-level", default="info")
+    controller.set_defaults(func=_controller)
+
+    explain = sub.add_parser("explain", help="why a gang waits: members, capacity, node by node")
+    explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
+    explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    explain.add_argument("--server", default=None)
+    explain.set_defaults(func=_explain)
+
+    cert = sub.add_parser("certs", help="generate a CA and serving certificate")
+    cert.add_argument("--cert-dir", default="certs")
+    cert.add_argument("--san", action="append", help="subject alternative name (repeatable)")
+    cert.add_argument("--secret", default=None, help="in-cluster: the Secret to create or rotate")
+    cert.add_argument("--namespace", default="gangkeeper-system")
+    cert.add_argument("--service", default="gangkeeper-webhook")
+    cert.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    cert.set_defaults(func=_certs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,30 @@
+"""Names of gangkeeper's public contract (design.md, "Names"). Keep them stable."""
+
+from typing import Final
+
+PREFIX: Final = "gangkeeper.io"
+
+NAMESPACE_ENABLED_LABEL: Final = f"{PREFIX}/enabled"
+NAMESPACE_BACKEND_LABEL: Final = f"{PREFIX}/backend"
+SKIP_LABEL: Final = f"{PREFIX}/skip"
+DEPLOYMENT_GANG_ANNOTATION: Final = f"{PREFIX}/gang"
+GROUP_NAME_LABEL: Final = f"{PREFIX}/group-name"
+GROUP_SIZE_ANNOTATION: Final = f"{PREFIX}/group-size"
+MIN_MEMBER_ANNOTATION: Final = f"{PREFIX}/min-member"
+QUEUE_ANNOTATION: Final = f"{PREFIX}/queue"
+TIMEOUT_ANNOTATION: Final = f"{PREFIX}/timeout-seconds"
+GROUP_LABEL: Final = f"{PREFIX}/group"
+GATE: Final = f"{PREFIX}/gang-gate"
+
+# Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.
+WORKLOAD_ANNOTATION: Final = f"{PREFIX}/workload"
+SIZE_ANNOTATION: Final = f"{PREFIX}/gang-size"
+
+SYSTEM_NAMESPACE: Final = "gangkeeper-system"
+IGNORED_NAMESPACES: Final = frozenset({"kube-system", SYSTEM_NAMESPACE})
+
+# Membership markers of the gang mechanisms (design.md, "Verified facts").
+VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
+VOLCANO_QUEUE_NAMESPACE_ANNOTATION: Final = "scheduling.volcano.sh/queue-name"
+COSCHEDULING_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+KAI_GROUP_KEYS: Final = ("pod-group-name",)

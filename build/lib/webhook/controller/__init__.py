@@ -1,0 +1,1 @@
+"""The bundled controller: group objects for every backend, and gang release for the gate backend."""

@@ -1,0 +1,71 @@
+"""Kubernetes Events, sent in the background as client-go's recorder does: a pass never waits on them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from webhook.controller import metrics
+from webhook.controller.kube import EVENTS, Api, ApiError
+from webhook.controller.state import format_time
+
+log = logging.getLogger("gangkeeper.controller.events")
+
+
+class EventRecorder:
+    def __init__(self, api: Api, component: str, clock: Callable[[], dt.datetime], workers: int = 4) -> None:
+        self.api, self.component, self.clock = api, component, clock
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10_000)
+        for index in range(workers):
+            threading.Thread(target=self._send_forever, name=f"events-{index}", daemon=True).start()
+
+    def record(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        now = format_time(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'gang')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": self.component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": self.component,
+        }
+        log.info(
+            "gang event", extra={"object": f"{obj.get('kind')}/{meta.get('name')}", "reason": reason, "detail": message}
+        )
+        try:
+            self._queue.put_nowait(body)
+        except queue.Full:  # events are best effort; never block a release on them
+            metrics.API_ERRORS.labels("event", "dropped").inc()
+
+    def flush(self) -> None:
+        """Wait until every recorded event was sent (tests, shutdown)."""
+        self._queue.join()
+
+    def _send_forever(self) -> None:
+        while True:
+            body = self._queue.get()
+            try:
+                self.api.create(EVENTS.path(body["metadata"]["namespace"]), body)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("create", str(error.status)).inc()
+            except Exception:
+                log.warning("event not sent", exc_info=True)
+            finally:
+                self._queue.task_done()

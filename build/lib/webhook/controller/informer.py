@@ -1,0 +1,171 @@
+"""List-and-watch caches: the controller's view of pods and nodes without listing them every pass.
+
+A watch resumes from the last resourceVersion it saw; when the server says that version is too old
+(410 Gone) or the connection fails, the cache lists again from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from webhook import contract
+from webhook.controller import metrics
+from webhook.controller.kube import Api, ApiError, Resource
+
+log = logging.getLogger("gangkeeper.controller.informer")
+
+
+def _keep(value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: value[k] for k in keys if isinstance(value, dict) and k in value}
+
+
+def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """Only what placement and release read: a cluster's worth of full pods would not fit in memory.
+
+    Pods of gangs keep what release needs; every other pod only counts against its node's capacity.
+    """
+    spec = pod.get("spec") or {}
+    metadata = pod.get("metadata") or {}
+    managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
+    trimmed_spec = _keep(
+        spec,
+        ("nodeName", "overhead", "nodeSelector", "schedulingGates")
+        if not managed
+        else (
+            "nodeName",
+            "nodeSelector",
+            "schedulingGates",
+            "overhead",
+            "affinity",
+            "tolerations",
+            "topologySpreadConstraints",
+            "schedulerName",
+            "priorityClassName",
+        ),
+    )
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            trimmed_spec[key] = [_keep(c, ("resources", "restartPolicy")) for c in spec[key]]
+    meta_keys: tuple[str, ...] = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+    if managed:
+        meta_keys += ("labels", "annotations", "ownerReferences", "creationTimestamp")
+    meta = _keep(metadata, meta_keys)
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": meta,
+        "spec": trimmed_spec,
+        "status": _keep(pod.get("status") or {}, ("phase",)),
+    }
+
+
+def trim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Nodes carry image lists and conditions placement never reads."""
+    return {
+        "metadata": _keep(node.get("metadata") or {}, ("name", "labels", "resourceVersion")),
+        "spec": _keep(node.get("spec") or {}, ("taints", "unschedulable")),
+        "status": _keep(node.get("status") or {}, ("allocatable",)),
+    }
+
+
+def identity(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+class Informer:
+    def __init__(
+        self,
+        api: Api,
+        resource: Resource,
+        label_selector: str = "",
+        watch_seconds: int = 300,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
+    ) -> None:
+        self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
+        self.transform = transform
+        self._items: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.resource_version = ""
+        self.relists = 0
+        self.synced = threading.Event()
+        self.changed = threading.Event()
+        self._stop = threading.Event()
+
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._items.values())
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+    def relist(self) -> None:
+        query = {"labelSelector": self.selector} if self.selector else {}
+        listing = self.api.list(self.resource.path(), **query)
+        with self._lock:
+            self._items = {self._key(o): self.transform(o) for o in listing.get("items") or []}
+            self.resource_version = listing["metadata"]["resourceVersion"]
+        self.relists += 1
+        self.synced.set()
+        self.changed.set()
+
+    def watch_once(self) -> bool:
+        """Follow one watch until it ends; False when the cache must be listed again."""
+        query = {
+            "resourceVersion": self.resource_version,
+            "timeoutSeconds": str(self.watch_seconds),
+            "allowWatchBookmarks": "true",
+        }
+        if self.selector:
+            query["labelSelector"] = self.selector
+        for event in self.api.stream(self.resource.path(), query, timeout=self.watch_seconds + 30):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                log.info(
+                    "watch expired; listing again", extra={"resource": self.resource.plural, "code": obj.get("code")}
+                )
+                return False
+            with self._lock:
+                if kind == "DELETED":
+                    self._items.pop(self._key(obj), None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    self._items[self._key(obj)] = self.transform(obj)
+                self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
+            self.changed.set()
+        return True
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self.synced.is_set() or not self.resource_version:
+                    self.relist()
+                if not self.watch_once():
+                    self.relist()
+            except (ApiError, OSError, ValueError) as error:
+                metrics.API_ERRORS.labels("watch", str(getattr(error, "status", 0))).inc()
+                log.warning("watch failed; listing again", extra={"resource": self.resource.plural}, exc_info=True)
+                self.synced.clear()
+                self._stop.wait(1.0)
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class InformerSource:
+    """Pods and nodes from informers, for the reconciler."""
+
+    def __init__(self, pods: Informer, nodes: Informer) -> None:
+        self._pods, self._nodes = pods, nodes
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self._pods.items()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes.items()

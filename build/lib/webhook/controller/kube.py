@@ -1,0 +1,135 @@
+"""Kubernetes API access for the controller: raw REST paths through the official client.
+
+The controller needs only a few verbs on a handful of paths; going through the client's transport
+keeps its authentication (in-cluster token, kubeconfig, exec plugins) and TLS handling.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: str, method: str = "", path: str = "") -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        self.status, self.body = status, body
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A REST collection: `/api/v1/pods`, `/apis/scheduling.volcano.sh/v1beta1/podgroups`, ..."""
+
+    group_version: str  # "v1" or "group/version"
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+PODS = Resource("v1", "pods")
+NODES = Resource("v1", "nodes", namespaced=False)
+EVENTS = Resource("v1", "events")
+LEASES = Resource("coordination.k8s.io/v1", "leases")
+
+
+class Api:
+    def __init__(self, api_client: Any) -> None:
+        self._client = api_client
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = 30.0,
+    ) -> Any:
+        response = self._send(method, path, query, body, content_type, timeout)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise ApiError(response.status, data.decode(errors="replace"), method, path)
+        return json.loads(data) if data else None
+
+    def stream(self, path: str, query: Mapping[str, str], timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Watch events, one JSON object per line, until the server ends the watch."""
+        response = self._send("GET", path, {**query, "watch": "true"}, None, JSON, timeout)
+        if response.status != 200:
+            raise ApiError(response.status, response.read().decode(errors="replace"), "WATCH", path)
+        buffer = b""
+        try:
+            for chunk in response.response.stream(65536):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.response.release_conn()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+    ) -> Any:
+        serialized = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": JSON},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        _, url, headers, payload, _ = serialized
+        return self._client.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
+
+    # conveniences
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def list(self, path: str, **query: str) -> Any:
+        return self.request("GET", path, query)
+
+    def create(self, path: str, body: Mapping[str, Any]) -> Any:
+        return self.request("POST", path, body=body)
+
+    def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
+def client_from(kubeconfig: str | None = None, server: str | None = None) -> Any:
+    """An ApiClient in-cluster, from a kubeconfig, or for a plain URL (tests)."""
+    import os
+
+    from kubernetes import client, config
+
+    if server:
+        configuration = client.Configuration()
+        configuration.host = server
+        return client.ApiClient(configuration)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=kubeconfig)

@@ -1,0 +1,17 @@
+"""Prometheus metrics of the controller."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+GANGS = Gauge("gangkeeper_gangs", "Gangs by state", ["state"])
+GATED_PODS = Gauge("gangkeeper_gated_pods", "Pods waiting behind gangkeeper's scheduling gate")
+RELEASE_LATENCY = Histogram(
+    "gangkeeper_release_latency_seconds",
+    "From the last member's creation to its gang's gates being lifted",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+TIMEOUTS = Counter("gangkeeper_gang_timeouts", "Released gangs not fully scheduled within their timeout")
+EVICTIONS = Counter("gangkeeper_evicted_pods", "Pods evicted so their owners recreate them gated")
+API_ERRORS = Counter("gangkeeper_api_errors", "Kubernetes API calls that failed", ["verb", "code"])
+GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])

@@ -1,0 +1,418 @@
+"""One reconciliation pass over every gang: group objects, and release of gated gangs.
+
+Everything is read from the cluster each pass (from the informers' caches when they run), so a
+controller killed at any moment and started again picks up exactly where the cluster is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook import backends, contract, gangs
+from webhook.backends import NamespaceInfo
+from webhook.controller import metrics, placement
+from webhook.controller.events import EventRecorder
+from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
+from webhook.controller.placement import Node
+from webhook.controller.state import (
+    DEFAULT_TIMEOUT_SECONDS,
+    HOSTNAME_LABEL,
+    Decision,
+    GangSpec,
+    PodView,
+    backoff_seconds,
+    decide,
+    format_time,
+    parse_time,
+    release_patch,
+)
+from webhook.controller.workloads import WORKLOAD_RESOURCES, group_resource
+from webhook.gangs.model import Gang, Obj
+
+log = logging.getLogger("gangkeeper.controller")
+
+ATTEMPTS_ANNOTATION = f"{contract.PREFIX}/release-attempts"
+NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
+
+
+class Source(Protocol):
+    def pods(self) -> list[Obj]: ...
+    def nodes(self) -> list[Obj]: ...
+
+
+@dataclass
+class Listing:
+    """A source that lists on every pass: simple, and what `gangkeeper explain` uses."""
+
+    api: Api
+
+    def pods(self) -> list[Obj]:
+        return list(self.api.list(PODS.path())["items"])
+
+    def nodes(self) -> list[Obj]:
+        return list(self.api.list(NODES.path())["items"])
+
+
+def backend_of(pod: Obj) -> str:
+    """Which mechanism the webhook stamped on this pod."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    spec = pod.get("spec") or {}
+    if contract.VOLCANO_GROUP_ANNOTATION in annotations:
+        return "volcano"
+    if contract.COSCHEDULING_GROUP_LABEL in labels:
+        return "coscheduling"
+    if spec.get("workloadRef"):
+        return "native-1.35"
+    if spec.get("schedulingGroup"):
+        return "native"
+    return "gate"
+
+
+@dataclass
+class GangView:
+    namespace: str
+    name: str
+    pods: list[PodView] = field(default_factory=list)
+    raw: list[Obj] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class Resolved:
+    spec: GangSpec | None
+    gang: Gang | None
+    workload: Obj | None
+    problem: str = ""
+
+
+class Controller:
+    def __init__(
+        self,
+        api: Api,
+        source: Source | None = None,
+        native_version: str = "1.37",
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        component: str = "gangkeeper-controller",
+        release_concurrency: int = 16,
+        orphan_every: int = 30,
+    ) -> None:
+        self.api, self.source = api, source or Listing(api)
+        self.native_version, self.clock, self.component = native_version, clock, component
+        self.last_state: dict[str, str] = {}
+        self.release_concurrency = release_concurrency
+        self.passes, self.orphan_every = 0, orphan_every
+        self.recorder = EventRecorder(api, component, clock)
+        self.decisions: dict[str, Decision] = {}
+
+    # --- the pass -------------------------------------------------------------------------------
+    def reconcile_once(self) -> dict[str, Decision]:
+        now = self.clock()
+        raw_pods = self.source.pods()
+        nodes = [Node.from_api(n) for n in self.source.nodes()]
+        views = [(PodView.from_api(p), p) for p in raw_pods]
+        free = placement.free_capacity(nodes, ((v.holds_node, v.units) for v, _ in views if v.holds_node))
+        hostnames = {n.name: n.labels.get(HOSTNAME_LABEL, n.name) for n in nodes}
+        gangs_by_key: dict[str, GangView] = {}
+        for view, pod in views:
+            if view.group:
+                gang = gangs_by_key.setdefault(f"{view.namespace}/{view.group}", GangView(view.namespace, view.group))
+                gang.pods.append(view)
+                gang.raw.append(pod)
+        workloads: dict[tuple[str, str, str], Obj | None] = {}
+        decisions: dict[str, Decision] = {}
+        # oldest gang first: capacity goes to whoever waited longest
+        ordered = sorted(gangs_by_key.values(), key=lambda g: min((p.created_at or now for p in g.pods), default=now))
+        for gang in ordered:
+            resolved = self.resolve(gang, workloads)
+            backend = backend_of(gang.raw[0])
+            if backend != "gate":
+                self.sync_group_objects(gang, resolved, backend)
+                continue
+            decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
+        self.publish(decisions, views)
+        self.decisions = decisions
+        self.passes += 1
+        if self.passes % self.orphan_every == 1 or self.orphan_every == 1:
+            live = {(g.namespace, g.name) for g in gangs_by_key.values()}
+            deleted = orphan_groups(self.api, live, self.group_resources())
+            if deleted:
+                metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
+                log.info("deleted orphaned group objects", extra={"objects": deleted})
+        return decisions
+
+    def group_resources(self) -> list[Resource]:
+        from webhook.backends.native import GENERATIONS
+
+        native = f"scheduling.k8s.io/{GENERATIONS[self.native_version].version}"
+        return [
+            group_resource("scheduling.volcano.sh/v1beta1", "PodGroup"),
+            group_resource("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            group_resource(native, "PodGroup"),
+            group_resource(native, "Workload"),
+        ]
+
+    def resolve(self, gang: GangView, cache: dict[tuple[str, str, str], Obj | None]) -> Resolved:
+        """The gang's size and timeout, from its workload (or from the pods of a bare pod group)."""
+        first = gang.pods[0]
+        stamp = first.annotations.get(contract.WORKLOAD_ANNOTATION, "")
+        kind, _, rest = stamp.partition("/")
+        workload_name = rest.split("/")[0]
+        if kind == "Pod" or (not stamp and contract.GROUP_NAME_LABEL in first.labels):
+            plan = gangs.analyze(gang.raw[0])
+            found = next((g for g in plan.gangs if g.name == gang.name), None)
+            if found is None:
+                return Resolved(None, None, None, "the pod group has no valid gangkeeper.io/group-size")
+            return Resolved(self._spec(found, evictable=False), found, None)
+        resource = WORKLOAD_RESOURCES.get(kind)
+        if resource is None or not workload_name:
+            return Resolved(None, None, None, f"unknown workload {stamp!r}")
+        key = (kind, gang.namespace, workload_name)
+        if key not in cache:
+            try:
+                cache[key] = self.api.get(resource.path(gang.namespace, workload_name))
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                cache[key] = None
+        workload = cache[key]
+        if workload is None:
+            return Resolved(None, None, None, f"{kind} {workload_name} cannot be read")
+        found = next((g for g in gangs.analyze(workload).gangs if g.name == gang.name), None)
+        if found is None:
+            return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}")
+        return Resolved(self._spec(found, evictable=True), found, workload)
+
+    @staticmethod
+    def _spec(gang: Gang, evictable: bool) -> GangSpec:
+        return GangSpec(gang.min_member, gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, evictable)
+
+    # --- gate backend -----------------------------------------------------------------------------
+    def step(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        nodes: list[Node],
+        free: dict[str, dict[str, int]],
+        hostnames: Mapping[str, str],
+        now: dt.datetime,
+    ) -> Decision:
+        if resolved.spec is None:
+            decision = Decision("Unknown", f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
+            self.transition(gang, resolved, decision)
+            return decision
+        annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
+        not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
+        decision = decide(gang.pods, resolved.spec, nodes, free, now, not_before)
+        if decision.state == "Release":
+            self.release(gang, decision, free, hostnames, now)
+        elif decision.state == "TimedOut":
+            self.time_out(gang, resolved, decision, now)
+        self.transition(gang, resolved, decision)
+        return decision
+
+    def release(
+        self,
+        gang: GangView,
+        decision: Decision,
+        free: dict[str, dict[str, int]],
+        hostnames: Mapping[str, str],
+        now: dt.datetime,
+    ) -> None:
+        by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
+        patches: list[tuple[PodView, Obj]] = []
+        for pod_name, node in decision.release.items():
+            view, raw = by_name[pod_name]
+            for resource, amount in view.units.items():  # promised before any PATCH: no other gang takes it
+                free[node][resource] = free[node].get(resource, 0) - amount
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            # a pin would promise what placement did not check (pod affinity, spread): leave those to the scheduler
+            pin = None if decision.unmodelled else hostnames.get(node, node)
+            patches.append((view, release_patch(view, pin, now, gates)))
+        if len(patches) <= 2:
+            for item in patches:
+                self._send_release(item)
+        else:  # the decision is made; the PATCHes are independent, so they go side by side
+            with ThreadPoolExecutor(max_workers=min(self.release_concurrency, len(patches))) as pool:
+                list(pool.map(self._send_release, patches))
+        created = [p.created_at for p in gang.pods if p.created_at]
+        if created:
+            metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
+        if decision.unmodelled:
+            self.event(
+                gang.raw[0],
+                "Warning",
+                "UnmodelledConstraints",
+                f"gang {gang.name} released without a check of {', '.join(decision.unmodelled)}; "
+                "the scheduler may still leave some pods pending",
+            )
+
+    def _send_release(self, item: tuple[PodView, Obj]) -> None:
+        view, patch = item
+        try:
+            self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+        except ApiError as error:
+            # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
+
+    def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        metrics.TIMEOUTS.inc()
+        if not decision.evict:
+            self.event(
+                gang.raw[0],
+                "Warning",
+                "GangTimedOut",
+                f"gang {gang.name}: {decision.message}; bare pods are not evicted, delete and recreate them to retry",
+            )
+            return
+        attempts = 1
+        if resolved.workload is not None:
+            annotations = (resolved.workload.get("metadata") or {}).get("annotations") or {}
+            attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
+            wait = backoff_seconds(attempts)
+            not_before = now + dt.timedelta(seconds=wait)
+            self._annotate_workload(
+                resolved.workload, {ATTEMPTS_ANNOTATION: str(attempts), NOT_BEFORE_ANNOTATION: format_time(not_before)}
+            )
+        for pod_name in decision.evict:
+            pod = next(p for p in gang.pods if p.name == pod_name)
+            try:
+                self.api.create(
+                    PODS.path(pod.namespace, pod.name, "eviction"),
+                    {
+                        "apiVersion": "policy/v1",
+                        "kind": "Eviction",
+                        "metadata": {"name": pod.name, "namespace": pod.namespace},
+                    },
+                )
+                metrics.EVICTIONS.inc()
+            except ApiError as error:
+                metrics.API_ERRORS.labels("evict", str(error.status)).inc()
+        self.event(
+            resolved.workload or gang.raw[0],
+            "Warning",
+            "GangEvicted",
+            f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
+            f"gated (attempt {attempts}, next after {backoff_seconds(attempts)}s)",
+        )
+
+    def _annotate_workload(self, workload: Obj, values: Mapping[str, str]) -> None:
+        meta = workload.get("metadata") or {}
+        resource = WORKLOAD_RESOURCES.get(str(workload.get("kind")))
+        if resource is None:
+            return
+        try:
+            self.api.merge_patch(
+                resource.path(meta.get("namespace"), meta.get("name")), {"metadata": {"annotations": dict(values)}}
+            )
+        except ApiError as error:
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+
+    # --- group objects for the other backends -----------------------------------------------------
+    def sync_group_objects(self, gang: GangView, resolved: Resolved, backend: str) -> None:
+        if resolved.gang is None:
+            return
+        name, _, version = backend.partition("-")
+        chosen = backends.make(name, kubernetes_version=version or self.native_version)
+        for desired in chosen.group_objects([resolved.gang], NamespaceInfo()):
+            resource = group_resource(desired["apiVersion"], desired["kind"])
+            meta = desired["metadata"]
+            path = resource.path(meta.get("namespace") or gang.namespace, meta["name"])
+            try:
+                current = self.api.get(path)
+            except ApiError as error:
+                if error.status != 404:
+                    metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                    continue
+                self._write("create", self.api.create, resource.path(gang.namespace), desired)
+                continue
+            if (current.get("metadata") or {}).get("labels", {}).get(contract.GROUP_LABEL) is None and desired[
+                "kind"
+            ] != "Workload":
+                continue  # someone else's object of the same name: never a second owner
+            if current.get("spec") != desired["spec"]:
+                self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
+
+    def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> None:
+        try:
+            call(path, body)
+            metrics.GROUP_OBJECTS.labels(action).inc()
+        except ApiError as error:
+            metrics.API_ERRORS.labels(action, str(error.status)).inc()
+
+    # --- what people see -------------------------------------------------------------------------
+    def transition(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
+        previous = self.last_state.get(gang.key)
+        self.last_state[gang.key] = decision.state
+        if previous == decision.state:
+            return
+        reason, kind = {
+            "WaitingForMembers": ("WaitingForMembers", "Normal"),
+            "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
+            "NeverFits": ("GangTooLarge", "Warning"),
+            "Release": ("GangReleased", "Normal"),
+            "Running": ("GangRunning", "Normal"),
+            "Backoff": ("GangBackoff", "Normal"),
+            "Unknown": ("GangUnknown", "Warning"),
+        }.get(decision.state, ("", ""))
+        if not reason:
+            return
+        message = f"gang {gang.name}: {decision.message}"
+        if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
+            message += "; " + "; ".join(placement.summarize(decision.placement.reasons, limit=3)[:3])
+        self.event(resolved.workload or gang.raw[0], kind, reason, message)
+        if decision.state in ("Release", "NeverFits"):
+            for pod in gang.raw:
+                self.event(pod, kind, reason, message)
+
+    def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+        self.recorder.record(obj, kind, reason, message)
+
+    def publish(self, decisions: Mapping[str, Decision], views: Iterable[tuple[PodView, Obj]]) -> None:
+        counts: dict[str, int] = {}
+        for decision in decisions.values():
+            counts[decision.state] = counts.get(decision.state, 0) + 1
+        for state in (
+            "WaitingForMembers",
+            "WaitingForCapacity",
+            "NeverFits",
+            "Release",
+            "Releasing",
+            "Running",
+            "TimedOut",
+            "Backoff",
+            "Unknown",
+        ):
+            metrics.GANGS.labels(state).set(counts.get(state, 0))
+        metrics.GATED_PODS.set(sum(1 for v, _ in views if v.gated and not v.terminal))
+
+
+def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterable[Resource]) -> list[str]:
+    """Delete group objects gangkeeper made whose gang has no pods and no owner left to collect them."""
+    deleted = []
+    for resource in resources:
+        try:
+            items = api.list(resource.path(), labelSelector=contract.GROUP_LABEL)["items"]
+        except ApiError:
+            continue
+        for item in items:
+            meta = item["metadata"]
+            if (
+                meta.get("ownerReferences")
+                or (meta.get("namespace"), meta["labels"][contract.GROUP_LABEL]) in live_groups
+            ):
+                continue
+            try:
+                api.delete(resource.path(meta.get("namespace"), meta["name"]))
+                deleted.append(f"{meta.get('namespace')}/{meta['name']}")
+            except ApiError:
+                pass
+    return deleted

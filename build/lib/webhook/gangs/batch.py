@@ -1,0 +1,66 @@
+"""batch/v1 Job (one gang per Job) and CronJob (each child Job is a gang)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.gangs import common
+from webhook.gangs.kinds import Kind, register
+from webhook.gangs.model import GangId, Obj, Path, Plan, TemplateStamp, get_path
+
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+
+
+def identity(name: str) -> GangId:
+    return common.gang_id("Job", name)
+
+
+def job_size(job_spec: Mapping[str, Any]) -> tuple[int, str]:
+    """`min(parallelism, completions)`, with the field that bounds it, for the error message."""
+    parallelism = common.as_int(job_spec.get("parallelism"), 1)
+    completions = job_spec.get("completions")
+    if isinstance(completions, int) and not isinstance(completions, bool) and completions < parallelism:
+        return completions, "the Job's completions"
+    return parallelism, "the Job's parallelism"
+
+
+def analyze_job(obj: Obj) -> Plan:
+    return _job_plan(obj, obj, (), "Job")
+
+
+def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
+    plan = Plan(kind=kind)
+    spec = get_path(job, ("spec",)) or {}
+    template_path: Path = (*prefix, "spec", "template")
+    template = spec.get("template") or {}
+    size, reason = job_size(spec)
+    name = common.meta(obj).get("name") or ""
+    # A CronJob's children and a generateName Job get their names later: decide on each pod.
+    gid = identity(name) if name and kind == "Job" else None
+    plan.templates.append(TemplateStamp(path=template_path, gang=gid))
+    if gid is not None:
+        members = [common.members_of(template, size, "member", template_path, plan.errors)]
+        gang = common.build_gang(obj, gid, members, size, reason, plan, template.get("spec") or {})
+        plan.gangs.append(gang)
+        common.warn_missing_requests(plan, gang)
+    return plan
+
+
+def analyze_cronjob(obj: Obj) -> Plan:
+    return _job_plan(obj, get_path(obj, ("spec", "jobTemplate")) or {}, ("spec", "jobTemplate"), "CronJob")
+
+
+def job_pod(pod: Obj) -> GangId | str | None:
+    labels = common.labels_of(pod)
+    for key in JOB_NAME_LABELS:
+        if labels.get(key):
+            return identity(labels[key])
+    owner = common.controller_of(pod)
+    if owner and owner.get("kind") == "Job" and owner.get("name"):
+        return identity(owner["name"])
+    return None
+
+
+register(Kind(group="batch", kind="Job", analyze=analyze_job, identity=identity, pod_rule=job_pod, generic_owner=True))
+register(Kind(group="batch", kind="CronJob", analyze=analyze_cronjob, identity=identity))

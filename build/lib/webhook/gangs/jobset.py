@@ -1,0 +1,80 @@
+"""JobSet (one gang, or one per replicatedJob under InOrder start-up) and TrainJob (through its JobSet)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from webhook.gangs import common
+from webhook.gangs.batch import job_size
+from webhook.gangs.kinds import Kind, register
+from webhook.gangs.model import GangId, Members, Obj, Plan, TemplateStamp
+
+KIND = "JobSet"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def identity(name: str, replicated_job: str | None = None) -> GangId:
+    return common.gang_id(KIND, name) if replicated_job is None else _per_job(name, replicated_job)
+
+
+def _per_job(name: str, replicated_job: str) -> GangId:
+    gid = common.gang_id(KIND, name, replicated_job, replicated_job)
+    # Each replicatedJob is its own pod group template of the one Workload, not a replica of one.
+    return replace(gid, replica_key=None)
+
+
+def analyze(obj: Obj) -> Plan:
+    plan = Plan(kind=KIND)
+    name = common.meta(obj).get("name") or ""
+    spec = obj.get("spec") or {}
+    in_order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+    groups: list[tuple[GangId | None, list[Members], dict[str, Any]]] = []
+    whole = identity(name) if name else None
+    for index, rj in enumerate(spec.get("replicatedJobs") or []):
+        rj_name = str(rj.get("name") or index)
+        job_spec = (rj.get("template") or {}).get("spec") or {}
+        per_job, _ = job_size(job_spec)
+        count = common.as_int(rj.get("replicas"), 1) * per_job
+        path = ("spec", "replicatedJobs", index, "template", "spec", "template")
+        template = job_spec.get("template") or {}
+        member = common.members_of(template, count, rj_name, path, plan.errors)
+        gid = (_per_job(name, rj_name) if in_order else whole) if name else None
+        plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
+        if in_order or not groups:
+            groups.append((gid, [member], template.get("spec") or {}))
+        else:
+            groups[0][1].append(member)
+    for gid, members, first_spec in groups:
+        if gid is None:
+            continue
+        size = sum(m.count for m in members)
+        gang = common.build_gang(obj, gid, members, size, "the JobSet's pod count", plan, first_spec)
+        plan.gangs.append(gang)
+        common.warn_missing_requests(plan, gang)
+    return plan
+
+
+def from_pod(pod: Obj) -> GangId | str | None:
+    name = common.labels_of(pod).get(JOBSET_NAME_LABEL)
+    return identity(name) if name else None
+
+
+def analyze_trainjob(obj: Obj) -> Plan:
+    """A TrainJob runs as a JobSet of the same name; its gang is that JobSet's."""
+    plan = Plan(kind="TrainJob")
+    name = common.meta(obj).get("name") or ""
+    trainer = (obj.get("spec") or {}).get("trainer") or {}
+    nodes = trainer.get("numNodes")
+    if not name or not isinstance(nodes, int):
+        plan.skip = "the TrainJob's size comes from its runtime; the gang is formed on its JobSet"
+        return plan
+    template = {"spec": {"containers": [{"name": "node", "resources": trainer.get("resourcesPerNode") or {}}]}}
+    members = [common.members_of(template, nodes, "node", ("spec", "trainer"), plan.errors)]
+    plan.gangs.append(common.build_gang(obj, identity(name), members, nodes, "the TrainJob's numNodes", plan))
+    return plan
+
+
+register(Kind(group="jobset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))
+register(Kind(group="trainer.kubeflow.org", kind="TrainJob", analyze=analyze_trainjob, identity=identity))

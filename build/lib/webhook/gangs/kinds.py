@@ -1,0 +1,53 @@
+"""The registry of workload kinds: each knows its gangs, its pod templates and how to spot its pods."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from webhook.gangs.model import GangId, Obj, Plan
+
+# A pod of the kind yields its gang, None when the pod is not one of this kind's, or WAIT when it is
+# but the operator has not yet put the labels that identify the gang (a later reinvocation will).
+WAIT = "wait"
+PodRule = Callable[[Obj], "GangId | str | None"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str  # API group ("" for core)
+    kind: str
+    analyze: Callable[[Obj], Plan]
+    identity: Callable[..., GangId]  # (workload name, *index parts) -> GangId
+    pod_rule: PodRule | None = None
+    # Pods of operator kinds also look like pods of the built-in kinds they use (a JobSet's pods
+    # belong to Jobs): specific rules (0) are checked before generic owners (1).
+    generic_owner: bool = False
+
+
+REGISTRY: dict[tuple[str, str], Kind] = {}
+POD_RULES: list[tuple[str, PodRule]] = []  # checked in this order: operator kinds, then generic owners
+
+
+def register(kind: Kind) -> Kind:
+    REGISTRY[(kind.group, kind.kind)] = kind
+    if kind.pod_rule is not None:
+        POD_RULES.append((kind.kind, kind.pod_rule))
+        POD_RULES.sort(key=lambda rule: REGISTRY[_key_of(rule[0])].generic_owner)
+    return kind
+
+
+def _key_of(kind_name: str) -> tuple[str, str]:
+    return next(key for key, kind in REGISTRY.items() if kind.kind == kind_name)
+
+
+def lookup(api_version: str, kind: str) -> Kind | None:
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    return REGISTRY.get((group, kind))
+
+
+def by_name(kind: str) -> Kind | None:
+    for entry in REGISTRY.values():
+        if entry.kind == kind:
+            return entry
+    return None

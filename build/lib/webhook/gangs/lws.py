@@ -1,0 +1,69 @@
+"""LeaderWorkerSet: every replica group (one leader plus size-1 workers) is its own gang."""
+
+from __future__ import annotations
+
+from webhook.gangs import common
+from webhook.gangs.kinds import WAIT, Kind, register
+from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
+
+KIND = "LeaderWorkerSet"
+NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+
+
+def identity(name: str, group_index: str | int) -> GangId:
+    return common.gang_id(KIND, name, "group", group_index)
+
+
+def analyze(obj: Obj) -> Plan:
+    plan = Plan(kind=KIND)
+    name = common.meta(obj).get("name") or ""
+    spec = obj.get("spec") or {}
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    size = common.as_int(lwt.get("size"), 1)
+    replicas = common.as_int(spec.get("replicas"), 1)
+    base = ("spec", "leaderWorkerTemplate")
+    worker = lwt.get("workerTemplate") or {}
+    leader = lwt.get("leaderTemplate") or worker
+    leader_path = (*base, "leaderTemplate") if lwt.get("leaderTemplate") else (*base, "workerTemplate")
+    errors: list[FieldError] = plan.errors
+    members = [
+        common.members_of(leader, 1, "leader", leader_path, errors),
+        common.members_of(worker, size - 1, "worker", (*base, "workerTemplate"), errors),
+    ]
+    gang_size, reason = size, "the LeaderWorkerSet's leaderWorkerTemplate.size"
+    if spec.get("startupPolicy") == "LeaderReady":
+        # Workers are created only once the leader is ready: waiting for them would deadlock.
+        gang_size = 1
+        plan.warnings.append(
+            f"{KIND} {name}: startupPolicy LeaderReady starts workers after the leader, "
+            "so each group's gang is the leader alone"
+        )
+    for path in {leader_path, (*base, "workerTemplate")}:
+        plan.templates.append(TemplateStamp(path=path, gang=None, shape="crd"))  # the group index is per pod
+    plan.templates.sort(key=lambda t: t.path)
+    if name:
+        for index in range(replicas):
+            gang = common.build_gang(
+                obj, identity(name, index), members, gang_size, reason, plan, (leader.get("spec") or {})
+            )
+            plan.gangs.append(gang)
+    return plan
+
+
+def from_pod(pod: Obj) -> GangId | str | None:
+    labels = common.labels_of(pod)
+    name = labels.get(NAME_LABEL)
+    if not name:
+        return None
+    index = labels.get(GROUP_INDEX_LABEL)
+    return identity(name, index) if index is not None else WAIT
+
+
+def group_size_of_pod(pod: Obj) -> int | None:
+    raw = common.annotations_of(pod).get(SIZE_ANNOTATION)
+    return int(raw) if raw and raw.isdigit() else None
+
+
+register(Kind(group="leaderworkerset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))

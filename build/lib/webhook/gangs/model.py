@@ -1,0 +1,128 @@
+"""The gang model: what every workload kind is reduced to, independent of any gang mechanism."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from webhook import resources
+
+Obj = dict[str, Any]
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field, rendered the way the API server renders field errors."""
+
+    path: str
+    value: object
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: Invalid value: {json.dumps(str(self.value))}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class GangId:
+    """Where a pod belongs; computable from the workload or from one of its pods, with equal results."""
+
+    name: str  # group object name and `gangkeeper.io/group` label value
+    workload_kind: str
+    workload_name: str
+    native_workload: str  # scheduling.k8s.io Workload object name
+    template: str  # native pod group (template) name inside that Workload
+    replica_key: str | None = None  # distinguishes replicas of one template (LWS groups)
+    parts: tuple[str, ...] = ()  # the index parts given to the kind's identity(name, *parts)
+
+
+@dataclass(frozen=True)
+class Members:
+    """`count` identical members built from one pod spec."""
+
+    role: str
+    count: int
+    requests: Mapping[str, Decimal]
+    has_requests: bool
+
+
+@dataclass(frozen=True)
+class Gang:
+    id: GangId
+    namespace: str
+    min_member: int
+    members: tuple[Members, ...]
+    owner: Obj | None = None  # ownerReference to the workload, when its uid is known
+    queue: str | None = None
+    priority_class: str | None = None
+    timeout_seconds: int | None = None
+    schedule_timeout_seconds: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+    @property
+    def total_members(self) -> int:
+        return sum(m.count for m in self.members)
+
+    def min_resources(self) -> dict[str, Decimal]:
+        """Requests of the first minMember members, in the order the kind lists its roles."""
+        remaining = self.min_member
+        parts: list[tuple[Mapping[str, Decimal], int]] = []
+        for members in self.members:
+            take = min(remaining, members.count)
+            parts.append((members.requests, take))
+            remaining -= take
+            if remaining == 0:
+                break
+        return resources.total(parts)
+
+
+@dataclass(frozen=True)
+class TemplateStamp:
+    """A pod template inside a workload, and the gang its pods join (None: decided on each pod)."""
+
+    path: Path
+    gang: GangId | None
+    # "pod": a PodTemplateSpec of a built-in kind; "crd": one inside a custom resource (metadata and
+    # schedulerName only); "spark": a SparkApplication role with labels/annotations/schedulerName.
+    shape: str = "pod"
+
+
+@dataclass
+class Plan:
+    """What gangkeeper concludes about one object."""
+
+    kind: str
+    gangs: list[Gang] = field(default_factory=list)
+    templates: list[TemplateStamp] = field(default_factory=list)
+    pod_gang: GangId | None = None  # set when the object is a pod that belongs to a gang
+    errors: list[FieldError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skip: str | None = None  # why the object is left alone
+
+    @staticmethod
+    def leave(kind: str, reason: str, warning: str | None = None) -> Plan:
+        return Plan(kind=kind, skip=reason, warnings=[warning] if warning else [])
+
+
+def get_path(obj: Any, path: Path) -> Any:
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(obj, list) or step >= len(obj):
+                return None
+        elif not isinstance(obj, dict):
+            return None
+        obj = obj[step] if isinstance(step, int) else obj.get(step)
+    return obj
+
+
+def render_path(path: Path) -> str:
+    text = ""
+    for step in path:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else step)
+    return text

@@ -1,0 +1,109 @@
+"""Pods: bare pod groups (`gangkeeper.io/group-name`) and the pods that workloads create.
+
+A pod's gang is read from the labels and owner references its workload controller puts on it, so the
+webhook needs no API call, and the name equals the one the workload-level mutation gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from webhook import contract
+from webhook.gangs import common, kinds
+from webhook.gangs.model import FieldError, Gang, GangId, Obj, Plan
+
+KIND = "Pod"
+
+
+def foreign_gang(pod: Obj) -> str | None:
+    """The marker by which some other controller already put this pod in a gang, if any."""
+    annotations, labels = common.annotations_of(pod), common.labels_of(pod)
+    spec = pod.get("spec") or {}
+    if contract.VOLCANO_GROUP_ANNOTATION in annotations:
+        return f"annotation {contract.VOLCANO_GROUP_ANNOTATION}={annotations[contract.VOLCANO_GROUP_ANNOTATION]}"
+    if contract.COSCHEDULING_GROUP_LABEL in labels:
+        return f"label {contract.COSCHEDULING_GROUP_LABEL}={labels[contract.COSCHEDULING_GROUP_LABEL]}"
+    if spec.get("workloadRef"):
+        return "spec.workloadRef"
+    if spec.get("schedulingGroup"):
+        return "spec.schedulingGroup"
+    for key in contract.KAI_GROUP_KEYS:
+        if key in labels or key in annotations:
+            return f"KAI {key}"
+    return None
+
+
+def stamped_identity(pod: Obj) -> GangId | None:
+    """The gang gangkeeper stamped on the pod's template, when the stamp is consistent."""
+    group = common.labels_of(pod).get(contract.GROUP_LABEL)
+    workload = common.annotations_of(pod).get(contract.WORKLOAD_ANNOTATION)
+    if not group or not workload:
+        return None
+    kind_name, _, rest = workload.partition("/")
+    kind = kinds.by_name(kind_name)
+    if kind is None or not rest:
+        return None
+    name, *parts = rest.split("/")
+    try:
+        gid = kind.identity(name, *parts)
+    except TypeError:
+        return None
+    return gid if gid.name == group else None
+
+
+def workload_stamp(gid: GangId) -> str:
+    """The `gangkeeper.io/workload` value from which `stamped_identity` rebuilds the gang."""
+    return "/".join((gid.workload_kind, gid.workload_name, *gid.parts))
+
+
+def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
+    key = contract.GROUP_SIZE_ANNOTATION
+    raw = common.annotations_of(pod).get(key)
+    path = f"metadata.annotations[{key}]"
+    if raw is None:
+        plan.errors.append(FieldError(path, "", f"Required value: set the number of pods in group {group!r}"))
+        return None
+    try:
+        size = int(str(raw).strip())
+    except ValueError:
+        size = 0
+    if size < 1:
+        plan.errors.append(FieldError(path, raw, "must be a whole number of pods, at least 1"))
+        return None
+    gid = common.gang_id(KIND, group)
+    template = {"spec": pod.get("spec") or {}}
+    members = [common.members_of(template, size, "member", (), plan.errors)]
+    gang = common.build_gang(pod, gid, members, size, f"the group-size {size}", plan, pod.get("spec") or {})
+    common.warn_missing_requests(plan, gang)
+    # no pod owns the group: when one member goes, the rest still need it (the controller collects it)
+    return replace(gang, owner=None)
+
+
+def analyze(pod: Obj) -> Plan:
+    plan = Plan(kind=KIND)
+    labels = common.labels_of(pod)
+    stamped = stamped_identity(pod)
+    marker = foreign_gang(pod)
+    if marker and stamped is None:
+        return Plan.leave(KIND, f"already in a gang ({marker})")
+    if stamped is not None and stamped.workload_kind != KIND:
+        plan.pod_gang = stamped
+        return plan
+    group = labels.get(contract.GROUP_NAME_LABEL)
+    if group:
+        gang = bare_pod_gang(pod, group, plan)
+        if gang is not None:
+            plan.pod_gang = gang.id
+            plan.gangs.append(gang)
+        return plan
+    for kind, rule in kinds.POD_RULES:
+        found = rule(pod)
+        if found == kinds.WAIT:
+            return Plan.leave(KIND, f"{kind} pod without its group labels yet; decided on reinvocation")
+        if isinstance(found, GangId):
+            plan.pod_gang = found
+            return plan
+    return Plan.leave(KIND, "not a member of any gang workload")
+
+
+kinds.register(kinds.Kind(group="", kind=KIND, analyze=analyze, identity=lambda name: common.gang_id(KIND, name)))

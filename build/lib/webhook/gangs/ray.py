@@ -1,0 +1,90 @@
+"""KubeRay RayCluster (one gang: head plus minimum workers) and RayJob (its cluster, as one gang)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.gangs import common
+from webhook.gangs.kinds import Kind, register
+from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp
+
+CLUSTER_LABEL = "ray.io/cluster"
+BATCH_SCHEDULER_LABEL = "ray.io/scheduler-name"  # KubeRay's own gang integration (--batch-scheduler)
+ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+
+
+def cluster_identity(name: str) -> GangId:
+    return common.gang_id("RayCluster", name)
+
+
+def rayjob_identity(name: str) -> GangId:
+    return common.gang_id("RayJob", name)
+
+
+def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: str, gid: GangId | None) -> Plan:
+    plan = Plan(kind=kind)
+    if common.labels_of(obj).get(BATCH_SCHEDULER_LABEL):
+        return Plan.leave(kind, f"KubeRay makes this gang itself (label {BATCH_SCHEDULER_LABEL})")
+    head = (cluster_spec.get("headGroupSpec") or {}).get("template") or {}
+    head_path = (*prefix, "headGroupSpec", "template")
+    members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]
+    plan.templates.append(TemplateStamp(path=head_path, gang=gid, shape="crd"))
+    for index, group in enumerate(cluster_spec.get("workerGroupSpecs") or []):
+        path = (*prefix, "workerGroupSpecs", index, "template")
+        minimum = common.as_int(group.get("minReplicas"), 0)
+        replicas = minimum if minimum > 0 else common.as_int(group.get("replicas"), 0)
+        if group.get("suspend") is True:
+            replicas = 0
+        count = replicas * max(common.as_int(group.get("numOfHosts"), 1), 1)
+        role = str(group.get("groupName") or f"workers-{index}")
+        members.append(common.members_of(group.get("template") or {}, count, role, path, plan.errors))
+        plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
+    if gid is not None:
+        size = sum(m.count for m in members)
+        gang = common.build_gang(
+            obj, gid, members, size, f"the {kind}'s head plus minimum workers", plan, head.get("spec") or {}
+        )
+        plan.gangs.append(gang)
+        common.warn_missing_requests(plan, gang)
+    return plan
+
+
+def analyze_cluster(obj: Obj) -> Plan:
+    name = common.meta(obj).get("name") or ""
+    labels = common.labels_of(obj)
+    owner = common.controller_of(obj)
+    if labels.get(ORIGIN_KIND_LABEL) == "RayJob" and labels.get(ORIGIN_NAME_LABEL):
+        gid: GangId | None = rayjob_identity(labels[ORIGIN_NAME_LABEL])
+    elif owner and owner.get("kind") == "RayJob":
+        gid = rayjob_identity(owner["name"])
+    else:
+        gid = cluster_identity(name) if name else None
+    plan = _cluster_plan(obj, obj.get("spec") or {}, ("spec",), "RayCluster", gid)
+    if gid is not None and gid.workload_kind == "RayJob":
+        plan.gangs = []  # the RayJob's gang object is synthesized from the RayJob, its owner
+    return plan
+
+
+def analyze_rayjob(obj: Obj) -> Plan:
+    name = common.meta(obj).get("name") or ""
+    spec = obj.get("spec") or {}
+    if not spec.get("rayClusterSpec"):
+        return Plan.leave("RayJob", "the RayJob runs on an existing RayCluster (clusterSelector)")
+    return _cluster_plan(
+        obj, spec["rayClusterSpec"], ("spec", "rayClusterSpec"), "RayJob", rayjob_identity(name) if name else None
+    )
+
+
+def from_pod(pod: Obj) -> GangId | str | None:
+    labels = common.labels_of(pod)
+    cluster = labels.get(CLUSTER_LABEL)
+    if not cluster:
+        return None
+    if labels.get(ORIGIN_KIND_LABEL) == "RayJob" and labels.get(ORIGIN_NAME_LABEL):
+        return rayjob_identity(labels[ORIGIN_NAME_LABEL])
+    return cluster_identity(cluster)
+
+
+register(Kind(group="ray.io", kind="RayCluster", analyze=analyze_cluster, identity=cluster_identity, pod_rule=from_pod))
+register(Kind(group="ray.io", kind="RayJob", analyze=analyze_rayjob, identity=rayjob_identity))

@@ -1,0 +1,54 @@
+"""Deterministic gang names that fit Kubernetes limits.
+
+A gang name is used as a label value (63 characters), an object name (DNS subdomain, but we keep to a
+DNS label so one name serves everywhere) and a native podGroup name (DNS label). Names too long keep a
+readable prefix and end in a stable hash of the full name, so two long names never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_NAME = 63
+_HASH_LEN = 10
+_INVALID = re.compile(r"[^a-z0-9-]+")
+
+# Short kind tags keep names unique per workload kind: a Job and a StatefulSet may share a name.
+KIND_TAGS = {
+    "Pod": "pg",
+    "Job": "job",
+    "CronJob": "job",
+    "StatefulSet": "sts",
+    "Deployment": "deploy",
+    "ReplicaSet": "deploy",
+    "LeaderWorkerSet": "lws",
+    "JobSet": "jobset",
+    "PyTorchJob": "pytorchjob",
+    "TFJob": "tfjob",
+    "XGBoostJob": "xgboostjob",
+    "JAXJob": "jaxjob",
+    "MPIJob": "mpijob",
+    "TrainJob": "jobset",
+    "RayCluster": "raycluster",
+    "RayJob": "rayjob",
+    "SparkApplication": "spark",
+}
+
+
+def dns_label(text: str) -> str:
+    """Lower-case DNS label (RFC 1123) of at most 63 characters, shortened with a stable hash."""
+    cleaned = _INVALID.sub("-", text.lower()).strip("-") or "gang"
+    if len(cleaned) <= MAX_NAME and cleaned == text:
+        return cleaned
+    if len(cleaned) <= MAX_NAME and cleaned != text and not _INVALID.search(text.lower()):
+        return cleaned
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
+    head = cleaned[: MAX_NAME - _HASH_LEN - 1].rstrip("-")
+    return f"{head}-{digest}"
+
+
+def gang_name(kind: str, name: str, *parts: str | int) -> str:
+    """`<kind tag>-<name>[-<part>...]`, e.g. `lws-vllm-0` for group 0 of LeaderWorkerSet vllm."""
+    tag = KIND_TAGS.get(kind, kind.lower())
+    return dns_label("-".join([tag, name, *(str(p) for p in parts)]))

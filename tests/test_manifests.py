@@ -1,0 +1,226 @@
+"""The install manifests: every kustomization builds and validates, the webhook configurations are safe,
+the pods are locked down, and the RBAC grants exactly the API calls the code makes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import Clock, add_job, add_job_pods, node
+from tests.schemas import is_crd_kind, validate
+from webhook.admission.decide import admit
+from webhook.backends import make
+from webhook.controller.informer import Informer
+from webhook.controller.kube import NODES, PODS, Api, client_from
+from webhook.controller.leader import LeaderElector
+from webhook.controller.reconciler import Controller
+from webhook.controller.workloads import WORKLOAD_RESOURCES
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
+KUSTOMIZATIONS = ["base", "overlays/volcano", "overlays/coscheduling", "overlays/native", "overlays/gate",
+                  "overlays/cert-manager", "examples"]
+NO_SCHEMA_HERE = {"cert-manager.io/v1"}  # cert-manager's CRDs are not among ../shared/crds
+
+
+@cache
+def build(kustomization: str) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (with its built-in kustomize) is needed to build the manifests"
+    output = subprocess.run([kubectl, "kustomize", str(MANIFESTS / kustomization)], capture_output=True, text=True,
+                            check=True).stdout
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_every_object_validates(kustomization: str, version: str) -> None:
+    for obj in build(kustomization):
+        if obj["apiVersion"] in NO_SCHEMA_HERE:
+            assert obj["kind"] in {"Issuer", "Certificate"}
+            continue
+        validate(obj, version)
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name))
+
+
+@pytest.mark.parametrize("backend", ["volcano", "coscheduling", "native", "gate"])
+def test_each_overlay_sets_its_backend(backend: str) -> None:
+    webhook = by_kind(build(f"overlays/{backend}"), "Deployment", "gangkeeper-webhook")
+    env = {e["name"]: e["value"] for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GANGKEEPER_BACKEND"] == backend
+
+
+def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_there() -> None:
+    objects = build("base")
+    expected_resources = {("", "pods"), ("batch", "jobs"), ("batch", "cronjobs"), ("trainer.kubeflow.org", "trainjobs")}
+    expected_resources |= {(r.group_version.rpartition("/")[0], r.plural) for r in WORKLOAD_RESOURCES.values()}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = by_kind(objects, kind)["webhooks"]
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"] and 1 <= hook["timeoutSeconds"] <= 5
+        expressions = hook["namespaceSelector"]["matchExpressions"]
+        assert {"key": "gangkeeper.io/enabled", "operator": "In", "values": ["true"]} in expressions
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": ["kube-system", "gangkeeper-system"]} in expressions
+        resources = {(g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+        assert resources == expected_resources
+        if kind == "MutatingWebhookConfiguration":
+            assert hook["reinvocationPolicy"] == "IfNeeded"
+
+
+def test_pods_are_locked_down() -> None:
+    objects = build("base")
+    for name in ("gangkeeper-webhook", "gangkeeper-controller"):
+        spec = by_kind(objects, "Deployment", name)["spec"]
+        pod = spec["template"]["spec"]
+        assert spec["replicas"] == 2
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert container["resources"]["requests"] and container["resources"]["limits"]
+            assert container["livenessProbe"] and container["readinessProbe"]
+    assert by_kind(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_examples_pass_through_gangkeeper() -> None:
+    from webhook.offline import mutate_stream
+
+    for backend in ("gate", "volcano"):
+        result = mutate_stream(build("examples"), backend)
+        assert not result.denials
+        for obj in result.objects:
+            validate(obj)
+        assert any(is_crd_kind(o) for o in result.objects)
+
+
+# --- RBAC against the calls the code makes ------------------------------------------------------
+_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/?]+)"
+                   r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>[^/?]+))?")
+
+
+def to_call(method: str, path: str) -> tuple[str, str, str, str | None]:
+    match = _PATH.match(path)
+    assert match, path
+    resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
+    verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(method)
+    if verb is None:
+        verb = "get" if match["name"] else ("watch" if "watch=true" in path else "list")
+    return match["group"] or "", resource, verb, match["name"] if verb not in ("create", "list", "watch") else None
+
+
+def rules_for(account: str) -> list[dict[str, Any]]:
+    objects = build("base")
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
+    rules = []
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if any(s["name"] == account for s in binding["subjects"]):
+            rules += roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]["rules"]
+    return rules
+
+
+def allowed(rules: list[dict[str, Any]], call: tuple[str, str, str, str | None]) -> bool:
+    group, resource, verb, name = call
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               and (not r.get("resourceNames") or name in r["resourceNames"]) for r in rules)
+
+
+def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+
+
+def exercise_controller(server: TestApiServer) -> None:
+    store, api = server.store, Api(client_from(server=server.url))
+    clock = Clock()
+    for informer in (Informer(api, PODS, watch_seconds=1), Informer(api, NODES, watch_seconds=1)):
+        informer.relist()
+        informer.watch_once()
+    elector = LeaderElector(api, "gangkeeper-system", "gangkeeper-controller", "a", clock=clock)
+    elector.try_acquire_or_renew()
+    elector.try_acquire_or_renew()
+    store.create("v1", "nodes", "", node("w1", cpu="64"))
+    # gate: release, then time out (evict, backoff annotation on the Job)
+    add_job_pods(store, add_job(store, "gated", parallelism=2, cpu="1",
+                                annotations={"gangkeeper.io/timeout-seconds": "5"}))
+    # group objects of every backend, then a scale-up so each is patched
+    for backend in ("volcano", "coscheduling", "native"):
+        job = add_job(store, backend, parallelism=2, cpu="1")
+        add_job_pods(store, job, backend=backend)
+    # orphaned groups of bare pods, one per backend
+    for backend in ("volcano", "coscheduling", "native"):
+        bare = b.pod(f"lonely-{backend}", labels={"gangkeeper.io/group-name": f"lonely-{backend}"},
+                     annotations={"gangkeeper.io/group-size": "1"})
+        store.create("v1", "pods", "team-a", admit(bare, "CREATE", make(backend), "team-a").mutated)
+    controller = Controller(api, clock=clock, orphan_every=1)
+    controller.reconcile_once()
+    for backend in ("volcano", "coscheduling", "native"):
+        store.patch("batch/v1", "jobs", "team-a", backend, {"spec": {"parallelism": 3}})
+    for backend in ("volcano", "coscheduling", "native"):
+        store.delete("v1", "pods", "team-a", f"lonely-{backend}")
+    clock.advance(10)
+    controller.reconcile_once()
+    controller.recorder.flush()
+
+
+def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    from webhook import certs
+    from webhook.admission.resolve import WatchedNamespaces
+    from webhook.certsync import CertSync
+
+    from tests.test_certs import webhook_configuration
+
+    store = server.store
+    store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        store.create("admissionregistration.k8s.io/v1", kind.lower() + "s", "", webhook_configuration(kind))
+    api_client = client_from(server=server.url)
+    sync = CertSync(Api(api_client), "gangkeeper-system", "gangkeeper-webhook-certs", tmp_path, ["localhost"],
+                    clock=lambda: dt.datetime.now(dt.UTC))
+    sync.sync_once()
+    sync.sans = ["localhost", "gangkeeper-webhook.gangkeeper-system.svc"]  # forces a rotation: a patch
+    sync.sync_once()
+    namespaces = WatchedNamespaces(api_client)
+    namespaces.start()
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and namespaces.get("team-a") is None:
+        time.sleep(0.05)
+    assert namespaces.get("team-a") is not None
+    assert client and certs
+
+
+@pytest.mark.parametrize("account", ["gangkeeper-controller", "gangkeeper-webhook"])
+def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> None:
+    with TestApiServer() as server:
+        if account == "gangkeeper-controller":
+            exercise_controller(server)
+        else:
+            exercise_webhook(server, tmp_path)
+        calls = {to_call(method, path) for method, path in server.store.requests}
+    rules = rules_for(account)
+    missing = sorted(c for c in calls if not allowed(rules, c))
+    assert missing == [], f"calls the RBAC does not allow: {missing}"
+    used = {(g, r, v) for g, r, v, _ in calls}
+    declared = set()
+    if account == "gangkeeper-controller":  # workload kinds the code reads (and annotates), exercised or not
+        declared = {(r.group_version.rpartition("/")[0], r.plural, verb) for r in WORKLOAD_RESOURCES.values()
+                    for verb in ("get", "patch")}
+    extra = sorted(granted(rules) - used - declared)
+    assert extra == [], f"permissions no code path uses: {extra}"
