@@ -79,3 +79,23 @@ def test_resource_pinch_keeps_all_pending_then_all_start(namespace: str) -> None
         for worker in workers[:-1]:
             kubectl("taint", worker, "test=blocked:NoSchedule-")
     wait_for(lambda: all(phase == "Running" for phase, _ in pod_phases(namespace, "gangkeeper.io/group=job-pinch")))
+
+
+def test_default_scheduler_control_starts_part_of_the_job(namespace: str) -> None:
+    workers = kubectl("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o", "name").split()
+    for worker in workers[:-1]:
+        kubectl("taint", worker, "test=blocked:NoSchedule", "--overwrite")
+    try:
+        kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "03-default-scheduler-control.yaml"))
+        time.sleep(20)
+        phases = [phase for phase, _ in pod_phases(namespace, "job-name=control")]
+        assert 0 < phases.count("Running") < 4  # the partial start gangkeeper prevents
+    finally:
+        for worker in workers[:-1]:
+            kubectl("taint", worker, "test=blocked:NoSchedule-")
+
+
+def test_timeout_evicts_and_retries_behind_the_gate(namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "04-timeout.yaml"))
+    wait_for(lambda: "GangEvicted" in kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}"),
+             seconds=240)
