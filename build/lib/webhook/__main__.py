@@ -1,3 +1,0 @@
-from webhook.cli import main
-
-raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""AdmissionReview handling. Only app.py (the transport) knows about Flask."""

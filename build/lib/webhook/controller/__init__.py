@@ -1,1 +1,0 @@
-"""The bundled controller: group objects for every backend, and gang release for the gate backend."""
