@@ -24,7 +24,6 @@ import multiprocessing as mp
 import os
 import re
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import builders as b
+from tests.conftest import free_port
 
 
 def job_pod_review() -> bytes:
@@ -50,12 +50,6 @@ def job_pod_review() -> bytes:
         ),
     )
     return json.dumps(b.review(pod)).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def client(port: int, ca: str, path: str, body: bytes, seconds: float, rate: float, out: mp.Queue) -> None:

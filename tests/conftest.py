@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.apiserver import TestApiServer
+from webhook.controller.kube import Api, client_from
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -88,3 +91,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     running = start_server(tmp_path_factory.mktemp("serve"), "--backend", "volcano")
     yield running
     stop_server(running)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[TestApiServer]:
+    """A fresh test API server (tests/apiserver.py) for one test."""
+    with TestApiServer() as running:
+        yield running
+
+
+@pytest.fixture
+def api(apiserver: TestApiServer) -> Api:
+    return Api(client_from(server=apiserver.url))

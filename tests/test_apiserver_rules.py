@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import node
 from webhook.controller.informer import Informer
-from webhook.controller.kube import NODES, PODS, Api, ApiError, client_from
+from webhook.controller.kube import NODES, PODS, Api, ApiError
 from webhook.controller.leader import LeaderElector
 
 GATE = {"name": "gangkeeper.io/gang-gate"}
 
 
 @pytest.fixture
-def server() -> Iterator[TestApiServer]:
-    with TestApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: TestApiServer) -> Api:
-    return Api(client_from(server=server.url))
+def server(apiserver: TestApiServer) -> TestApiServer:
+    return apiserver
 
 
 def gated_pod(api: Api) -> dict:

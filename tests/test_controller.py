@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import BLOCKED, CONTROL_PLANE, Clock, add_job, add_job_pods, default_scheduler, node, pods
-from webhook.controller.kube import Api, client_from
+from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
 
 
 @pytest.fixture
-def server() -> Iterator[TestApiServer]:
-    with TestApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: TestApiServer) -> Api:
-    return Api(client_from(server=server.url))
+def server(apiserver: TestApiServer) -> TestApiServer:
+    return apiserver
 
 
 RECORDERS: list = []

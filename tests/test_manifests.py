@@ -27,8 +27,15 @@ from webhook.controller.reconciler import Controller
 from webhook.controller.workloads import WORKLOAD_RESOURCES
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
-KUSTOMIZATIONS = ["base", "overlays/volcano", "overlays/coscheduling", "overlays/native", "overlays/gate",
-                  "overlays/cert-manager", "examples"]
+KUSTOMIZATIONS = [
+    "base",
+    "overlays/volcano",
+    "overlays/coscheduling",
+    "overlays/native",
+    "overlays/gate",
+    "overlays/cert-manager",
+    "examples",
+]
 NO_SCHEMA_HERE = {"cert-manager.io/v1"}  # cert-manager's CRDs are not among ../shared/crds
 
 
@@ -36,8 +43,9 @@ NO_SCHEMA_HERE = {"cert-manager.io/v1"}  # cert-manager's CRDs are not among ../
 def build(kustomization: str) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with its built-in kustomize) is needed to build the manifests"
-    output = subprocess.run([kubectl, "kustomize", str(MANIFESTS / kustomization)], capture_output=True, text=True,
-                            check=True).stdout
+    output = subprocess.run(
+        [kubectl, "kustomize", str(MANIFESTS / kustomization)], capture_output=True, text=True, check=True
+    ).stdout
     return [d for d in yaml.safe_load_all(output) if d]
 
 
@@ -72,8 +80,11 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
         assert hook["admissionReviewVersions"] == ["v1"] and 1 <= hook["timeoutSeconds"] <= 5
         expressions = hook["namespaceSelector"]["matchExpressions"]
         assert {"key": "gangkeeper.io/enabled", "operator": "In", "values": ["true"]} in expressions
-        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": ["kube-system", "gangkeeper-system"]} in expressions
+        assert {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "gangkeeper-system"],
+        } in expressions
         resources = {(g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
         assert resources == expected_resources
         if kind == "MutatingWebhookConfiguration":
@@ -109,8 +120,10 @@ def test_examples_pass_through_gangkeeper() -> None:
 
 
 # --- RBAC against the calls the code makes ------------------------------------------------------
-_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/?]+)"
-                   r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>[^/?]+))?")
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/?]+)"
+    r"(?:/(?P<name>[^/?]+))?(?:/(?P<sub>[^/?]+))?"
+)
 
 
 def to_call(method: str, path: str) -> tuple[str, str, str, str | None]:
@@ -135,8 +148,13 @@ def rules_for(account: str) -> list[dict[str, Any]]:
 
 def allowed(rules: list[dict[str, Any]], call: tuple[str, str, str, str | None]) -> bool:
     group, resource, verb, name = call
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
-               and (not r.get("resourceNames") or name in r["resourceNames"]) for r in rules)
+    return any(
+        group in r["apiGroups"]
+        and resource in r["resources"]
+        and verb in r["verbs"]
+        and (not r.get("resourceNames") or name in r["resourceNames"])
+        for r in rules
+    )
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -154,16 +172,20 @@ def exercise_controller(server: TestApiServer) -> None:
     elector.try_acquire_or_renew()
     store.create("v1", "nodes", "", node("w1", cpu="64"))
     # gate: release, then time out (evict, backoff annotation on the Job)
-    add_job_pods(store, add_job(store, "gated", parallelism=2, cpu="1",
-                                annotations={"gangkeeper.io/timeout-seconds": "5"}))
+    add_job_pods(
+        store, add_job(store, "gated", parallelism=2, cpu="1", annotations={"gangkeeper.io/timeout-seconds": "5"})
+    )
     # group objects of every backend, then a scale-up so each is patched
     for backend in ("volcano", "coscheduling", "native"):
         job = add_job(store, backend, parallelism=2, cpu="1")
         add_job_pods(store, job, backend=backend)
     # orphaned groups of bare pods, one per backend
     for backend in ("volcano", "coscheduling", "native"):
-        bare = b.pod(f"lonely-{backend}", labels={"gangkeeper.io/group-name": f"lonely-{backend}"},
-                     annotations={"gangkeeper.io/group-size": "1"})
+        bare = b.pod(
+            f"lonely-{backend}",
+            labels={"gangkeeper.io/group-name": f"lonely-{backend}"},
+            annotations={"gangkeeper.io/group-size": "1"},
+        )
         store.create("v1", "pods", "team-a", admit(bare, "CREATE", make(backend), "team-a").mutated)
     controller = Controller(api, clock=clock, orphan_every=1)
     controller.reconcile_once()
@@ -179,19 +201,24 @@ def exercise_controller(server: TestApiServer) -> None:
 def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     from kubernetes import client
 
+    from tests.test_certs import webhook_configuration
     from webhook import certs
     from webhook.admission.resolve import WatchedNamespaces
     from webhook.certsync import CertSync
-
-    from tests.test_certs import webhook_configuration
 
     store = server.store
     store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         store.create("admissionregistration.k8s.io/v1", kind.lower() + "s", "", webhook_configuration(kind))
     api_client = client_from(server=server.url)
-    sync = CertSync(Api(api_client), "gangkeeper-system", "gangkeeper-webhook-certs", tmp_path, ["localhost"],
-                    clock=lambda: dt.datetime.now(dt.UTC))
+    sync = CertSync(
+        Api(api_client),
+        "gangkeeper-system",
+        "gangkeeper-webhook-certs",
+        tmp_path,
+        ["localhost"],
+        clock=lambda: dt.datetime.now(dt.UTC),
+    )
     sync.sync_once()
     sync.sans = ["localhost", "gangkeeper-webhook.gangkeeper-system.svc"]  # forces a rotation: a patch
     sync.sync_once()
@@ -220,7 +247,10 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
     used = {(g, r, v) for g, r, v, _ in calls}
     declared = set()
     if account == "gangkeeper-controller":  # workload kinds the code reads (and annotates), exercised or not
-        declared = {(r.group_version.rpartition("/")[0], r.plural, verb) for r in WORKLOAD_RESOURCES.values()
-                    for verb in ("get", "patch")}
+        declared = {
+            (r.group_version.rpartition("/")[0], r.plural, verb)
+            for r in WORKLOAD_RESOURCES.values()
+            for verb in ("get", "patch")
+        }
     extra = sorted(granted(rules) - used - declared)
     assert extra == [], f"permissions no code path uses: {extra}"

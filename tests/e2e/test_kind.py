@@ -7,6 +7,7 @@ tests/e2e/kind.yaml`) where gangkeeper is installed with the gate overlay
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -46,6 +47,19 @@ def wait_for(check, seconds: float = 180):  # type: ignore[no-untyped-def]
     raise AssertionError("timed out")
 
 
+@contextlib.contextmanager
+def pinch() -> Iterator[None]:
+    """Taint every worker but one, as the seed scenario does; lift the taints afterwards."""
+    workers = kubectl("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o", "name").split()
+    for worker in workers[:-1]:
+        kubectl("taint", worker, "test=blocked:NoSchedule", "--overwrite")
+    try:
+        yield
+    finally:
+        for worker in workers[:-1]:
+            kubectl("taint", worker, "test=blocked:NoSchedule-")
+
+
 @pytest.fixture
 def namespace() -> Iterator[str]:
     name = f"gang-e2e-{int(time.time())}"
@@ -67,35 +81,25 @@ def test_all_pods_fit_and_start_together(namespace: str) -> None:
 
 
 def test_resource_pinch_keeps_all_pending_then_all_start(namespace: str) -> None:
-    workers = kubectl("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o", "name").split()
-    for worker in workers[:-1]:
-        kubectl("taint", worker, "test=blocked:NoSchedule", "--overwrite")
-    try:
+    with pinch():
         kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "02-resource-pinch.yaml"))
         time.sleep(20)
         phases = pod_phases(namespace, "gangkeeper.io/group=job-pinch")
         assert len(phases) == 4 and all(phase == "Pending" and gated for phase, gated in phases)
-    finally:
-        for worker in workers[:-1]:
-            kubectl("taint", worker, "test=blocked:NoSchedule-")
     wait_for(lambda: all(phase == "Running" for phase, _ in pod_phases(namespace, "gangkeeper.io/group=job-pinch")))
 
 
 def test_default_scheduler_control_starts_part_of_the_job(namespace: str) -> None:
-    workers = kubectl("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o", "name").split()
-    for worker in workers[:-1]:
-        kubectl("taint", worker, "test=blocked:NoSchedule", "--overwrite")
-    try:
+    with pinch():
         kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "03-default-scheduler-control.yaml"))
         time.sleep(20)
         phases = [phase for phase, _ in pod_phases(namespace, "job-name=control")]
         assert 0 < phases.count("Running") < 4  # the partial start gangkeeper prevents
-    finally:
-        for worker in workers[:-1]:
-            kubectl("taint", worker, "test=blocked:NoSchedule-")
 
 
 def test_timeout_evicts_and_retries_behind_the_gate(namespace: str) -> None:
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "04-timeout.yaml"))
-    wait_for(lambda: "GangEvicted" in kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}"),
-             seconds=240)
+    wait_for(
+        lambda: "GangEvicted" in kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}"),
+        seconds=240,
+    )
