@@ -130,7 +130,10 @@ def test_competing_gangs_never_share_promised_capacity(server: TestApiServer, ap
     assert default_scheduler(server.store) == 2
 
 
-def test_crash_mid_release_is_finished_by_the_next_controller(server: TestApiServer, api: Api) -> None:
+@pytest.mark.parametrize("dies_after", [0, 1, 2, 3])
+def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
+    server: TestApiServer, api: Api, dies_after: int
+) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     server.store.create("v1", "nodes", "", node("worker2", cpu="8"))
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"))
@@ -138,42 +141,35 @@ def test_crash_mid_release_is_finished_by_the_next_controller(server: TestApiSer
     class Crash(Exception):
         pass
 
-    patches = {"count": 0}
-
+    sent = {"count": 0}
     lock = threading.Lock()
-
-    def crash_after_two(method: str, path: str):  # type: ignore[no-untyped-def]
-        if method == "PATCH" and "/pods/" in path:
-            with lock:  # the process dies at its third PATCH: nothing after that goes out
-                patches["count"] += 1
-                if patches["count"] >= 3:
-                    raise Crash()
-        return None
-
-    first = Controller(api, clock=Clock())
+    first = Controller(api, clock=Clock(), release_concurrency=1)
+    first.api = Api(api._client)
     original = first.api.merge_patch
 
     def dying_patch(path: str, patch: dict):  # type: ignore[no-untyped-def]
-        crash_after_two("PATCH", path)
+        with lock:  # the process dies before its PATCH number dies_after + 1: nothing after goes out
+            if "/pods/" in path and sent["count"] >= dies_after:
+                raise Crash()
+            sent["count"] += 1
         return original(path, patch)
 
-    first.api = Api(first.api._client)
     first.api.merge_patch = dying_patch  # type: ignore[method-assign]
     with pytest.raises(Crash):
         first.reconcile_once()
     gated = [p for p in pods(server.store) if p["spec"].get("schedulingGates")]
-    assert len(gated) == 2  # half released when the process died
+    assert len(gated) == 4 - dies_after
 
     server.store.requests.clear()
     second = Controller(api, clock=Clock())
     assert second.reconcile_once()["team-a/job-train"].state == "Release"
     pod_patches = [path for method, path in server.store.requests if method == "PATCH" and "/pods/" in path]
-    assert len(pod_patches) == 2  # only the two still gated: nothing done twice
+    assert len(pod_patches) == 4 - dies_after  # only the pods still gated: nothing done twice
     assert default_scheduler(server.store) == 4
     by_node: dict[str, int] = {}
     for pod in pods(server.store):
         by_node[pod["spec"]["nodeName"]] = by_node.get(pod["spec"]["nodeName"], 0) + 1
-    assert by_node == {"worker1": 2, "worker2": 2}  # the promised capacity was honoured
+    assert by_node == {"worker1": 2, "worker2": 2}  # capacity promised before the crash was honoured
 
 
 def test_conflict_on_release_is_retried_next_pass(server: TestApiServer, api: Api) -> None:
@@ -260,7 +256,7 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
 
     job = add_job(server.store, parallelism=4, cpu="1")
     add_job_pods(server.store, job, backend="volcano")
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, clock=Clock(), resync_every=1)
     controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
     validate(group)
@@ -273,6 +269,16 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
     server.store.delete("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
     controller.reconcile_once()
     assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+
+
+def test_a_quiet_cluster_costs_no_api_calls_between_resyncs(server: TestApiServer, api: Api) -> None:
+    add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"), backend="volcano")
+    controller = Controller(api, clock=Clock(), resync_every=5)
+    controller.reconcile_once()
+    server.store.requests.clear()
+    for _ in range(3):
+        controller.reconcile_once()
+    assert [r for r in server.store.requests if "/pods" not in r[1] and "/nodes" not in r[1]] == []
 
 
 def test_someone_elses_podgroup_is_never_taken_over(server: TestApiServer, api: Api) -> None:

@@ -200,3 +200,21 @@ def test_spark_dynamic_allocation_uses_min_executors() -> None:
     app["spec"]["dynamicAllocation"] = {"enabled": True, "minExecutors": 3, "maxExecutors": 10}
     gang = gangs.analyze(app).gangs[0]
     assert gang.min_member == 4
+
+
+@pytest.mark.parametrize(("example", "pod"), CASES, ids=[c[0] for c in CASES])
+def test_operator_pod_admission_review_over_the_handler(example: str, pod: dict) -> None:
+    """The same pods as AdmissionReviews through the webhook's handler: patched, valid, same gang."""
+    import json
+
+    from webhook.admission.handler import Handler
+    from webhook.admission.resolve import BackendResolver
+
+    status, document = Handler(BackendResolver(default="volcano")).handle(
+        "mutate", json.dumps(b.review(pod, uid="u")).encode()
+    )
+    assert status == 200 and document["response"]["allowed"] is True
+    patched = b.patched(pod, document["response"])
+    validate(patched)
+    workload_gangs = {g.id.name for g in gangs.analyze(first(example)).gangs}
+    assert patched["metadata"]["annotations"]["scheduling.k8s.io/group-name"] in workload_gangs

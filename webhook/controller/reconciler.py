@@ -104,12 +104,14 @@ class Controller:
         component: str = "gangkeeper-controller",
         release_concurrency: int = 16,
         orphan_every: int = 30,
+        resync_every: int = 10,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
         self.last_state: dict[str, str] = {}
         self.release_concurrency = release_concurrency
-        self.passes, self.orphan_every = 0, orphan_every
+        self.passes, self.orphan_every, self.resync_every = 0, orphan_every, resync_every
+        self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
         self.recorder = EventRecorder(api, component, clock)
         self.decisions: dict[str, Decision] = {}
 
@@ -131,13 +133,23 @@ class Controller:
         decisions: dict[str, Decision] = {}
         # oldest gang first: capacity goes to whoever waited longest
         ordered = sorted(gangs_by_key.values(), key=lambda g: min((p.created_at or now for p in g.pods), default=now))
+        resync = self.passes % self.resync_every == 0
+        seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
         for gang in ordered:
-            resolved = self.resolve(gang, workloads)
+            # the workload is read, and the group object checked, only when the gang's pods changed
+            # or on the periodic resync: a quiet cluster costs no API calls per pass
+            fingerprint = tuple(sorted((p.name, p.resource_version) for p in gang.pods))
+            cached = self._seen.get(gang.key)
+            fresh = resync or cached is None or cached[0] != fingerprint
+            resolved = self.resolve(gang, workloads) if fresh or cached is None else cached[1]
+            seen[gang.key] = (fingerprint, resolved)
             backend = backend_of(gang.raw[0])
             if backend != "gate":
-                self.sync_group_objects(gang, resolved, backend)
+                if fresh:
+                    self.sync_group_objects(gang, resolved, backend)
                 continue
             decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
+        self._seen = seen
         self.publish(decisions, views)
         self.decisions = decisions
         self.passes += 1
