@@ -106,6 +106,14 @@ class Store:
         self.events: list[tuple[int, str, str, str, Obj]] = []  # (rv, gv, plural, type, obj)
         self.history = history
         self.requests: list[tuple[str, str]] = []
+        # what discovery (GET /apis/<group>/<version>) reports as served; tests may change it
+        self.served: dict[str, set[str]] = {
+            "batch/v1": {"jobs", "cronjobs"},
+            "apps/v1": {"statefulsets", "deployments"},
+            "scheduling.volcano.sh/v1beta1": {"podgroups", "queues"},
+            "scheduling.x-k8s.io/v1alpha1": {"podgroups"},
+            "leaderworkerset.x-k8s.io/v1": {"leaderworkersets"},
+        }
         self.fail_next: list[Callable[[str, str], Reject | None]] = []
 
     def _bump(self, gv: str, plural: str, kind: str, obj: Obj) -> None:
@@ -245,9 +253,34 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         return self._request_body
 
+    def _discovery(self) -> bool:
+        match = re.match(r"^/apis/([^/]+)/([^/?]+)$", urlparse(self.path).path)
+        if not match:
+            return False
+        group_version = f"{match[1]}/{match[2]}"
+        self.store.requests.append(("GET", self.path))
+        if group_version not in self.store.served:
+            self._status(Reject(404, "NotFound", f"{group_version} is not served"))
+        else:
+            self._send(
+                200,
+                {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": group_version,
+                    "resources": [
+                        {"name": n, "namespaced": True, "kind": n, "verbs": ["get", "list"]}
+                        for n in sorted(self.store.served[group_version])
+                    ],
+                },
+            )
+        return True
+
     def _handle(self, method: str) -> None:
         store = self.store
         self._request_body = self._read_body()  # always read: the connection is kept alive
+        if method == "GET" and self._discovery():
+            return
         try:
             gv, plural, ns, name, sub, query = self._route()
             store.requests.append((method, self.path))

@@ -83,6 +83,7 @@ class Informer:
         label_selector: str = "",
         watch_seconds: int = 300,
         transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
+        changed: threading.Event | None = None,
     ) -> None:
         self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
         self.transform = transform
@@ -91,12 +92,16 @@ class Informer:
         self.resource_version = ""
         self.relists = 0
         self.synced = threading.Event()
-        self.changed = threading.Event()
+        self.changed = changed or threading.Event()  # shared: any cache's change wakes the controller
         self._stop = threading.Event()
 
     def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._items.values())
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._items.get(f"{namespace or ''}/{name}")
 
     @staticmethod
     def _key(obj: dict[str, Any]) -> str:

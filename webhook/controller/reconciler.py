@@ -17,6 +17,7 @@ from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
 from webhook.controller import metrics, placement
 from webhook.controller.events import EventRecorder
+from webhook.controller.informer import Informer
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.placement import Node
 from webhook.controller.state import (
@@ -105,6 +106,7 @@ class Controller:
         release_concurrency: int = 16,
         orphan_every: int = 30,
         resync_every: int = 10,
+        informers: Mapping[tuple[str, str], Informer] | None = None,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
@@ -112,6 +114,7 @@ class Controller:
         self.release_concurrency = release_concurrency
         self.passes, self.orphan_every, self.resync_every = 0, orphan_every, resync_every
         self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
+        self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
         self.recorder = EventRecorder(api, component, clock)
         self.decisions: dict[str, Decision] = {}
 
@@ -138,7 +141,7 @@ class Controller:
         for gang in ordered:
             # the workload is read, and the group object checked, only when the gang's pods changed
             # or on the periodic resync: a quiet cluster costs no API calls per pass
-            fingerprint = tuple(sorted((p.name, p.resource_version) for p in gang.pods))
+            fingerprint = (*sorted((p.name, p.resource_version) for p in gang.pods), *self.related_versions(gang))
             cached = self._seen.get(gang.key)
             fresh = resync or cached is None or cached[0] != fingerprint
             resolved = self.resolve(gang, workloads) if fresh or cached is None else cached[1]
@@ -161,6 +164,18 @@ class Controller:
                 log.info("deleted orphaned group objects", extra={"objects": deleted})
         return decisions
 
+    def related_versions(self, gang: GangView) -> list[tuple[str, str]]:
+        """Versions of the watched workload and group object of a gang: a scale-up or a deleted
+        PodGroup changes them, so the gang is looked at again at once, not at the next resync."""
+        stamp = gang.pods[0].annotations.get(contract.WORKLOAD_ANNOTATION, "")
+        kind, _, rest = stamp.partition("/")
+        versions = [
+            ("workload", self.watched_version(WORKLOAD_RESOURCES.get(kind), gang.namespace, rest.split("/")[0]))
+        ]
+        for resource in self.group_resources():
+            versions.append((resource.group_version, self.watched_version(resource, gang.namespace, gang.name)))
+        return versions
+
     def group_resources(self) -> list[Resource]:
         from webhook.backends.native import GENERATIONS
 
@@ -171,6 +186,24 @@ class Controller:
             group_resource(native, "PodGroup"),
             group_resource(native, "Workload"),
         ]
+
+    def read(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        """From the watch cache of that resource when there is one, else from the API; None: not found."""
+        informer = self.informers.get((resource.group_version, resource.plural))
+        if informer is not None and informer.synced.is_set():
+            return informer.get(namespace, name)
+        try:
+            return dict(self.api.get(resource.path(namespace, name)))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def watched_version(self, resource: Resource | None, namespace: str, name: str) -> str:
+        """resourceVersion of a watched object ("" when unwatched or absent), for change detection."""
+        informer = self.informers.get((resource.group_version, resource.plural)) if resource else None
+        obj = informer.get(namespace, name) if informer is not None else None
+        return str(((obj or {}).get("metadata") or {}).get("resourceVersion", "")) if informer else ""
 
     def resolve(self, gang: GangView, cache: dict[tuple[str, str, str], Obj | None]) -> Resolved:
         """The gang's size and timeout, from its workload (or from the pods of a bare pod group)."""
@@ -190,7 +223,7 @@ class Controller:
         key = (kind, gang.namespace, workload_name)
         if key not in cache:
             try:
-                cache[key] = self.api.get(resource.path(gang.namespace, workload_name))
+                cache[key] = self.read(resource, gang.namespace, workload_name)
             except ApiError as error:
                 metrics.API_ERRORS.labels("get", str(error.status)).inc()
                 cache[key] = None
@@ -339,11 +372,11 @@ class Controller:
             meta = desired["metadata"]
             path = resource.path(meta.get("namespace") or gang.namespace, meta["name"])
             try:
-                current = self.api.get(path)
+                current = self.read(resource, meta.get("namespace") or gang.namespace, meta["name"])
             except ApiError as error:
-                if error.status != 404:
-                    metrics.API_ERRORS.labels("get", str(error.status)).inc()
-                    continue
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                continue
+            if current is None:
                 self._write("create", self.api.create, resource.path(gang.namespace), desired)
                 continue
             if (current.get("metadata") or {}).get("labels", {}).get(contract.GROUP_LABEL) is None and desired[
