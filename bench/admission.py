@@ -181,8 +181,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rate", type=float, default=1000.0, help="paced run, requests per second in total")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gangkeeper-bench-"))

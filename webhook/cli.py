@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--volcano-scheduler", default="volcano")
     serve.add_argument("--coscheduling-scheduler", default="scheduler-plugins-scheduler")
     serve.add_argument("--kubeconfig", default=None)
-    serve.add_argument("--workers", type=int, default=max(os.cpu_count() or 1, 1))
-    serve.add_argument("--threads", type=int, default=4)
+    # more workers than cores: gunicorn workers accept unevenly, and one busy worker caps at one core
+    serve.add_argument("--workers", type=int, default=2 * max(os.cpu_count() or 1, 1))
+    serve.add_argument("--threads", type=int, default=2)
     serve.add_argument("--graceful-timeout", type=int, default=20)
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)
     serve.add_argument("--noop-endpoint", action="store_true", help="serve POST /noop (benchmark baseline)")
