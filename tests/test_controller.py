@@ -118,6 +118,10 @@ def test_gang_larger_than_the_cluster_is_reported_at_once(server: TestApiServer,
     too_large = events(server, "GangTooLarge")
     assert too_large and "even if empty" in too_large[0]["message"]
     assert {e["involvedObject"]["kind"] for e in too_large} == {"Job", "Pod"}
+    status = server.store.get("batch/v1", "jobs", "team-a", "train")["metadata"]["annotations"][
+        "gangkeeper.io/gang-status"
+    ]
+    assert status.startswith("NeverFits: the gang needs 4 pods")
 
 
 def test_competing_gangs_never_share_promised_capacity(server: TestApiServer, api: Api) -> None:

@@ -246,8 +246,11 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
         else:
             exercise_webhook(server, tmp_path)
         # discovery (GET /apis/<group>/<version>) is granted to every authenticated client by system:discovery
-        calls = {to_call(method, path) for method, path in server.store.requests
-                 if not re.match(r"^/apis/[^/]+/[^/?]+$", path)}
+        calls = {
+            to_call(method, path)
+            for method, path in server.store.requests
+            if not re.match(r"^/apis/[^/]+/[^/?]+$", path)
+        }
     rules = rules_for(account)
     missing = sorted(c for c in calls if not allowed(rules, c))
     assert missing == [], f"calls the RBAC does not allow: {missing}"

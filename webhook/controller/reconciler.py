@@ -39,6 +39,7 @@ log = logging.getLogger("gangkeeper.controller")
 
 ATTEMPTS_ANNOTATION = f"{contract.PREFIX}/release-attempts"
 NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
+STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
 
 
 class Source(Protocol):
@@ -399,6 +400,12 @@ class Controller:
         self.last_state[gang.key] = decision.state
         if previous == decision.state:
             return
+        if resolved.workload is not None:
+            # the gate backend has no group object: the gang's status is an annotation on its workload
+            status = f"{decision.state}: {decision.message}"[:256]
+            current = ((resolved.workload.get("metadata") or {}).get("annotations") or {}).get(STATUS_ANNOTATION)
+            if current != status:
+                self._annotate_workload(resolved.workload, {STATUS_ANNOTATION: status})
         reason, kind = {
             "WaitingForMembers": ("WaitingForMembers", "Normal"),
             "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
