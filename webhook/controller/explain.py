@@ -4,39 +4,29 @@ from __future__ import annotations
 
 from webhook.controller import placement
 from webhook.controller.kube import Api
-from webhook.controller.reconciler import Controller, GangView, Listing
-from webhook.controller.state import PodView
+from webhook.controller.reconciler import Controller, Listing
+from webhook.controller.state import decide
 
 
 def explain(api: Api, namespace: str, gang_name: str) -> str:
     controller = Controller(api, Listing(api))
-    source = Listing(api)
-    raw_pods = source.pods()
-    nodes = [placement.Node.from_api(n) for n in source.nodes()]
-    views = [(PodView.from_api(p), p) for p in raw_pods]
-    free = placement.free_capacity(nodes, ((v.holds_node, v.units) for v, _ in views if v.holds_node))
-    gang = GangView(namespace, gang_name)
-    for view, pod in views:
-        if view.namespace == namespace and view.group == gang_name:
-            gang.pods.append(view)
-            gang.raw.append(pod)
-    if not gang.pods:
+    snapshot = controller.snapshot()
+    gang = snapshot.gangs.get(f"{namespace}/{gang_name}")
+    if gang is None:
         return f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}"
     resolved = controller.resolve(gang, {})
     lines = [f"gang {namespace}/{gang_name}"]
     if resolved.spec is None:
         return "\n".join([*lines, f"  cannot size the gang: {resolved.problem}"])
-    from webhook.controller.state import decide
-
     live = [p for p in gang.pods if not p.terminal]
     gated = [p for p in live if p.gated]
-    decision = decide(gang.pods, resolved.spec, nodes, free, controller.clock())
-    needs = placement.Shape.describe_requests(gated[0].shape) if gated else ""
+    decision = decide(gang.pods, resolved.spec, snapshot.nodes, snapshot.free, controller.clock())
     lines += [
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",
     ]
     if gated:
+        needs = gated[0].shape.describe_requests()
         lines.append(f"  each gated pod needs: {needs}; the gang needs {len(gated)} such pods")
     if decision.placement is not None and decision.placement.assignments:
         per_node: dict[str, int] = {}

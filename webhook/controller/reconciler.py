@@ -89,6 +89,15 @@ class GangView:
 
 
 @dataclass
+class Snapshot:
+    views: list[tuple[PodView, Obj]]
+    nodes: list[Node]
+    free: dict[str, dict[str, int]]
+    hostnames: dict[str, str]
+    gangs: dict[str, GangView]
+
+
+@dataclass
 class Resolved:
     spec: GangSpec | None
     gang: Gang | None
@@ -122,17 +131,14 @@ class Controller:
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
         now = self.clock()
-        raw_pods = self.source.pods()
-        nodes = [Node.from_api(n) for n in self.source.nodes()]
-        views = [(PodView.from_api(p), p) for p in raw_pods]
-        free = placement.free_capacity(nodes, ((v.holds_node, v.units) for v, _ in views if v.holds_node))
-        hostnames = {n.name: n.labels.get(HOSTNAME_LABEL, n.name) for n in nodes}
-        gangs_by_key: dict[str, GangView] = {}
-        for view, pod in views:
-            if view.group:
-                gang = gangs_by_key.setdefault(f"{view.namespace}/{view.group}", GangView(view.namespace, view.group))
-                gang.pods.append(view)
-                gang.raw.append(pod)
+        snapshot = self.snapshot()
+        views, nodes, free, hostnames, gangs_by_key = (
+            snapshot.views,
+            snapshot.nodes,
+            snapshot.free,
+            snapshot.hostnames,
+            snapshot.gangs,
+        )
         workloads: dict[tuple[str, str, str], Obj | None] = {}
         decisions: dict[str, Decision] = {}
         # oldest gang first: capacity goes to whoever waited longest
@@ -187,6 +193,20 @@ class Controller:
             group_resource(native, "PodGroup"),
             group_resource(native, "Workload"),
         ]
+
+    def snapshot(self) -> Snapshot:
+        """Pods grouped into gangs, nodes, and each node's free capacity, from the source."""
+        nodes = [Node.from_api(n) for n in self.source.nodes()]
+        views = [(PodView.from_api(p), p) for p in self.source.pods()]
+        free = placement.free_capacity(nodes, ((v.holds_node, v.units) for v, _ in views if v.holds_node))
+        hostnames = {n.name: n.labels.get(HOSTNAME_LABEL, n.name) for n in nodes}
+        gangs_by_key: dict[str, GangView] = {}
+        for view, pod in views:
+            if view.group:
+                gang = gangs_by_key.setdefault(f"{view.namespace}/{view.group}", GangView(view.namespace, view.group))
+                gang.pods.append(view)
+                gang.raw.append(pod)
+        return Snapshot(views, nodes, free, hostnames, gangs_by_key)
 
     def read(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """From the watch cache of that resource when there is one, else from the API; None: not found."""
