@@ -231,10 +231,15 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     namespaces.start()
     import time
 
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and namespaces.get("team-a") is None:
-        time.sleep(0.05)
-    assert namespaces.get("team-a") is not None
+    def wait_for(name: str) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and namespaces.get(name) is None:
+            time.sleep(0.05)
+        assert namespaces.get(name) is not None, name
+
+    wait_for("team-a")  # from the list
+    store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+    wait_for("team-b")  # only the watch can bring this one
     assert client and certs
 
 
