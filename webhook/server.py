@@ -19,33 +19,41 @@ log = logging.getLogger("gangkeeper.serve")
 
 
 class CertificateReloader:
-    """Keeps one SSLContext current: when tls.crt changes on disk, new handshakes use the new pair.
+    """The TLS context for new connections, rebuilt when tls.crt or tls.key change on disk.
 
-    A Secret volume update or `gangkeeper certs` rewrites the files; connections already open keep
-    the certificate they were set up with, so a rotation never breaks a call in flight.
+    A Secret volume update or `gangkeeper certs` rewrites the files. Each reload builds a new context
+    and swaps the reference: loading into a context in use could hand a handshake the new certificate
+    with the old key. Connections already open keep what they were set up with, so a rotation never
+    breaks a call in flight.
     """
 
     def __init__(self, cert_dir: Path, interval: float = 5.0) -> None:
         self.cert_dir, self.interval = cert_dir, interval
         self._stamp: tuple[float, float] | None = None
+        self.context: ssl.SSLContext | None = None
 
     def _files(self) -> tuple[Path, Path]:
         return self.cert_dir / certs.CERT_FILE, self.cert_dir / certs.KEY_FILE
 
-    def load(self, context: ssl.SSLContext) -> None:
+    def load(self) -> ssl.SSLContext:
         cert, key = self._files()
         stamp = (cert.stat().st_mtime, key.stat().st_mtime)
-        if stamp != self._stamp:
-            context.load_cert_chain(str(cert), str(key))
-            if self._stamp is not None:
-                log.info("serving certificate reloaded", extra={"cert": str(cert)})
-            self._stamp = stamp
+        if stamp == self._stamp and self.context is not None:
+            return self.context
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # the pair may be caught half-written: a mismatch raises here and the current context stays
+        context.load_cert_chain(str(cert), str(key))
+        if self.context is not None:
+            log.info("serving certificate reloaded", extra={"cert": str(cert)})
+        self.context, self._stamp = context, stamp
+        return context
 
-    def watch(self, context: ssl.SSLContext) -> None:
+    def watch(self) -> None:
         def loop() -> None:
             while not threading.Event().wait(self.interval):
                 try:
-                    self.load(context)
+                    self.load()
                 except (OSError, ssl.SSLError):
                     log.warning("could not reload the serving certificate; keeping the current one", exc_info=True)
 
@@ -107,21 +115,21 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
 
 
 def tls_context_hook(cert_dir: Path, reload_interval: float) -> Any:
-    """gunicorn asks for a context on every connection: give each worker one, kept current."""
-    contexts: dict[int, ssl.SSLContext] = {}
+    """gunicorn asks for a context on every connection: each worker answers with its reloader's current one."""
+    reloaders: dict[int, CertificateReloader] = {}
     lock = threading.Lock()
 
     def ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
         pid = os.getpid()
         with lock:
-            if pid not in contexts:
-                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-                context.minimum_version = ssl.TLSVersion.TLSv1_2
+            if pid not in reloaders:
                 reloader = CertificateReloader(cert_dir, reload_interval)
-                reloader.load(context)
-                reloader.watch(context)
-                contexts[pid] = context
-            return contexts[pid]
+                reloader.load()
+                reloader.watch()
+                reloaders[pid] = reloader
+        context = reloaders[pid].context
+        assert context is not None
+        return context
 
     return ssl_context
 
