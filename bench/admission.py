@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import builders as b
-from tests.conftest import free_port
+from tests.conftest import start_server, stop_server
 
 
 def job_pod_review() -> bytes:
@@ -186,40 +186,22 @@ def main() -> int:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gangkeeper-bench-"))
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "serve",
-            "--port",
-            str(port),
-            "--cert-dir",
-            str(tmp / "certs"),
-            "--backend",
-            "volcano",
-            "--noop-endpoint",
-            "--log-level",
-            "warning",
-            "--workers",
-            str(args.workers),
-            "--threads",
-            str(args.threads),
-        ],
-        stderr=subprocess.DEVNULL,
+    # the tests' own start-up (waits for /readyz); later flags override its --workers/--threads
+    running = start_server(
+        tmp,
+        "--backend",
+        "volcano",
+        "--noop-endpoint",
+        "--log-level",
+        "warning",
+        "--workers",
+        str(args.workers),
+        "--threads",
+        str(args.threads),
     )
-    ca = str(tmp / "certs" / "ca.crt")
+    server, ca = running.process, running.ca
+    port = int(running.url.rsplit(":", 1)[1])
     try:
-        for _ in range(300):
-            try:
-                context = ssl.create_default_context(cafile=ca)
-                conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=1)
-                conn.request("GET", "/readyz")
-                if conn.getresponse().status == 200:
-                    break
-            except (OSError, ssl.SSLError):
-                time.sleep(0.1)
         body = job_pod_review()
         body_file = tmp / "review.json"
         body_file.write_bytes(body)
@@ -267,8 +249,7 @@ def main() -> int:
             f"({'met' if mutate['rps'] >= 0.7 * noop['rps'] else 'not met'})"
         )
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_server(running)
     return 0
 
 
