@@ -56,8 +56,6 @@ def start_server(tmp: Path, *args: str) -> Server:
             str(cert_dir),
             "--workers",
             "1",
-            "--threads",
-            "4",
             *args,
         ],
         stdout=log.open("wb"),

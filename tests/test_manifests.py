@@ -227,7 +227,7 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     sync.sync_once()
     sync.sans = ["localhost", "gangkeeper-webhook.gangkeeper-system.svc"]  # forces a rotation: a patch
     sync.sync_once()
-    namespaces = WatchedNamespaces(api_client)
+    namespaces = WatchedNamespaces(Api(api_client))
     namespaces.start()
     import time
 

@@ -46,3 +46,10 @@ def test_keys_are_escaped_and_lists_grow_at_the_end() -> None:
 def test_type_changes_are_replacements() -> None:
     assert diff({"a": 1}, {"a": 1.0}) == [{"op": "replace", "path": "/a", "value": 1.0}]
     assert diff({"a": True}, {"a": 1}) == [{"op": "replace", "path": "/a", "value": 1}]
+
+
+def test_a_type_change_inside_a_large_list_is_found() -> None:
+    """Large equal-looking subtrees are confirmed in C; 1 == True in Python but not in JSON."""
+    before = {"spec": {"values": [1] * 40, "other": list(range(40))}}
+    after = {"spec": {"values": [1] * 39 + [True], "other": list(range(40))}}
+    assert diff(before, after) == [{"op": "replace", "path": "/spec/values/39", "value": True}]

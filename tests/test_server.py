@@ -187,7 +187,7 @@ def test_output_mutated_again_gives_no_patch(server: Server) -> None:
                 }
             ).encode(),
             400,
-            "not a JSON object",
+            "must be a JSON object",
         ),
         (b"x" * (3 * 1024 * 1024 + 1), 413, "exceeds"),
     ],

@@ -25,19 +25,9 @@ def _drain(length: int, limit: int = 32 * 1024 * 1024) -> None:
         remaining -= len(chunk)
 
 
-def create_app(
-    handler: Handler,
-    ready: Callable[[], bool] = lambda: True,
-    noop_endpoint: bool = False,
-    draining: Callable[[], bool] = lambda: False,
-) -> Flask:
+def create_app(handler: Handler, ready: Callable[[], bool] = lambda: True, noop_endpoint: bool = False) -> Flask:
+    """The routes. Connection handling (keep-alive, `Connection: close` while draining) is the server's."""
     app = Flask("gangkeeper")
-
-    @app.after_request
-    def close_while_draining(response: Response) -> Response:
-        if draining():  # clients reconnect, and reach a replica that is not going away
-            response.headers["Connection"] = "close"
-        return response
 
     def read_body() -> bytes | Response:
         length = request.content_length

@@ -27,10 +27,10 @@ class Handler:
         try:
             request = review.decode(body)
         except review.BadReview as bad:
-            metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
+            metrics.REQUESTS.labels(metrics.label(endpoint, metrics.ENDPOINTS), "", "", "bad-request").inc()
             log.info("bad admission review", extra={"endpoint": endpoint, "reason": bad.reason})
             return bad.http_status, {"error": bad.reason, "code": bad.http_status}
-        kind = str((request.get("kind") or {}).get("kind", ""))
+        kind = metrics.kind_label(request["kind"].get("kind"))
         try:
             response, outcome_label = self._decide(endpoint, request)
         except Exception:
@@ -39,8 +39,9 @@ class Handler:
                 request["uid"], 500, f"gangkeeper internal error; see the webhook logs for request {request['uid']}"
             )
             outcome_label = "error"
-        metrics.REQUESTS.labels(endpoint, request["operation"], kind, outcome_label).inc()
-        metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+        endpoint_label = metrics.label(endpoint, metrics.ENDPOINTS)
+        metrics.REQUESTS.labels(endpoint_label, request["operation"], kind, outcome_label).inc()
+        metrics.LATENCY.labels(endpoint_label).observe(time.perf_counter() - started)
         return 200, review.envelope(response)
 
     def noop(self, body: bytes) -> tuple[int, dict[str, Any]]:

@@ -1,7 +1,12 @@
-"""Prometheus metrics of the admission webhook, shared across gunicorn workers (multiprocess mode)."""
+"""Prometheus metrics of the admission webhook, shared across worker processes (multiprocess mode).
+
+Every label value comes from a fixed set, never from the request as sent: a client inventing kinds
+must not grow the metric files (they live in a small /tmp) or slow down /metrics.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
@@ -17,6 +22,38 @@ LATENCY = Histogram(
     ["endpoint"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+REFUSED = Counter(
+    "gangkeeper_http_refused_requests",
+    "Requests refused before the app saw them: 400 malformed, 408 too slow, 413 too large, 429 overloaded, "
+    "503 too many connections",
+    ["code"],
+)
+
+ENDPOINTS = frozenset({"mutate", "validate"})
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+OUTCOMES = frozenset({"allowed", "mutated", "denied", "error", "bad-request"})
+REFUSAL_CODES = frozenset({400, 408, 413, 429, 503})
+OTHER = "other"
+
+
+@functools.cache
+def _known_kinds() -> frozenset[str]:
+    from webhook.gangs import kinds
+
+    return frozenset({"Pod"} | {entry.kind for entry in kinds.REGISTRY.values()})
+
+
+def kind_label(kind: object) -> str:
+    """The kind as a label: a kind gangkeeper knows, or `other`."""
+    return kind if isinstance(kind, str) and kind in _known_kinds() else OTHER
+
+
+def label(value: object, allowed: frozenset[str]) -> str:
+    return value if isinstance(value, str) and value in allowed else OTHER
+
+
+def count_refusal(code: int) -> None:
+    REFUSED.labels(str(code) if code in REFUSAL_CODES else OTHER).inc()
 
 
 def render() -> bytes:

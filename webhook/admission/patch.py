@@ -9,9 +9,11 @@ accept. The tests check it against jsonpatch's own apply_patch on random documen
 
 from __future__ import annotations
 
+import marshal
 from typing import Any
 
 Operation = dict[str, Any]
+_WALK_AT_MOST = 16
 
 
 def _escape(key: str) -> str:
@@ -22,6 +24,14 @@ def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
     """Operations that turn `before` into `after` (an empty list when they are equal)."""
     if before is after:
         return []
+    if type(before) is type(after) and before == after:
+        if not isinstance(before, dict | list):
+            return []
+        # Equal in Python may still differ in JSON (1 == 1.0 == True): a large subtree is confirmed in C
+        # by its marshal bytes (format 2 records each value's type and no sharing), so the walk follows
+        # only the paths the mutator changed; a small one is cheaper to walk than to serialize.
+        if len(before) > _WALK_AT_MOST and marshal.dumps(before, 2) == marshal.dumps(after, 2):
+            return []
     if isinstance(before, dict) and isinstance(after, dict):
         ops: list[Operation] = []
         for key, old in before.items():
@@ -39,6 +49,4 @@ def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
             ops.extend(diff(old, after[index], f"{path}/{index}"))
         ops.extend({"op": "add", "path": f"{path}/-", "value": v} for v in after[len(before) :])
         return ops
-    if type(before) is type(after) and before == after:
-        return []
     return [{"op": "replace", "path": path, "value": after}]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -11,8 +10,11 @@ from typing import Any, Protocol
 from webhook import backends, contract
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
+from webhook.controller.kube import Api, Resource
 
 log = logging.getLogger(__name__)
+
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)
 
 
 class NamespaceSource(Protocol):
@@ -28,42 +30,37 @@ class StaticNamespaces:
 
 
 class WatchedNamespaces:
-    """Namespace labels and annotations kept current by a list-and-watch; reads never touch the API."""
+    """Namespace labels and annotations kept current by a paged list and a watch; reads never touch the API.
 
-    def __init__(self, api_client: Any) -> None:
-        self._api_client = api_client
-        self._namespaces: dict[str, NamespaceInfo] = {}
+    Each serving process runs its own: a watch started before the workers fork would not run in them.
+    """
+
+    def __init__(self, api: Api) -> None:
+        from webhook.controller.informer import Informer
+
+        self._informer = Informer(api, NAMESPACES, transform=_trim)
+        self.synced = self._informer.synced
 
     def get(self, name: str) -> NamespaceInfo | None:
-        return self._namespaces.get(name)
+        namespace = self._informer.get(None, name)
+        if namespace is None:
+            return None
+        meta = namespace["metadata"]
+        return NamespaceInfo(labels=meta.get("labels") or {}, annotations=meta.get("annotations") or {})
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name="namespace-watch", daemon=True).start()
-
-    def _run(self) -> None:
-        from kubernetes import client, watch
-
-        core = client.CoreV1Api(self._api_client)
-        while True:
-            try:
-                listing = core.list_namespace()
-                self._namespaces = {ns.metadata.name: _info(ns) for ns in listing.items}
-                stream = watch.Watch().stream(
-                    core.list_namespace, resource_version=listing.metadata.resource_version, timeout_seconds=300
-                )
-                for event in stream:
-                    ns = event["object"]
-                    if event["type"] == "DELETED":
-                        self._namespaces.pop(ns.metadata.name, None)
-                    else:
-                        self._namespaces[ns.metadata.name] = _info(ns)
-            except Exception:  # 410 Gone or a dropped connection: list again
-                log.warning("namespace watch restarting", exc_info=True)
-                threading.Event().wait(2)
+        self._informer.start()
 
 
-def _info(ns: Any) -> NamespaceInfo:
-    return NamespaceInfo(labels=dict(ns.metadata.labels or {}), annotations=dict(ns.metadata.annotations or {}))
+def _trim(namespace: dict[str, Any]) -> dict[str, Any]:
+    meta = namespace.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name", ""),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+        }
+    }
 
 
 class BackendResolver:

@@ -107,45 +107,49 @@ class DiscoveryCache:
         self._fetch, self._refresh = fetch, refresh_seconds
         self._served: Served | None = None
         self._stop = threading.Event()
+        self._answered = threading.Event()
 
     @property
     def served(self) -> Served | None:
         return self._served
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
         try:
             self._served = self._fetch()
         except Exception:  # the cluster may be briefly unreachable; keep the last answer
             log.warning("api discovery failed; keeping the previous answer", exc_info=True)
+            return False
+        self._answered.set()
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """True once discovery has answered at least once."""
+        return self._answered.wait(timeout)
 
     def start(self) -> None:
-        self.refresh()
         threading.Thread(target=self._loop, name="discovery", daemon=True).start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._refresh):
-            self.refresh()
+        # retried every 2 s until it answers, then on the refresh period: an API installed later (a CRD,
+        # a feature gate) is seen within one period
+        while True:
+            interval = self._refresh if self.refresh() else 2.0
+            if self._stop.wait(interval):
+                return
 
     def stop(self) -> None:
         self._stop.set()
 
 
-def fetch_from_cluster(api_client: Any) -> Served:
-    """Ask the API server which of the group-versions gangkeeper cares about it serves."""
-    from kubernetes import client
-
+def fetch_from_cluster(api: Any) -> Served:
+    """Which of the group-versions gangkeeper cares about the API server serves (GET /apis, then each
+    wanted /apis/<group>/<version>), through the controller's REST access (webhook.controller.kube.Api)."""
     wanted = {VOLCANO_GV, COSCHEDULING_GV, *(f"{native.GROUP}/{v}" for v in native.VERSIONS_BEST_FIRST)}
-    groups = client.ApisApi(api_client).get_api_versions()
+    groups = api.get("/apis")
     docs = []
-    for group in groups.groups or []:
-        for version in group.versions or []:
-            if version.group_version in wanted:
-                doc = api_client.call_api(
-                    f"/apis/{version.group_version}",
-                    "GET",
-                    response_type="object",
-                    auth_settings=["BearerToken"],
-                    _return_http_data_only=True,
-                )
-                docs.append(doc)
+    for group in groups.get("groups") or []:
+        for version in group.get("versions") or []:
+            group_version = version.get("groupVersion")
+            if group_version in wanted:
+                docs.append(api.get(f"/apis/{group_version}"))
     return Served.from_documents(docs)

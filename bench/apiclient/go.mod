@@ -1,0 +1,3 @@
+module gangkeeper/bench/apiclient
+
+go 1.19

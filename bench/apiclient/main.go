@@ -1,0 +1,214 @@
+// apiclient drives an admission webhook the way kube-apiserver calls one: Go's net/http client over
+// HTTP/1.1 (HTTP/2 is off for webhooks, kubernetes#82090), a connection per concurrent call, up to 25
+// idle connections kept (k8s.io/apimachinery/pkg/util/net SetTransportDefaults: MaxIdleConnsPerHost 25,
+// IdleConnTimeout 90 s) and a per-call timeout (the webhook's timeoutSeconds, 10 s by default).
+//
+// Modes: closed (N connections, each sends as soon as its last answer came back), open (a fixed rate;
+// latency counted from the scheduled send, so queueing is not hidden), newconn (no keep-alive: a TLS
+// handshake per call), trickle (N closed-loop connections while M other clients send their headers one
+// byte at a time and never finish). One JSON line of figures on stdout.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+type result struct {
+	Requests    int      `json:"requests"`
+	Errors      int      `json:"errors"`
+	RPS         float64  `json:"rps"`
+	P50         float64  `json:"p50_ms"`
+	P99         float64  `json:"p99_ms"`
+	Max         float64  `json:"max_ms"`
+	OverOne     int      `json:"over_1s"`
+	ErrorSample []string `json:"error_sample"`
+	Trickled    int      `json:"trickle_closed_by_server"`
+}
+
+type recorder struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	errors    int
+	samples   []string
+}
+
+func (r *recorder) add(latency time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.errors++
+		if len(r.samples) < 3 {
+			r.samples = append(r.samples, err.Error())
+		}
+		return
+	}
+	r.latencies = append(r.latencies, latency)
+}
+
+func main() {
+	url := flag.String("url", "", "https://host:port/path")
+	caFile := flag.String("ca", "", "CA bundle")
+	bodyFile := flag.String("body", "", "request body (an AdmissionReview)")
+	mode := flag.String("mode", "closed", "closed | open | newconn | trickle")
+	conns := flag.Int("conns", 8, "concurrent connections (closed, newconn, trickle)")
+	rate := flag.Float64("rate", 1000, "requests per second (open)")
+	seconds := flag.Float64("seconds", 5, "duration")
+	timeout := flag.Duration("timeout", 10*time.Second, "per-call timeout")
+	trickle := flag.Int("trickle", 32, "slow clients (trickle)")
+	flag.Parse()
+
+	pem, err := os.ReadFile(*caFile)
+	must(err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	body, err := os.ReadFile(*bodyFile)
+	must(err)
+	tlsConfig := &tls.Config{RootCAs: pool, ServerName: "localhost"}
+	transport := &http.Transport{
+		TLSClientConfig:     tlsConfig,
+		MaxIdleConnsPerHost: 25,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   false,
+		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+		DisableKeepAlives:   *mode == "newconn",
+	}
+	client := &http.Client{Transport: transport, Timeout: *timeout}
+	rec := &recorder{}
+	call := func(scheduled time.Time) {
+		response, err := client.Post(*url, "application/json", bytes.NewReader(body))
+		if err == nil {
+			payload, readErr := io.ReadAll(response.Body)
+			response.Body.Close()
+			if readErr != nil {
+				err = readErr
+			} else if response.StatusCode != 200 || !bytes.Contains(payload, []byte(`"allowed":true`)) {
+				err = fmt.Errorf("HTTP %d: %.120s", response.StatusCode, payload)
+			}
+		}
+		rec.add(time.Since(scheduled), err)
+	}
+	duration := time.Duration(*seconds * float64(time.Second))
+	start := time.Now()
+	end := start.Add(duration)
+	var wg sync.WaitGroup
+	trickleClosed := 0
+	var trickleMu sync.Mutex
+	stopTrickle := make(chan struct{})
+	switch *mode {
+	case "closed", "newconn", "trickle":
+		if *mode == "trickle" {
+			for i := 0; i < *trickle; i++ {
+				go func() {
+					for {
+						select {
+						case <-stopTrickle:
+							return
+						default:
+						}
+						if slowClient(*url, tlsConfig, stopTrickle) {
+							trickleMu.Lock()
+							trickleClosed++
+							trickleMu.Unlock()
+						}
+					}
+				}()
+			}
+			time.Sleep(500 * time.Millisecond) // the slow clients are in before the measured load starts
+			start = time.Now()
+			end = start.Add(duration)
+		}
+		for i := 0; i < *conns; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					call(time.Now())
+				}
+			}()
+		}
+	case "open":
+		interval := time.Duration(float64(time.Second) / *rate)
+		for next := start; next.Before(end); next = next.Add(interval) {
+			if wait := time.Until(next); wait > 0 {
+				time.Sleep(wait)
+			}
+			wg.Add(1)
+			go func(scheduled time.Time) {
+				defer wg.Done()
+				call(scheduled)
+			}(next)
+		}
+	default:
+		must(fmt.Errorf("unknown mode %q", *mode))
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopTrickle)
+	sort.Slice(rec.latencies, func(i, j int) bool { return rec.latencies[i] < rec.latencies[j] })
+	out := result{Requests: len(rec.latencies), Errors: rec.errors, ErrorSample: rec.samples, Trickled: trickleClosed}
+	out.RPS = float64(len(rec.latencies)) / elapsed.Seconds()
+	if n := len(rec.latencies); n > 0 {
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		out.P50 = ms(rec.latencies[n*50/100])
+		out.P99 = ms(rec.latencies[min(n-1, n*99/100)])
+		out.Max = ms(rec.latencies[n-1])
+		for _, l := range rec.latencies {
+			if l > time.Second {
+				out.OverOne++
+			}
+		}
+	}
+	must(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// slowClient opens a TLS connection and sends a request's headers one byte every 200 ms, never
+// finishing. It returns true when the server closed the connection (its header deadline).
+func slowClient(url string, config *tls.Config, stop chan struct{}) bool {
+	hostPort := strings.SplitN(strings.TrimPrefix(url, "https://"), "/", 2)[0]
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", hostPort, config)
+	if err != nil {
+		time.Sleep(100 * time.Millisecond)
+		return false
+	}
+	defer conn.Close()
+	request := "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 10000)
+	for i := 0; i < len(request); i++ {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+		if _, err := conn.Write([]byte{request[i]}); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}

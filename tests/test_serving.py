@@ -1,0 +1,258 @@
+"""The serving front end under hostile and heavy clients: deadlines, ceilings, probes, bounded labels.
+
+Each test runs `gangkeeper serve` as a process and talks to it over real sockets and TLS.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests import builders as b
+from tests.conftest import Server, start_server, stop_server
+from webhook.admission.handler import Handler
+from webhook.admission.resolve import BackendResolver
+
+
+@pytest.fixture
+def fast_deadlines(tmp_path: Path) -> Iterator[Server]:
+    running = start_server(
+        tmp_path, "--backend", "volcano", "--handshake-timeout", "1", "--header-timeout", "1", "--body-timeout", "1"
+    )
+    yield running
+    stop_server(running)
+
+
+def address(server: Server) -> tuple[str, int]:
+    host, port = server.url.removeprefix("https://").split(":")
+    return host, int(port)
+
+
+def tls_connection(server: Server) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=server.ca)
+    return context.wrap_socket(socket.create_connection(address(server), timeout=10), server_hostname="localhost")
+
+
+def job_pod_body() -> bytes:
+    return json.dumps(b.review(b.pod(labels={"batch.kubernetes.io/job-name": "train"}))).encode()
+
+
+def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed `sock` within `seconds`, and what it sent before closing."""
+    sock.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        return False, received
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    return True, received
+
+
+def test_a_thousand_silent_connections_do_not_stall_other_clients(server: Server) -> None:
+    """Silent TCP (no handshake) and silent TLS (no request) connections cost a slot, never a worker."""
+    silent: list[socket.socket] = [socket.create_connection(address(server)) for _ in range(768)]
+    silent += [tls_connection(server) for _ in range(256)]
+    try:
+        started = time.monotonic()
+        for _ in range(20):
+            answer = server.post("/mutate", job_pod_body())
+            assert answer.status_code == 200
+        assert time.monotonic() - started < 2.0  # 20 calls, each a new connection and handshake
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_client_that_never_finishes_the_handshake_is_cut_off(fast_deadlines: Server) -> None:
+    sock = socket.create_connection(address(fast_deadlines))
+    sock.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and nothing more
+    closed, _ = closed_within(sock, 4.0)
+    assert closed
+
+
+def test_headers_trickled_slower_than_the_deadline_get_408_and_a_close(fast_deadlines: Server) -> None:
+    tls = tls_connection(fast_deadlines)
+    started = time.monotonic()
+    for byte in b"POST /mutate HTTP/1.1\r\nHost: x\r\n":  # a byte every 0.1 s: the deadline is for all of them
+        try:
+            tls.send(bytes([byte]))
+        except OSError:
+            break
+        time.sleep(0.1)
+        if time.monotonic() - started > 3.0:
+            break
+    closed, received = closed_within(tls, 4.0)
+    assert closed and received.startswith(b"HTTP/1.1 408")
+    assert b'"code":408' in received and time.monotonic() - started < 5.0
+
+
+def test_a_body_that_never_arrives_gets_408(fast_deadlines: Server) -> None:
+    tls = tls_connection(fast_deadlines)
+    tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    closed, received = closed_within(tls, 4.0)
+    assert closed and received.startswith(b"HTTP/1.1 408")
+
+
+def test_requests_beyond_the_in_flight_budget_get_429_with_retry_after(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--backend", "volcano", "--max-in-flight-mib", "1", "--body-timeout", "10")
+    try:
+        holder = tls_connection(server)  # announces 900 kB and sends it slowly: it holds the budget
+        holder.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n\r\n{")
+        time.sleep(0.3)
+        started = time.monotonic()
+        answer = requests.post(
+            server.url + "/mutate",
+            data=b"{" + b" " * 300_000 + b"}",
+            headers={"Content-Type": "application/json"},
+            verify=server.ca,
+            timeout=10,
+        )
+        assert answer.status_code == 429 and time.monotonic() - started < 1.0
+        assert answer.headers["Retry-After"] == "1" and "overloaded" in answer.json()["error"]
+        holder.close()
+        time.sleep(0.3)  # the budget comes back when its holder goes
+        assert server.post("/mutate", job_pod_body()).status_code == 200
+        metrics = server.get("/metrics").text
+        assert 'gangkeeper_http_refused_requests_total{code="429"} 1.0' in metrics
+    finally:
+        stop_server(server)
+
+
+def test_a_body_announced_over_the_cap_gets_413_before_it_is_sent(server: Server) -> None:
+    tls = tls_connection(server)
+    tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n")
+    closed, received = closed_within(tls, 4.0)
+    assert closed and received.startswith(b"HTTP/1.1 413") and b"exceeds" in received
+
+
+def test_garbage_instead_of_http_gets_400_json(server: Server) -> None:
+    tls = tls_connection(server)
+    tls.sendall(b"\x00\x01 not http at all\r\n\r\n")
+    closed, received = closed_within(tls, 4.0)
+    assert closed and received.startswith(b"HTTP/1.1 400") and b"application/json" in received
+
+
+def envelope(**request: object) -> bytes:
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", **request}}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[" * 5000 + b"]" * 5000, "nests deeper than 100"),
+        (b'{"a":' * 2000 + b"1" + b"}" * 2000, "nests deeper than 100"),
+        (envelope(operation="CREATE", kind="Pod", object={}), "request.kind must be a JSON object"),
+        (envelope(operation="CREATE", kind={"kind": 7}, object={}), "request.kind.kind must be a string"),
+        (envelope(operation="CREATE", kind={"kind": "Pod"}, namespace=["x"], object={}), "request.namespace"),
+        (envelope(operation="CREATE", kind={"kind": "Pod"}, dryRun="yes", object={}), "request.dryRun"),
+        (envelope(operation=["CREATE"], kind={"kind": "Pod"}, object={}), "unknown operation"),
+        (envelope(operation="CREATE", kind={"kind": "Pod"}, object={"metadata": []}), "metadata must be"),
+        (
+            envelope(operation="CREATE", kind={"kind": "Pod"}, object={"metadata": {"labels": {"a": 1}}}),
+            "metadata.labels must map strings to strings",
+        ),
+        (envelope(operation="CREATE", kind={"kind": "Pod"}, object={"spec": "x"}), "request.object.spec"),
+        (envelope(operation="CREATE", kind={"kind": "Pod"}, userInfo="root", object={}), "request.userInfo"),
+    ],
+    ids=[
+        "array-bomb",
+        "object-bomb",
+        "kind-string",
+        "kind-kind-number",
+        "namespace-list",
+        "dryrun-string",
+        "operation-list",
+        "metadata-list",
+        "labels-numbers",
+        "spec-string",
+        "userinfo-string",
+    ],
+)
+def test_malformed_reviews_get_a_json_400_naming_the_problem(server: Server, body: bytes, reason: str) -> None:
+    answer = server.post("/mutate", body)
+    assert answer.status_code == 400 and answer.headers["Content-Type"] == "application/json"
+    assert reason in answer.json()["error"]
+
+
+def test_metric_labels_come_from_a_fixed_set(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--backend", "volcano")
+    try:
+        for index in range(200):
+            pod = b.pod(labels={"batch.kubernetes.io/job-name": "train"})
+            review = b.review(pod)
+            review["request"]["kind"] = {"group": "", "version": "v1", "kind": f"Junk{index}"}
+            assert server.post("/mutate", json.dumps(review).encode()).status_code == 200
+        assert server.post("/mutate", job_pod_body()).status_code == 200
+        metrics = server.get("/metrics").text
+        assert "Junk" not in metrics
+        assert 'kind="other"' in metrics and 'kind="Pod"' in metrics
+    finally:
+        stop_server(server)
+
+
+def large_job_review(entries: int = 40_000) -> bytes:
+    job = b.job()
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": f"VAR_{i}", "value": "x" * 40} for i in range(entries)
+    ]
+    return json.dumps(b.review(job)).encode()
+
+
+def test_a_review_near_the_size_cap_costs_a_bounded_multiple_of_its_size() -> None:
+    """The parsed tree plus the copy the mutator edits: what one large review can hold at once. The
+    server runs large reviews one at a time per process, so this bounds a process's peak."""
+    handler = Handler(BackendResolver(default="volcano"))
+    handler.handle("mutate", job_pod_body())  # imports and caches are not the request's cost
+    body = large_job_review()
+    assert 2_500_000 < len(body) < 3 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        started = time.process_time()
+        status, document = handler.handle("mutate", body)
+        cpu = time.process_time() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert status == 200 and document["response"]["allowed"] is True
+    assert peak < 20 * len(body), f"{peak / len(body):.1f}x the body"
+    assert cpu < 5.0  # under tracemalloc; about 0.2 s without it
+
+
+def test_probes_answer_while_large_reviews_run(server: Server) -> None:
+    body = large_job_review()
+    stop = threading.Event()
+    answered = [0]
+
+    def send_large() -> None:
+        while not stop.is_set():
+            assert server.post("/mutate", body).status_code == 200
+            answered[0] += 1
+
+    sender = threading.Thread(target=send_large)
+    sender.start()
+    slowest = 0.0
+    try:
+        time.sleep(0.3)
+        for _ in range(20):
+            started = time.monotonic()
+            assert server.get("/readyz").status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        sender.join()
+    assert answered[0] >= 1 and slowest < 0.5

@@ -1,0 +1,162 @@
+"""One worker process: a listening socket of its own (SO_REUSEPORT), one asyncio loop, one side thread.
+
+The kernel spreads new connections evenly over the workers' sockets, unlike one shared accept queue
+where whichever process wakes first takes the burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from webhook.serving import wsgi
+from webhook.serving.connection import HttpConnection, error_reply
+from webhook.serving.limits import Limits
+from webhook.serving.tls import CertificateReloader
+from webhook.serving.wsgi import Reply, Request, WsgiApp
+
+log = logging.getLogger("gangkeeper.serve")
+
+
+def backlog() -> int:
+    """The kernel's ceiling on accept queues: the API server dials a new connection for every call
+    beyond its 25 idle ones, so bursts of dials must wait in the queue rather than lose their SYN (a
+    dropped SYN is retried only after a second)."""
+    try:
+        return int(open("/proc/sys/net/core/somaxconn").read())
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock
+
+
+class Worker:
+    def __init__(
+        self,
+        app: WsgiApp,
+        limits: Limits,
+        reloader: CertificateReloader,
+        host: str,
+        port: int,
+        drain_seconds: float = 0.0,
+        graceful_seconds: float = 20.0,
+        on_refusal: Callable[[int], None] = lambda code: None,
+    ) -> None:
+        self.app, self.limits, self.reloader = app, limits, reloader
+        self.host, self.port = host, port
+        self.drain_seconds, self.graceful_seconds = drain_seconds, graceful_seconds
+        self.on_refusal = on_refusal
+        self.connections: set[HttpConnection] = set()
+        self.in_flight = self.in_flight_bytes = 0
+        self.draining = False
+        self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+
+    # bookkeeping the connections call
+
+    def accept(self, connection: HttpConnection) -> bool:
+        if len(self.connections) >= self.limits.max_connections:
+            self.count_refusal(503)
+            return False
+        self.connections.add(connection)
+        return True
+
+    def forget(self, connection: HttpConnection) -> None:
+        self.connections.discard(connection)
+
+    def reserve(self, size: int) -> str | None:
+        """Room for one more request of `size` body bytes, or why there is none."""
+        if self.in_flight >= self.limits.max_in_flight:
+            return f"overloaded: {self.in_flight} requests in flight in this process; retry"
+        if self.in_flight and self.in_flight_bytes + size > self.limits.max_in_flight_bytes:
+            return f"overloaded: {self.in_flight_bytes} bytes of requests in flight in this process; retry"
+        self.in_flight += 1
+        self.in_flight_bytes += size
+        return None
+
+    def release(self, size: int) -> None:
+        self.in_flight -= 1
+        self.in_flight_bytes -= size
+
+    def count_refusal(self, code: int) -> None:
+        self.on_refusal(code)
+
+    # running the app
+
+    def run(self, request: Request, peer: tuple[str, int] | None) -> Reply:
+        try:
+            return wsgi.call(self.app, wsgi.environ_for(request, (self.host, self.port), peer))
+        except Exception:  # the app answers its own errors; this is a bug below it: log, answer, go on
+            log.exception("unhandled error serving a request", extra={"path": request.target.decode("latin-1")})
+            return error_reply(500, "internal error; see the webhook logs")
+
+    def run_large(self, request: Request, peer: tuple[str, int] | None) -> asyncio.Future[Reply]:
+        assert self._loop is not None
+        return self._loop.run_in_executor(self._large, self.run, request, peer)
+
+    # lifecycle
+
+    async def serve(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        server = await loop.create_server(
+            lambda: HttpConnection(self),
+            sock=listening_socket(self.host, self.port, backlog()),
+            ssl=self.reloader.listener_context(),
+            ssl_handshake_timeout=self.limits.handshake_seconds,
+            backlog=backlog(),
+        )
+        loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
+        loop.add_signal_handler(signal.SIGINT, self.begin_drain)
+        sweeper = loop.create_task(self._sweep())
+        await self._stopped.wait()
+        server.close()
+        await self._finish()
+        sweeper.cancel()
+        self._large.shutdown(wait=False, cancel_futures=True)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for connection in list(self.connections):
+                connection.expire(now)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: unready and `Connection: close` on every answer for drain_seconds, then stop."""
+        if self.draining:
+            assert self._stopped is not None
+            self._stopped.set()  # a second signal: stop now (still finishing what is in flight)
+            return
+        self.draining = True
+        log.info("draining before shutdown", extra={"seconds": self.drain_seconds})
+        assert self._loop is not None and self._stopped is not None
+        self._loop.call_later(self.drain_seconds, self._stopped.set)
+
+    async def _finish(self) -> None:
+        """Stop accepting, close idle connections, let requests in flight finish (up to graceful_seconds)."""
+        self.draining = True
+        deadline = time.monotonic() + self.graceful_seconds
+        while self.connections and time.monotonic() < deadline:
+            now = time.monotonic()
+            for connection in list(self.connections):
+                if connection.closable_at_shutdown(now, grace=self.limits.header_seconds):
+                    connection.close()
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            connection.close()
