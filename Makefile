@@ -1,14 +1,17 @@
 # Two entry points on a fresh machine: `make run` and `make test`.
+# Both install from the hashed locks (requirements*.lock, made by `make lock` from pyproject.toml).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench e2e clean
+.PHONY: run test lint scan bench e2e lock clean
 
-$(BIN)/.installed: pyproject.toml
+# runtime and test tools, each pinned with its hashes; the package itself without dependencies
+$(BIN)/.installed: requirements-test.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-test.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 run: $(BIN)/.installed
@@ -16,8 +19,10 @@ run: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
 	$(BIN)/mypy
 
+# needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH
 test: lint
 	$(BIN)/pytest -q
 	bash hack/scan.sh
@@ -31,6 +36,12 @@ bench: $(BIN)/.installed
 
 e2e: $(BIN)/.installed
 	$(BIN)/pytest -q tests/e2e
+
+# after changing dependencies in pyproject.toml (needs pip-tools: $(BIN)/pip install pip-tools)
+lock:
+	$(PIP_COMPILE) -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --extra test --all-build-deps -o requirements-test.lock pyproject.toml
+	$(PIP_COMPILE) -o hack/checkov.lock hack/checkov.in
 
 clean:
 	rm -rf $(VENV) .venv-scan certs/*.crt certs/*.key

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scan_venv=${SCAN_VENV:-.venv-scan}
 if [ ! -x "$scan_venv/bin/checkov" ]; then
   python3 -m venv "$scan_venv"
-  "$scan_venv/bin/pip" install -q --disable-pip-version-check 'checkov>=3.2,<4'
+  "$scan_venv/bin/pip" install -q --disable-pip-version-check --require-hashes -r hack/checkov.lock
 fi
 # offline: no guideline download, no telemetry
 export BC_SKIP_MAPPING=TRUE CHECKOV_NO_OUTPUT_TELEMETRY=TRUE

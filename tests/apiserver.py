@@ -5,12 +5,21 @@ the calls gangkeeper's controller makes:
 - `spec.nodeSelector` may only gain keys, and only while the pod is gated; other spec fields are immutable;
 - a write carrying a stale `metadata.resourceVersion` gets 409 Conflict; a missing object 404;
   creating an existing name 409 AlreadyExists;
-- watches resume from a resourceVersion; one older than the retained history gets a 410 Gone event.
+- watches resume from a resourceVersion; one older than the retained history gets a 410 Gone event;
+- lists are paged with `limit` and `continue` (apiserver storage: a continue token carries the revision
+  of the first page and the last key; one older than the retained history gets 410 Expired,
+  k8s.io/apiserver/pkg/storage/etcd3/store.go GetList);
+- discovery: `/api`, `/apis` (APIGroupList) and `/apis/<group>/<version>` (APIResourceList) from `served`;
+- every namespace carries the label `kubernetes.io/metadata.name` (NamespaceDefaultLabelName, set by
+  the namespace strategy since 1.21: pkg/registry/core/namespace/strategy.go);
+- creates and updates pass through `admission` when set (tests/admission_chain.py: the webhook
+  dispatch of k8s.io/apiserver), before they are stored.
 Objects are stored as JSON; every write bumps one global resourceVersion, as etcd's revision does.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -115,6 +124,8 @@ class Store:
             "leaderworkerset.x-k8s.io/v1": {"leaderworkersets"},
         }
         self.fail_next: list[Callable[[str, str], Reject | None]] = []
+        # (operation, group/version, plural, namespace, object, old object) -> the object to store
+        self.admission: Callable[[str, str, str, str, Obj, Obj | None], Obj] | None = None
 
     def _bump(self, gv: str, plural: str, kind: str, obj: Obj) -> None:
         self.revision += 1
@@ -127,8 +138,13 @@ class Store:
         return self.events[0][0] if self.events else self.revision
 
     def create(self, gv: str, plural: str, ns: str, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        if plural == "namespaces":
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
+        if self.admission is not None:  # outside the lock: webhooks may take their time
+            obj = self.admission("CREATE", gv, plural, ns if plural not in CLUSTER_SCOPED else "", obj, None)
         with self.lock:
-            obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:8]
@@ -150,19 +166,41 @@ class Store:
                 raise Reject(404, "NotFound", f'{plural} "{name}" not found')
             return copy.deepcopy(self.objects[key])
 
-    def list(self, gv: str, plural: str, ns: str | None, selector: str = "") -> tuple[list[Obj], str]:
+    def list(
+        self, gv: str, plural: str, ns: str | None, selector: str = "", limit: int = 0, token: str = ""
+    ) -> tuple[list[Obj], str, str]:
+        """(items, resourceVersion, continue token or "")."""
         with self.lock:
-            items = [
-                copy.deepcopy(o)
-                for (g, p, n, _), o in sorted(self.objects.items())
-                if g == gv
-                and p == plural
-                and (not ns or n == ns)
-                and selector_matches(selector, (o["metadata"].get("labels") or {}))
-            ]
-            return items, str(self.revision)
+            after, revision = "", self.revision
+            if token:
+                state = json.loads(base64.urlsafe_b64decode(token))
+                after, revision = state["after"], state["rv"]
+                if revision < self.oldest() - 1:
+                    raise Reject(
+                        410, "Expired", "The provided continue parameter is too old to display a consistent list"
+                    )
+            keys = sorted(
+                key
+                for key in self.objects
+                if key[0] == gv and key[1] == plural and (not ns or key[2] == ns) and "/".join(key[2:]) > after
+            )
+            items: list[Obj] = []
+            for key in keys:
+                obj = self.objects[key]
+                if selector_matches(selector, obj["metadata"].get("labels") or {}):
+                    items.append(copy.deepcopy(obj))
+                    if limit and len(items) == limit:
+                        more = key != keys[-1]
+                        next_token = json.dumps({"after": "/".join(key[2:]), "rv": revision}).encode()
+                        return items, str(revision), base64.urlsafe_b64encode(next_token).decode() if more else ""
+            return items, str(revision), ""
 
-    def update(self, gv: str, plural: str, ns: str, name: str, new: Obj, expected_rv: str | None) -> Obj:
+    def update(
+        self, gv: str, plural: str, ns: str, name: str, new: Obj, expected_rv: str | None, admit: bool = True
+    ) -> Obj:
+        if admit and self.admission is not None:
+            old = self.get(gv, plural, ns, name)
+            new = self.admission("UPDATE", gv, plural, ns if plural not in CLUSTER_SCOPED else "", new, old)
         with self.lock:
             old = self.get(gv, plural, ns, name)
             if expected_rv and expected_rv != old["metadata"]["resourceVersion"]:
@@ -183,12 +221,19 @@ class Store:
             return copy.deepcopy(new)
 
     def patch(self, gv: str, plural: str, ns: str, name: str, patch: Obj) -> Obj:
-        with self.lock:
-            old = self.get(gv, plural, ns, name)
-            expected = (patch.get("metadata") or {}).get("resourceVersion")
-            new = merge_patch(old, patch)
-            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-            return self.update(gv, plural, ns, name, new, expected)
+        """A merge patch; without a resourceVersion it is retried on conflict, as the apiserver's
+        GuaranteedUpdate does (k8s.io/apiserver/pkg/registry/generic/registry/store.go)."""
+        expected = (patch.get("metadata") or {}).get("resourceVersion")
+        while True:
+            with self.lock:
+                old = self.get(gv, plural, ns, name)
+                new = merge_patch(old, patch)
+                new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            try:
+                return self.update(gv, plural, ns, name, new, expected or old["metadata"]["resourceVersion"])
+            except Reject as error:
+                if error.code != 409 or expected:
+                    raise
 
     def delete(self, gv: str, plural: str, ns: str, name: str) -> Obj:
         with self.lock:
@@ -254,7 +299,12 @@ class Handler(BaseHTTPRequestHandler):
         return self._request_body
 
     def _discovery(self) -> bool:
-        match = re.match(r"^/apis/([^/]+)/([^/?]+)$", urlparse(self.path).path)
+        path = urlparse(self.path).path
+        if path in ("/api", "/apis"):
+            self.store.requests.append(("GET", self.path))
+            self._send(200, self._group_list() if path == "/apis" else {"kind": "APIVersions", "versions": ["v1"]})
+            return True
+        match = re.match(r"^/apis/([^/]+)/([^/?]+)$", path)
         if not match:
             return False
         group_version = f"{match[1]}/{match[2]}"
@@ -276,6 +326,25 @@ class Handler(BaseHTTPRequestHandler):
             )
         return True
 
+    def _group_list(self) -> Obj:
+        groups: dict[str, list[str]] = {}
+        for group_version in sorted(self.store.served):
+            group, _, version = group_version.rpartition("/")
+            if group:
+                groups.setdefault(group, []).append(version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": group,
+                    "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                    "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]},
+                }
+                for group, versions in groups.items()
+            ],
+        }
+
     def _handle(self, method: str) -> None:
         store = self.store
         self._request_body = self._read_body()  # always read: the connection is kept alive
@@ -294,10 +363,16 @@ class Handler(BaseHTTPRequestHandler):
             elif method == "GET" and query.get("watch") == ["true"]:
                 self._watch(gv, plural, ns, query)
             elif method == "GET":
-                items, rv = store.list(gv, plural, ns or None, query.get("labelSelector", [""])[0])
-                self._send(
-                    200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}
+                items, rv, token = store.list(
+                    gv,
+                    plural,
+                    ns or None,
+                    query.get("labelSelector", [""])[0],
+                    int(query.get("limit", ["0"])[0] or 0),
+                    query.get("continue", [""])[0],
                 )
+                metadata = {"resourceVersion": rv, **({"continue": token} if token else {})}
+                self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": items})
             elif method == "POST" and sub == "eviction":
                 store.delete(gv, plural, ns, name or "")
                 self._send(201, {"kind": "Status", "status": "Success"})
@@ -379,12 +454,12 @@ class Handler(BaseHTTPRequestHandler):
 class TestApiServer:
     __test__ = False  # not a pytest test class
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.store = Store()
         handler = type("BoundHandler", (Handler,), {"store": self.store})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = ThreadingHTTPServer((host, 0), handler)
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> TestApiServer:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 import pytest
 
 from tests import builders as b
@@ -82,16 +85,53 @@ def test_informer_resumes_watches_and_relists_after_410(server: TestApiServer, a
     assert informer.relists == 2
 
 
+def elector(api: Api, identity: str, clock: Any, skew_seconds: float = 0.0) -> LeaderElector:
+    return LeaderElector(
+        api,
+        "gangkeeper-system",
+        "gangkeeper-controller",
+        identity,
+        lease_seconds=15,
+        clock=lambda: clock() + dt.timedelta(seconds=skew_seconds),
+        monotonic=lambda: clock().timestamp(),
+    )
+
+
 def test_only_one_leader_at_a_time(api: Api) -> None:
     from tests.cluster import Clock
 
     clock = Clock()
-    first = LeaderElector(api, "gangkeeper-system", "gangkeeper-controller", "a", lease_seconds=15, clock=clock)
-    second = LeaderElector(api, "gangkeeper-system", "gangkeeper-controller", "b", lease_seconds=15, clock=clock)
+    first, second = elector(api, "a", clock), elector(api, "b", clock)
     assert first.try_acquire_or_renew() is True
     assert second.try_acquire_or_renew() is False
     clock.advance(10)
     assert first.try_acquire_or_renew() is True  # renewed
+    assert second.try_acquire_or_renew() is False
     clock.advance(16)
     assert second.try_acquire_or_renew() is True  # first stopped renewing: the lease expired
     assert first.try_acquire_or_renew() is False
+
+
+def test_a_holder_whose_clock_runs_behind_keeps_its_lease(api: Api) -> None:
+    """Expiry is judged from when the candidate saw the record change, not from the holder's renewTime."""
+    from tests.cluster import Clock
+
+    clock = Clock()
+    holder, candidate = elector(api, "a", clock, skew_seconds=-3600), elector(api, "b", clock)
+    assert holder.try_acquire_or_renew() is True
+    for _ in range(5):
+        assert candidate.try_acquire_or_renew() is False  # renewTime says an hour ago: not expired for b
+        clock.advance(5)
+        assert holder.try_acquire_or_renew() is True
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_expires(api: Api, apiserver: TestApiServer) -> None:
+    from tests.apiserver import Reject
+    from tests.cluster import Clock
+
+    clock = Clock()
+    leader = elector(api, "a", clock)
+    assert leader.try_acquire_or_renew() is True and leader.leading()
+    apiserver.store.fail_next.extend([lambda m, p: Reject(500, "InternalError", "etcd timeout")] * 10)
+    clock.advance(11)  # past the 10 s renew deadline, within the 15 s lease
+    assert leader.try_acquire_or_renew() is False and not leader.leading()

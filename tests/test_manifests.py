@@ -66,7 +66,7 @@ def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -
 @pytest.mark.parametrize("backend", ["volcano", "coscheduling", "native", "gate"])
 def test_each_overlay_sets_its_backend(backend: str) -> None:
     webhook = by_kind(build(f"overlays/{backend}"), "Deployment", "gangkeeper-webhook")
-    env = {e["name"]: e["value"] for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GANGKEEPER_BACKEND"] == backend
 
 
@@ -80,15 +80,39 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
         assert hook["admissionReviewVersions"] == ["v1"] and 1 <= hook["timeoutSeconds"] <= 5
         expressions = hook["namespaceSelector"]["matchExpressions"]
         assert {"key": "gangkeeper.io/enabled", "operator": "In", "values": ["true"]} in expressions
-        assert {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": ["kube-system", "gangkeeper-system"],
-        } in expressions
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in expressions
+        assert {"key": "gangkeeper.io/system", "operator": "DoesNotExist"} in expressions
         resources = {(g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
         assert resources == expected_resources
+        operations = {op for rule in hook["rules"] for op in rule["operations"]}
         if kind == "MutatingWebhookConfiguration":
             assert hook["reinvocationPolicy"] == "IfNeeded"
+            assert operations == {"CREATE"}  # membership is set at creation; updates are never mutated
+        else:
+            assert operations == {"CREATE", "UPDATE"}
+        mpijob_versions = {v for rule in hook["rules"] if "mpijobs" in rule["resources"] for v in rule["apiVersions"]}
+        assert mpijob_versions == {"v1", "v2beta1"}  # training-operator v1 and mpi-operator v2
+    namespace = by_kind(objects, "Namespace")
+    assert namespace["metadata"]["labels"]["gangkeeper.io/system"] == "true"
+
+
+def test_another_namespace_leaves_no_reference_to_gangkeeper_system(tmp_path: Path) -> None:
+    """An overlay that installs elsewhere (`namespace:`) must carry the name everywhere it is used."""
+    overlay = MANIFESTS / ".namespace-check"
+    overlay.mkdir(exist_ok=True)
+    try:
+        for base in ("base", "overlays/cert-manager"):
+            (overlay / "kustomization.yaml").write_text(
+                f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                f"namespace: platform-gang\nresources:\n  - ../{base}\n"
+            )
+            rendered = subprocess.run(
+                ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True
+            ).stdout
+            assert "gangkeeper-system" not in rendered, base
+            assert "platform-gang" in rendered
+    finally:
+        shutil.rmtree(overlay)
 
 
 def test_pods_are_locked_down() -> None:
@@ -254,7 +278,7 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
         calls = {
             to_call(method, path)
             for method, path in server.store.requests
-            if not re.match(r"^/apis/[^/]+/[^/?]+$", path)
+            if not re.match(r"^/apis?(/[^/]+/[^/?]+)?$", path)
         }
     rules = rules_for(account)
     missing = sorted(c for c in calls if not allowed(rules, c))
@@ -266,6 +290,11 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
             (r.group_version.rpartition("/")[0], r.plural, verb)
             for r in WORKLOAD_RESOURCES.values()
             for verb in ("get", "list", "watch", "patch")
+        }
+        # used by the API server on our behalf: blockOwnerDeletion on group objects owned by workloads
+        declared |= {
+            (r.group_version.rpartition("/")[0], f"{r.plural}/finalizers", "update")
+            for r in WORKLOAD_RESOURCES.values()
         }
     extra = sorted(granted(rules) - used - declared)
     assert extra == [], f"permissions no code path uses: {extra}"

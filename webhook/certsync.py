@@ -11,7 +11,7 @@ from pathlib import Path
 
 from webhook import certs
 from webhook.controller.kube import Api, ApiError, Resource
-from webhook.rotation import CertState, bootstrap, step
+from webhook.rotation import CertState, bootstrap, seconds_until_due, step
 
 log = logging.getLogger("gangkeeper.certs")
 
@@ -118,10 +118,20 @@ class CertSync:
             return
         certs.write(certs.Bundle(ca_pem=state.bundle, cert_pem=state.tls_crt, key_pem=state.tls_key), self.cert_dir)
 
-    def run_forever(self, interval: float = 3600.0, stop: threading.Event | None = None) -> None:
+    def run_forever(
+        self, interval: float = 3600.0, stop: threading.Event | None = None, state: CertState | None = None
+    ) -> None:
+        """A step every `interval`, or sooner when a renewal falls due (and again a few seconds after a
+        failure, such as the 409 a replica gets when another one rotated the Secret first)."""
         stop = stop or threading.Event()
-        while not stop.wait(interval):
+        wait = interval
+        while True:
+            if state is not None:
+                wait = min(wait, max(1.0, seconds_until_due(state, self.clock()) + 1.0))
+            if stop.wait(wait):
+                return
             try:
-                self.sync_once()
+                state, wait = self.sync_once(), interval
             except (ApiError, OSError, ValueError):
-                log.warning("certificate upkeep failed; retrying next interval", exc_info=True)
+                log.warning("certificate upkeep failed; retrying soon", exc_info=True)
+                wait = min(interval, 5.0)

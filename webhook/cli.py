@@ -122,12 +122,12 @@ def _run_cert_sync(args: argparse.Namespace, cert_dir: Path) -> int:
     sync = _cert_sync(args, cert_dir)
     while True:
         try:
-            sync.sync_once()
+            state = sync.sync_once()
             break
         except Exception as error:  # the API may not be reachable yet: keep trying; workers stay closed
             print(f"gangkeeper: certificates not ready yet: {error}", file=sys.stderr)
             time.sleep(2)
-    sync.run_forever(args.cert_sync_seconds)
+    sync.run_forever(args.cert_sync_seconds, state=state)
     return 0
 
 

@@ -94,6 +94,18 @@ def bundle_certs(bundle: bytes) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(bundle) if bundle.strip() else []
 
 
+def seconds_until_due(state: CertState, now: dt.datetime) -> float:
+    """Until the next rotation step is due: the serving certificate's or the CA's renewal point (a
+    third of its life left). Upkeep wakes then, not only on its period, so a short-lived certificate
+    is never served past its renewal point."""
+    due = []
+    for pem in (state.tls_crt, state.ca_crt):
+        cert = x509.load_pem_x509_certificate(pem)
+        life = cert.not_valid_after_utc - cert.not_valid_before_utc
+        due.append((cert.not_valid_after_utc - life / 3 - now).total_seconds())
+    return min(due)
+
+
 def step(
     state: CertState,
     sans: list[str],

@@ -84,9 +84,10 @@ class Informer:
         watch_seconds: int = 300,
         transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
         changed: threading.Event | None = None,
+        page_size: int = 500,
     ) -> None:
         self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
-        self.transform = transform
+        self.transform, self.page_size = transform, page_size
         self._items: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
@@ -109,11 +110,33 @@ class Informer:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
     def relist(self) -> None:
-        query = {"labelSelector": self.selector} if self.selector else {}
-        listing = self.api.list(self.resource.path(), **query)
+        """List in pages of `page_size`: each page is parsed and trimmed before the next is asked for,
+        so a large cluster is never held whole as JSON (the apiserver pages the same way for client-go's
+        reflector, tools/pager). An object whose resourceVersion did not change keeps its trimmed copy:
+        a relist after a 410 allocates only for what changed."""
+        query = {"limit": str(self.page_size), **({"labelSelector": self.selector} if self.selector else {})}
         with self._lock:
-            self._items = {self._key(o): self.transform(o) for o in listing.get("items") or []}
-            self.resource_version = listing["metadata"]["resourceVersion"]
+            previous = self._items
+        items: dict[str, dict[str, Any]] = {}
+        resource_version = ""
+        while True:
+            page = self.api.list(self.resource.path(), **query)
+            for obj in page.get("items") or []:
+                key = self._key(obj)
+                kept = previous.get(key)
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                same = kept is not None and (kept.get("metadata") or {}).get("resourceVersion") == version
+                items[key] = kept if same and kept is not None else self.transform(obj)
+            metadata = page.get("metadata") or {}
+            resource_version = resource_version or metadata.get("resourceVersion", "")
+            token = metadata.get("continue")
+            del page
+            if not token:
+                break
+            query["continue"] = token
+        with self._lock:
+            self._items = items
+            self.resource_version = resource_version
         self.relists += 1
         self.synced.set()
         self.changed.set()

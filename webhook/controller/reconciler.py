@@ -32,7 +32,7 @@ from webhook.controller.state import (
     parse_time,
     release_patch,
 )
-from webhook.controller.workloads import WORKLOAD_RESOURCES, group_resource
+from webhook.controller.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES, group_resource
 from webhook.gangs.model import Gang, Obj
 
 log = logging.getLogger("gangkeeper.controller")
@@ -117,6 +117,7 @@ class Controller:
         orphan_every: int = 30,
         resync_every: int = 10,
         informers: Mapping[tuple[str, str], Informer] | None = None,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
@@ -127,6 +128,9 @@ class Controller:
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
         self.recorder = EventRecorder(api, component, clock)
         self.decisions: dict[str, Decision] = {}
+        # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
+        # must not release a gang another replica is deciding about
+        self.may_write = may_write
 
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
@@ -155,7 +159,7 @@ class Controller:
             seen[gang.key] = (fingerprint, resolved)
             backend = backend_of(gang.raw[0])
             if backend != "gate":
-                if fresh:
+                if fresh and self.may_write():
                     self.sync_group_objects(gang, resolved, backend)
                 continue
             decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
@@ -163,7 +167,7 @@ class Controller:
         self.publish(decisions, views)
         self.decisions = decisions
         self.passes += 1
-        if self.passes % self.orphan_every == 1 or self.orphan_every == 1:
+        if (self.passes % self.orphan_every == 1 or self.orphan_every == 1) and self.may_write():
             live = {(g.namespace, g.name) for g in gangs_by_key.values()}
             deleted = orphan_groups(self.api, live, self.group_resources())
             if deleted:
@@ -177,7 +181,7 @@ class Controller:
         stamp = gang.pods[0].annotations.get(contract.WORKLOAD_ANNOTATION, "")
         kind, _, rest = stamp.partition("/")
         versions = [
-            ("workload", self.watched_version(WORKLOAD_RESOURCES.get(kind), gang.namespace, rest.split("/")[0]))
+            ("workload", self.watched_version(self.workload_resource(kind), gang.namespace, rest.split("/")[0]))
         ]
         for resource in self.group_resources():
             versions.append((resource.group_version, self.watched_version(resource, gang.namespace, gang.name)))
@@ -220,6 +224,14 @@ class Controller:
                 return None
             raise
 
+    def workload_resource(self, kind: str) -> Resource | None:
+        """Where a workload kind is read: the version this cluster serves and we watch, else the usual one."""
+        default = WORKLOAD_RESOURCES.get(kind)
+        for candidate in OTHER_VERSIONS.get(kind, ()):
+            if (candidate.group_version, candidate.plural) in self.informers:
+                return candidate
+        return default
+
     def watched_version(self, resource: Resource | None, namespace: str, name: str) -> str:
         """resourceVersion of a watched object ("" when unwatched or absent), for change detection."""
         informer = self.informers.get((resource.group_version, resource.plural)) if resource else None
@@ -238,7 +250,7 @@ class Controller:
             if found is None:
                 return Resolved(None, None, None, "the pod group has no valid gangkeeper.io/group-size")
             return Resolved(self._spec(found, evictable=False), found, None)
-        resource = WORKLOAD_RESOURCES.get(kind)
+        resource = self.workload_resource(kind)
         if resource is None or not workload_name:
             return Resolved(None, None, None, f"unknown workload {stamp!r}")
         key = (kind, gang.namespace, workload_name)
@@ -302,6 +314,9 @@ class Controller:
             # a pin would promise what placement did not check (pod affinity, spread): leave those to the scheduler
             pin = None if decision.unmodelled else hostnames.get(node, node)
             patches.append((view, release_patch(view, pin, now, gates)))
+        if not self.may_write():
+            log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
+            return
         if len(patches) <= 2:
             for item in patches:
                 self._send_release(item)
@@ -372,9 +387,10 @@ class Controller:
 
     def _annotate_workload(self, workload: Obj, values: Mapping[str, str]) -> None:
         meta = workload.get("metadata") or {}
-        resource = WORKLOAD_RESOURCES.get(str(workload.get("kind")))
-        if resource is None:
+        default = WORKLOAD_RESOURCES.get(str(workload.get("kind")))
+        if default is None:
             return
+        resource = Resource(str(workload.get("apiVersion") or default.group_version), default.plural)
         try:
             self.api.merge_patch(
                 resource.path(meta.get("namespace"), meta.get("name")), {"metadata": {"annotations": dict(values)}}

@@ -1,4 +1,4 @@
-"""`gangkeeper controller`: informers, leader election and the reconcile loop."""
+"""`gangkeeper controller`: informers, leader election, probes and the reconcile loop."""
 
 from __future__ import annotations
 
@@ -7,15 +7,63 @@ import os
 import signal
 import socket
 import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
 from webhook.controller.reconciler import Controller
-from webhook.controller.workloads import WORKLOAD_RESOURCES
+from webhook.controller.workloads import all_workload_resources
 
 log = logging.getLogger("gangkeeper.controller")
+
+REDISCOVER_SECONDS = 60.0  # how soon a CRD installed after start (JobSet, Volcano, ...) is watched
+STUCK_SECONDS = 120.0  # /healthz fails when the loop has not come round for this long
+
+
+class Probes:
+    """What the kubelet asks: is the loop alive (/healthz), are the caches synced (/readyz)."""
+
+    def __init__(self, synced: Callable[[], bool]) -> None:
+        self.synced = synced
+        self.last_loop = time.monotonic()
+
+    def alive(self) -> bool:
+        return time.monotonic() - self.last_loop < STUCK_SECONDS
+
+    def serve(self, port: int) -> ThreadingHTTPServer:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        probes = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    code, body, kind = 200, generate_latest(), CONTENT_TYPE_LATEST
+                elif self.path == "/healthz":
+                    ok = probes.alive()
+                    code, body, kind = (200 if ok else 500), b"ok" if ok else b"reconcile loop stuck", "text/plain"
+                elif self.path == "/readyz":
+                    ok = probes.synced()
+                    code, body, kind = (200 if ok else 503), b"ok" if ok else b"caches not synced", "text/plain"
+                else:
+                    code, body, kind = 404, b"not found", "text/plain"
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer(("", port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
+        return server
 
 
 def run(
@@ -26,43 +74,54 @@ def run(
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
 ) -> None:
-    from prometheus_client import start_http_server
-
     stop = stop or threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     api = Api(api_client)
-    if metrics_port:
-        start_http_server(metrics_port)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
     changed = threading.Event()
     pods = Informer(api, PODS, transform=trim_pod, changed=changed)
     nodes = Informer(api, NODES, transform=trim_node, changed=changed)
-    controller = Controller(api, InformerSource(pods, nodes), native_version=native_version)
-    # workloads and group objects too, for the kinds this cluster serves
-    watched = [pods, nodes]
-    for resource in served([*WORKLOAD_RESOURCES.values(), *controller.group_resources()], api):
-        informer = Informer(api, resource, changed=changed)
-        controller.informers[(resource.group_version, resource.plural)] = informer
-        watched.append(informer)
-    for informer in watched:
-        informer.start()
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaderElector(api, namespace, "gangkeeper-controller", identity)
-    leading = False
+    controller = Controller(api, InformerSource(pods, nodes), native_version=native_version, may_write=elector.leading)
+    probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
+    if metrics_port:
+        probes.serve(metrics_port)
+    watched = [pods, nodes]
+    for informer in watched:
+        informer.start()
+    elector.start()  # renews on its own period, whatever the loop is doing
+    discovered_at = float("-inf")
     while not stop.is_set():
-        now_leading = elector.try_acquire_or_renew()
-        if now_leading != leading:
-            log.info("leadership changed", extra={"leader": now_leading, "identity": identity})
-            leading = now_leading
-        if leading and pods.synced.is_set() and nodes.synced.is_set():
+        probes.last_loop = time.monotonic()
+        if time.monotonic() - discovered_at > REDISCOVER_SECONDS:
+            # workloads and group objects too, for the kinds this cluster serves; checked again later,
+            # so a CRD installed after the controller started is watched without a restart
+            watched += watch_new(api, controller, changed)
+            discovered_at = time.monotonic()
+        if elector.leading() and pods.synced.is_set() and nodes.synced.is_set():
             try:
                 controller.reconcile_once()
             except Exception:  # one bad pass must not stop the controller
                 log.exception("reconcile pass failed")
         changed.wait(interval)
         changed.clear()
+    elector.stop()
     for informer in watched:
         informer.stop()
+
+
+def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
+    """Start informers for the workload and group resources served now and not watched yet."""
+    started = []
+    wanted = [*all_workload_resources(), *controller.group_resources()]
+    for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
+        informer = Informer(api, resource, changed=changed)
+        controller.informers[(resource.group_version, resource.plural)] = informer
+        informer.start()
+        started.append(informer)
+        log.info("watching", extra={"resource": f"{resource.group_version}/{resource.plural}"})
+    return started
 
 
 def served(resources: list[Resource], api: Api) -> list[Resource]:

@@ -21,6 +21,15 @@ WORKLOAD_RESOURCES = {
 }
 
 
+# Kinds that another operator serves at another version: mpi-operator v2 serves MPIJob at v2beta1
+# (training-operator served v1). Each is watched where served, and read at the version being watched.
+OTHER_VERSIONS = {"MPIJob": (Resource("kubeflow.org/v2beta1", "mpijobs"),)}
+
+
+def all_workload_resources() -> list[Resource]:
+    return [*WORKLOAD_RESOURCES.values(), *(r for versions in OTHER_VERSIONS.values() for r in versions)]
+
+
 def group_resource(api_version: str, kind: str) -> Resource:
     """The collection of a synthesized group object (PodGroup, Workload)."""
     return Resource(api_version, kind.lower() + "s")

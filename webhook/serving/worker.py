@@ -119,6 +119,8 @@ class Worker:
             sock=listening_socket(self.host, self.port, backlog()),
             ssl=self.reloader.listener_context(),
             ssl_handshake_timeout=self.limits.handshake_seconds,
+            # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
+            ssl_shutdown_timeout=self.limits.handshake_seconds,
             backlog=backlog(),
         )
         loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
@@ -152,7 +154,8 @@ class Worker:
         """Stop accepting, close idle connections, let requests in flight finish (up to graceful_seconds)."""
         self.draining = True
         deadline = time.monotonic() + self.graceful_seconds
-        while self.connections and time.monotonic() < deadline:
+        # closed connections still wait for the client's TLS close_notify; they need nothing more from us
+        while any(not c.closing for c in self.connections) and time.monotonic() < deadline:
             now = time.monotonic()
             for connection in list(self.connections):
                 if connection.closable_at_shutdown(now, grace=self.limits.header_seconds):
@@ -160,3 +163,4 @@ class Worker:
             await asyncio.sleep(0.05)
         for connection in list(self.connections):
             connection.close()
+        await asyncio.sleep(0.2)  # the last answers leave the socket buffers before the process ends
