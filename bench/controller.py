@@ -6,8 +6,12 @@
 2. Release: gangs of 8, 64 and 1,000 gated pods released against the test API server (one PATCH per
    pod), next to the floor of the same number of plain GETs on the same server.
 3. Memory: resident memory of the controller's caches and views for 150,000 pods and 5,000 nodes.
+4. The controller's peak RSS as it really starts: its informers list 150,000 pods and 5,000 nodes in
+   pages from a test API server in another process, build the pass's views, then list again as
+   after a 410 Gone (the old cache is still held while the new one is built). Measured in a fresh
+   process, next to the same process's RSS before it listed anything.
 
-    python bench/controller.py
+    python bench/controller.py [--only memory|placement|release]
 """
 
 from __future__ import annotations
@@ -173,6 +177,95 @@ def bench_release() -> None:
             server.wait(timeout=10)
 
 
+def serve_filled(port: int) -> None:
+    """A test API server holding a large cluster: 5,000 nodes and 150,000 realistic bound pods."""
+    from http.server import ThreadingHTTPServer
+
+    from tests.apiserver import Handler, Store
+
+    store = Store(history=1000)
+    nodes = []
+    for i in range(NODES):
+        raw = node(f"node-{i:04d}", cpu="64", memory="256Gi", labels={"nvidia.com/gpu.present": "true"})
+        raw["status"]["allocatable"]["nvidia.com/gpu"] = "8"
+        nodes.append(raw)
+    store.load("v1", "nodes", nodes)
+    store.load("v1", "pods", [realistic_pod(i, f"node-{i % NODES:04d}") for i in range(NODES * PODS_PER_NODE)])
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), type("Bound", (Handler,), {"store": store}))
+    httpd.daemon_threads = True
+    print("ready", flush=True)
+    httpd.serve_forever()
+
+
+def measure_start(url: str) -> None:
+    """In a fresh process: the controller's informers list everything, views are built, then a relist."""
+    from webhook.controller.informer import Informer, InformerSource
+
+    api = Api(client_from(server=url))
+    baseline = rss_mib()
+    pods = Informer(api, PODS, transform=trim_pod)
+    nodes = Informer(api, NODES_RESOURCE, transform=trim_node)
+    started = time.perf_counter()
+    pods.relist()
+    nodes.relist()
+    listed = time.perf_counter() - started
+    controller = Controller(api, InformerSource(pods, nodes))
+    started = time.perf_counter()
+    snapshot = controller.snapshot()
+    views = time.perf_counter() - started
+    after_list = rss_mib()
+    started = time.perf_counter()
+    pods.relist()  # what a 410 Gone costs
+    relisted = time.perf_counter() - started
+    del snapshot
+    controller.snapshot()
+    print(f"  pods listed            {len(pods.items()):>15}       in pages of {pods.page_size}")
+    print(f"  initial list           {listed:15.1f} s   (pods and nodes, paged, trimmed page by page)")
+    print(f"  views of the pass      {views:15.1f} s")
+    print(f"  relist (410 Gone)      {relisted:15.1f} s   (unchanged objects keep their trimmed copy)")
+    print(f"  RSS before listing     {baseline:15.0f} MiB")
+    print(f"  peak RSS after list    {after_list:15.0f} MiB")
+    print(f"  peak RSS with relist   {rss_mib():15.0f} MiB (target < 500 MiB)")
+
+
+def bench_start_memory() -> None:
+    print(f"controller start: {NODES} nodes, {NODES * PODS_PER_NODE} pods listed from a test API server process")
+    port = free_port()
+    root = Path(__file__).resolve().parents[1]
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-filled", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--measure-start", f"http://127.0.0.1:{port}"],
+            check=True,
+            cwd=root,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 if __name__ == "__main__":
-    bench_release()
-    bench_placement()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=("memory", "placement", "release"))
+    parser.add_argument("--serve-filled", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-start", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_filled:
+        serve_filled(args.serve_filled)
+    elif args.measure_start:
+        measure_start(args.measure_start)
+    else:
+        if args.only in (None, "release"):
+            bench_release()
+        if args.only in (None, "placement"):
+            bench_placement()
+        if args.only in (None, "memory"):
+            bench_start_memory()

@@ -20,6 +20,7 @@ Objects are stored as JSON; every write bumps one global resourceVersion, as etc
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 import re
@@ -124,10 +125,32 @@ class Store:
             "leaderworkerset.x-k8s.io/v1": {"leaderworkersets"},
         }
         self.fail_next: list[Callable[[str, str], Reject | None]] = []
+        self._sorted: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
         # (operation, group/version, plural, namespace, object, old object) -> the object to store
         self.admission: Callable[[str, str, str, str, Obj, Obj | None], Obj] | None = None
 
+    def load(self, gv: str, plural: str, objects: list[Obj]) -> None:
+        """Bulk insert without watch events (benchmarks filling a large cluster)."""
+        with self.lock:
+            for obj in objects:
+                meta = obj["metadata"]
+                self.revision += 1
+                meta["resourceVersion"] = str(self.revision)
+                meta.setdefault("uid", str(uuid.uuid4()))
+                namespace = meta.get("namespace", "") if plural not in CLUSTER_SCOPED else ""
+                self.objects[(gv, plural, namespace, meta["name"])] = obj
+            self._sorted.pop((gv, plural), None)
+
+    def _keys(self, gv: str, plural: str) -> list[tuple[str, str, str, str]]:
+        """The collection's keys in order, kept between pages (a list of 150,000 pods is 300 pages)."""
+        keys = self._sorted.get((gv, plural))
+        if keys is None:
+            keys = self._sorted[(gv, plural)] = sorted(k for k in self.objects if k[0] == gv and k[1] == plural)
+        return keys
+
     def _bump(self, gv: str, plural: str, kind: str, obj: Obj) -> None:
+        if kind != "MODIFIED":
+            self._sorted.pop((gv, plural), None)
         self.revision += 1
         obj["metadata"]["resourceVersion"] = str(self.revision)
         self.events.append((self.revision, gv, plural, kind, copy.deepcopy(obj)))
@@ -179,11 +202,9 @@ class Store:
                     raise Reject(
                         410, "Expired", "The provided continue parameter is too old to display a consistent list"
                     )
-            keys = sorted(
-                key
-                for key in self.objects
-                if key[0] == gv and key[1] == plural and (not ns or key[2] == ns) and "/".join(key[2:]) > after
-            )
+            ordered = self._keys(gv, plural)
+            start = bisect.bisect_right(ordered, (gv, plural, *after.split("/", 1))) if after else 0
+            keys = [key for key in ordered[start:] if not ns or key[2] == ns]
             items: list[Obj] = []
             for key in keys:
                 obj = self.objects[key]

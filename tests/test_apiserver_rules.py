@@ -135,3 +135,33 @@ def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_expires(api: A
     apiserver.store.fail_next.extend([lambda m, p: Reject(500, "InternalError", "etcd timeout")] * 10)
     clock.advance(11)  # past the 10 s renew deadline, within the 15 s lease
     assert leader.try_acquire_or_renew() is False and not leader.leading()
+
+
+def test_informer_lists_in_pages_and_a_relist_keeps_unchanged_objects(api: Api, apiserver: TestApiServer) -> None:
+    for name in "abcde":
+        apiserver.store.create("v1", "nodes", "", node(name))
+    informer = Informer(api, NODES, page_size=2)
+    informer.relist()
+    assert sorted(n["metadata"]["name"] for n in informer.items()) == list("abcde")
+    pages = [p for m, p in apiserver.store.requests if m == "GET" and p.startswith("/api/v1/nodes?")]
+    assert len(pages) == 3 and all("limit=2" in p for p in pages) and "continue=" in pages[-1]
+    kept = informer.get(None, "a")
+    apiserver.store.patch("v1", "nodes", "", "b", {"metadata": {"labels": {"changed": "yes"}}})
+    informer.relist()  # as after a 410 Gone
+    assert informer.get(None, "a") is kept  # same resourceVersion: the cached copy is reused
+    assert informer.get(None, "b")["metadata"]["labels"]["changed"] == "yes"
+
+
+def test_a_continue_token_older_than_the_history_is_410(apiserver: TestApiServer) -> None:
+    from tests.apiserver import Reject
+
+    store = apiserver.store
+    store.history = 3
+    for name in "abcd":
+        store.create("v1", "nodes", "", node(name))
+    _, _, token = store.list("v1", "nodes", None, limit=2)
+    for name in "efgh":
+        store.create("v1", "nodes", "", node(name))
+    with pytest.raises(Reject) as expired:
+        store.list("v1", "nodes", None, limit=2, token=token)
+    assert expired.value.code == 410

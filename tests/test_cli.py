@@ -34,7 +34,7 @@ def gangkeeper(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 
 
 def test_mutate_stdin_prints_objects_in_order_then_gang_objects() -> None:
-    result = gangkeeper("mutate", "-f", "-", stdin=JOB_STREAM)
+    result = gangkeeper("mutate", "-f", "-", "--backend", "volcano", stdin=JOB_STREAM)
     assert result.returncode == 0, result.stderr
     docs = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in docs] == ["Job", "ConfigMap", "PodGroup"]
@@ -80,3 +80,45 @@ def test_denied_object_is_reported_like_the_webhook_and_exit_code_is_1() -> None
 def test_invalid_yaml_is_a_clear_error() -> None:
     result = gangkeeper("mutate", "-f", "-", stdin="a: [b\n")
     assert result.returncode == 2 and "not valid YAML" in result.stderr
+
+
+def test_mutate_defaults_to_auto_which_offline_is_the_gate() -> None:
+    result = gangkeeper("mutate", "-f", "-", stdin=JOB_STREAM)
+    assert result.returncode == 0, result.stderr
+    job = next(yaml.safe_load_all(result.stdout))
+    assert job["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "gangkeeper.io/gang-gate"}]
+
+
+def test_a_namespace_in_the_stream_chooses_the_backend_of_its_objects() -> None:
+    stream = (
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-v\n  labels: {gangkeeper.io/backend: volcano}\n"
+        "---\n" + JOB_STREAM.replace("metadata: {name: train}", "metadata: {name: train, namespace: team-v}")
+    )
+    result = gangkeeper("mutate", "-f", "-", "--backend", "gate", stdin=stream)
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["Namespace", "Job", "ConfigMap", "PodGroup"]
+    assert docs[1]["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+
+
+def test_a_missing_file_is_one_line_not_a_traceback() -> None:
+    result = gangkeeper("mutate", "-f", "no-such-job.yaml")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "gangkeeper mutate: cannot read no-such-job.yaml: No such file or directory"
+
+
+def test_explain_without_a_cluster_says_what_to_set() -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = "/nonexistent"
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", "explain", "team-a/job-train"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "set KUBECONFIG or --kubeconfig" in result.stderr

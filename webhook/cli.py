@@ -188,14 +188,17 @@ def _mutate(args: argparse.Namespace) -> int:
 
     from webhook.offline import diff, dump, mutate_stream
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as error:
+        print(f"gangkeeper mutate: cannot read {args.file}: {error.strerror or error}", file=sys.stderr)
+        return 2
     try:
         documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         print(f"gangkeeper: {args.file}: not valid YAML: {exc}", file=sys.stderr)
         return 2
-    backend = "volcano" if args.backend == "auto" else args.backend
-    result = mutate_stream(documents, backend, args.kubernetes_version, args.namespace, args.scheduler_name)
+    result = mutate_stream(documents, args.backend, args.kubernetes_version, args.namespace, args.scheduler_name)
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for denial in result.denials:
@@ -299,7 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
     mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
-    mutate.add_argument("--backend", choices=BACKEND_CHOICES, default="volcano")
+    mutate.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="as the webhook's --backend; offline, auto means gate. A Namespace in the stream labelled "
+        "gangkeeper.io/backend decides for its objects",
+    )
     mutate.add_argument(
         "--kubernetes-version",
         choices=KUBERNETES_VERSIONS,
@@ -340,4 +349,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as error:
+        # a missing kubeconfig or an API refusal is the user's to fix, not a traceback to read
+        from kubernetes.config import ConfigException
+
+        from webhook.controller.kube import ApiError
+
+        if isinstance(error, ConfigException | FileNotFoundError) and args.command in (
+            "explain",
+            "certs",
+            "controller",
+        ):
+            print(
+                f"gangkeeper {args.command}: no cluster to talk to ({error}); set KUBECONFIG or --kubeconfig",
+                file=sys.stderr,
+            )
+            return 2
+        if isinstance(error, ApiError):
+            hint = " (explain lists pods and nodes cluster-wide)" if error.status == 403 else ""
+            print(f"gangkeeper {args.command}: the API server refused: {error}{hint}", file=sys.stderr)
+            return 1
+        raise

@@ -8,9 +8,11 @@ from typing import Any
 
 import yaml
 
-from webhook import backends, contract
+from webhook import contract
 from webhook.admission.decide import admit, describe
+from webhook.admission.resolve import BackendResolver, StaticNamespaces
 from webhook.backends import NamespaceInfo
+from webhook.backends.discovery import Unavailable
 from webhook.gangs.model import Obj
 
 
@@ -24,20 +26,37 @@ class Result:
 
 def mutate_stream(
     documents: list[Any],
-    backend_name: str,
+    backend_name: str = "auto",
     kubernetes_version: str = "1.37",
     namespace: str = "default",
     scheduler_name: str | None = None,
 ) -> Result:
-    """Every object as admission would leave it, in input order, followed by the gang objects."""
-    backend = backends.make(backend_name, scheduler_name=scheduler_name, kubernetes_version=kubernetes_version)
-    info = NamespaceInfo(labels={contract.NAMESPACE_ENABLED_LABEL: "true"})
+    """Every object as admission would leave it, in input order, followed by the gang objects.
+
+    Backends are chosen as the webhook chooses them with no API discovery: a Namespace in the stream
+    that carries `gangkeeper.io/backend` decides for its objects, else `backend_name`, where `auto`
+    means gate (the one mechanism that needs nothing installed). Every namespace counts as opted in.
+    """
+    schedulers = {"volcano_scheduler": scheduler_name, "coscheduling_scheduler": scheduler_name}
+    resolver = BackendResolver(
+        default=backend_name,
+        namespaces=StaticNamespaces(_namespaces_in(documents)),
+        offline_version=kubernetes_version,
+        **{k: v for k, v in schedulers.items() if v},  # type: ignore[arg-type]
+    )
     result = Result()
     groups: dict[tuple[str, str, str, str], Obj] = {}
     for doc in documents:
         if not isinstance(doc, dict):
             continue
-        outcome = admit(doc, "CREATE", backend, (doc.get("metadata") or {}).get("namespace") or namespace, info)
+        target = (doc.get("metadata") or {}).get("namespace") or namespace
+        info = resolver.namespace_info(target)
+        info = NamespaceInfo({**info.labels, contract.NAMESPACE_ENABLED_LABEL: "true"}, info.annotations)
+        backend = resolver.resolve(target)
+        if isinstance(backend, Unavailable):
+            result.denials.append(f"{describe(doc)} cannot be given a gang: {backend.message}")
+            continue
+        outcome = admit(doc, "CREATE", backend, target, info)
         result.warnings.extend(f"{describe(doc)}: {w}" for w in outcome.warnings)
         if not outcome.allowed:
             result.denials.append(outcome.message)
@@ -49,6 +68,17 @@ def mutate_stream(
             groups.setdefault((group["apiVersion"], group["kind"], meta.get("namespace", ""), meta["name"]), group)
     result.objects.extend(groups.values())
     return result
+
+
+def _namespaces_in(documents: list[Any]) -> dict[str, NamespaceInfo]:
+    found = {}
+    for doc in documents:
+        if isinstance(doc, dict) and doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1":
+            meta = doc.get("metadata") or {}
+            found[str(meta.get("name", ""))] = NamespaceInfo(
+                labels=dict(meta.get("labels") or {}), annotations=dict(meta.get("annotations") or {})
+            )
+    return found
 
 
 def dump(objects: list[Obj]) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook import contract
-from webhook.controller import metrics
+from webhook.controller import interning, metrics
 from webhook.controller.kube import Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller.informer")
@@ -48,17 +48,21 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     )
     for key in ("containers", "initContainers"):
         if spec.get(key):
-            trimmed_spec[key] = [_keep(c, ("resources", "restartPolicy")) for c in spec[key]]
-    meta_keys: tuple[str, ...] = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+            trimmed_spec[key] = interning.canonical([_keep(c, ("resources", "restartPolicy")) for c in spec[key]])
+    if "nodeName" in trimmed_spec:
+        trimmed_spec["nodeName"] = interning.text(trimmed_spec["nodeName"])
+    meta_keys: tuple[str, ...] = ("name", "namespace", "resourceVersion", "deletionTimestamp")
     if managed:
-        meta_keys += ("labels", "annotations", "ownerReferences", "creationTimestamp")
+        meta_keys += ("uid", "labels", "annotations", "ownerReferences", "creationTimestamp")
     meta = _keep(metadata, meta_keys)
+    if "namespace" in meta:
+        meta["namespace"] = interning.text(meta["namespace"])
     return {
-        "apiVersion": pod.get("apiVersion", "v1"),
-        "kind": pod.get("kind", "Pod"),
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": meta,
         "spec": trimmed_spec,
-        "status": _keep(pod.get("status") or {}, ("phase",)),
+        "status": {"phase": interning.text(phase)} if (phase := (pod.get("status") or {}).get("phase")) else {},
     }
 
 

@@ -75,7 +75,8 @@ def run(
     stop: threading.Event | None = None,
 ) -> None:
     stop = stop or threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     api = Api(api_client)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
     changed = threading.Event()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from webhook import contract
-from webhook.controller import placement
+from webhook.controller import interning, placement
 from webhook.controller.placement import Member, Node, Placement, Shape
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -36,7 +37,23 @@ def format_time(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@dataclass(frozen=True)
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_SHAPES: dict[int, Shape] = {}  # id of canonical containers (interning) -> their shape
+
+
+def _shape(spec: Mapping[str, Any]) -> Shape:
+    """The pod's scheduling shape, computed once per distinct canonical container list."""
+    containers = spec.get("containers")
+    plain = not (spec.get("initContainers") or spec.get("overhead") or spec.get("resources"))
+    if plain and containers is not None and interning.is_canonical(containers):
+        shape = _SHAPES.get(id(containers))
+        if shape is None:
+            shape = _SHAPES[id(containers)] = Shape.from_pod_spec(spec)
+        return shape
+    return Shape.from_pod_spec(spec)
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     """The parts of a pod the controller acts on."""
 
@@ -59,10 +76,10 @@ class PodView:
     @staticmethod
     def from_api(pod: Mapping[str, Any]) -> PodView:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        annotations = dict(meta.get("annotations") or {})
+        annotations = dict(meta.get("annotations") or {}) or _EMPTY
         owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
         try:
-            shape = Shape.from_pod_spec(spec)
+            shape = _shape(spec)
         except ValueError:
             shape = Shape(requests=(("pods", 1),))
         return PodView(
@@ -80,7 +97,7 @@ class PodView:
             owner=owner,
             resource_version=meta.get("resourceVersion", ""),
             annotations=annotations,
-            labels=dict(meta.get("labels") or {}),
+            labels=dict(meta.get("labels") or {}) or _EMPTY,
         )
 
     @property
