@@ -1,11 +1,15 @@
 """A small Kubernetes API server for controller tests, enforcing the rules the real one enforces for
 the calls gangkeeper's controller makes:
 
-- a pod's scheduling gates can only be removed, never added, after creation;
-- `spec.nodeSelector` may only gain keys, and only while the pod is gated; other spec fields are immutable;
+- a pod's scheduling gates can only be removed, never added, after creation, and `spec.nodeSelector`
+  may only gain keys, and only while the pod is gated; other spec fields are immutable
+  (pkg/apis/core/validation/validation.go ValidatePodUpdate and validatePodSchedulingGates; KEP-3521,
+  KEP-3838);
 - a write carrying a stale `metadata.resourceVersion` gets 409 Conflict; a missing object 404;
-  creating an existing name 409 AlreadyExists;
-- watches resume from a resourceVersion; one older than the retained history gets a 410 Gone event;
+  creating an existing name 409 AlreadyExists (k8s.io/apiserver/pkg/storage/etcd3/store.go
+  GuaranteedUpdate and Create);
+- watches resume from a resourceVersion; one older than the retained history gets a 410 Gone event
+  (k8s.io/apiserver/pkg/storage/cacher/watch_cache.go, "too old resource version");
 - lists are paged with `limit` and `continue` (apiserver storage: a continue token carries the revision
   of the first page and the last key; one older than the retained history gets 410 Expired,
   k8s.io/apiserver/pkg/storage/etcd3/store.go GetList);

@@ -50,13 +50,15 @@ def job(
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def statefulset(name: str = "db", replicas: int = 3) -> dict[str, Any]:
+def statefulset(name: str = "db", replicas: int = 3, policy: str | None = "Parallel") -> dict[str, Any]:
+    """A StatefulSet; `policy` None leaves podManagementPolicy at its default, OrderedReady."""
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": {"name": name, "namespace": "team-a"},
         "spec": {
             "replicas": replicas,
+            **({"podManagementPolicy": policy} if policy else {}),
             "serviceName": name,
             "selector": {"matchLabels": {"app": name}},
             "template": template(labels={"app": name}),

@@ -48,7 +48,8 @@ def test_mutate_diff_shows_only_what_changes() -> None:
     result = gangkeeper("mutate", "-f", "-", "--diff", "--backend", "gate", stdin=JOB_STREAM)
     assert result.returncode == 0
     added = [line for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    assert "+      schedulingGates:" in added and "+      - name: gangkeeper.io/gang-gate" in added
+    assert "+        gangkeeper.io/group: job-train" in added
+    assert not [line for line in added if "schedulingGates" in line]  # the gate goes on pods, never templates
     assert not [line for line in result.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
 
 
@@ -83,10 +84,14 @@ def test_invalid_yaml_is_a_clear_error() -> None:
 
 
 def test_mutate_defaults_to_auto_which_offline_is_the_gate() -> None:
-    result = gangkeeper("mutate", "-f", "-", stdin=JOB_STREAM)
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: train-abc\n  labels: {batch.kubernetes.io/job-name: train}\n"
+        "spec:\n  containers: [{name: t, image: busybox}]\n"
+    )
+    result = gangkeeper("mutate", "-f", "-", stdin=pod)
     assert result.returncode == 0, result.stderr
-    job = next(yaml.safe_load_all(result.stdout))
-    assert job["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "gangkeeper.io/gang-gate"}]
+    admitted = next(yaml.safe_load_all(result.stdout))
+    assert admitted["spec"]["schedulingGates"] == [{"name": "gangkeeper.io/gang-gate"}]
 
 
 def test_a_namespace_in_the_stream_chooses_the_backend_of_its_objects() -> None:

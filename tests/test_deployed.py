@@ -240,3 +240,13 @@ def test_a_certificate_rotation_while_pods_are_created_fails_no_call(volcano: Cl
     secret = store.get("v1", "secrets", "gangkeeper-system", "gangkeeper-webhook-certs")
     assert base64.b64decode(secret["data"]["tls.crt"]) != state.tls_crt  # renewed in the Secret too
     assert volcano.ca_bundle() == state.bundle  # same CA: nothing for the API server to re-trust
+
+
+def test_auto_reads_discovery_with_the_pinned_client_and_picks_volcano() -> None:
+    """The base install (backend auto) asks the API server what it serves: Volcano here."""
+    with Cluster("base") as cluster:
+        sandbox = start_webhook(cluster)
+        namespace(cluster.store, "team-a", **{"gangkeeper.io/enabled": "true"})
+        job = cluster.store.create("batch/v1", "jobs", "team-a", b.job("train", parallelism=2))
+        assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano", sandbox.logs()[-2000:]
+        assert any(path == "/apis" for _, path in cluster.store.requests)  # discovery really ran

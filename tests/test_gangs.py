@@ -163,7 +163,12 @@ def test_bare_pod_group_needs_a_valid_size(size: str | None) -> None:
         (b.job("train"), b.pod(labels={"batch.kubernetes.io/job-name": "train"}, owner=("batch/v1", "Job", "train"))),
         (
             b.statefulset("db"),
-            b.pod("db-0", labels={"apps.kubernetes.io/pod-index": "0"}, owner=("apps/v1", "StatefulSet", "db")),
+            b.pod(  # a StatefulSet's pods join through the stamp their template carries
+                "db-0",
+                labels={"apps.kubernetes.io/pod-index": "0", "gangkeeper.io/group": "sts-db"},
+                annotations={"gangkeeper.io/workload": "StatefulSet/db"},
+                owner=("apps/v1", "StatefulSet", "db"),
+            ),
         ),
         (
             b.lws("gang-test"),

@@ -15,8 +15,10 @@ class Gate:
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         stamp_common(target, gang)
         spec = target.pod_spec()
-        if spec is None or gang is None:
-            return  # a gate is added on the pod itself once its gang is known
+        # The gate goes on pods only, at their admission, never into a template: a template's gate would
+        # outlive the decision (an uninstall, a backend switch, no controller) and hold every new pod.
+        if spec is None or gang is None or not is_pod:
+            return
         gates = spec.setdefault("schedulingGates", [])
         if not any(g.get("name") == contract.GATE for g in gates):
             gates.append({"name": contract.GATE})

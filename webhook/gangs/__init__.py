@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from webhook import contract
 from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, lws, pod, ray, spark  # noqa: F401  (registration)
-from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp
+from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
+
+# Operators whose gang takes in the pods of the workloads they create: those children are never
+# grouped again. JobSet makes a Job per replicatedJob (jobset pkg/controllers/jobset_controller.go),
+# LeaderWorkerSet a leader StatefulSet and one worker StatefulSet per group (lws
+# pkg/controllers/leaderworkerset_controller.go), mpi-operator v2 a launcher Job
+# (pkg/controller/mpi_job_controller.go), KubeRay's RayJob its RayCluster. Not CronJob (each child
+# Job is its own gang) nor TrainJob (its gang is the JobSet it creates).
+GANG_PARENTS = frozenset(
+    {"JobSet", "LeaderWorkerSet", "MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "JAXJob", "RayJob", "RayCluster"}
+)
 
 __all__ = ["FieldError", "Gang", "GangId", "Members", "Obj", "Plan", "TemplateStamp", "analyze", "supported"]
 
@@ -27,4 +37,34 @@ def analyze(obj: Obj) -> Plan:
         return Plan.leave(kind_name, f"namespace {namespace} is never managed")
     if common.labels_of(obj).get(contract.SKIP_LABEL) == "true":
         return Plan.leave(kind_name, f"opted out with label {contract.SKIP_LABEL}")
-    return kind.analyze(obj)
+    owner = common.controller_of(obj)
+    if kind_name != pod.KIND and owner and owner.get("kind") in GANG_PARENTS:
+        return Plan.leave(
+            kind_name, f"created by {owner['kind']} {owner.get('name')}, whose gang its pods join: not grouped again"
+        )
+    plan = kind.analyze(obj)
+    marked = _marked_template(obj, plan)
+    if marked:
+        plan = Plan(kind=kind_name, skip=marked, warnings=plan.warnings)
+    return plan
+
+
+def _marked_template(obj: Obj, plan: Plan) -> str | None:
+    """A pod template that already says which gang its pods join, other than the one gangkeeper would
+    give: an operator's own gang (Volcano, coscheduling, native, KAI marks) or a parent workload's
+    gangkeeper stamp. Those marks win; overwriting them would split or double the gang."""
+    for stamp in plan.templates:
+        template = get_path(obj, stamp.path)
+        if not isinstance(template, dict) or stamp.shape == "spark":
+            continue
+        where = ".".join(str(p) for p in stamp.path)
+        stamped = pod.stamped_identity(template)
+        if stamped is not None:
+            if stamp.gang is not None and stamped != stamp.gang:
+                owner = f"{stamped.workload_kind} {stamped.workload_name}"
+                return f"{where} already belongs to gang {stamped.name} of {owner}"
+            continue
+        marker = pod.foreign_gang(template)
+        if marker:
+            return f"{where} is already in a gang ({marker})"
+    return None

@@ -35,6 +35,18 @@ def _replicated(obj: Obj, gid: GangId | None, kind: str) -> Plan:
 
 def analyze_statefulset(obj: Obj) -> Plan:
     name = common.meta(obj).get("name") or ""
+    spec = obj.get("spec") or {}
+    policy = spec.get("podManagementPolicy") or "OrderedReady"
+    if policy != "Parallel" and common.as_int(spec.get("replicas"), 1) > 1:
+        # OrderedReady (the default) creates pod N+1 only once pod N is Running and Ready
+        # (kubernetes pkg/controller/statefulset/stateful_set_control.go): a gang of all replicas could
+        # never fill, under any backend. KEP-6277 likewise requires Parallel for a gang.
+        return Plan.leave(
+            "StatefulSet",
+            "OrderedReady creates one pod at a time; no gang",
+            f"StatefulSet {name}: podManagementPolicy OrderedReady (the default) starts pods one at a time, "
+            "so it gets no gang; set spec.podManagementPolicy: Parallel for all-or-nothing",
+        )
     return _replicated(obj, sts_identity(name) if name else None, "StatefulSet")
 
 
@@ -59,9 +71,9 @@ def analyze_deployment(obj: Obj) -> Plan:
 
 
 def statefulset_pod(pod: Obj) -> GangId | str | None:
-    owner = common.controller_of(pod)
-    if owner and owner.get("kind") == "StatefulSet" and owner.get("name"):
-        return sts_identity(owner["name"])
+    """None: a StatefulSet's pods join its gang through the stamp on its template only. The pod cannot
+    tell an OrderedReady set (never a gang) from a Parallel one, nor a set made before its namespace
+    opted in."""
     return None
 
 

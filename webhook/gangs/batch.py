@@ -16,12 +16,20 @@ def identity(name: str) -> GangId:
     return common.gang_id("Job", name)
 
 
-def job_size(job_spec: Mapping[str, Any]) -> tuple[int, str]:
-    """`min(parallelism, completions)`, with the field that bounds it, for the error message."""
+def job_size(job_spec: Mapping[str, Any], job_status: Mapping[str, Any] | None = None) -> tuple[int, str]:
+    """How many pods the Job can still run at once, with the field that bounds it (for messages).
+
+    The Job controller keeps `min(parallelism, completions - succeeded)` pods active
+    (pkg/controller/job/job_controller.go, manageJob): when completions exceed parallelism, the last
+    wave is smaller, and a gang of `parallelism` would never fill. Succeeded pods do not count.
+    """
     parallelism = common.as_int(job_spec.get("parallelism"), 1)
     completions = job_spec.get("completions")
-    if isinstance(completions, int) and not isinstance(completions, bool) and completions < parallelism:
-        return completions, "the Job's completions"
+    if isinstance(completions, int) and not isinstance(completions, bool):
+        succeeded = common.as_int((job_status or {}).get("succeeded"), 0)
+        remaining = max(completions - succeeded, 1)
+        if remaining < parallelism:
+            return remaining, "the Job's completions" if not succeeded else "the Job's completions not yet succeeded"
     return parallelism, "the Job's parallelism"
 
 
@@ -34,7 +42,7 @@ def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
     spec = get_path(job, ("spec",)) or {}
     template_path: Path = (*prefix, "spec", "template")
     template = spec.get("template") or {}
-    size, reason = job_size(spec)
+    size, reason = job_size(spec, get_path(job, ("status",)) or {})
     name = common.meta(obj).get("name") or ""
     # A CronJob's children and a generateName Job get their names later: decide on each pod.
     gid = identity(name) if name and kind == "Job" else None

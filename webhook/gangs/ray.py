@@ -9,7 +9,9 @@ from webhook.gangs.kinds import Kind, register
 from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp
 
 CLUSTER_LABEL = "ray.io/cluster"
-BATCH_SCHEDULER_LABEL = "ray.io/scheduler-name"  # KubeRay's own gang integration (--batch-scheduler)
+BATCH_SCHEDULER_LABEL = "ray.io/scheduler-name"  # KubeRay's own gang integration (--batch-scheduler), older
+# KubeRay's opt-in to gang scheduling by its batch scheduler integration (kuberay#4305 retired the label above)
+GANG_SCHEDULING_KEY = "ray.io/gang-scheduling-enabled"
 ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
 ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
 
@@ -26,6 +28,8 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     plan = Plan(kind=kind)
     if common.labels_of(obj).get(BATCH_SCHEDULER_LABEL):
         return Plan.leave(kind, f"KubeRay makes this gang itself (label {BATCH_SCHEDULER_LABEL})")
+    if "true" in (common.labels_of(obj).get(GANG_SCHEDULING_KEY), common.annotations_of(obj).get(GANG_SCHEDULING_KEY)):
+        return Plan.leave(kind, f"KubeRay makes this gang itself ({GANG_SCHEDULING_KEY}: true)")
     head = (cluster_spec.get("headGroupSpec") or {}).get("template") or {}
     head_path = (*prefix, "headGroupSpec", "template")
     members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]

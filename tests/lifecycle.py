@@ -1,0 +1,238 @@
+"""Upstream workload controllers, simulated on the test API server, for lifecycle tests.
+
+Each simulation does what its upstream controller does where gang membership depends on it, with the
+source next to it. Objects are created through `store.admission`, set here to gangkeeper's own
+admission decision (webhook.admission.decide.admit, what `/mutate` answers), so every child object
+and pod is admitted as the API server would admit it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.apiserver import Obj, Reject, Store
+from webhook import contract
+from webhook.admission.decide import admit
+from webhook.backends import NamespaceInfo, make
+
+ENABLED = NamespaceInfo(labels={contract.NAMESPACE_ENABLED_LABEL: "true"})
+NOT_ADMITTED = {"namespaces", "nodes", "events", "leases", "podgroups", "workloads", "secrets"}
+
+
+def install_admission(store: Store, backend: str) -> list[str]:
+    """Every create in the store passes gangkeeper's mutating admission; returns the warnings seen."""
+    warnings: list[str] = []
+    chosen = make(backend)
+
+    def admission(operation: str, gv: str, plural: str, namespace: str, obj: Obj, old: Obj | None) -> Obj:
+        if plural in NOT_ADMITTED or operation != "CREATE":
+            return obj
+        outcome = admit(obj, operation, chosen, namespace, ENABLED)
+        warnings.extend(outcome.warnings)
+        if not outcome.allowed:
+            raise Reject(outcome.code, "Forbidden", outcome.message)
+        return outcome.mutated if outcome.mutated is not None else obj
+
+    store.admission = admission
+    return warnings
+
+
+def owner_ref(obj: Obj) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pods_owned_by(store: Store, obj: Obj) -> list[Obj]:
+    uid = obj["metadata"]["uid"]
+    return [
+        p
+        for p in store.list("v1", "pods", obj["metadata"]["namespace"])[0]
+        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def pod_from_template(template: Obj, name: str | None, namespace: str, owner: Obj, labels: dict[str, str]) -> Obj:
+    """What controllers do with a PodTemplateSpec: its labels, annotations and spec, plus their own."""
+    meta = template.get("metadata") or {}
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": namespace,
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [owner_ref(owner)],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+    if name:
+        pod["metadata"]["name"] = name
+    else:
+        pod["metadata"]["generateName"] = f"{owner['metadata']['name']}-"
+    return pod
+
+
+class JobController:
+    """kubernetes pkg/controller/job/job_controller.go, manageJob: keep
+    `min(parallelism, completions - succeeded)` pods active; succeeded pods are not replaced; pods get
+    the `batch.kubernetes.io/job-name` and `controller-uid` labels and a controller ownerReference."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> int:
+        job = self.store.get("batch/v1", "jobs", namespace, name)
+        spec = job["spec"]
+        pods = pods_owned_by(self.store, job)
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        want = parallelism if completions is None else max(min(parallelism, int(completions) - succeeded), 0)
+        labels = {"batch.kubernetes.io/job-name": name, "batch.kubernetes.io/controller-uid": job["metadata"]["uid"]}
+        created = 0
+        for _ in range(want - len(active)):
+            self.store.create(
+                "v1", "pods", namespace, pod_from_template(spec["template"], None, namespace, job, labels)
+            )
+            created += 1
+        job["status"] = {"succeeded": succeeded, "active": len(active) + created}
+        self.store.update("batch/v1", "jobs", namespace, name, job, None, admit=False)
+        return created
+
+
+class StatefulSetController:
+    """kubernetes pkg/controller/statefulset/stateful_set_control.go: pods `<set>-<ordinal>`; under
+    OrderedReady (the default) ordinal N+1 is created only once N is Running and Ready; under Parallel
+    all at once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> int:
+        sts = self.store.get("apps/v1", "statefulsets", namespace, name)
+        spec = sts["spec"]
+        ordered = spec.get("podManagementPolicy", "OrderedReady") == "OrderedReady"
+        existing = {p["metadata"]["name"]: p for p in pods_owned_by(self.store, sts)}
+        created = 0
+        for ordinal in range(int(spec.get("replicas", 1))):
+            pod_name = f"{name}-{ordinal}"
+            if pod_name not in existing:
+                labels = {"statefulset.kubernetes.io/pod-name": pod_name, "apps.kubernetes.io/pod-index": str(ordinal)}
+                self.store.create(
+                    "v1", "pods", namespace, pod_from_template(spec["template"], pod_name, namespace, sts, labels)
+                )
+                created += 1
+                if ordered:
+                    break
+            elif ordered and (existing[pod_name].get("status") or {}).get("phase") != "Running":
+                break
+        return created
+
+
+class JobSetController:
+    """jobset pkg/controllers/jobset_controller.go (constructJob): a Job `<jobset>-<replicatedJob>-<i>` per
+    replica of each replicatedJob, from its template, owned by the JobSet, with the jobset-name and
+    replicatedjob-name labels on the Job and its pod template."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> list[str]:
+        jobset = self.store.get("jobset.x-k8s.io/v1alpha2", "jobsets", namespace, name)
+        made = []
+        for rjob in jobset["spec"]["replicatedJobs"]:
+            for index in range(int(rjob.get("replicas", 1))):
+                labels = {
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                    "jobset.sigs.k8s.io/job-index": str(index),
+                }
+                spec = copy.deepcopy(rjob["template"]["spec"])
+                template_meta = spec["template"].setdefault("metadata", {})
+                template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+                job = {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": f"{name}-{rjob['name']}-{index}",
+                        "namespace": namespace,
+                        "labels": labels,
+                        "ownerReferences": [owner_ref(jobset)],
+                    },
+                    "spec": spec,
+                }
+                made.append(self.store.create("batch/v1", "jobs", namespace, job)["metadata"]["name"])
+        return made
+
+
+class MPIJobController:
+    """mpi-operator v2 pkg/controller/mpi_job_controller.go: worker pods `<job>-worker-<i>` from the
+    Worker template (newWorker) and a launcher Job `<job>-launcher` from the Launcher template
+    (newLauncherJob), both owned by the MPIJob, with the training.kubeflow.org labels."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> None:
+        mpijob = self.store.get("kubeflow.org/v2beta1", "mpijobs", namespace, name)
+        specs = mpijob["spec"]["mpiReplicaSpecs"]
+        for index in range(int(specs["Worker"].get("replicas", 1))):
+            labels = {
+                "training.kubeflow.org/job-name": name,
+                "training.kubeflow.org/job-role": "worker",
+                "training.kubeflow.org/replica-index": str(index),
+            }
+            pod = pod_from_template(specs["Worker"]["template"], f"{name}-worker-{index}", namespace, mpijob, labels)
+            self.store.create("v1", "pods", namespace, pod)
+        launcher_template = copy.deepcopy(specs["Launcher"]["template"])
+        meta = launcher_template.setdefault("metadata", {})
+        meta["labels"] = {
+            **(meta.get("labels") or {}),
+            "training.kubeflow.org/job-name": name,
+            "training.kubeflow.org/job-role": "launcher",
+        }
+        self.store.create(
+            "batch/v1",
+            "jobs",
+            namespace,
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": f"{name}-launcher",
+                    "namespace": namespace,
+                    "labels": {"training.kubeflow.org/job-name": name},
+                    "ownerReferences": [owner_ref(mpijob)],
+                },
+                "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 6, "template": launcher_template},
+            },
+        )
+
+
+def kubelet(store: Store, namespace: str) -> int:
+    """Bound pods start: phase Running (and Ready)."""
+    started = 0
+    for pod in store.list("v1", "pods", namespace)[0]:
+        status = pod.get("status") or {}
+        if pod["spec"].get("nodeName") and status.get("phase") in (None, "Pending"):
+            pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+            store.update("v1", "pods", namespace, pod["metadata"]["name"], pod, None, admit=False)
+            started += 1
+    return started
+
+
+def finish(store: Store, namespace: str, names: list[str]) -> None:
+    """The containers of these pods exit 0: phase Succeeded."""
+    for name in names:
+        pod = store.get("v1", "pods", namespace, name)
+        pod["status"] = {"phase": "Succeeded"}
+        store.update("v1", "pods", namespace, name, pod, None, admit=False)

@@ -1,0 +1,171 @@
+"""Gangs followed over time through the upstream controllers that create their objects
+(tests/lifecycle.py simulates them, each citing its source), admitted as the webhook admits them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import builders as b
+from tests.apiserver import Store, TestApiServer
+from tests.cluster import Clock, default_scheduler, node
+from tests.lifecycle import (
+    JobController,
+    JobSetController,
+    MPIJobController,
+    StatefulSetController,
+    finish,
+    install_admission,
+    kubelet,
+)
+from tests.schemas import EXAMPLES, validate
+from webhook.controller.kube import Api
+from webhook.controller.reconciler import Controller
+
+NS = "team-a"
+GATE = [{"name": "gangkeeper.io/gang-gate"}]
+
+
+def example(path: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / path).read_text())
+    document["metadata"]["namespace"] = NS
+    return document
+
+
+def pods(store: Store) -> list[dict[str, Any]]:
+    return store.list("v1", "pods", NS)[0]
+
+
+def group_of(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get("gangkeeper.io/group")
+
+
+@pytest.fixture
+def store(apiserver: TestApiServer) -> Store:
+    return apiserver.store
+
+
+def test_jobset_child_jobs_are_not_grouped_again_and_all_pods_form_one_gang(store: Store) -> None:
+    install_admission(store, "volcano")
+    jobset = store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, example("jobset/paralleljobs.yaml"))
+    validate(jobset)
+    children = JobSetController(store).sync(NS, "paralleljobs")
+    for name in children:
+        child = store.get("batch/v1", "jobs", NS, name)
+        validate(child)
+        template = child["spec"]["template"]["metadata"]
+        assert template["labels"]["gangkeeper.io/group"] == "jobset-paralleljobs", name  # the JobSet's, kept
+        assert template["annotations"]["gangkeeper.io/workload"] == "JobSet/paralleljobs"
+        JobController(store).sync(NS, name)
+    created = pods(store)
+    assert len(created) == 5  # 4 workers + 1 driver: one gang, all or nothing across replicatedJobs
+    assert {group_of(p) for p in created} == {"jobset-paralleljobs"}
+    assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in created} == {"jobset-paralleljobs"}
+
+
+def test_mpijob_v2_launcher_job_joins_the_mpijob_gang(store: Store) -> None:
+    install_admission(store, "volcano")
+    mpijob = example("kubeflow/mpijob-tensorflow-mnist.yaml")
+    mpijob["apiVersion"] = "kubeflow.org/v2beta1"  # as mpi-operator v2 serves it
+    store.create("kubeflow.org/v2beta1", "mpijobs", NS, mpijob)
+    MPIJobController(store).sync(NS, "tensorflow-mnist")
+    launcher = store.get("batch/v1", "jobs", NS, "tensorflow-mnist-launcher")
+    assert launcher["spec"]["template"]["metadata"]["labels"]["gangkeeper.io/group"] == "mpijob-tensorflow-mnist"
+    JobController(store).sync(NS, "tensorflow-mnist-launcher")
+    created = pods(store)
+    workers = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    assert len(created) == workers + 1
+    assert {group_of(p) for p in created} == {"mpijob-tensorflow-mnist"}  # the launcher is not one short
+
+
+def test_a_leaderworkerset_statefulset_is_not_a_gang_of_its_own(store: Store) -> None:
+    install_admission(store, "gate")
+    lws = store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", NS, b.lws("serve"))
+    leader_set = b.statefulset("serve", replicas=2)
+    leader_set["metadata"]["ownerReferences"] = [
+        {"apiVersion": lws["apiVersion"], "kind": "LeaderWorkerSet", "name": "serve", "uid": lws["metadata"]["uid"]}
+        | {"controller": True}
+    ]
+    stored = store.create("apps/v1", "statefulsets", NS, leader_set)
+    assert "gangkeeper.io/group" not in (stored["spec"]["template"]["metadata"].get("labels") or {})
+
+
+def run_gate(store: Store, api: Api, clock: Clock, job_controllers: list[tuple[Any, str]], rounds: int) -> None:
+    """Controllers, the gang controller, the scheduler and the kubelet, in turn, `rounds` times."""
+    gangs = Controller(api, clock=clock)
+    for _ in range(rounds):
+        for controller, name in job_controllers:
+            controller.sync(NS, name)
+        gangs.reconcile_once()
+        default_scheduler(store)
+        kubelet(store, NS)
+        clock.advance(1)
+
+
+def test_an_orderedready_statefulset_gets_no_gang_and_starts_pod_by_pod(store: Store, api: Api) -> None:
+    warnings = install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1"))
+    sts = store.create("apps/v1", "statefulsets", NS, b.statefulset("db", replicas=3, policy=None))
+    assert any("podManagementPolicy OrderedReady" in w and "Parallel" in w for w in warnings)
+    assert "gangkeeper.io/group" not in (sts["spec"]["template"]["metadata"].get("labels") or {})
+    run_gate(store, api, Clock(), [(StatefulSetController(store), "db")], rounds=4)
+    started = pods(store)
+    assert sorted(p["metadata"]["name"] for p in started) == ["db-0", "db-1", "db-2"]
+    assert all(p["status"]["phase"] == "Running" and not p["spec"].get("schedulingGates") for p in started)
+
+
+def test_a_parallel_statefulset_is_one_gang_released_whole(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1"))
+    sts = store.create("apps/v1", "statefulsets", NS, b.statefulset("db", replicas=3))
+    assert not sts["spec"]["template"]["spec"].get("schedulingGates")  # the gate goes on pods only
+    StatefulSetController(store).sync(NS, "db")
+    assert all(p["spec"]["schedulingGates"] == GATE and group_of(p) == "sts-db" for p in pods(store))
+    run_gate(store, api, Clock(), [(StatefulSetController(store), "db")], rounds=2)
+    assert all(p["status"]["phase"] == "Running" for p in pods(store))
+
+
+def test_a_job_with_more_completions_than_parallelism_runs_its_last_wave(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    job = store.create("batch/v1", "jobs", NS, b.job("train", parallelism=2))
+    job["spec"]["completions"] = 5
+    store.update("batch/v1", "jobs", NS, "train", job, None, admit=False)
+    jobs, gangs, clock = JobController(store), Controller(api, clock=Clock()), Clock()
+    for _ in range(8):  # waves of 2, 2 and 1
+        jobs.sync(NS, "train")
+        gangs.reconcile_once()
+        default_scheduler(store)
+        kubelet(store, NS)
+        finish(store, NS, [p["metadata"]["name"] for p in pods(store) if p["status"].get("phase") == "Running"])
+        clock.advance(1)
+    jobs.sync(NS, "train")
+    assert store.get("batch/v1", "jobs", NS, "train")["status"]["succeeded"] == 5
+    assert len(pods(store)) == 5 and all(p["status"]["phase"] == "Succeeded" for p in pods(store))
+
+
+def test_a_pod_template_already_in_a_gang_keeps_its_gang(store: Store) -> None:
+    install_admission(store, "volcano")
+    job = b.job("train", parallelism=2)
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {"scheduling.k8s.io/group-name": "team-group"}
+    stored = store.create("batch/v1", "jobs", NS, job)
+    template = stored["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"scheduling.k8s.io/group-name": "team-group"}
+    assert "schedulerName" not in template["spec"]
+    JobController(store).sync(NS, "train")
+    for pod in pods(store):
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "team-group"
+        assert group_of(pod) is None
+
+
+def test_kuberays_own_gang_opt_in_wins(store: Store) -> None:
+    install_admission(store, "volcano")
+    cluster = example("ray/raycluster-sample.yaml")
+    cluster["metadata"].setdefault("labels", {})["ray.io/gang-scheduling-enabled"] = "true"
+    before = copy.deepcopy(cluster)
+    stored = store.create("ray.io/v1", "rayclusters", NS, cluster)
+    for key in ("spec",):
+        assert stored[key] == before[key]
