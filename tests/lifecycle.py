@@ -83,15 +83,36 @@ def pod_from_template(template: Obj, name: str | None, namespace: str, owner: Ob
 class JobController:
     """kubernetes pkg/controller/job/job_controller.go, manageJob: keep
     `min(parallelism, completions - succeeded)` pods active; succeeded pods are not replaced; pods get
-    the `batch.kubernetes.io/job-name` and `controller-uid` labels and a controller ownerReference."""
+    the `batch.kubernetes.io/job-name` and `controller-uid` labels and a controller ownerReference.
+    Deletion accounting (pod tracking with finalizers, GA 1.26): an active pod that disappears counts
+    as failed, and past `backoffLimit` failures the Job fails. Suspend (KEP-2232): a suspended Job's
+    active pods are deleted and not counted as failures."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._active: dict[str, set[str]] = {}  # job uid -> active pods seen at the last sync
 
     def sync(self, namespace: str, name: str) -> int:
         job = self.store.get("batch/v1", "jobs", namespace, name)
-        spec = job["spec"]
+        spec, status = job["spec"], dict(job.get("status") or {})
+        uid = job["metadata"]["uid"]
         pods = pods_owned_by(self.store, job)
+        if any(c.get("type") == "Failed" for c in status.get("conditions") or []):
+            return 0
+        if spec.get("suspend"):
+            for pod in pods:
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    self.store.delete("v1", "pods", namespace, pod["metadata"]["name"])
+            self._active[uid] = set()
+            job["status"] = {**status, "active": 0}
+            self.store.update("batch/v1", "jobs", namespace, name, job, None, admit=False)
+            return 0
+        present = {p["metadata"]["name"] for p in pods}
+        failed = int(status.get("failed", 0)) + len(self._active.get(uid, set()) - present)
+        if failed > int(spec.get("backoffLimit", 6)):
+            job["status"] = {**status, "failed": failed, "conditions": [{"type": "Failed", "status": "True"}]}
+            self.store.update("batch/v1", "jobs", namespace, name, job, None, admit=False)
+            return 0
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         parallelism = int(spec.get("parallelism", 1))

@@ -212,25 +212,36 @@ def test_scale_down_mid_release(server: TestApiServer, api: Api) -> None:
     assert default_scheduler(server.store) == 3
 
 
-def test_timeout_evicts_the_gang_with_backoff(server: TestApiServer, api: Api) -> None:
+def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: TestApiServer, api: Api) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     add_job_pods(
         server.store, add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
     )
+    from tests.lifecycle import JobController
+
     clock = Clock()
     controller = Controller(api, clock=clock)
+    jobs = JobController(server.store)
+    jobs.sync("team-a", "train")  # it sees the two pods as its active ones
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
-    # nothing binds them (a kubelet or scheduler problem): after the timeout the gang is evicted
+    # nothing binds them (a kubelet or scheduler problem): after the timeout the Job is suspended,
+    # so the Job controller removes its pods without counting them as failures
     clock.advance(61)
     assert controller.reconcile_once()["team-a/job-train"].state == "TimedOut"
-    assert pods(server.store) == []
     job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert job["spec"]["suspend"] is True
     assert job["metadata"]["annotations"]["gangkeeper.io/release-attempts"] == "1"
-    assert events(server, "GangEvicted")
-    # the Job controller recreates them gated; they wait out the backoff, then go again
-    add_job_pods(server.store, job)
-    assert controller.reconcile_once()["team-a/job-train"].state == "Backoff"
+    assert events(server, "GangRequeued")
+    jobs.sync("team-a", "train")
+    assert pods(server.store) == []
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["status"].get("failed", 0) == 0
+    # after the backoff gangkeeper resumes it; the Job controller recreates them, admitted gated
     clock.advance(31)
+    controller.reconcile_once()
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert job["spec"]["suspend"] is False and "gangkeeper.io/suspended" not in job["metadata"]["annotations"]
+    assert events(server, "GangResumed")
+    add_job_pods(server.store, job)  # what the Job controller makes, through the webhook's admission
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
 
 

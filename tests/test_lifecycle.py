@@ -93,9 +93,16 @@ def test_a_leaderworkerset_statefulset_is_not_a_gang_of_its_own(store: Store) ->
     assert "gangkeeper.io/group" not in (stored["spec"]["template"]["metadata"].get("labels") or {})
 
 
-def run_gate(store: Store, api: Api, clock: Clock, job_controllers: list[tuple[Any, str]], rounds: int) -> None:
+def run_gate(
+    store: Store,
+    api: Api,
+    clock: Clock,
+    job_controllers: list[tuple[Any, str]],
+    rounds: int,
+    gangs: Controller | None = None,
+) -> None:
     """Controllers, the gang controller, the scheduler and the kubelet, in turn, `rounds` times."""
-    gangs = Controller(api, clock=clock)
+    gangs = gangs or Controller(api, clock=clock)
     for _ in range(rounds):
         for controller, name in job_controllers:
             controller.sync(NS, name)
@@ -169,3 +176,112 @@ def test_kuberays_own_gang_opt_in_wins(store: Store) -> None:
     stored = store.create("ray.io/v1", "rayclusters", NS, cluster)
     for key in ("spec",):
         assert stored[key] == before[key]
+
+
+def hog(store: Store, node_name: str, cpu: str) -> None:
+    """A pod of someone else's, bound to `node_name` (it takes capacity a released pod was promised)."""
+    pod = b.pod(f"hog-{node_name}", spec=b.pod_spec(b.container(cpu, "1Gi")), namespace="other")
+    pod["spec"]["nodeName"] = node_name
+    store.create("v1", "pods", "other", pod)
+
+
+def gang_pods(store: Store) -> list[dict[str, Any]]:
+    return [p for p in pods(store) if group_of(p)]
+
+
+def test_a_late_replacement_never_evicts_the_running_members(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3, spec=b.pod_spec(b.container("2", "1Gi"))))
+    jobs, clock = JobController(store), Clock()
+    gangs = Controller(api, clock=clock)
+    jobs.sync(NS, "train")
+    gangs.reconcile_once()
+    default_scheduler(store)
+    kubelet(store, NS)
+    running = sorted(p["metadata"]["name"] for p in gang_pods(store))
+    clock.advance(3600)  # the gang has run for an hour, far past its 300 s timeout
+    crashed = store.get("v1", "pods", NS, running[0])
+    crashed["status"] = {"phase": "Failed"}
+    store.update("v1", "pods", NS, running[0], crashed, None, admit=False)
+    jobs.sync(NS, "train")  # a replacement, admitted gated
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Release"  # the newcomer fits: released
+    hog(store, "worker1", "4")  # someone else's pod takes what the newcomer was promised
+    default_scheduler(store)
+    clock.advance(301)
+    decision = gangs.reconcile_once()["team-a/job-train"]
+    assert decision.state == "TimedOut" and not decision.whole_gang and len(decision.evict) == 1
+    still = {p["metadata"]["name"]: p for p in gang_pods(store)}
+    for name in running[1:]:  # the running members are untouched
+        assert still[name]["status"]["phase"] == "Running" and still[name]["spec"]["nodeName"] == "worker1"
+    assert store.get("batch/v1", "jobs", NS, "train")["spec"].get("suspend") is not True
+
+
+def test_a_timed_out_job_gang_is_suspended_and_resumed_never_failed(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = b.job("train", parallelism=3, spec=b.pod_spec(b.container("2", "1Gi")))
+    job["spec"]["backoffLimit"] = 0  # one counted failure fails the Job
+    store.create("batch/v1", "jobs", NS, job)
+    jobs, clock = JobController(store), Clock()
+    gangs = Controller(api, clock=clock)
+    jobs.sync(NS, "train")
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Release"
+    hog(store, "worker1", "4")  # a pinned member can no longer bind
+    default_scheduler(store)
+    clock.advance(301)
+    decision = gangs.reconcile_once()["team-a/job-train"]
+    assert decision.state == "TimedOut" and decision.whole_gang
+    jobs.sync(NS, "train")  # the suspended Job's pods go, not counted as failures
+    status = store.get("batch/v1", "jobs", NS, "train")["status"]
+    assert gang_pods(store) == [] and status.get("failed", 0) == 0 and "conditions" not in status
+    store.delete("v1", "pods", "other", "hog-worker1")
+    clock.advance(31)  # the backoff for a first attempt is 30 s
+    run_gate(store, api, clock, [(jobs, "train")], rounds=3, gangs=gangs)
+    assert len(gang_pods(store)) == 3 and all(p["status"]["phase"] == "Running" for p in gang_pods(store))
+    annotations = store.get("batch/v1", "jobs", NS, "train")["metadata"]["annotations"]
+    assert "gangkeeper.io/release-attempts" not in annotations  # a gang that runs gets its budget back
+
+
+def test_requeues_stop_at_the_attempt_budget_with_a_visible_status(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3, spec=b.pod_spec(b.container("2", "1Gi"))))
+    jobs, clock = JobController(store), Clock()
+    gangs = Controller(api, clock=clock, max_attempts=1)
+    for _ in range(2):  # released, robbed, timed out; twice
+        jobs.sync(NS, "train")
+        gangs.reconcile_once()
+        hog(store, "worker1", "4")
+        default_scheduler(store)
+        clock.advance(301)
+        gangs.reconcile_once()
+        jobs.sync(NS, "train")
+        store.delete("v1", "pods", "other", "hog-worker1")
+        clock.advance(31)
+        gangs.reconcile_once()  # resumes after the first; nothing to resume after the second
+    job = store.get("batch/v1", "jobs", NS, "train")
+    assert job["spec"]["suspend"] is True  # stays suspended: the user decides
+    assert job["metadata"]["annotations"]["gangkeeper.io/gang-status"].startswith("GaveUp:")
+
+
+def test_a_timed_out_bare_pod_group_says_so_once(store: Store, api: Api, apiserver: TestApiServer) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    for index in range(2):
+        pod = b.pod(
+            f"mpi-{index}",
+            labels={"gangkeeper.io/group-name": "mpi"},
+            annotations={"gangkeeper.io/group-size": "2", "gangkeeper.io/timeout-seconds": "30"},
+            spec=b.pod_spec(b.container("2", "1Gi")),
+        )
+        store.create("v1", "pods", NS, pod)
+    clock = Clock()
+    gangs = Controller(api, clock=clock)
+    assert gangs.reconcile_once()["team-a/pg-mpi"].state == "Release"
+    for _ in range(5):
+        clock.advance(31)
+        assert gangs.reconcile_once()["team-a/pg-mpi"].state == "TimedOut"
+    gangs.recorder.flush()
+    events = [e for e in store.list("v1", "events", None)[0] if e["reason"] == "GangTimedOut"]
+    assert len(events) == 1

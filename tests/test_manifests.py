@@ -200,10 +200,25 @@ def exercise_controller(server: TestApiServer) -> None:
     elector.try_acquire_or_renew()
     elector.try_acquire_or_renew()
     store.create("v1", "nodes", "", node("w1", cpu="64"))
-    # gate: release, then time out (evict, backoff annotation on the Job)
+    # gate: release, then time out (a Job is suspended, with backoff annotations)
     add_job_pods(
         store, add_job(store, "gated", parallelism=2, cpu="1", annotations={"gangkeeper.io/timeout-seconds": "5"})
     )
+    # gate: a StatefulSet gang has no suspend field: its pods are evicted
+    sts = b.statefulset("db", replicas=2)
+    sts["metadata"]["annotations"] = {"gangkeeper.io/timeout-seconds": "5"}
+    sts_admitted = admit(sts, "CREATE", make("gate"), "team-a").mutated
+    stored_sts = store.create("apps/v1", "statefulsets", "team-a", sts_admitted)
+    for ordinal in range(2):
+        template = stored_sts["spec"]["template"]
+        pod = b.pod(
+            f"db-{ordinal}",
+            labels=dict(template["metadata"]["labels"]),
+            annotations=dict(template["metadata"]["annotations"]),
+            owner=("apps/v1", "StatefulSet", "db"),
+            spec=dict(template["spec"]),
+        )
+        store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
     # group objects of every backend, then a scale-up so each is patched
     for backend in ("volcano", "coscheduling", "native"):
         job = add_job(store, backend, parallelism=2, cpu="1")

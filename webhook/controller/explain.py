@@ -5,7 +5,6 @@ from __future__ import annotations
 from webhook.controller import placement
 from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller, Listing
-from webhook.controller.state import decide
 
 
 def explain(api: Api, namespace: str, gang_name: str) -> str:
@@ -20,7 +19,8 @@ def explain(api: Api, namespace: str, gang_name: str) -> str:
         return "\n".join([*lines, f"  cannot size the gang: {resolved.problem}"])
     live = [p for p in gang.pods if not p.terminal]
     gated = [p for p in live if p.gated]
-    decision = decide(gang.pods, resolved.spec, snapshot.nodes, snapshot.free, controller.clock())
+    # the controller's own decision, backoff included: explain and the controller never disagree
+    decision = controller.decide_for(gang, resolved, snapshot.nodes, snapshot.free, controller.clock())
     lines += [
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",

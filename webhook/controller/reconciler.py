@@ -25,6 +25,7 @@ from webhook.controller.state import (
     HOSTNAME_LABEL,
     Decision,
     GangSpec,
+    GangState,
     PodView,
     backoff_seconds,
     decide,
@@ -40,6 +41,31 @@ log = logging.getLogger("gangkeeper.controller")
 ATTEMPTS_ANNOTATION = f"{contract.PREFIX}/release-attempts"
 NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
 STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
+SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
+DEFAULT_MAX_ATTEMPTS = 5
+
+# Where each kind with a suspend field keeps it. A timed-out gang of these kinds is requeued by
+# suspending and later resuming its workload: the owner then deletes its pods without counting them as
+# failures (batch/v1 Job: KEP-2232, pkg/controller/job; JobSet spec.suspend; training-operator and
+# mpi-operator runPolicy.suspend; KubeRay RayJob spec.suspend), where evicting them would spend the
+# workload's own retry budget (the Job controller counts a pod deleted before success as failed).
+SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
+    "Job": ("spec", "suspend"),
+    "JobSet": ("spec", "suspend"),
+    "PyTorchJob": ("spec", "runPolicy", "suspend"),
+    "TFJob": ("spec", "runPolicy", "suspend"),
+    "XGBoostJob": ("spec", "runPolicy", "suspend"),
+    "JAXJob": ("spec", "runPolicy", "suspend"),
+    "MPIJob": ("spec", "runPolicy", "suspend"),
+    "RayJob": ("spec", "suspend"),
+}
+
+
+def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """{"spec": {"runPolicy": {"suspend": value}}} for ("spec", "runPolicy", "suspend")."""
+    for key in reversed(path):
+        value = {key: value}
+    return value  # type: ignore[no-any-return]
 
 
 class Source(Protocol):
@@ -118,6 +144,7 @@ class Controller:
         resync_every: int = 10,
         informers: Mapping[tuple[str, str], Informer] | None = None,
         may_write: Callable[[], bool] = lambda: True,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
@@ -131,10 +158,15 @@ class Controller:
         # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
         # must not release a gang another replica is deciding about
         self.may_write = may_write
+        self.max_attempts = max_attempts
+        # workloads this process suspended, so they are resumed even where their kind is not watched
+        self._suspended: dict[tuple[str, str, str], Obj] = {}
 
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
         now = self.clock()
+        if self.may_write():
+            self.resume_due(now)
         snapshot = self.snapshot()
         views, nodes, free, hostnames, gangs_by_key = (
             snapshot.views,
@@ -282,19 +314,31 @@ class Controller:
         hostnames: Mapping[str, str],
         now: dt.datetime,
     ) -> Decision:
-        if resolved.spec is None:
-            decision = Decision("Unknown", f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
-            self.transition(gang, resolved, decision)
-            return decision
-        annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
-        not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
-        decision = decide(gang.pods, resolved.spec, nodes, free, now, not_before)
-        if decision.state == "Release":
+        decision = self.decide_for(gang, resolved, nodes, free, now)
+        if decision.state == GangState.RELEASE:
             self.release(gang, decision, free, hostnames, now)
-        elif decision.state == "TimedOut":
+        elif decision.state == GangState.TIMED_OUT:
             self.time_out(gang, resolved, decision, now)
+        elif decision.state == GangState.RUNNING:
+            self.reset_attempts(resolved)
         self.transition(gang, resolved, decision)
         return decision
+
+    def decide_for(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        nodes: list[Node],
+        free: Mapping[str, Mapping[str, int]],
+        now: dt.datetime,
+    ) -> Decision:
+        """The decision for one gang, with its workload's backoff: what the pass acts on and what
+        `gangkeeper explain` prints."""
+        if resolved.spec is None:
+            return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
+        annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
+        not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
+        return decide(gang.pods, resolved.spec, nodes, free, now, not_before)
 
     def release(
         self,
@@ -345,25 +389,76 @@ class Controller:
             log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
 
     def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
-        metrics.TIMEOUTS.inc()
+        first = self.last_state.get(gang.key) != GangState.TIMED_OUT  # events on transitions only
+        if first:
+            metrics.TIMEOUTS.inc()
         if not decision.evict:
+            if first:
+                self.event(
+                    gang.raw[0],
+                    "Warning",
+                    "GangTimedOut",
+                    f"gang {gang.name}: {decision.message}; bare pods are not evicted, delete and recreate them "
+                    "to retry",
+                )
+            return
+        if not decision.whole_gang:  # late newcomers of a running gang go back; its members stay
+            self._evict(gang, decision.evict)
             self.event(
-                gang.raw[0],
+                resolved.workload or gang.raw[0],
                 "Warning",
-                "GangTimedOut",
-                f"gang {gang.name}: {decision.message}; bare pods are not evicted, delete and recreate them to retry",
+                "GangMembersRequeued",
+                f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} to be recreated gated",
             )
             return
-        attempts = 1
-        if resolved.workload is not None:
-            annotations = (resolved.workload.get("metadata") or {}).get("annotations") or {}
-            attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
-            wait = backoff_seconds(attempts)
-            not_before = now + dt.timedelta(seconds=wait)
-            self._annotate_workload(
-                resolved.workload, {ATTEMPTS_ANNOTATION: str(attempts), NOT_BEFORE_ANNOTATION: format_time(not_before)}
+        workload = resolved.workload
+        annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
+        attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
+        kind = str((workload or {}).get("kind", ""))
+        suspend = SUSPEND_PATHS.get(kind) if workload is not None else None
+        if attempts > self.max_attempts:
+            decision.state = GangState.GAVE_UP
+            how = "it stays suspended; set its suspend field to false" if suspend else "no more evictions; recreate it"
+            decision.message = f"{decision.message}; requeued {self.max_attempts} times, giving up ({how} to retry)"
+            if workload is not None and suspend:
+                self._patch_workload(
+                    workload,
+                    {
+                        **nested(suspend, True),
+                        "metadata": {"annotations": {ATTEMPTS_ANNOTATION: str(attempts), SUSPENDED_ANNOTATION: None}},
+                    },
+                )
+            return
+        wait = backoff_seconds(attempts)
+        not_before = format_time(now + dt.timedelta(seconds=wait))
+        marks: dict[str, str | None] = {ATTEMPTS_ANNOTATION: str(attempts), NOT_BEFORE_ANNOTATION: not_before}
+        if workload is not None and suspend:
+            marks[SUSPENDED_ANNOTATION] = format_time(now)
+            if self._patch_workload(workload, {**nested(suspend, True), "metadata": {"annotations": marks}}):
+                meta = workload.get("metadata") or {}
+                self._suspended[(kind, meta.get("namespace", ""), meta.get("name", ""))] = workload
+            self.event(
+                workload,
+                "Warning",
+                "GangRequeued",
+                f"gang {gang.name}: {decision.message}; suspended {kind} {workload['metadata'].get('name')} so its "
+                f"pods go without counting as failures; resumes after {wait}s (attempt {attempts} of "
+                f"{self.max_attempts})",
             )
-        for pod_name in decision.evict:
+            return
+        if workload is not None:
+            self._annotate_workload(workload, marks)
+        self._evict(gang, decision.evict)
+        self.event(
+            workload or gang.raw[0],
+            "Warning",
+            "GangEvicted",
+            f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
+            f"gated (attempt {attempts} of {self.max_attempts}, next after {wait}s)",
+        )
+
+    def _evict(self, gang: GangView, names: list[str]) -> None:
+        for pod_name in names:
             pod = next(p for p in gang.pods if p.name == pod_name)
             try:
                 self.api.create(
@@ -377,26 +472,63 @@ class Controller:
                 metrics.EVICTIONS.inc()
             except ApiError as error:
                 metrics.API_ERRORS.labels("evict", str(error.status)).inc()
-        self.event(
-            resolved.workload or gang.raw[0],
-            "Warning",
-            "GangEvicted",
-            f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
-            f"gated (attempt {attempts}, next after {backoff_seconds(attempts)}s)",
-        )
 
-    def _annotate_workload(self, workload: Obj, values: Mapping[str, str]) -> None:
+    def resume_due(self, now: dt.datetime) -> None:
+        """Resume the workloads gangkeeper suspended once their backoff has passed (from the watch
+        caches of the suspendable kinds, and from this process's own record)."""
+        candidates = dict(self._suspended)
+        for kind in SUSPEND_PATHS:
+            resource = self.workload_resource(kind)
+            informer = self.informers.get((resource.group_version, resource.plural)) if resource else None
+            for obj in informer.items() if informer is not None else []:
+                meta = obj.get("metadata") or {}
+                if SUSPENDED_ANNOTATION in (meta.get("annotations") or {}):
+                    candidates[(kind, meta.get("namespace", ""), meta.get("name", ""))] = obj
+        for kind, namespace, name in candidates:
+            resource = self.workload_resource(kind)
+            current = self.read(resource, namespace, name) if resource else None
+            annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+            if current is None or SUSPENDED_ANNOTATION not in annotations:
+                self._suspended.pop((kind, namespace, name), None)
+                continue
+            not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
+            if not_before is not None and now < not_before:
+                continue
+            if self._patch_workload(
+                current,
+                {**nested(SUSPEND_PATHS[kind], False), "metadata": {"annotations": {SUSPENDED_ANNOTATION: None}}},
+            ):
+                self._suspended.pop((kind, namespace, name), None)
+                self.event(
+                    current,
+                    "Normal",
+                    "GangResumed",
+                    f"{kind} {name} resumed after its backoff; its pods come back gated",
+                )
+
+    def reset_attempts(self, resolved: Resolved) -> None:
+        """A gang that runs starts its next timeout with the whole attempt budget again."""
+        workload = resolved.workload
+        annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
+        if workload is not None and (ATTEMPTS_ANNOTATION in annotations or NOT_BEFORE_ANNOTATION in annotations):
+            self._annotate_workload(workload, {ATTEMPTS_ANNOTATION: None, NOT_BEFORE_ANNOTATION: None})
+
+    def _patch_workload(self, workload: Obj, patch: Mapping[str, Any]) -> bool:
         meta = workload.get("metadata") or {}
         default = WORKLOAD_RESOURCES.get(str(workload.get("kind")))
         if default is None:
-            return
+            return False
         resource = Resource(str(workload.get("apiVersion") or default.group_version), default.plural)
         try:
-            self.api.merge_patch(
-                resource.path(meta.get("namespace"), meta.get("name")), {"metadata": {"annotations": dict(values)}}
-            )
+            self.api.merge_patch(resource.path(meta.get("namespace"), meta.get("name")), patch)
         except ApiError as error:
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            return False
+        return True
+
+    def _annotate_workload(self, workload: Obj, values: Mapping[str, str | None]) -> None:
+        """Merge the annotations (None removes one)."""
+        self._patch_workload(workload, {"metadata": {"annotations": dict(values)}})
 
     # --- group objects for the other backends -----------------------------------------------------
     def sync_group_objects(self, gang: GangView, resolved: Resolved, backend: str) -> None:
@@ -450,6 +582,7 @@ class Controller:
             "Running": ("GangRunning", "Normal"),
             "Backoff": ("GangBackoff", "Normal"),
             "Unknown": ("GangUnknown", "Warning"),
+            "GaveUp": ("GangGaveUp", "Warning"),
         }.get(decision.state, ("", ""))
         if not reason:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -127,15 +128,31 @@ class GangSpec:
     evictable: bool = True  # False for bare pods: nobody would recreate them
 
 
+class GangState(StrEnum):
+    """Where a gate gang stands; `decide` returns exactly one, by the first of its rules that applies."""
+
+    UNKNOWN = "Unknown"  # the gang cannot be sized (its workload is gone or unreadable)
+    TIMED_OUT = "TimedOut"  # released pods did not bind within the timeout
+    RUNNING = "Running"  # at least minMember pods bound
+    RELEASING = "Releasing"  # released, binding under way
+    WAITING_FOR_MEMBERS = "WaitingForMembers"  # fewer than minMember pods exist
+    BACKOFF = "Backoff"  # requeued after a timeout; waiting out the backoff
+    RELEASE = "Release"  # the whole gang fits now: release it
+    NEVER_FITS = "NeverFits"  # could not fit even on the empty cluster
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # would fit an emptier cluster
+    GAVE_UP = "GaveUp"  # requeued the most times allowed; the workload stays suspended
+
+
 @dataclass
 class Decision:
-    state: str  # WaitingForMembers | WaitingForCapacity | NeverFits | Releasing | Running | TimedOut | Backoff
+    state: GangState
     message: str
     release: dict[str, str] = field(default_factory=dict)  # pod name -> node
     evict: list[str] = field(default_factory=list)
     placement: Placement | None = None
     present: int = 0
     unmodelled: tuple[str, ...] = ()
+    whole_gang: bool = False  # a timeout of the gang itself (requeue the workload), not of late newcomers
 
 
 def decide(
@@ -146,37 +163,67 @@ def decide(
     now: dt.datetime,
     not_before: dt.datetime | None = None,
 ) -> Decision:
-    """The next step for one gang, given its live pods and the nodes' free capacity."""
+    """The next step for one gang, given its live pods and the nodes' free capacity.
+
+    The controller and `gangkeeper explain` both ask this function, so they never disagree. Its rules,
+    in order (the first that applies decides):
+    1. timeout, per released pod: one released more than `timeout_seconds` ago and still unbound has
+       timed out. When members released earlier are bound (the gang has run) only those late pods go
+       back; otherwise the whole gang is requeued.
+    2. nothing gated: Running once minMember pods are bound, else Releasing.
+    3. fewer than minMember pods exist: WaitingForMembers.
+    4. within a backoff after a requeue: Backoff.
+    5. the gated pods fit (with those already released, at least minMember): Release.
+    6. they could not fit even the empty cluster: NeverFits; else WaitingForCapacity.
+    """
     live = [p for p in pods if not p.terminal]
     gated = [p for p in live if p.gated]
     released = [p for p in live if not p.gated]
     bound = [p for p in released if p.node_name]
     present = len(live)
-    if released and len(bound) < len(released):
-        started = min((p.released_at for p in released if p.released_at), default=None)
-        if started is not None and (now - started).total_seconds() > spec.timeout_seconds:
-            unbound = len(released) - len(bound)
+    late = [
+        p
+        for p in released
+        if not p.node_name and p.released_at and (now - p.released_at).total_seconds() > spec.timeout_seconds
+    ]
+    if late:  # rule 1
+        # Members bound from an earlier release than the late pods' are a gang that has run: the late
+        # pods are newcomers (a replacement, a scale-up, a rolling update), and only they go back.
+        first_late = min(p.released_at for p in late if p.released_at)
+        established = [p for p in bound if p.released_at is None or p.released_at < first_late]
+        if established:
             return Decision(
-                "TimedOut",
-                f"{unbound} of {len(released)} released pods not scheduled within {spec.timeout_seconds}s",
-                evict=[p.name for p in live] if spec.evictable else [],
+                GangState.TIMED_OUT,
+                f"{len(late)} newly released pods not scheduled within {spec.timeout_seconds}s; "
+                f"the {len(established)} running members stay",
+                evict=[p.name for p in late] if spec.evictable else [],
                 present=present,
             )
-    if not gated:
+        return Decision(
+            GangState.TIMED_OUT,
+            f"{len(released) - len(bound)} of {len(released)} released pods not scheduled within "
+            f"{spec.timeout_seconds}s",
+            evict=[p.name for p in live] if spec.evictable else [],
+            present=present,
+            whole_gang=True,
+        )
+    if not gated:  # rule 2
         if len(bound) >= spec.min_member:
-            return Decision("Running", f"{len(bound)} of {spec.min_member} pods scheduled", present=present)
-        return Decision("Releasing", f"{len(bound)} of {len(released)} released pods scheduled", present=present)
-    if present < spec.min_member:
-        return Decision("WaitingForMembers", f"{present} of {spec.min_member} pods exist", present=present)
-    if not_before is not None and now < not_before:
-        return Decision("Backoff", f"next release attempt after {format_time(not_before)}", present=present)
+            return Decision(GangState.RUNNING, f"{len(bound)} of {spec.min_member} pods scheduled", present=present)
+        return Decision(
+            GangState.RELEASING, f"{len(bound)} of {len(released)} released pods scheduled", present=present
+        )
+    if present < spec.min_member:  # rule 3
+        return Decision(GangState.WAITING_FOR_MEMBERS, f"{present} of {spec.min_member} pods exist", present=present)
+    if not_before is not None and now < not_before:  # rule 4
+        return Decision(GangState.BACKOFF, f"next release attempt after {format_time(not_before)}", present=present)
     members = [Member(p.name, p.shape) for p in gated]
     result = placement.place(members, nodes, free)
     active = len(released)
     if result.complete or len(result.assignments) + active >= spec.min_member:
         chosen = result.assignments
-        return Decision(
-            "Release",
+        return Decision(  # rule 5
+            GangState.RELEASE,
             f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes",
             release=dict(chosen),
             placement=result,
@@ -187,8 +234,8 @@ def decide(
     open_nodes = [replace(n, taints=(), unschedulable=False) for n in nodes]
     empty = placement.place(members, open_nodes, {n.name: n.allocatable for n in nodes})
     if not empty.complete and len(empty.assignments) + active < spec.min_member:
-        return Decision(
-            "NeverFits",
+        return Decision(  # rule 6
+            GangState.NEVER_FITS,
             f"the gang needs {spec.min_member} pods and the cluster could hold "
             f"{len(empty.assignments) + active} even if empty",
             placement=empty,
@@ -196,7 +243,10 @@ def decide(
         )
     fit = len(result.assignments) + active
     return Decision(
-        "WaitingForCapacity", f"{fit} of {spec.min_member} pods fit on free capacity", placement=result, present=present
+        GangState.WAITING_FOR_CAPACITY,
+        f"{fit} of {spec.min_member} pods fit on free capacity",
+        placement=result,
+        present=present,
     )
 
 
