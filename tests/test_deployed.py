@@ -127,6 +127,8 @@ def test_a_job_in_a_labelled_namespace_is_stamped_and_gets_its_podgroup(volcano:
 
 def test_the_namespace_backend_label_wins_in_every_worker_also_when_set_after_start(volcano: Cluster) -> None:
     store = volcano.store
+    volcano.start("gangkeeper-controller")  # gating needs a controller: admission checks its Lease
+    wait_for(lambda: store.list("coordination.k8s.io/v1", "leases", "gangkeeper-system")[0], what="the Lease")
     start_webhook(volcano)
     namespace(store, "team-b", **{"gangkeeper.io/enabled": "true"})
     first = bare_pod(store, "team-b", "before")
@@ -250,3 +252,12 @@ def test_auto_reads_discovery_with_the_pinned_client_and_picks_volcano() -> None
         job = cluster.store.create("batch/v1", "jobs", "team-a", b.job("train", parallelism=2))
         assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano", sandbox.logs()[-2000:]
         assert any(path == "/apis" for _, path in cluster.store.requests)  # discovery really ran
+
+
+def test_without_a_controller_admission_refuses_to_gate(volcano: Cluster) -> None:
+    store = volcano.store
+    start_webhook(volcano)
+    namespace(store, "team-g", **{"gangkeeper.io/enabled": "true", "gangkeeper.io/backend": "gate"})
+    with pytest.raises(Reject) as refused:
+        bare_pod(store, "team-g", "lonely")
+    assert "no gangkeeper controller has run in this cluster" in refused.value.message

@@ -285,3 +285,22 @@ def test_a_timed_out_bare_pod_group_says_so_once(store: Store, api: Api, apiserv
     gangs.recorder.flush()
     events = [e for e in store.list("v1", "events", None)[0] if e["reason"] == "GangTimedOut"]
     assert len(events) == 1
+
+
+def test_a_gate_on_a_pod_of_no_gang_is_lifted(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    stray = b.pod("stray", namespace=NS)
+    stray["spec"]["schedulingGates"] = GATE  # left by a template of an older install, say
+    store.create("v1", "pods", NS, stray)
+    Controller(api, clock=Clock()).reconcile_once()
+    assert not store.get("v1", "pods", NS, "stray")["spec"].get("schedulingGates")
+
+
+def test_the_gates_of_a_gang_whose_workload_is_gone_are_lifted(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3))
+    JobController(store).sync(NS, "train")
+    assert all(p["spec"]["schedulingGates"] == GATE for p in gang_pods(store))
+    store.delete("batch/v1", "jobs", NS, "train")  # orphaned (say, deleted with --cascade=orphan)
+    Controller(api, clock=Clock()).reconcile_once()
+    assert gang_pods(store) and all(not p["spec"].get("schedulingGates") for p in gang_pods(store))

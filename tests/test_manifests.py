@@ -276,6 +276,9 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
             time.sleep(0.05)
         assert namespaces.get(name) is not None, name
 
+    from webhook.admission.controller_lease import LeaseWatch
+
+    assert LeaseWatch(Api(api_client), "gangkeeper-system").poll_once() is not None  # GET of the Lease
     wait_for("team-a")  # from the list
     store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
     wait_for("team-b")  # only the watch can bring this one

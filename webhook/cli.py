@@ -147,6 +147,7 @@ def _cert_sync(args: argparse.Namespace, cert_dir: Path) -> Any:
 def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     """Namespace labels and served APIs for this process; with `wait`, only once both are known, so a
     worker never answers from an empty cache (it opens its socket after this returns)."""
+    from webhook.admission.controller_lease import LeaseWatch
     from webhook.admission.resolve import BackendResolver, WatchedNamespaces
     from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
     from webhook.controller.kube import Api
@@ -163,12 +164,15 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     namespaces.start()
     discovery = DiscoveryCache(lambda: fetch_from_cluster(api))
     discovery.start()
-    while wait and not (namespaces.synced.wait(10) and discovery.wait(10)):
-        print("gangkeeper: waiting for the namespace list and API discovery", file=sys.stderr)
+    lease = LeaseWatch(api, args.namespace)
+    lease.start()
+    while wait and not (namespaces.synced.wait(10) and discovery.wait(10) and lease.tried.wait(10)):
+        print("gangkeeper: waiting for the namespace list, API discovery and the controller's Lease", file=sys.stderr)
     return BackendResolver(
         default=args.backend,
         namespaces=namespaces,
         served=lambda: discovery.served,
+        controller=lease.health,
         volcano_scheduler=args.volcano_scheduler,
         coscheduling_scheduler=args.coscheduling_scheduler,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import gangs
+from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.discovery import Unavailable
@@ -73,8 +74,13 @@ def admit(
     namespace: str | None = None,
     namespace_info: NamespaceInfo | None = None,
     mutate: bool = True,
+    controller: ControllerHealth | None = None,
 ) -> Outcome:
-    """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch."""
+    """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
+
+    `controller` is what is known of gangkeeper's controller (None: unknown, as offline); a pod is
+    never gated when no controller has run, since nothing would lift its gate.
+    """
     plan = gangs.analyze(_with_namespace(obj, namespace))
     if plan.errors:
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
@@ -102,7 +108,18 @@ def admit(
             f"{describe(obj)} uses scheduler {foreign!r}, not the {backend.name} gang backend's; left without a gang"
         )
         return Outcome(True, f"schedulerName {foreign} belongs to another scheduler", warnings=[warning], plan=plan)
+    gating = backend.name == "gate" and plan.pod_gang is not None
+    if gating and controller is not None and controller.refusal():
+        return Outcome(
+            False,
+            "no controller to lift the gate",
+            code=403,
+            plan=plan,
+            message=f"{describe(obj)} cannot be gated: {controller.refusal()}",
+        )
     outcome = Outcome(True, "gang stamped", warnings=plan.warnings, gangs=plan.gangs, plan=plan)
+    if gating and controller is not None and controller.warning():
+        outcome.warnings = [*outcome.warnings, str(controller.warning())]
     outcome.group_objects = backend.group_objects(plan.gangs, namespace_info or NamespaceInfo())
     if not mutate:
         return outcome

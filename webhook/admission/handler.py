@@ -60,7 +60,13 @@ class Handler:
         namespace = request.get("namespace")
         backend = self.resolver.resolve(namespace)
         outcome = admit(
-            obj, operation, backend, namespace, self.resolver.namespace_info(namespace), mutate=endpoint == "mutate"
+            obj,
+            operation,
+            backend,
+            namespace,
+            self.resolver.namespace_info(namespace),
+            mutate=endpoint == "mutate",
+            controller=self.resolver.controller(),
         )
         gang = (
             outcome.plan.pod_gang.name

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook import backends, contract
+from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
 from webhook.controller.kube import Api, Resource
@@ -72,11 +73,13 @@ class BackendResolver:
         volcano_scheduler: str = "volcano",
         coscheduling_scheduler: str = "scheduler-plugins-scheduler",
         offline_version: str = "1.37",
+        controller: Callable[[], ControllerHealth | None] = lambda: None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
         self._cache: dict[tuple[str, str], Backend] = {}
+        self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
 
     def namespace_info(self, namespace: str | None) -> NamespaceInfo:
         return (self.namespaces.get(namespace) if namespace else None) or NamespaceInfo()

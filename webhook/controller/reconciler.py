@@ -129,6 +129,7 @@ class Resolved:
     gang: Gang | None
     workload: Obj | None
     problem: str = ""
+    gone: bool = False  # the workload was deleted (404): nothing will ever size or release this gang
 
 
 class Controller:
@@ -177,6 +178,9 @@ class Controller:
         )
         workloads: dict[tuple[str, str, str], Obj | None] = {}
         decisions: dict[str, Decision] = {}
+        if self.may_write():
+            # a gate on a pod that is in no gang (its label removed, a stray template) holds it forever
+            self.lift_gates([(v, raw) for v, raw in views if v.gated and not v.group], "it belongs to no gang", now)
         # oldest gang first: capacity goes to whoever waited longest
         ordered = sorted(gangs_by_key.values(), key=lambda g: min((p.created_at or now for p in g.pods), default=now))
         resync = self.passes % self.resync_every == 0
@@ -194,6 +198,12 @@ class Controller:
                 if fresh and self.may_write():
                     self.sync_group_objects(gang, resolved, backend)
                 continue
+            if resolved.gone and self.may_write():
+                self.lift_gates(
+                    [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated],
+                    f"its gang's workload is gone ({resolved.problem})",
+                    now,
+                )
             decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
         self._seen = seen
         self.publish(decisions, views)
@@ -286,15 +296,18 @@ class Controller:
         if resource is None or not workload_name:
             return Resolved(None, None, None, f"unknown workload {stamp!r}")
         key = (kind, gang.namespace, workload_name)
+        unreadable = False
         if key not in cache:
             try:
                 cache[key] = self.read(resource, gang.namespace, workload_name)
             except ApiError as error:
                 metrics.API_ERRORS.labels("get", str(error.status)).inc()
-                cache[key] = None
+                cache[key], unreadable = None, True
         workload = cache[key]
         if workload is None:
-            return Resolved(None, None, None, f"{kind} {workload_name} cannot be read")
+            if unreadable:
+                return Resolved(None, None, None, f"{kind} {workload_name} cannot be read")
+            return Resolved(None, None, None, f"{kind} {workload_name} does not exist", gone=True)
         found = next((g for g in gangs.analyze(workload).gangs if g.name == gang.name), None)
         if found is None:
             return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}")
@@ -339,6 +352,23 @@ class Controller:
         annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
         not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
         return decide(gang.pods, resolved.spec, nodes, free, now, not_before)
+
+    def lift_gates(self, pods: list[tuple[PodView, Obj]], why: str, now: dt.datetime) -> None:
+        """Take gangkeeper's gate off pods that are no live gate gang's members, so they are scheduled
+        like any pod instead of waiting for a release that will never come."""
+        for view, raw in pods:
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            remaining = [dict(g) for g in gates if g.get("name") != contract.GATE]
+            patch = {
+                "metadata": {"resourceVersion": view.resource_version},
+                "spec": {"schedulingGates": remaining or None},
+            }
+            try:
+                self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+                continue
+            self.event(raw, "Normal", "GateLifted", f"gangkeeper's gate lifted: {why}")
 
     def release(
         self,
