@@ -257,3 +257,51 @@ def finish(store: Store, namespace: str, names: list[str]) -> None:
         pod = store.get("v1", "pods", namespace, name)
         pod["status"] = {"phase": "Succeeded"}
         store.update("v1", "pods", namespace, name, pod, None, admit=False)
+
+
+class SparkOperator:
+    """The Spark operator submits the application, which creates the driver pod from `spec.driver`
+    (labels and annotations of the role, `spark-role: driver`); only once the driver runs does Spark's
+    ExecutorPodsAllocator (resource-managers/kubernetes) create the executor pods, owned by the driver
+    pod. Requests: cores as cpu, memory plus the overhead (max(384Mi, 10%))."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _pod(self, app: Obj, role: str, name: str, owner: Obj) -> Obj:
+        spec = app["spec"][role]
+        memory_mib = int(str(spec["memory"]).rstrip("m"))
+        memory = memory_mib + max(384, memory_mib // 10)
+        labels = {
+            **(spec.get("labels") or {}),
+            "spark-role": role,
+            "sparkoperator.k8s.io/app-name": app["metadata"]["name"],
+        }
+        template = {
+            "metadata": {"labels": labels, "annotations": dict(spec.get("annotations") or {})},
+            "spec": {
+                "containers": [
+                    {
+                        "name": f"spark-kubernetes-{role}",
+                        "image": "spark:3.5.0",
+                        "resources": {"requests": {"cpu": str(spec["cores"]), "memory": f"{memory}Mi"}},
+                    }
+                ]
+            },
+        }
+        return pod_from_template(template, name, app["metadata"]["namespace"], owner, {})
+
+    def sync(self, namespace: str, name: str) -> None:
+        app = self.store.get("sparkoperator.k8s.io/v1beta2", "sparkapplications", namespace, name)
+        pods = {p["metadata"]["name"]: p for p in self.store.list("v1", "pods", namespace)[0]}
+        driver_name = f"{name}-driver"
+        if driver_name not in pods:
+            self.store.create("v1", "pods", namespace, self._pod(app, "driver", driver_name, app))
+            return
+        driver = pods[driver_name]
+        if (driver.get("status") or {}).get("phase") != "Running":
+            return
+        for index in range(int(app["spec"]["executor"].get("instances", 1))):
+            executor = f"{name}-exec-{index + 1}"
+            if executor not in pods:
+                self.store.create("v1", "pods", namespace, self._pod(app, "executor", executor, driver))

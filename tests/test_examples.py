@@ -26,7 +26,7 @@ EXPECTED_GANGS = {
     "ray/raycluster-complete.yaml": {"raycluster-raycluster-complete": 2},
     "ray/raycluster-sample.yaml": {"raycluster-raycluster-kuberay": 2},  # head + minReplicas 1
     "ray/rayjob-pytorch-mnist.yaml": {"rayjob-rayjob-pytorch-mnist": 2},
-    "spark/spark-pi.yaml": {"spark-spark-pi": 2},  # driver + 1 executor
+    "spark/spark-pi.yaml": {"spark-spark-pi": 1},  # the driver; its executor counted in minResources
     "spark/spark-pi-volcano.yaml": {},  # batchScheduler: volcano, the operator makes the gang
 }
 # Examples that pin schedulerName: volcano are left alone (with a warning) under other backends.

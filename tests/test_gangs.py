@@ -209,3 +209,42 @@ def test_skip_label_opts_an_object_out() -> None:
     job = b.job()
     job["metadata"]["labels"] = {"gangkeeper.io/skip": "true"}
     assert gangs.analyze(job).skip == "opted out with label gangkeeper.io/skip"
+
+
+def test_a_spark_gang_is_its_driver_with_the_executors_resources_counted() -> None:
+    """Only a running driver asks for executors: the gang waits for the driver alone."""
+    app = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": "pi", "namespace": "team-a"},
+        "spec": {
+            "type": "Scala",
+            "driver": {"cores": 1, "memory": "512m"},
+            "executor": {"cores": 2, "memory": "1g", "instances": 3},
+        },
+    }
+    gang = only_gang(app)
+    assert gang.min_member == 1 and [m.count for m in gang.later] == [3]
+    assert resources.render(gang.min_resources())["cpu"] == "7"  # 1 driver core + 3 x 2 executor cores
+
+
+def test_a_jobset_replicated_job_with_depends_on_is_a_gang_of_its_own() -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "pipeline", "namespace": "team-a"},
+        "spec": {
+            "replicatedJobs": [
+                {"name": "init", "template": {"spec": {"parallelism": 2, "template": b.template()}}},
+                {
+                    "name": "train",
+                    "dependsOn": [{"name": "init", "status": "Complete"}],
+                    "template": {"spec": {"parallelism": 4, "template": b.template()}},
+                },
+                {"name": "sidecar", "template": {"spec": {"parallelism": 1, "template": b.template()}}},
+            ]
+        },
+    }
+    sizes = {g.name: g.min_member for g in gangs.analyze(jobset).gangs}
+    # init and sidecar start together; train is created after init completes (jobset depends_on.go)
+    assert sorted(sizes.values()) == [3, 4] and sizes["jobset-pipeline"] == 3

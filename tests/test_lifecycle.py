@@ -304,3 +304,32 @@ def test_the_gates_of_a_gang_whose_workload_is_gone_are_lifted(store: Store, api
     store.delete("batch/v1", "jobs", NS, "train")  # orphaned (say, deleted with --cascade=orphan)
     Controller(api, clock=Clock()).reconcile_once()
     assert gang_pods(store) and all(not p["spec"].get("schedulingGates") for p in gang_pods(store))
+
+
+def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(store: Store, api: Api) -> None:
+    from tests.lifecycle import SparkOperator
+
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("small", cpu="2", memory="4Gi"))
+    app = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": "pi", "namespace": NS},
+        "spec": {
+            "type": "Scala",
+            "mode": "cluster",
+            "driver": {"cores": 1, "memory": "512m"},
+            "executor": {"cores": 2, "memory": "1024m", "instances": 2},
+        },
+    }
+    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, app)
+    spark, clock = SparkOperator(store), Clock()
+    gangs = Controller(api, clock=clock)
+    spark.sync(NS, "pi")
+    decision = gangs.reconcile_once()["team-a/spark-pi"]
+    assert decision.state == "WaitingForCapacity"  # the driver alone fits; with its executors it does not
+    store.create("v1", "nodes", "", node("big", cpu="8", memory="16Gi"))
+    run_gate(store, api, clock, [(spark, "pi")], rounds=4, gangs=gangs)
+    started = {p["metadata"]["name"]: p for p in pods(store)}
+    assert sorted(started) == ["pi-driver", "pi-exec-1", "pi-exec-2"]
+    assert all(p["status"]["phase"] == "Running" for p in started.values())

@@ -75,6 +75,13 @@ class Shape:
     unmodelled: tuple[str, ...] = ()  # constraints placement does not model (pod affinity, spread)
 
     @staticmethod
+    def from_requests(requests: Mapping[str, Decimal]) -> Shape:
+        """A pod known only by its requests (one not created yet), with no node constraints."""
+        units = to_units(requests)
+        units[PODS] = units.get(PODS, 0) + 1
+        return Shape(requests=tuple(sorted(units.items())))
+
+    @staticmethod
     def from_pod_spec(spec: Mapping[str, Any]) -> Shape:
         units = to_units(resources.pod_requests(spec))
         units[PODS] = units.get(PODS, 0) + 1

@@ -315,7 +315,10 @@ class Controller:
 
     @staticmethod
     def _spec(gang: Gang, evictable: bool) -> GangSpec:
-        return GangSpec(gang.min_member, gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, evictable)
+        later = tuple(
+            placement.Shape.from_requests(members.requests) for members in gang.later for _ in range(members.count)
+        )
+        return GangSpec(gang.min_member, gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, evictable, later)
 
     # --- gate backend -----------------------------------------------------------------------------
     def step(

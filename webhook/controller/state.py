@@ -126,6 +126,7 @@ class GangSpec:
     min_member: int
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     evictable: bool = True  # False for bare pods: nobody would recreate them
+    later: tuple[Shape, ...] = ()  # members created once the first run (Spark executors): must fit too
 
 
 class GangState(StrEnum):
@@ -218,10 +219,15 @@ def decide(
     if not_before is not None and now < not_before:  # rule 4
         return Decision(GangState.BACKOFF, f"next release attempt after {format_time(not_before)}", present=present)
     members = [Member(p.name, p.shape) for p in gated]
-    result = placement.place(members, nodes, free)
+    # members still to come are placed alongside (never released: they do not exist yet), so the driver
+    # of a Spark application starts only where its executors will fit too
+    phantoms = [Member(f"(later {i})", shape) for i, shape in enumerate(spec.later)] if not released else []
+    result = placement.place(members + phantoms, nodes, free)
     active = len(released)
-    if result.complete or len(result.assignments) + active >= spec.min_member:
-        chosen = result.assignments
+    later_fit = all(m.name in result.assignments for m in phantoms)
+    if later_fit and (result.complete or len(result.assignments) - len(phantoms) + active >= spec.min_member):
+        phantom_names = {m.name for m in phantoms}  # not a valid pod name: no clash with a real one
+        chosen = {name: node for name, node in result.assignments.items() if name not in phantom_names}
         return Decision(  # rule 5
             GangState.RELEASE,
             f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes",

@@ -34,18 +34,23 @@ def analyze(obj: Obj) -> Plan:
     whole = identity(name) if name else None
     for index, rj in enumerate(spec.get("replicatedJobs") or []):
         rj_name = str(rj.get("name") or index)
+        # A replicatedJob with dependsOn is created only once those it depends on are Ready or Complete
+        # (jobset pkg/controllers/depends_on.go); counting it into the first gang would deadlock, so it
+        # is a gang of its own, as each replicatedJob is under InOrder start-up.
+        separate = in_order or bool(rj.get("dependsOn"))
         job_spec = (rj.get("template") or {}).get("spec") or {}
         per_job, _ = job_size(job_spec)
         count = common.as_int(rj.get("replicas"), 1) * per_job
         path = ("spec", "replicatedJobs", index, "template", "spec", "template")
         template = job_spec.get("template") or {}
         member = common.members_of(template, count, rj_name, path, plan.errors)
-        gid = (_per_job(name, rj_name) if in_order else whole) if name else None
+        gid = (_per_job(name, rj_name) if separate else whole) if name else None
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
-        if in_order or not groups:
+        together = next((group for group in groups if group[0] == whole and not separate), None)
+        if together is None:
             groups.append((gid, [member], template.get("spec") or {}))
         else:
-            groups[0][1].append(member)
+            together[1].append(member)
     for gid, members, first_spec in groups:
         if gid is None:
             continue

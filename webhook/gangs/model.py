@@ -60,6 +60,9 @@ class Gang:
     priority_class: str | None = None
     timeout_seconds: int | None = None
     schedule_timeout_seconds: int | None = None
+    # Members the workload creates only once the first ones run (a Spark driver asks for its executors):
+    # not waited for, but their resources count, and the gate releases only when they would fit too.
+    later: tuple[Members, ...] = ()
 
     @property
     def name(self) -> str:
@@ -79,6 +82,7 @@ class Gang:
             remaining -= take
             if remaining == 0:
                 break
+        parts += [(members.requests, members.count) for members in self.later]
         return resources.total(parts)
 
 

@@ -6,6 +6,7 @@ The application has no pod templates: driver and executor carry `labels`, `annot
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -79,8 +80,13 @@ def analyze(obj: Obj) -> Plan:
         members.append(Members(role=role, count=count, requests=requests, has_requests=bool(requests)))
         plan.templates.append(TemplateStamp(path=("spec", role), gang=identity(name) if name else None, shape="spark"))
     if name:
-        gang = common.build_gang(obj, identity(name), members, 1 + executors, "the driver plus executors", plan, driver)
-        plan.gangs.append(gang)
+        # Only a running driver asks for executors, so waiting for them before the driver would deadlock:
+        # the gang is the driver, with the executors' resources counted and checked at release, as the
+        # Spark operator's own Volcano integration sizes its PodGroup (minMember 1, minResources of all).
+        gang = common.build_gang(
+            obj, identity(name), members[:1], 1, "the driver (it creates the executors)", plan, driver
+        )
+        plan.gangs.append(replace(gang, later=tuple(members[1:])))
     return plan
 
 
