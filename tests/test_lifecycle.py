@@ -333,3 +333,36 @@ def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(
     started = {p["metadata"]["name"]: p for p in pods(store)}
     assert sorted(started) == ["pi-driver", "pi-exec-1", "pi-exec-2"]
     assert all(p["status"]["phase"] == "Running" for p in started.values())
+
+
+def test_a_released_drivers_executors_keep_their_capacity_until_they_come(store: Store, api: Api) -> None:
+    """Between the driver's release and its executors' creation, another gang must not take their room."""
+    from tests.lifecycle import SparkOperator
+
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("only", cpu="6", memory="16Gi"))
+    app = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": "pi", "namespace": NS},
+        "spec": {
+            "type": "Scala",
+            "driver": {"cores": 1, "memory": "512m"},
+            "executor": {"cores": 2, "memory": "1024m", "instances": 2},
+        },
+    }
+    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, app)
+    spark, clock = SparkOperator(store), Clock()
+    gangs = Controller(api, clock=clock)
+    spark.sync(NS, "pi")
+    assert gangs.reconcile_once()["team-a/spark-pi"].state == "Release"  # 1 + 2 x 2 cpu fit in 6
+    default_scheduler(store)
+    kubelet(store, NS)
+    # before the driver asks for executors, a Job gang of 2 x 1 cpu arrives: 5 cpu of 6 are spoken for
+    store.create("batch/v1", "jobs", NS, b.job("other", parallelism=2, spec=b.pod_spec(b.container("1", "1Gi"))))
+    JobController(store).sync(NS, "other")
+    assert gangs.reconcile_once()["team-a/job-other"].state == "WaitingForCapacity"
+    spark.sync(NS, "pi")  # the driver runs and creates its executors
+    run_gate(store, api, clock, [(spark, "pi")], rounds=2, gangs=gangs)
+    mine = [p for p in pods(store) if p["metadata"]["name"].startswith("pi-")]
+    assert len(mine) == 3 and all(p["status"]["phase"] == "Running" for p in mine)

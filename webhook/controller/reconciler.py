@@ -61,6 +61,13 @@ SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, int]], sign: int) -> None:
+    for node, amounts in units.items():
+        node_free = free.setdefault(node, {})
+        for resource, amount in amounts.items():
+            node_free[resource] = node_free.get(resource, 0) + sign * amount
+
+
 def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     """{"spec": {"runPolicy": {"suspend": value}}} for ("spec", "runPolicy", "suspend")."""
     for key in reversed(path):
@@ -162,6 +169,8 @@ class Controller:
         self.max_attempts = max_attempts
         # workloads this process suspended, so they are resumed even where their kind is not watched
         self._suspended: dict[tuple[str, str, str], Obj] = {}
+        # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
+        self._reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
 
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
@@ -185,6 +194,7 @@ class Controller:
         ordered = sorted(gangs_by_key.values(), key=lambda g: min((p.created_at or now for p in g.pods), default=now))
         resync = self.passes % self.resync_every == 0
         seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
+        self._apply_reservations(gangs_by_key, free, now)
         for gang in ordered:
             # the workload is read, and the group object checked, only when the gang's pods changed
             # or on the periodic resync: a quiet cluster costs no API calls per pass
@@ -330,8 +340,16 @@ class Controller:
         hostnames: Mapping[str, str],
         now: dt.datetime,
     ) -> Decision:
+        held = self._reserved.get(gang.key)
+        if held is not None:  # what was kept for this gang's members to come is theirs to use
+            _adjust(free, held[1], +1)
         decision = self.decide_for(gang, resolved, nodes, free, now)
+        if held is not None:
+            _adjust(free, held[1], -1)
         if decision.state == GangState.RELEASE:
+            if decision.reserve:
+                self._reserved[gang.key] = (now, decision.reserve)
+                _adjust(free, decision.reserve, -1)
             self.release(gang, decision, free, hostnames, now)
         elif decision.state == GangState.TIMED_OUT:
             self.time_out(gang, resolved, decision, now)
@@ -339,6 +357,23 @@ class Controller:
             self.reset_attempts(resolved)
         self.transition(gang, resolved, decision)
         return decision
+
+    def _apply_reservations(
+        self, gangs: Mapping[str, GangView], free: dict[str, dict[str, int]], now: dt.datetime
+    ) -> None:
+        """Take the capacity kept for members to come out of what other gangs may use. A reservation ends
+        when those members are released (they then hold capacity as pods), when the gang is gone, or after the
+        default timeout (a driver that never asks for its executors must not hold them forever)."""
+        for key, (since, reserve) in list(self._reserved.items()):
+            gang = gangs.get(key)
+            # members beyond the first that were released: from then on they hold capacity as pods
+            arrived = sum(1 for view in gang.pods if not view.terminal and not view.gated) - 1 if gang else 0
+            expected = sum(units.get(placement.PODS, 0) for units in reserve.values())  # one `pods` each
+            expired = (now - since).total_seconds() > DEFAULT_TIMEOUT_SECONDS
+            if gang is None or expired or arrived >= expected:
+                del self._reserved[key]
+                continue
+            _adjust(free, reserve, -1)
 
     def decide_for(
         self,

@@ -154,6 +154,7 @@ class Decision:
     present: int = 0
     unmodelled: tuple[str, ...] = ()
     whole_gang: bool = False  # a timeout of the gang itself (requeue the workload), not of late newcomers
+    reserve: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> units kept for members to come
 
 
 def decide(
@@ -228,6 +229,11 @@ def decide(
     if later_fit and (result.complete or len(result.assignments) - len(phantoms) + active >= spec.min_member):
         phantom_names = {m.name for m in phantoms}  # not a valid pod name: no clash with a real one
         chosen = {name: node for name, node in result.assignments.items() if name not in phantom_names}
+        reserve: dict[str, dict[str, int]] = {}
+        for phantom in phantoms:
+            node_units = reserve.setdefault(result.assignments[phantom.name], {})
+            for resource, amount in phantom.shape.requests:
+                node_units[resource] = node_units.get(resource, 0) + amount
         return Decision(  # rule 5
             GangState.RELEASE,
             f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes",
@@ -235,6 +241,7 @@ def decide(
             placement=result,
             present=present,
             unmodelled=result.unmodelled,
+            reserve=reserve,
         )
     # "ever": on the empty cluster, with taints lifted and cordons undone, which admins do routinely
     open_nodes = [replace(n, taints=(), unschedulable=False) for n in nodes]
