@@ -147,7 +147,11 @@ class StatefulSetController:
         for ordinal in range(int(spec.get("replicas", 1))):
             pod_name = f"{name}-{ordinal}"
             if pod_name not in existing:
-                labels = {"statefulset.kubernetes.io/pod-name": pod_name, "apps.kubernetes.io/pod-index": str(ordinal)}
+                labels = {
+                    "statefulset.kubernetes.io/pod-name": pod_name,
+                    "apps.kubernetes.io/pod-index": str(ordinal),
+                    "controller-revision-hash": revision(spec["template"]),
+                }
                 self.store.create(
                     "v1", "pods", namespace, pod_from_template(spec["template"], pod_name, namespace, sts, labels)
                 )
@@ -305,3 +309,100 @@ class SparkOperator:
             executor = f"{name}-exec-{index + 1}"
             if executor not in pods:
                 self.store.create("v1", "pods", namespace, self._pod(app, "executor", executor, driver))
+
+
+def revision(template: Obj) -> str:
+    """A stand-in for controller-revision-hash / pod-template-hash: a digest of the pod template."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+
+
+class StatefulSetRollout:
+    """kubernetes pkg/controller/statefulset/stateful_set_control.go, RollingUpdate: pods whose revision
+    differs are deleted one at a time from the highest ordinal down, each recreated from the new template
+    (by the set's sync) and Running before the next goes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.sets = store, StatefulSetController(store)
+
+    def sync(self, namespace: str, name: str) -> None:
+        sts = self.store.get("apps/v1", "statefulsets", namespace, name)
+        current = revision(sts["spec"]["template"])
+        self.sets.sync(namespace, name)
+        owned = sorted(pods_owned_by(self.store, sts), key=lambda p: -int(p["metadata"]["name"].rsplit("-", 1)[1]))
+        if any((p.get("status") or {}).get("phase") != "Running" for p in owned):
+            return  # one at a time: wait for the last one to run
+        for pod in owned:
+            if (pod["metadata"].get("labels") or {}).get("controller-revision-hash") != current:
+                self.store.delete("v1", "pods", namespace, pod["metadata"]["name"])
+                return
+
+
+class DeploymentController:
+    """kubernetes pkg/controller/deployment (rolling.go): a ReplicaSet per template revision, pods
+    labelled pod-template-hash and owned by it; RollingUpdate with maxSurge 1 and maxUnavailable 0 adds
+    one new pod, and removes one old pod once a new one runs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> None:
+        deployment = self.store.get("apps/v1", "deployments", namespace, name)
+        template = deployment["spec"]["template"]
+        current = revision(template)
+        replicas = int(deployment["spec"].get("replicas", 1))
+        live = [
+            p
+            for p in self.store.list("v1", "pods", namespace)[0]
+            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/deployment") == name
+        ]
+        new = [p for p in live if p["metadata"]["labels"].get("pod-template-hash") == current]
+        old = [p for p in live if p not in new]
+        running_new = [p for p in new if (p.get("status") or {}).get("phase") == "Running"]
+        if old and running_new and len(live) > replicas:
+            self.store.delete("v1", "pods", namespace, old[0]["metadata"]["name"])
+            return
+        if len(new) < replicas and len(live) < replicas + 1:
+            replica_set = {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": f"{name}-{current}", "namespace": namespace, "uid": f"rs-{current}"},
+            }
+            labels = {"app.kubernetes.io/deployment": name, "pod-template-hash": current}
+            self.store.create(
+                "v1", "pods", namespace, pod_from_template(template, None, namespace, replica_set, labels)
+            )
+
+
+class LeaderWorkerSetController:
+    """lws pkg/controllers: a leader StatefulSet owned by the LeaderWorkerSet makes one leader pod per
+    group; each leader pod owns a worker StatefulSet making size-1 workers. Every pod carries the
+    leaderworkerset.sigs.k8s.io/name and group-index labels and the size annotation."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def sync(self, namespace: str, name: str) -> None:
+        lws = self.store.get("leaderworkerset.x-k8s.io/v1", "leaderworkersets", namespace, name)
+        spec = lws["spec"]
+        lwt = spec["leaderWorkerTemplate"]
+        size = int(lwt.get("size", 1))
+        existing = {p["metadata"]["name"] for p in self.store.list("v1", "pods", namespace)[0]}
+        for group in range(int(spec.get("replicas", 1))):
+            common = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(group)}
+            leader_name = f"{name}-{group}"
+            if leader_name not in existing:
+                leader = pod_from_template(
+                    lwt.get("leaderTemplate") or lwt["workerTemplate"], leader_name, namespace, lws, common
+                )
+                leader["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
+                self.store.create("v1", "pods", namespace, leader)
+            leader_pod = self.store.get("v1", "pods", namespace, leader_name)
+            for worker in range(1, size):
+                worker_name = f"{name}-{group}-{worker}"
+                if worker_name not in existing:
+                    pod = pod_from_template(lwt["workerTemplate"], worker_name, namespace, leader_pod, common)
+                    pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
+                    self.store.create("v1", "pods", namespace, pod)

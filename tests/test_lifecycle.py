@@ -366,3 +366,70 @@ def test_a_released_drivers_executors_keep_their_capacity_until_they_come(store:
     run_gate(store, api, clock, [(spark, "pi")], rounds=2, gangs=gangs)
     mine = [p for p in pods(store) if p["metadata"]["name"].startswith("pi-")]
     assert len(mine) == 3 and all(p["status"]["phase"] == "Running" for p in mine)
+
+
+def test_a_rolling_update_of_a_gang_statefulset_replaces_pods_one_by_one(store: Store, api: Api) -> None:
+    from tests.lifecycle import StatefulSetRollout
+
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    store.create("apps/v1", "statefulsets", NS, b.statefulset("db", replicas=3))
+    rollout, clock = StatefulSetRollout(store), Clock()
+    gangs = Controller(api, clock=clock)
+    run_gate(store, api, clock, [(rollout, "db")], rounds=2, gangs=gangs)
+    assert len(pods(store)) == 3
+    sts = store.get("apps/v1", "statefulsets", NS, "db")
+    sts["spec"]["template"]["metadata"]["labels"]["version"] = "2"  # kubectl apply of a new image, say
+    store.update("apps/v1", "statefulsets", NS, "db", sts, None, admit=False)
+    for _ in range(12):
+        run_gate(store, api, clock, [(rollout, "db")], rounds=1, gangs=gangs)
+        clock.advance(60)
+    updated = pods(store)
+    assert len(updated) == 3 and all(p["metadata"]["labels"].get("version") == "2" for p in updated)
+    assert all(p["status"]["phase"] == "Running" and not p["spec"].get("schedulingGates") for p in updated)
+
+
+def test_a_rolling_deployment_gang_replaces_its_pods_without_a_deadlock(store: Store, api: Api) -> None:
+    from tests.lifecycle import DeploymentController
+
+    warnings = install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "api", "namespace": NS, "annotations": {"gangkeeper.io/gang": "true"}},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": b.template(labels={"app": "api"}),
+        },
+    }
+    store.create("apps/v1", "deployments", NS, deployment)
+    assert any("rolling update" in w for w in warnings)
+    deployments, clock = DeploymentController(store), Clock()
+    gangs = Controller(api, clock=clock)
+    run_gate(store, api, clock, [(deployments, "api")] * 3, rounds=2, gangs=gangs)
+    assert len(pods(store)) == 3 and all(p["status"]["phase"] == "Running" for p in pods(store))
+    changed = store.get("apps/v1", "deployments", NS, "api")
+    changed["spec"]["template"]["metadata"]["labels"]["version"] = "2"
+    store.update("apps/v1", "deployments", NS, "api", changed, None, admit=False)
+    run_gate(store, api, clock, [(deployments, "api")], rounds=12, gangs=gangs)
+    live = pods(store)
+    assert len(live) == 3 and all(p["metadata"]["labels"].get("version") == "2" for p in live)
+    assert all(p["status"]["phase"] == "Running" for p in live)
+
+
+def test_a_leaderworkerset_group_is_one_gang_released_whole(store: Store, api: Api) -> None:
+    from tests.lifecycle import LeaderWorkerSetController
+
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    lws = b.lws("serve", size=4, replicas=2, scheduler=None)
+    lws["metadata"]["namespace"] = NS
+    store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", NS, lws)
+    controller, clock = LeaderWorkerSetController(store), Clock()
+    controller.sync(NS, "serve")
+    assert {group_of(p) for p in pods(store)} == {"lws-serve-0", "lws-serve-1"}  # a gang per replica group
+    assert all(p["spec"]["schedulingGates"] == GATE for p in pods(store))
+    run_gate(store, api, clock, [(controller, "serve")], rounds=2)
+    assert len(pods(store)) == 8 and all(p["status"]["phase"] == "Running" for p in pods(store))

@@ -241,7 +241,12 @@ def _controller(args: argparse.Namespace) -> int:
 
     logs.setup(args.log_level)
     run(
-        client_from(args.kubeconfig, args.server), args.namespace, args.interval, args.native_version, args.metrics_port
+        client_from(args.kubeconfig, args.server),
+        args.namespace,
+        args.interval,
+        args.native_version,
+        args.metrics_port,
+        max_attempts=args.max_attempts,
     )
     return 0
 
@@ -335,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument("--interval", type=float, default=1.0, help="seconds between passes without events")
     controller.add_argument("--native-version", choices=KUBERNETES_VERSIONS, default="1.37")
     controller.add_argument("--metrics-port", type=int, default=8080)
+    controller.add_argument(
+        "--max-attempts", type=int, default=5, help="times a timed-out gang is requeued before it gives up"
+    )
     controller.add_argument("--log-level", default="info")
     controller.set_defaults(func=_controller)
 

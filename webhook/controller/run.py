@@ -15,7 +15,7 @@ from typing import Any
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
-from webhook.controller.reconciler import Controller
+from webhook.controller.reconciler import DEFAULT_MAX_ATTEMPTS, Controller
 from webhook.controller.workloads import all_workload_resources
 
 log = logging.getLogger("gangkeeper.controller")
@@ -73,6 +73,7 @@ def run(
     native_version: str = "1.37",
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> None:
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
