@@ -166,16 +166,37 @@ class StatefulSetController:
 class JobSetController:
     """jobset pkg/controllers/jobset_controller.go (constructJob): a Job `<jobset>-<replicatedJob>-<i>` per
     replica of each replicatedJob, from its template, owned by the JobSet, with the jobset-name and
-    replicatedjob-name labels on the Job and its pod template."""
+    replicatedjob-name labels on the Job and its pod template. Creation order: under
+    `startupPolicyOrder: InOrder` a replicatedJob's Jobs are made once the previous one's pods all run
+    (startup_policy.go); one with `dependsOn` once those it depends on are Ready or Complete
+    (depends_on.go)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _running(self, namespace: str, jobset: str, rjob: str) -> bool:
+        pods = [
+            p
+            for p in self.store.list("v1", "pods", namespace)[0]
+            if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") == rjob
+            and p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == jobset
+        ]
+        return bool(pods) and all((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
+
     def sync(self, namespace: str, name: str) -> list[str]:
         jobset = self.store.get("jobset.x-k8s.io/v1alpha2", "jobsets", namespace, name)
+        in_order = (jobset["spec"].get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+        existing = {j["metadata"]["name"] for j in self.store.list("batch/v1", "jobs", namespace)[0]}
         made = []
+        previous: str | None = None
         for rjob in jobset["spec"]["replicatedJobs"]:
+            waits_for = [d["name"] for d in rjob.get("dependsOn") or []] + ([previous] if in_order and previous else [])
+            previous = rjob["name"]
+            if not all(self._running(namespace, name, other) for other in waits_for):
+                break
             for index in range(int(rjob.get("replicas", 1))):
+                if f"{name}-{rjob['name']}-{index}" in existing:
+                    continue
                 labels = {
                     "jobset.sigs.k8s.io/jobset-name": name,
                     "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],

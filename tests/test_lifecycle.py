@@ -433,3 +433,51 @@ def test_a_leaderworkerset_group_is_one_gang_released_whole(store: Store, api: A
     assert all(p["spec"]["schedulingGates"] == GATE for p in pods(store))
     run_gate(store, api, clock, [(controller, "serve")], rounds=2)
     assert len(pods(store)) == 8 and all(p["status"]["phase"] == "Running" for p in pods(store))
+
+
+@pytest.mark.parametrize("order", ["InOrder", "dependsOn"])
+def test_jobset_stages_are_gangs_released_in_the_order_the_jobset_creates_them(
+    store: Store, api: Api, order: str
+) -> None:
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    jobset = example("jobset/paralleljobs.yaml")  # workers (4), then driver (1)
+    if order == "InOrder":
+        jobset["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    else:
+        jobset["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "workers", "status": "Ready"}]
+    store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, jobset)
+    jobsets, jobs, clock = JobSetController(store), JobController(store), Clock()
+    gangs = Controller(api, clock=clock)
+    for _ in range(4):
+        for name in jobsets.sync(NS, "paralleljobs"):
+            jobs.sync(NS, name)
+        for child in store.list("batch/v1", "jobs", NS)[0]:
+            jobs.sync(NS, child["metadata"]["name"])
+        gangs.reconcile_once()
+        default_scheduler(store)
+        kubelet(store, NS)
+        clock.advance(1)
+    started = pods(store)
+    assert len(started) == 5 and all(p["status"]["phase"] == "Running" for p in started)
+    assert len({group_of(p) for p in started}) == 2  # one gang per stage
+
+
+def test_a_trainjob_runtime_with_its_own_pod_group_policy_gets_no_second_group(store: Store) -> None:
+    """Kubeflow Trainer with podGroupPolicy marks the JobSet's pod templates for its own PodGroup."""
+    install_admission(store, "volcano")
+    jobset = example("jobset/paralleljobs.yaml")
+    jobset["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "name": "llm",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["template"]["metadata"] = {"labels": {"scheduling.x-k8s.io/pod-group": "llm"}}
+    stored = store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, jobset)
+    for rjob in stored["spec"]["replicatedJobs"]:
+        assert rjob["template"]["spec"]["template"]["metadata"] == {"labels": {"scheduling.x-k8s.io/pod-group": "llm"}}
