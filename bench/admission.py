@@ -101,7 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=1000.0, help="open loop, requests per second")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1), help="as serve's default")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gangkeeper-bench-"))
