@@ -42,6 +42,14 @@ NODES, PODS_PER_NODE, GANG = 5000, 30, 512
 
 
 def rss_mib() -> float:
+    """Peak resident memory of this process: VmHWM, which starts afresh at exec (ru_maxrss carries the
+    parent's peak over a fork and exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

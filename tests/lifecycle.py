@@ -398,32 +398,43 @@ class DeploymentController:
 
 
 class LeaderWorkerSetController:
-    """lws pkg/controllers: a leader StatefulSet owned by the LeaderWorkerSet makes one leader pod per
-    group; each leader pod owns a worker StatefulSet making size-1 workers. Every pod carries the
-    leaderworkerset.sigs.k8s.io/name and group-index labels and the size annotation."""
+    """lws pkg/controllers: a leader StatefulSet `<lws>` owned by the LeaderWorkerSet makes one leader pod
+    per group; each leader pod owns a worker StatefulSet `<lws>-<group>` making size-1 workers. Every pod
+    carries the leaderworkerset.sigs.k8s.io/name and group-index labels. Both StatefulSets are created
+    through admission, as the operator's are."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _statefulset(self, name: str, namespace: str, owner: Obj, template: Obj, replicas: int) -> Obj:
+        try:
+            return self.store.get("apps/v1", "statefulsets", namespace, name)
+        except Reject:
+            pass
+        sts = {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner_ref(owner)]},
+            "spec": {"replicas": replicas, "podManagementPolicy": "Parallel", "template": copy.deepcopy(template)},
+        }
+        return self.store.create("apps/v1", "statefulsets", namespace, sts)
+
     def sync(self, namespace: str, name: str) -> None:
         lws = self.store.get("leaderworkerset.x-k8s.io/v1", "leaderworkersets", namespace, name)
-        spec = lws["spec"]
-        lwt = spec["leaderWorkerTemplate"]
-        size = int(lwt.get("size", 1))
+        lwt = lws["spec"]["leaderWorkerTemplate"]
+        size, groups = int(lwt.get("size", 1)), int(lws["spec"].get("replicas", 1))
+        leaders = self._statefulset(name, namespace, lws, lwt.get("leaderTemplate") or lwt["workerTemplate"], groups)
         existing = {p["metadata"]["name"] for p in self.store.list("v1", "pods", namespace)[0]}
-        for group in range(int(spec.get("replicas", 1))):
-            common = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(group)}
+        for group in range(groups):
+            labels = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(group)}
             leader_name = f"{name}-{group}"
             if leader_name not in existing:
-                leader = pod_from_template(
-                    lwt.get("leaderTemplate") or lwt["workerTemplate"], leader_name, namespace, lws, common
-                )
-                leader["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
-                self.store.create("v1", "pods", namespace, leader)
-            leader_pod = self.store.get("v1", "pods", namespace, leader_name)
-            for worker in range(1, size):
-                worker_name = f"{name}-{group}-{worker}"
+                pod = pod_from_template(leaders["spec"]["template"], leader_name, namespace, leaders, labels)
+                self.store.create("v1", "pods", namespace, pod)
+            leader = self.store.get("v1", "pods", namespace, leader_name)
+            workers = self._statefulset(f"{name}-{group}", namespace, leader, lwt["workerTemplate"], size - 1)
+            for index in range(1, size):
+                worker_name = f"{name}-{group}-{index}"
                 if worker_name not in existing:
-                    pod = pod_from_template(lwt["workerTemplate"], worker_name, namespace, leader_pod, common)
-                    pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
+                    pod = pod_from_template(workers["spec"]["template"], worker_name, namespace, workers, labels)
                     self.store.create("v1", "pods", namespace, pod)

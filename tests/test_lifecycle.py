@@ -306,12 +306,9 @@ def test_the_gates_of_a_gang_whose_workload_is_gone_are_lifted(store: Store, api
     assert gang_pods(store) and all(not p["spec"].get("schedulingGates") for p in gang_pods(store))
 
 
-def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(store: Store, api: Api) -> None:
-    from tests.lifecycle import SparkOperator
-
-    install_admission(store, "gate")
-    store.create("v1", "nodes", "", node("small", cpu="2", memory="4Gi"))
-    app = {
+def spark_pi() -> dict[str, Any]:
+    """A driver of 1 core and two executors of 2 cores each."""
+    return {
         "apiVersion": "sparkoperator.k8s.io/v1beta2",
         "kind": "SparkApplication",
         "metadata": {"name": "pi", "namespace": NS},
@@ -322,7 +319,14 @@ def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(
             "executor": {"cores": 2, "memory": "1024m", "instances": 2},
         },
     }
-    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, app)
+
+
+def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(store: Store, api: Api) -> None:
+    from tests.lifecycle import SparkOperator
+
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("small", cpu="2", memory="4Gi"))
+    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, spark_pi())
     spark, clock = SparkOperator(store), Clock()
     gangs = Controller(api, clock=clock)
     spark.sync(NS, "pi")
@@ -341,17 +345,7 @@ def test_a_released_drivers_executors_keep_their_capacity_until_they_come(store:
 
     install_admission(store, "gate")
     store.create("v1", "nodes", "", node("only", cpu="6", memory="16Gi"))
-    app = {
-        "apiVersion": "sparkoperator.k8s.io/v1beta2",
-        "kind": "SparkApplication",
-        "metadata": {"name": "pi", "namespace": NS},
-        "spec": {
-            "type": "Scala",
-            "driver": {"cores": 1, "memory": "512m"},
-            "executor": {"cores": 2, "memory": "1024m", "instances": 2},
-        },
-    }
-    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, app)
+    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, spark_pi())
     spark, clock = SparkOperator(store), Clock()
     gangs = Controller(api, clock=clock)
     spark.sync(NS, "pi")
@@ -481,3 +475,45 @@ def test_a_trainjob_runtime_with_its_own_pod_group_policy_gets_no_second_group(s
     stored = store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, jobset)
     for rjob in stored["spec"]["replicatedJobs"]:
         assert rjob["template"]["spec"]["template"]["metadata"] == {"labels": {"scheduling.x-k8s.io/pod-group": "llm"}}
+
+
+def test_a_timed_out_trainjob_gang_suspends_the_trainjob_not_its_jobset(store: Store, api: Api) -> None:
+    """Kubeflow Trainer keeps the JobSet's suspend in step with its TrainJob's: the TrainJob is suspended."""
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    trainjob = store.create(
+        "trainer.kubeflow.org/v1alpha1",
+        "trainjobs",
+        NS,
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "llm", "namespace": NS},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}},
+        },
+    )
+    jobset = example("jobset/paralleljobs.yaml")
+    jobset["metadata"]["name"] = "llm"
+    jobset["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "name": "llm",
+            "uid": trainjob["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, jobset)
+    jobs, clock = JobController(store), Clock()
+    for name in JobSetController(store).sync(NS, "llm"):
+        jobs.sync(NS, name)
+    gangs = Controller(api, clock=clock)
+    assert gangs.reconcile_once()["team-a/jobset-llm"].state == "Release"
+    hog(store, "worker1", "4")
+    default_scheduler(store)
+    clock.advance(301)
+    assert gangs.reconcile_once()["team-a/jobset-llm"].whole_gang
+    assert store.get("trainer.kubeflow.org/v1alpha1", "trainjobs", NS, "llm")["spec"]["suspend"] is True
+    assert "suspend" not in store.get("jobset.x-k8s.io/v1alpha2", "jobsets", NS, "llm")["spec"]

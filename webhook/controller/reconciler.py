@@ -58,6 +58,7 @@ SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
     "JAXJob": ("spec", "runPolicy", "suspend"),
     "MPIJob": ("spec", "runPolicy", "suspend"),
     "RayJob": ("spec", "suspend"),
+    "TrainJob": ("spec", "suspend"),
 }
 
 
@@ -479,7 +480,7 @@ class Controller:
                 f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} to be recreated gated",
             )
             return
-        workload = resolved.workload
+        workload = self._suspend_target(resolved.workload)
         annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
         attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
         kind = str((workload or {}).get("kind", ""))
@@ -524,6 +525,22 @@ class Controller:
             f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
             f"gated (attempt {attempts} of {self.max_attempts}, next after {wait}s)",
         )
+
+    def _suspend_target(self, workload: Obj | None) -> Obj | None:
+        """The object whose suspend field stops a gang: the workload itself, except a TrainJob's JobSet,
+        whose suspend Kubeflow Trainer keeps in step with its TrainJob's (so the TrainJob is suspended)."""
+        owner = next(
+            (r for r in ((workload or {}).get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")),
+            None,
+        )
+        if workload is None or workload.get("kind") != "JobSet" or not owner or owner.get("kind") != "TrainJob":
+            return workload
+        try:
+            trainjob = self.read(WORKLOAD_RESOURCES["TrainJob"], workload["metadata"].get("namespace"), owner["name"])
+        except ApiError as error:
+            metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            return workload
+        return trainjob or workload
 
     def _evict(self, gang: GangView, names: list[str]) -> None:
         for pod_name in names:

@@ -18,6 +18,8 @@ WORKLOAD_RESOURCES = {
     "RayCluster": Resource("ray.io/v1", "rayclusters"),
     "RayJob": Resource("ray.io/v1", "rayjobs"),
     "SparkApplication": Resource("sparkoperator.k8s.io/v1beta2", "sparkapplications"),
+    # never a gang's own workload (its JobSet is); read and suspended on the JobSet's behalf
+    "TrainJob": Resource("trainer.kubeflow.org/v1alpha1", "trainjobs"),
 }
 
 

@@ -14,9 +14,21 @@ from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, Te
 # LeaderWorkerSet a leader StatefulSet and one worker StatefulSet per group (lws
 # pkg/controllers/leaderworkerset_controller.go), mpi-operator v2 a launcher Job
 # (pkg/controller/mpi_job_controller.go), KubeRay's RayJob its RayCluster. Not CronJob (each child
-# Job is its own gang) nor TrainJob (its gang is the JobSet it creates).
+# Job is its own gang) nor TrainJob (its gang is the JobSet it creates). A workload owned by a pod is an
+# operator's too: LeaderWorkerSet's worker StatefulSets are owned by their group's leader pod.
 GANG_PARENTS = frozenset(
-    {"JobSet", "LeaderWorkerSet", "MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "JAXJob", "RayJob", "RayCluster"}
+    {
+        "JobSet",
+        "LeaderWorkerSet",
+        "MPIJob",
+        "PyTorchJob",
+        "TFJob",
+        "XGBoostJob",
+        "JAXJob",
+        "RayJob",
+        "RayCluster",
+        "Pod",
+    }
 )
 
 __all__ = ["FieldError", "Gang", "GangId", "Members", "Obj", "Plan", "TemplateStamp", "analyze", "supported"]

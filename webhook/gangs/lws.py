@@ -9,7 +9,6 @@ from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
 KIND = "LeaderWorkerSet"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
 
 
 def identity(name: str, group_index: str | int) -> GangId:
@@ -59,11 +58,6 @@ def from_pod(pod: Obj) -> GangId | str | None:
         return None
     index = labels.get(GROUP_INDEX_LABEL)
     return identity(name, index) if index is not None else WAIT
-
-
-def group_size_of_pod(pod: Obj) -> int | None:
-    raw = common.annotations_of(pod).get(SIZE_ANNOTATION)
-    return int(raw) if raw and raw.isdigit() else None
 
 
 register(Kind(group="leaderworkerset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))
