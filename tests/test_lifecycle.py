@@ -517,3 +517,15 @@ def test_a_timed_out_trainjob_gang_suspends_the_trainjob_not_its_jobset(store: S
     assert gangs.reconcile_once()["team-a/jobset-llm"].whole_gang
     assert store.get("trainer.kubeflow.org/v1alpha1", "trainjobs", NS, "llm")["spec"]["suspend"] is True
     assert "suspend" not in store.get("jobset.x-k8s.io/v1alpha2", "jobsets", NS, "llm")["spec"]
+
+
+def test_gated_pods_of_a_gang_moved_to_another_backend_are_let_go(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3))
+    JobController(store).sync(NS, "train")  # three pods, gated
+    one = gang_pods(store)[0]["metadata"]["name"]
+    store.delete("v1", "pods", NS, one)
+    install_admission(store, "volcano")  # the namespace is relabelled gangkeeper.io/backend=volcano
+    JobController(store).sync(NS, "train")  # the replacement goes to Volcano
+    Controller(api, clock=Clock()).reconcile_once()
+    assert not any(p["spec"].get("schedulingGates") for p in gang_pods(store))

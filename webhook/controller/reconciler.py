@@ -205,6 +205,13 @@ class Controller:
             resolved = self.resolve(gang, workloads) if fresh or cached is None else cached[1]
             seen[gang.key] = (fingerprint, resolved)
             backend = backend_of(gang.raw[0])
+            switched = {backend_of(raw) for raw in gang.raw} - {"gate"}
+            gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+            if switched and gated and self.may_write():
+                # the namespace moved this gang to another mechanism: its new members will never join
+                # the gated ones, who would otherwise wait for a gang that cannot fill
+                self.lift_gates(gated, f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate", now)
+                continue
             if backend != "gate":
                 if fresh and self.may_write():
                     self.sync_group_objects(gang, resolved, backend)
