@@ -20,6 +20,7 @@ import base64
 import itertools
 import os
 import re
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -109,12 +110,15 @@ class Container:
     def args(self, env: dict[str, str]) -> list[str]:
         return [expand(a, env) for a in self.spec.get("args") or []]
 
+    def has_tmp_volume(self) -> bool:
+        return any(m["mountPath"] == "/tmp" for m in self.spec.get("volumeMounts") or [])
+
     def tmp_mount_options(self) -> str:
         """/tmp as the container has it: the emptyDir mounted there, with its sizeLimit; without one,
         the image's empty /tmp under a read-only root."""
         mount = next((m for m in self.spec.get("volumeMounts") or [] if m["mountPath"] == "/tmp"), None)
         if mount is None:
-            return "size=1m,ro"
+            return "size=1m"
         volume = next(v for v in self.pod_spec["volumes"] if v["name"] == mount["name"])
         size = volume["emptyDir"].get("sizeLimit", "64Mi")
         return f"size={size.replace('Mi', 'm').replace('Gi', 'g')},mode=1777"
@@ -129,6 +133,13 @@ def container_of(objects: list[dict[str, Any]], deployment: str) -> Container:
 
 
 _subnets = itertools.count(1)
+
+
+def code_under_tmp() -> list[Path]:
+    """The checkout and the Python installation, where they lie under /tmp (outermost paths only)."""
+    candidates = {MANIFESTS.parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    under = sorted(p for p in candidates if p.is_relative_to("/tmp"))
+    return [p for p in under if not any(p != other and p.is_relative_to(other) for other in under)]
 
 
 @dataclass
@@ -181,11 +192,24 @@ class Sandbox:
         args = self.container.args(env)
         security = {**self.container.pod_spec.get("securityContext", {}), **self.container.spec["securityContext"]}
         user, group = security.get("runAsUser", 65532), security.get("runAsGroup", 65532)
-        setup = (
-            f"mount -t tmpfs -o {self.container.tmp_mount_options()} tmpfs /tmp"
-            + (" && mount -o remount,ro,bind /" if security.get("readOnlyRootFilesystem") else "")
-            + f' && exec setpriv --reuid={user} --regid={group} --clear-groups -- "$@"'
-        )
+        # The image holds the code and the interpreter; here they may live under /tmp (a clone in /tmp),
+        # which the emptyDir covers: they are bound aside first, then back at the same paths.
+        keep = code_under_tmp()
+        aside = [self.outside / f"keep{i}" for i in range(len(keep))]
+        for directory in aside:
+            directory.mkdir()
+        steps = [f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(a))}" for p, a in zip(keep, aside, strict=True)]
+        steps.append(f"mount -t tmpfs -o {self.container.tmp_mount_options()} tmpfs /tmp")
+        steps += [
+            f"mkdir -p {shlex.quote(str(p))} && mount --bind {shlex.quote(str(a))} {shlex.quote(str(p))}"
+            for p, a in zip(keep, aside, strict=True)
+        ]
+        if not self.container.has_tmp_volume():
+            steps.append("mount -o remount,ro /tmp")  # the image's own /tmp, under a read-only root
+        if security.get("readOnlyRootFilesystem"):
+            steps.append("mount -o remount,ro,bind /")
+        steps.append(f'exec setpriv --reuid={user} --regid={group} --clear-groups -- "$@"')
+        setup = " && ".join(steps)
         self.log = self.outside / "container.log"
         sandbox = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--", "sh", "-c", setup, "sh"]
         self.process = subprocess.Popen(
