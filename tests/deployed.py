@@ -158,6 +158,9 @@ class Sandbox:
         self.netns, self.host_if, self.pod_if = f"gk{tag}", f"gkh{tag}", f"gkp{tag}"
         octet = 200 + os.getpid() % 50
         self.host_ip, self.pod_ip = f"10.{octet}.{self.index}.1", f"10.{octet}.{self.index}.2"
+        # what a run killed before its clean-up may have left under these names
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
         for command in (
             ["ip", "netns", "add", self.netns],
             ["ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.pod_if],
