@@ -248,3 +248,9 @@ def test_a_jobset_replicated_job_with_depends_on_is_a_gang_of_its_own() -> None:
     sizes = {g.name: g.min_member for g in gangs.analyze(jobset).gangs}
     # init and sidecar start together; train is created after init completes (jobset depends_on.go)
     assert sorted(sizes.values()) == [3, 4] and sizes["jobset-pipeline"] == 3
+
+
+def test_pod_level_requests_are_the_pods_requests() -> None:
+    """KEP-2837: requests in spec.resources are the pod's, whatever its containers say."""
+    spec = {"resources": {"requests": {"cpu": "4", "memory": "8Gi"}}, "containers": [b.container("1", "1Gi")]}
+    assert resources.render(resources.pod_requests(spec)) == {"cpu": "4", "memory": "8Gi"}

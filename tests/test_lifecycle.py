@@ -529,3 +529,37 @@ def test_gated_pods_of_a_gang_moved_to_another_backend_are_let_go(store: Store, 
     JobController(store).sync(NS, "train")  # the replacement goes to Volcano
     Controller(api, clock=Clock()).reconcile_once()
     assert not any(p["spec"].get("schedulingGates") for p in gang_pods(store))
+
+
+def test_a_pod_being_deleted_still_holds_its_node_until_it_is_gone(store: Store, api: Api) -> None:
+    """kube-scheduler counts a terminating pod on its node until it is deleted; so does placement."""
+    from webhook.controller.state import PodView
+
+    leaving = b.pod("leaving", spec=b.pod_spec(b.container("6", "1Gi")), namespace="other")
+    leaving["spec"]["nodeName"] = "worker1"
+    leaving["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:00Z"
+    view = PodView.from_api(leaving)
+    assert view.terminal and view.holds_node == "worker1"
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    store.create("v1", "pods", "other", leaving)
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=2, spec=b.pod_spec(b.container("2", "1Gi"))))
+    JobController(store).sync(NS, "train")
+    assert Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"].state == "WaitingForCapacity"
+
+
+def test_a_gang_with_host_ports_is_released_unpinned_with_a_warning(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    for name in ("worker1", "worker2"):
+        store.create("v1", "nodes", "", node(name, cpu="8"))
+    container = b.container("1", "1Gi")
+    container["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=2, spec=b.pod_spec(container)))
+    JobController(store).sync(NS, "train")
+    gangs = Controller(api, clock=Clock())
+    decision = gangs.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release" and "hostPorts" in decision.unmodelled
+    gangs.recorder.flush()
+    for pod in gang_pods(store):  # the scheduler's NodePorts filter places them, not a pin of ours
+        assert not pod["spec"].get("schedulingGates") and "nodeSelector" not in pod["spec"]
+    assert [e for e in store.list("v1", "events", None)[0] if e["reason"] == "UnmodelledConstraints"]

@@ -84,6 +84,12 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
     for container in _containers(pod_spec, "containers"):
         add(running, container_requests(container))
     effective = maximum(running, init_peak)
+    # Pod-level resources (KEP-2837, beta and on by default since 1.34): where the pod states requests
+    # for a resource, those are the pod's, whatever its containers say (kube-scheduler's
+    # NodeResourcesFit reads them the same way, pkg/api/v1/resource computePodResourceRequest).
+    pod_level = _mapping(pod_spec.get("resources"), "resources").get("requests") or {}
+    for name, value in pod_level.items():
+        effective[name] = parse(value)
     overhead = _mapping(pod_spec.get("overhead"), "overhead")
     return add(effective, {name: parse(value) for name, value in overhead.items()})
 

@@ -32,23 +32,33 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
     trimmed_spec = _keep(
         spec,
-        ("nodeName", "overhead", "nodeSelector", "schedulingGates")
+        ("nodeName", "overhead", "nodeSelector", "schedulingGates", "resources")
         if not managed
         else (
             "nodeName",
             "nodeSelector",
             "schedulingGates",
             "overhead",
+            "resources",  # pod-level requests (KEP-2837)
             "affinity",
             "tolerations",
             "topologySpreadConstraints",
             "schedulerName",
             "priorityClassName",
+            "hostNetwork",
+            "resourceClaims",
         ),
     )
+    if managed and spec.get("volumes"):  # only whether a claim may tie the pod to nodes
+        trimmed_spec["volumes"] = [
+            {"persistentVolumeClaim": v["persistentVolumeClaim"]}
+            for v in spec["volumes"]
+            if "persistentVolumeClaim" in v
+        ]
+    container_keys = ("resources", "restartPolicy", "ports") if managed else ("resources", "restartPolicy")
     for key in ("containers", "initContainers"):
         if spec.get(key):
-            trimmed_spec[key] = interning.canonical([_keep(c, ("resources", "restartPolicy")) for c in spec[key]])
+            trimmed_spec[key] = interning.canonical([_keep(c, container_keys) for c in spec[key]])
     if "nodeName" in trimmed_spec:
         trimmed_spec["nodeName"] = interning.text(trimmed_spec["nodeName"])
     meta_keys: tuple[str, ...] = ("name", "namespace", "resourceVersion", "deletionTimestamp")

@@ -106,6 +106,16 @@ class Shape:
                         for c in spec.get("topologySpreadConstraints") or []
                     ),
                 ),
+                # kube-scheduler's NodePorts filter: placement does not track ports yet, so a gang with
+                # host ports is left to the scheduler rather than pinned where ports may clash
+                (
+                    "hostPorts",
+                    bool(spec.get("hostNetwork"))
+                    or any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or []),
+                ),
+                # volumes that bind to nodes (VolumeBinding, WaitForFirstConsumer) and DRA claims
+                ("persistentVolumeClaims", any("persistentVolumeClaim" in v for v in spec.get("volumes") or [])),
+                ("resourceClaims", bool(spec.get("resourceClaims"))),
             )
             if present
         )

@@ -67,7 +67,8 @@ class PodView:
     pinned_node: str | None  # nodeSelector kubernetes.io/hostname
     released_at: dt.datetime | None
     created_at: dt.datetime | None
-    terminal: bool  # Succeeded, Failed, or being deleted
+    terminal: bool  # Succeeded, Failed, or being deleted: no longer a member of its gang
+    finished: bool  # Succeeded or Failed: no longer holds its node
     shape: Shape
     owner: Mapping[str, Any] | None
     resource_version: str
@@ -94,6 +95,7 @@ class PodView:
             released_at=parse_time(annotations.get(RELEASED_ANNOTATION)),
             created_at=parse_time(meta.get("creationTimestamp")),
             terminal=status.get("phase") in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
+            finished=status.get("phase") in ("Succeeded", "Failed"),
             shape=shape,
             owner=owner,
             resource_version=meta.get("resourceVersion", ""),
@@ -111,8 +113,11 @@ class PodView:
 
     @property
     def holds_node(self) -> str | None:
-        """The node whose capacity this pod takes: where it is bound, or where it was promised."""
-        if self.terminal:
+        """The node whose capacity this pod takes: where it is bound, or where it was promised. A pod being
+        deleted still holds its node until it is gone, as in kube-scheduler's cache."""
+        if self.finished:
+            return None
+        if self.terminal and not self.node_name:
             return None
         if self.node_name:
             return self.node_name
