@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import ssl
 import threading
 import time
@@ -20,6 +19,7 @@ from cryptography import x509
 from tests import builders as b
 from tests.apiserver import Reject, Store
 from tests.deployed import Cluster, Sandbox, missing_tools, wait_for
+from tests.lifecycle import JobController
 from tests.schemas import validate
 from webhook import certs, rotation
 
@@ -35,42 +35,6 @@ def namespace(store: Store, name: str, **labels: str) -> None:
         "",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
     )
-
-
-def job_pods(store: Store, job: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """Pods as the Job controller makes them (pkg/controller/job: the template's metadata and spec, the
-    job-name and controller-uid labels, a controller ownerReference), each created through admission."""
-    meta, template = job["metadata"], job["spec"]["template"]
-    created = []
-    for _ in range(count):
-        labels = {
-            **(template["metadata"].get("labels") or {}),
-            JOB_LABEL: meta["name"],
-            "batch.kubernetes.io/controller-uid": meta["uid"],
-        }
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "generateName": f"{meta['name']}-",
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": dict(template["metadata"].get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": json.loads(json.dumps(template["spec"])),
-        }
-        created.append(store.create("v1", "pods", meta["namespace"], pod))
-    return created
 
 
 def bare_pod(store: Store, ns: str, name: str) -> dict[str, Any]:
@@ -103,7 +67,8 @@ def test_a_job_in_a_labelled_namespace_is_stamped_and_gets_its_podgroup(volcano:
     template = job["spec"]["template"]
     assert template["spec"]["schedulerName"] == "volcano"
     assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "job-train"
-    pods = job_pods(store, job, 2)
+    assert JobController(store).sync("team-a", "train") == 2  # the Job controller's pods, through the chain
+    pods = store.list("v1", "pods", "team-a")[0]
     for pod in pods:
         validate(pod)
         assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "job-train"

@@ -321,15 +321,20 @@ def spark_pi() -> dict[str, Any]:
     }
 
 
-def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(store: Store, api: Api) -> None:
+def start_spark_pi(store: Store, api: Api, first_node: dict[str, Any]) -> tuple[Any, Clock, Controller]:
+    """spark_pi() submitted on a cluster of `first_node`, under the gate: its driver pod exists."""
     from tests.lifecycle import SparkOperator
 
     install_admission(store, "gate")
-    store.create("v1", "nodes", "", node("small", cpu="2", memory="4Gi"))
+    store.create("v1", "nodes", "", first_node)
     store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, spark_pi())
     spark, clock = SparkOperator(store), Clock()
-    gangs = Controller(api, clock=clock)
     spark.sync(NS, "pi")
+    return spark, clock, Controller(api, clock=clock)
+
+
+def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(store: Store, api: Api) -> None:
+    spark, clock, gangs = start_spark_pi(store, api, node("small", cpu="2", memory="4Gi"))
     decision = gangs.reconcile_once()["team-a/spark-pi"]
     assert decision.state == "WaitingForCapacity"  # the driver alone fits; with its executors it does not
     store.create("v1", "nodes", "", node("big", cpu="8", memory="16Gi"))
@@ -341,14 +346,7 @@ def test_a_spark_driver_starts_only_where_its_executors_will_fit_then_they_join(
 
 def test_a_released_drivers_executors_keep_their_capacity_until_they_come(store: Store, api: Api) -> None:
     """Between the driver's release and its executors' creation, another gang must not take their room."""
-    from tests.lifecycle import SparkOperator
-
-    install_admission(store, "gate")
-    store.create("v1", "nodes", "", node("only", cpu="6", memory="16Gi"))
-    store.create("sparkoperator.k8s.io/v1beta2", "sparkapplications", NS, spark_pi())
-    spark, clock = SparkOperator(store), Clock()
-    gangs = Controller(api, clock=clock)
-    spark.sync(NS, "pi")
+    spark, clock, gangs = start_spark_pi(store, api, node("only", cpu="6", memory="16Gi"))
     assert gangs.reconcile_once()["team-a/spark-pi"].state == "Release"  # 1 + 2 x 2 cpu fit in 6
     default_scheduler(store)
     kubelet(store, NS)
