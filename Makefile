@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench e2e lock clean
+.PHONY: run test lint scan bench simulate e2e lock clean
 
 # runtime and test tools, each pinned with its hashes; the package itself without dependencies
 $(BIN)/.installed: requirements-test.lock pyproject.toml
@@ -33,6 +33,10 @@ scan:
 bench: $(BIN)/.installed
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/controller.py
+	$(BIN)/gangkeeper simulate --plots bench/out --json bench/out/simulate.json
+
+simulate: $(BIN)/.installed
+	$(BIN)/gangkeeper simulate --plots simulate-out --json simulate-out/figures.json
 
 e2e: $(BIN)/.installed
 	$(BIN)/pytest -q tests/e2e

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.apiserver import TestApiServer
+from tests.apiserver import Store, TestApiServer
 from webhook.controller.kube import Api, client_from
 
 
@@ -101,3 +101,9 @@ def apiserver() -> Iterator[TestApiServer]:
 @pytest.fixture
 def api(apiserver: TestApiServer) -> Api:
     return Api(client_from(server=apiserver.url))
+
+
+@pytest.fixture
+def store(apiserver: TestApiServer) -> Store:
+    """The objects of the test API server, read and written directly (controllers the tests simulate)."""
+    return apiserver.store

@@ -38,6 +38,8 @@ def test_explain_prints_why_a_gang_waits_node_by_node(server: TestApiServer) -> 
         "gang team-a/job-train",
         "  members: 4 present of minMember 4 (4 gated)",
         "  state: WaitingForCapacity: 1 of 4 pods fit on free capacity",
+        "  queue: position 1 of 1 waiting (policy backfill; priority 0, then arrival)",
+        "  reservation: none: it would not fit even once all running work ended (see what blocks the rest)",
         "  each gated pod needs: 4 cpu, 1Gi memory; the gang needs 4 such pods",
         "  best placement found: worker3: 1",
         "  what blocks the rest:",

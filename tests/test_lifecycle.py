@@ -43,11 +43,6 @@ def group_of(pod: dict[str, Any]) -> str | None:
     return (pod["metadata"].get("labels") or {}).get("gangkeeper.io/group")
 
 
-@pytest.fixture
-def store(apiserver: TestApiServer) -> Store:
-    return apiserver.store
-
-
 def test_jobset_child_jobs_are_not_grouped_again_and_all_pods_form_one_gang(store: Store) -> None:
     install_admission(store, "volcano")
     jobset = store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, example("jobset/paralleljobs.yaml"))
@@ -544,20 +539,3 @@ def test_a_pod_being_deleted_still_holds_its_node_until_it_is_gone(store: Store,
     store.create("batch/v1", "jobs", NS, b.job("train", parallelism=2, spec=b.pod_spec(b.container("2", "1Gi"))))
     JobController(store).sync(NS, "train")
     assert Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"].state == "WaitingForCapacity"
-
-
-def test_a_gang_with_host_ports_is_released_unpinned_with_a_warning(store: Store, api: Api) -> None:
-    install_admission(store, "gate")
-    for name in ("worker1", "worker2"):
-        store.create("v1", "nodes", "", node(name, cpu="8"))
-    container = b.container("1", "1Gi")
-    container["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
-    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=2, spec=b.pod_spec(container)))
-    JobController(store).sync(NS, "train")
-    gangs = Controller(api, clock=Clock())
-    decision = gangs.reconcile_once()["team-a/job-train"]
-    assert decision.state == "Release" and "hostPorts" in decision.unmodelled
-    gangs.recorder.flush()
-    for pod in gang_pods(store):  # the scheduler's NodePorts filter places them, not a pin of ours
-        assert not pod["spec"].get("schedulingGates") and "nodeSelector" not in pod["spec"]
-    assert [e for e in store.list("v1", "events", None)[0] if e["reason"] == "UnmodelledConstraints"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook import __version__
+from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 
 if TYPE_CHECKING:
     from webhook.admission.resolve import BackendResolver
@@ -247,6 +248,8 @@ def _controller(args: argparse.Namespace) -> int:
         args.native_version,
         args.metrics_port,
         max_attempts=args.max_attempts,
+        queue_policy=args.queue_policy,
+        queue_depth=args.queue_depth,
     )
     return 0
 
@@ -259,7 +262,39 @@ def _explain(args: argparse.Namespace) -> int:
     if not gang:
         print("gangkeeper explain: expected NAMESPACE/GANG", file=sys.stderr)
         return 2
-    print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang))
+    print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang, args.queue_policy))
+    return 0
+
+
+def _default_trace() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "traces" / "philly-2017-10-23-week.csv"
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from webhook import simulation
+    from webhook.simulation.engine import ClusterShape
+
+    try:
+        policies = simulation.parse_policies(args.policies)
+    except ValueError as error:
+        print(f"gangkeeper simulate: {error}", file=sys.stderr)
+        return 2
+    if not Path(args.trace).is_file():
+        print(f"gangkeeper simulate: no trace at {args.trace}", file=sys.stderr)
+        return 2
+    settings = simulation.Settings(
+        trace=Path(args.trace),
+        start=args.start,
+        days=args.days,
+        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
+        split=args.split,
+        policies=policies,
+        orderings=args.orderings,
+        seed=args.seed,
+        estimates=args.estimates == "trace",
+        depth=args.queue_depth,
+    )
+    print(simulation.main(settings, Path(args.plots) if args.plots else None, Path(args.json) if args.json else None))
     return 0
 
 
@@ -345,6 +380,16 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument(
         "--max-attempts", type=int, default=5, help="times a timed-out gang is requeued before it gives up"
     )
+    controller.add_argument(
+        "--queue-policy",
+        choices=[p.value for p in Policy],
+        default=DEFAULT_POLICY.value,
+        help="how waiting gate gangs take turns: backfill (the head's reservation is never delayed), fifo, "
+        "or first-fit (see `gangkeeper simulate`)",
+    )
+    controller.add_argument(
+        "--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill: gangs at the front that hold a reservation"
+    )
     controller.add_argument("--log-level", default="info")
     controller.set_defaults(func=_controller)
 
@@ -352,7 +397,32 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
     explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     explain.add_argument("--server", default=None)
+    explain.add_argument(
+        "--queue-policy", choices=[p.value for p in Policy], default=DEFAULT_POLICY.value, help="the controller's"
+    )
     explain.set_defaults(func=_explain)
+
+    simulate = sub.add_parser(
+        "simulate", help="replay a GPU-cluster trace: the default scheduler vs gangkeeper's queue policies"
+    )
+    simulate.add_argument("--trace", default=str(_default_trace()), help="CSV: timestamp,duration,num_gpus,...")
+    simulate.add_argument("--start", default=None, help="first day of a slice, YYYY-MM-DD (default: all)")
+    simulate.add_argument("--days", type=float, default=None, help="length of the slice in days")
+    simulate.add_argument("--nodes", type=int, default=64)
+    simulate.add_argument("--gpus-per-node", type=int, default=8)
+    simulate.add_argument(
+        "--split", choices=("node", "gpu"), default="node", help="node: ceil(g/8) workers (headline); gpu: 1 per pod"
+    )
+    simulate.add_argument("--policies", default="default,fifo,first-fit,backfill")
+    simulate.add_argument("--orderings", type=int, default=3, help="pod orderings tried for the default scheduler")
+    simulate.add_argument("--seed", type=int, default=1)
+    simulate.add_argument(
+        "--estimates", choices=("trace", "none"), default="trace", help="what backfill knows of run times"
+    )
+    simulate.add_argument("--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill reservations")
+    simulate.add_argument("--plots", default=None, help="directory for PNG plots")
+    simulate.add_argument("--json", default=None, help="write the figures as JSON here")
+    simulate.set_defaults(func=_simulate)
 
     cert = sub.add_parser("certs", help="generate a CA and serving certificate")
     cert.add_argument("--cert-dir", default="certs")

@@ -14,6 +14,10 @@ MIN_MEMBER_ANNOTATION: Final = f"{PREFIX}/min-member"
 QUEUE_ANNOTATION: Final = f"{PREFIX}/queue"
 TIMEOUT_ANNOTATION: Final = f"{PREFIX}/timeout-seconds"
 GROUP_LABEL: Final = f"{PREFIX}/group"
+# how long a workload runs once started: lets the queue plan when capacity returns (backfill)
+EXPECTED_SECONDS_ANNOTATION: Final = f"{PREFIX}/expected-seconds"
+# `pack` or `spread`: how the gate controller places a gang's pods (serving kinds spread by default)
+PLACEMENT_ANNOTATION: Final = f"{PREFIX}/placement"
 GATE: Final = f"{PREFIX}/gang-gate"
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.

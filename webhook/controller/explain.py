@@ -1,30 +1,53 @@
-"""`gangkeeper explain NAMESPACE/GANG`: why a gang waits, node by node."""
+"""`gangkeeper explain NAMESPACE/GANG`: why a gang waits, node by node, and where it stands in the queue."""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
+
 from webhook.controller import placement
-from webhook.controller.kube import Api
+from webhook.controller.kube import Api, ReadOnlyApi
+from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller, Listing
 
 
-def explain(api: Api, namespace: str, gang_name: str) -> str:
-    controller = Controller(api, Listing(api))
-    snapshot = controller.snapshot()
-    gang = snapshot.gangs.get(f"{namespace}/{gang_name}")
+def explain(
+    api: Api,
+    namespace: str,
+    gang_name: str,
+    policy: Policy = DEFAULT_POLICY,
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+) -> str:
+    # the controller's own pass, every gang in queue order, with its writes dropped: explain and the
+    # controller never disagree, and the queue position and reservation are the ones it would use
+    readonly = ReadOnlyApi(api.client)
+    controller = Controller(readonly, Listing(readonly), queue_policy=policy, clock=clock)
+    decisions = controller.reconcile_once()
+    gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
     if gang is None:
         return f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}"
-    resolved = controller.resolve(gang, {})
+    resolved = controller._seen[gang.key][1]
     lines = [f"gang {namespace}/{gang_name}"]
     if resolved.spec is None:
         return "\n".join([*lines, f"  cannot size the gang: {resolved.problem}"])
     live = [p for p in gang.pods if not p.terminal]
     gated = [p for p in live if p.gated]
-    # the controller's own decision, backoff included: explain and the controller never disagree
-    decision = controller.decide_for(gang, resolved, snapshot.nodes, snapshot.free, controller.clock())
+    decision = decisions.get(gang.key)
+    if decision is None:
+        return "\n".join([*lines, "  not a gate gang: its scheduler decides (see its group object's status)"])
     lines += [
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",
     ]
+    if decision.position:
+        waiting = sum(1 for d in decisions.values() if d.position)
+        priority = max(p.priority for p in gated) if gated else 0
+        lines.append(
+            f"  queue: position {decision.position} of {waiting} waiting (policy {controller.queue_policy}; "
+            f"priority {priority}, then arrival)"
+        )
+    if decision.reservation:
+        lines.append(f"  reservation: {decision.reservation}")
     if gated:
         needs = gated[0].shape.describe_requests()
         lines.append(f"  each gated pod needs: {needs}; the gang needs {len(gated)} such pods")
@@ -34,7 +57,7 @@ def explain(api: Api, namespace: str, gang_name: str) -> str:
             per_node[node] = per_node.get(node, 0) + 1
         best = ", ".join(f"{node}: {count}" for node, count in sorted(per_node.items()))
         lines.append(f"  best placement found: {best}")
-    if decision.placement is not None and decision.placement.reasons:
+    if decision.placement is not None and decision.placement.why:
         lines.append("  what blocks the rest:")
-        lines += [f"    {line}" for line in placement.summarize(decision.placement.reasons)]
+        lines += [f"    {line}" for line in placement.summarize(decision.placement.why)]
     return "\n".join(lines)

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
+
 from webhook import contract
 from webhook.controller import interning, metrics
 from webhook.controller.kube import Api, ApiError, Resource
@@ -32,7 +34,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
     trimmed_spec = _keep(
         spec,
-        ("nodeName", "overhead", "nodeSelector", "schedulingGates", "resources")
+        ("nodeName", "overhead", "nodeSelector", "schedulingGates", "resources", "priority")
         if not managed
         else (
             "nodeName",
@@ -45,6 +47,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             "topologySpreadConstraints",
             "schedulerName",
             "priorityClassName",
+            "priority",
             "hostNetwork",
             "resourceClaims",
         ),
@@ -67,13 +70,13 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     meta = _keep(metadata, meta_keys)
     if "namespace" in meta:
         meta["namespace"] = interning.text(meta["namespace"])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": trimmed_spec,
-        "status": {"phase": interning.text(phase)} if (phase := (pod.get("status") or {}).get("phase")) else {},
-    }
+    status = pod.get("status") or {}
+    trimmed_status: dict[str, Any] = {"phase": interning.text(status["phase"])} if status.get("phase") else {}
+    if managed:  # whether the scheduler refused a released pod
+        scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+        if scheduled:
+            trimmed_status["conditions"] = [_keep(c, ("type", "status", "reason")) for c in scheduled]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": trimmed_spec, "status": trimmed_status}
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +106,9 @@ class Informer:
         self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
         self.transform, self.page_size = transform, page_size
         self._items: dict[str, dict[str, Any]] = {}
+        # what changed since the consumer last asked (key -> the object now, None: deleted), so the
+        # controller updates its picture of the cluster by the changes instead of rebuilding it each pass
+        self._changes: dict[str, dict[str, Any] | None] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
         self.relists = 0
@@ -113,6 +119,12 @@ class Informer:
     def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._items.values())
+
+    def drain(self) -> dict[str, dict[str, Any] | None]:
+        """The changes since the last drain; the first drain holds every object."""
+        with self._lock:
+            changes, self._changes = self._changes, {}
+        return changes
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -149,6 +161,11 @@ class Informer:
                 break
             query["continue"] = token
         with self._lock:
+            for key, obj in items.items():
+                if previous.get(key) is not obj:
+                    self._changes[key] = obj
+            for key in previous.keys() - items.keys():
+                self._changes[key] = None
             self._items = items
             self.resource_version = resource_version
         self.relists += 1
@@ -173,9 +190,12 @@ class Informer:
                 return False
             with self._lock:
                 if kind == "DELETED":
-                    self._items.pop(self._key(obj), None)
+                    key = self._key(obj)
+                    if self._items.pop(key, None) is not None:
+                        self._changes[key] = None
                 elif kind in ("ADDED", "MODIFIED"):
-                    self._items[self._key(obj)] = self.transform(obj)
+                    key = self._key(obj)
+                    self._items[key] = self._changes[key] = self.transform(obj)
                 self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
             self.changed.set()
         return True
@@ -187,7 +207,8 @@ class Informer:
                     self.relist()
                 if not self.watch_once():
                     self.relist()
-            except (ApiError, OSError, ValueError) as error:
+            except (ApiError, OSError, ValueError, urllib3.exceptions.HTTPError) as error:
+                # a reset or refused connection must not end the thread: the cache would freeze
                 metrics.API_ERRORS.labels("watch", str(getattr(error, "status", 0))).inc()
                 log.warning("watch failed; listing again", extra={"resource": self.resource.plural}, exc_info=True)
                 self.synced.clear()
@@ -211,3 +232,7 @@ class InformerSource:
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes.items()
+
+    def changes(self) -> tuple[dict[str, dict[str, Any] | None], dict[str, dict[str, Any] | None]]:
+        """Pods and nodes changed since the last call (everything, the first time)."""
+        return self._pods.drain(), self._nodes.drain()

@@ -15,3 +15,11 @@ TIMEOUTS = Counter("gangkeeper_gang_timeouts", "Released gangs not fully schedul
 EVICTIONS = Counter("gangkeeper_evicted_pods", "Pods evicted so their owners recreate them gated")
 API_ERRORS = Counter("gangkeeper_api_errors", "Kubernetes API calls that failed", ["verb", "code"])
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
+REPAIRS = Counter(
+    "gangkeeper_replaced_pods", "Released pods replaced because their node was taken or the scheduler refused it"
+)
+PASS_SECONDS = Histogram(
+    "gangkeeper_controller_pass_seconds",
+    "Duration of one reconciliation pass",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
+)

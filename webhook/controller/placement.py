@@ -1,13 +1,21 @@
 """Where a whole gang fits on the nodes' free capacity: a pure function, with the reasons when it does not.
 
+The fit model is kube-scheduler's filter plugins for what they check of one pod against one node
+(pkg/scheduler/framework/plugins/...): NodeUnschedulable, NodeName, NodeAffinity (nodeSelector and
+required node affinity), TaintToleration, NodePorts and NodeResourcesFit (with pod-level resources,
+KEP-2837). What it does not model (inter-pod affinity, DoNotSchedule topology spread, volumes bound to
+nodes, DRA claims) is reported as `unmodelled` so the caller releases those pods without a pin.
+
 Resources are integers (cpu in millicores, everything else in its base unit) so that thousands of
 nodes can be checked in milliseconds. Pods of one gang usually come in a few identical shapes; each
-shape is matched against the nodes once, then packed best-fit (tightest node first) so that large
-free nodes stay free for the next gang and fragments get used.
+shape is matched against the nodes once, then either packed best-fit (tightest node first: large free
+nodes stay free for the next gang; batch work) or spread one pod per node in turn over the roomiest
+nodes (serving replicas: one node's failure takes as few as possible).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +25,9 @@ from typing import Any
 from webhook import resources
 
 Units = dict[str, int]
+HostPort = tuple[str, str, int]  # (protocol, host IP, port)
 PODS = "pods"
+ANY_IP = "0.0.0.0"
 CORDON_TAINT = "node.kubernetes.io/unschedulable"
 
 
@@ -73,6 +83,7 @@ class Shape:
     affinity_terms: Any = None  # required nodeSelectorTerms, as JSON (hashable tuple form)
     tolerations: Any = ()
     unmodelled: tuple[str, ...] = ()  # constraints placement does not model (pod affinity, spread)
+    host_ports: tuple[HostPort, ...] = ()
 
     @staticmethod
     def from_requests(requests: Mapping[str, Decimal]) -> Shape:
@@ -106,13 +117,6 @@ class Shape:
                         for c in spec.get("topologySpreadConstraints") or []
                     ),
                 ),
-                # kube-scheduler's NodePorts filter: placement does not track ports yet, so a gang with
-                # host ports is left to the scheduler rather than pinned where ports may clash
-                (
-                    "hostPorts",
-                    bool(spec.get("hostNetwork"))
-                    or any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or []),
-                ),
                 # volumes that bind to nodes (VolumeBinding, WaitForFirstConsumer) and DRA claims
                 ("persistentVolumeClaims", any("persistentVolumeClaim" in v for v in spec.get("volumes") or [])),
                 ("resourceClaims", bool(spec.get("resourceClaims"))),
@@ -125,10 +129,47 @@ class Shape:
             affinity_terms=terms,
             tolerations=_freeze(spec.get("tolerations") or []),
             unmodelled=unmodelled,
+            host_ports=host_ports(spec),
         )
+
+    @functools.cached_property
+    def positive(self) -> tuple[tuple[str, int], ...]:
+        """The requests that limit how many pods fit (placement asks this millions of times)."""
+        return tuple((name, amount) for name, amount in self.requests if amount > 0)
 
     def describe_requests(self) -> str:
         return ", ".join(show(name, amount) for name, amount in self.requests if name != PODS and amount)
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """The host ports a pod takes, as the NodePorts plugin reads them (nodeports/node_ports.go,
+    getContainerPorts; framework/types.go HostPortInfo sanitizes "" to 0.0.0.0 and TCP). With
+    hostNetwork the API server defaults each hostPort to its containerPort (core/v1/defaults.go), which
+    is applied here too for objects that did not pass through defaulting."""
+    host_network = bool(spec.get("hostNetwork"))
+    found: set[HostPort] = set()
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            if key == "initContainers" and container.get("restartPolicy") != "Always":
+                continue  # only sidecars keep their ports while the pod runs
+            for port in container.get("ports") or []:
+                number = port.get("hostPort") or (port.get("containerPort") if host_network else 0)
+                if number:
+                    found.add((port.get("protocol") or "TCP", port.get("hostIP") or ANY_IP, int(number)))
+    return tuple(sorted(found))
+
+
+def ports_clash(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> HostPort | None:
+    """The first wanted port already taken: same protocol and port, and the same IP or either one
+    0.0.0.0 (framework/types.go HostPortInfo.CheckConflict)."""
+    used_set = set(used)
+    if not used_set:
+        return None
+    for protocol, ip, port in wanted:
+        for other_protocol, other_ip, other_port in used_set:
+            if port == other_port and protocol == other_protocol and (ip == other_ip or ANY_IP in (ip, other_ip)):
+                return (protocol, ip, port)
+    return None
 
 
 def _freeze(value: Any) -> Any:
@@ -191,7 +232,10 @@ def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
 
 
 def static_reason(shape: Shape, node: Node) -> str | None:
-    """Why `node` can never take a pod of this shape, whatever its free capacity; None if it can."""
+    """Why `node` can never take a pod of this shape, whatever its free capacity; None if it can.
+    (NodeUnschedulable: nodeunschedulable/node_unschedulable.go; NodeAffinity: nodeaffinity/node_affinity.go,
+    nodeSelector and required terms ORed; TaintToleration: tainttoleration/taint_toleration.go, NoSchedule
+    and NoExecute.)"""
     tolerations = _thaw(shape.tolerations) or []
     if node.unschedulable and not _tolerates(tolerations, Taint(CORDON_TAINT, "", "NoSchedule")):
         return "cordoned"
@@ -209,19 +253,67 @@ def static_reason(shape: Shape, node: Node) -> str | None:
 
 
 def fit_count(shape: Shape, free: Mapping[str, int]) -> int:
-    count = math.inf
-    for name, amount in shape.requests:
-        if amount > 0:
-            count = min(count, free.get(name, 0) // amount)
-    return 0 if count == math.inf else int(count)
+    """How many pods of the shape the free capacity holds (NodeResourcesFit: noderesources/fit.go, every
+    requested resource, the pod count included). Host ports allow one per node at most."""
+    count = -1
+    for name, amount in shape.positive:
+        fits = free.get(name, 0) // amount
+        if count < 0 or fits < count:
+            count = fits
+            if count <= 0:
+                return 0
+    if count < 0:
+        return 0
+    return min(count, 1) if shape.host_ports else count
+
+
+class Eligibility:
+    """The nodes a shape may ever use, by the static filters, remembered per shape until the nodes
+    change: a cluster's nodes change far less often than its pods, so a pass checks each pair once."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = list(nodes)
+        self._cache: dict[Shape, tuple[list[Node], dict[str, str]]] = {}
+        self._names: dict[Shape, frozenset[str]] = {}
+
+    def __call__(self, shape: Shape) -> tuple[list[Node], dict[str, str]]:
+        found = self._cache.get(shape)
+        if found is None:
+            eligible, reasons = [], {}
+            for node in self.nodes:
+                reason = static_reason(shape, node)
+                if reason is None:
+                    eligible.append(node)
+                else:
+                    reasons[node.name] = reason
+            found = self._cache[shape] = (eligible, reasons)
+        return found
+
+    def names(self, shape: Shape) -> frozenset[str]:
+        names = self._names.get(shape)
+        if names is None:
+            names = self._names[shape] = frozenset(node.name for node in self(shape)[0])
+        return names
+
+
+# why a node takes no more pods: a sentence, or (shape, its free capacity, pods that fit, pods wanted),
+# written out only when someone reads it (most passes only need to know that a gang does not fit)
+Why = str | tuple["Shape", Mapping[str, int], int, int]
 
 
 @dataclass
 class Placement:
     assignments: dict[str, str]  # pod name -> node name
     complete: bool
-    reasons: dict[str, str]  # node name -> why more pods do not go there (only when incomplete)
+    why: dict[str, Why]  # node name -> why more pods do not go there (only when incomplete)
     unmodelled: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def reasons(self) -> dict[str, str]:
+        return {
+            node: why if isinstance(why, str) else f"{why[2]} of {why[3]} pods fit ({_needs(why[0], why[1], why[2])})"
+            for node, why in self.why.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -230,54 +322,112 @@ class Member:
     shape: Shape
 
 
-def place(members: Sequence[Member], nodes: Sequence[Node], free: Mapping[str, Mapping[str, int]]) -> Placement:
+_NO_PORTS: frozenset[HostPort] = frozenset()
+
+
+def place(
+    members: Sequence[Member],
+    nodes: Sequence[Node],
+    free: Mapping[str, Mapping[str, int]],
+    used_ports: Mapping[str, Iterable[HostPort]] | None = None,
+    spread: bool = False,
+    eligibility: Eligibility | None = None,
+) -> Placement:
     """Nodes for every member, or the reasons why the whole gang does not fit now.
 
-    `free` is each node's allocatable minus the requests of the pods bound or promised to it.
+    `free` is each node's allocatable minus the requests of the pods bound or promised to it, and
+    `used_ports` the host ports those pods take. `spread` puts one pod per node in turn instead of packing.
     """
+    eligibility = eligibility or Eligibility(nodes)
     by_shape: dict[Shape, list[str]] = {}
     for member in members:
         by_shape.setdefault(member.shape, []).append(member.name)
     # biggest shapes first: they have the fewest places to go
     order = sorted(by_shape, key=lambda s: sorted((-a for n, a in s.requests if n != PODS)), reverse=False)
-    remaining = {node.name: dict(free.get(node.name, node.allocatable)) for node in nodes}
+    remaining: dict[str, dict[str, int]] = {}  # copied on first use: most nodes are only read
+    taken_ports: dict[str, set[HostPort]] = {}
+    used_ports = used_ports or {}
     assignments: dict[str, str] = {}
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Why] = {}
     unmodelled: set[str] = set()
     complete = True
     for shape in order:
         names = by_shape[shape]
         unmodelled.update(shape.unmodelled)
         candidates: list[tuple[int, str]] = []
-        before: dict[str, str] = {}
-        for node in nodes:
-            reason = static_reason(shape, node)
-            if reason is not None:
-                reasons.setdefault(node.name, reason)
-                continue
-            fits = fit_count(shape, remaining[node.name])
+        eligible, static = eligibility(shape)
+        base: dict[str, Mapping[str, int]] = {}
+        for node_name, reason in static.items():
+            reasons.setdefault(node_name, reason)
+        for node in eligible:
+            node_free: Mapping[str, int] | None = remaining.get(node.name)
+            if node_free is None:
+                node_free = free.get(node.name, node.allocatable)
+            fits = fit_count(shape, node_free)
+            if fits > 0 and shape.host_ports:
+                in_use = taken_ports.get(node.name) or used_ports.get(node.name, _NO_PORTS)
+                clash = ports_clash(shape.host_ports, in_use)
+                if clash is not None:
+                    reasons.setdefault(node.name, f"host port {clash[2]}/{clash[0]} in use")
+                    continue
             if fits > 0:
                 candidates.append((fits, node.name))
-                before[node.name] = _needs(shape, remaining[node.name], fits)
-            else:
-                reasons.setdefault(node.name, f"0 of {len(names)} pods fit ({_needs(shape, remaining[node.name], 0)})")
-        candidates.sort()
+                base[node.name] = node_free
+            elif node.name not in reasons:
+                reasons[node.name] = (shape, node_free, 0, len(names))
+        takes = _spread(candidates, len(names)) if spread else _pack(candidates, len(names))
         index = 0
-        for fits, node_name in candidates:
-            take = min(fits, len(names) - index)
-            node_free = remaining[node_name]
+        for node_name, take in takes:
+            taking = remaining.get(node_name)
+            if taking is None:
+                taking = remaining[node_name] = dict(base[node_name])
             for name in names[index : index + take]:
                 assignments[name] = node_name
             for resource, amount in shape.requests:
-                node_free[resource] = node_free.get(resource, 0) - amount * take
+                taking[resource] = taking.get(resource, 0) - amount * take
+            if shape.host_ports:
+                ports = taken_ports.get(node_name)
+                if ports is None:
+                    ports = taken_ports[node_name] = set(used_ports.get(node_name, _NO_PORTS))
+                ports.update(shape.host_ports)
             index += take
-            if index == len(names):
-                break
         if index < len(names):
             complete = False
             for fits, node_name in candidates:
-                reasons.setdefault(node_name, f"{fits} of {len(names)} pods fit ({before[node_name]})")
+                reasons.setdefault(node_name, (shape, base[node_name], fits, len(names)))
     return Placement(assignments, complete, {} if complete else reasons, tuple(sorted(unmodelled)))
+
+
+def _pack(candidates: list[tuple[int, str]], wanted: int) -> list[tuple[str, int]]:
+    """Tightest nodes first, each filled as far as it goes."""
+    takes, left = [], wanted
+    for fits, node_name in sorted(candidates):
+        if left == 0:
+            break
+        take = min(fits, left)
+        takes.append((node_name, take))
+        left -= take
+    return takes
+
+
+def _spread(candidates: list[tuple[int, str]], wanted: int) -> list[tuple[str, int]]:
+    """One pod per node in turn, roomiest nodes first, so replicas land on as many nodes as possible."""
+    ordered = sorted(candidates, key=lambda item: (-item[0], item[1]))
+    counts: dict[str, int] = {}
+    left, round_ = wanted, 0
+    while left > 0:
+        progressed = False
+        for fits, node_name in ordered:
+            if left == 0:
+                break
+            if fits > round_:
+                counts[node_name] = counts.get(node_name, 0) + 1
+                left -= 1
+                progressed = True
+        if not progressed:
+            break
+        round_ += 1
+    return list(counts.items())
 
 
 def _needs(shape: Shape, free: Mapping[str, int], fits: int) -> str:
@@ -304,13 +454,34 @@ def free_capacity(nodes: Iterable[Node], bound: Iterable[tuple[str, Mapping[str,
     return free
 
 
-def summarize(reasons: Mapping[str, str], limit: int = 6) -> list[str]:
-    """Nodes grouped by reason: ["worker1, worker2: taint ... not tolerated", ...]."""
-    grouped: dict[str, list[str]] = {}
-    for node, reason in sorted(reasons.items()):
-        grouped.setdefault(reason, []).append(node)
+def summarize(why: Mapping[str, Why], limit: int = 6) -> list[str]:
+    """Nodes grouped by reason, largest group first: ["worker1, worker2: taint ... not tolerated", ...].
+    Capacity reasons are grouped by what limits the node, with the most any of them has free, so that
+    5,000 nodes each a little short make one line, not 5,000."""
+    said: dict[str, list[str]] = {}
+    short: dict[tuple[int, int, tuple[tuple[str, int], ...]], tuple[list[str], dict[str, int]]] = {}
+    for node, reason in sorted(why.items()):
+        if isinstance(reason, str):
+            said.setdefault(reason, []).append(node)
+            continue
+        shape, free, fits, wanted = reason
+        limits = tuple((name, amount) for name, amount in shape.positive if free.get(name, 0) // amount == fits)
+        names, most = short.setdefault((fits, wanted, limits), ([], {}))
+        names.append(node)
+        for name, _ in limits:
+            most[name] = max(most.get(name, -(2**62)), free.get(name, 0))
+    groups: list[tuple[list[str], str]] = [(names, reason) for reason, names in said.items()]
+    for (fits, wanted, limits), (names, most) in short.items():
+        parts = [
+            "pod count at its limit"
+            if name == PODS
+            else f"needs {show(name, amount)} each, {'' if len(names) == 1 else 'at most '}"
+            f"{show(name, max(most.get(name, 0), 0))} free"
+            for name, amount in limits
+        ]
+        groups.append((names, f"{fits} of {wanted} pods fit ({'; '.join(parts) or 'no requests'})"))
     lines = []
-    for reason, names in sorted(grouped.items(), key=lambda item: (-len(item[1]), item[0])):
+    for names, reason in sorted(groups, key=lambda item: (-len(item[0]), item[1])):
         shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
         lines.append(f"{shown}: {reason}")
     return lines

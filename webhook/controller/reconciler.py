@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,13 +17,14 @@ from typing import Any, Protocol
 from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
 from webhook.controller import metrics, placement
+from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.events import EventRecorder
 from webhook.controller.informer import Informer
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
-from webhook.controller.placement import Node
+from webhook.controller.placement import Eligibility, HostPort, Member, Node, Shape
+from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass, take_turn
 from webhook.controller.state import (
     DEFAULT_TIMEOUT_SECONDS,
-    HOSTNAME_LABEL,
     Decision,
     GangSpec,
     GangState,
@@ -43,6 +45,9 @@ NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
 STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
 SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
 DEFAULT_MAX_ATTEMPTS = 5
+# replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
+SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})
+REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
 
 # Where each kind with a suspend field keeps it. A timed-out gang of these kinds is requeued by
 # suspending and later resuming its workload: the owner then deletes its pods without counting them as
@@ -69,6 +74,20 @@ def _adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, in
             node_free[resource] = node_free.get(resource, 0) + sign * amount
 
 
+def expected_seconds(workload: Obj | None) -> float | None:
+    """How long the workload runs once started, when it says: `gangkeeper.io/expected-seconds`, else a
+    Job's activeDeadlineSeconds (the most it may run)."""
+    meta = (workload or {}).get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(contract.EXPECTED_SECONDS_ANNOTATION)
+    if raw is None and (workload or {}).get("kind") == "Job":
+        raw = ((workload or {}).get("spec") or {}).get("activeDeadlineSeconds")
+    try:
+        value = float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+    return value if value is not None and value > 0 else None
+
+
 def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     """{"spec": {"runPolicy": {"suspend": value}}} for ("spec", "runPolicy", "suspend")."""
     for key in reversed(path):
@@ -79,6 +98,12 @@ def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
 class Source(Protocol):
     def pods(self) -> list[Obj]: ...
     def nodes(self) -> list[Obj]: ...
+
+
+class ChangeSource(Source, Protocol):
+    """A source that also says what changed since it was last asked (the informers)."""
+
+    def changes(self) -> tuple[Mapping[str, Obj | None], Mapping[str, Obj | None]]: ...
 
 
 @dataclass
@@ -111,27 +136,68 @@ def backend_of(pod: Obj) -> str:
 
 
 @dataclass
-class GangView:
-    namespace: str
-    name: str
-    pods: list[PodView] = field(default_factory=list)
-    raw: list[Obj] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass
 class Snapshot:
-    views: list[tuple[PodView, Obj]]
+    """What one pass works on: nodes, a copy of the free capacity it may promise from, and the gangs."""
+
     nodes: list[Node]
     free: dict[str, dict[str, int]]
-    hostnames: dict[str, str]
+    hostnames: Mapping[str, str]
     gangs: dict[str, GangView]
+    stray_gated: list[tuple[PodView, Obj]]
+    ports: dict[str, Counter[HostPort]]
+    eligibility: Eligibility
+    index: ClusterIndex
+    grown: set[str] = field(default_factory=set)
+    _relaxed: dict[int, Mapping[str, Mapping[str, int]] | None] = field(default_factory=dict)
+
+    def without_lower_priority(self, priority: int) -> Mapping[str, Mapping[str, int]] | None:
+        if priority not in self._relaxed:
+            self._relaxed[priority] = self.index.free_without_priorities_below(priority)
+        return self._relaxed[priority]
 
 
 @dataclass
+class _Waiting:
+    """A waiting gang's last decision and what it depended on: reused until one of those changes."""
+
+    version: int
+    resolved: tuple[object, ...]
+    nodes_epoch: int
+    avoid: frozenset[str]
+    decision: Decision
+    context: tuple[object, ...]
+    # per shape of its gated pods: how many it needs, and how many fit on each node ("": the total),
+    # updated as nodes gain room; placed again only once some shape could have enough
+    capacity: dict[Shape, tuple[int, dict[str, int]]]
+
+
+def _resolved_key(resolved: Resolved) -> tuple[object, ...]:
+    """What a decision took from the workload: the periodic resync reads it again, which must not count
+    as a change unless it is one."""
+    meta = (resolved.workload or {}).get("metadata") or {}
+    return (resolved.spec, resolved.problem, resolved.gone, meta.get("uid"), meta.get("resourceVersion"))
+
+
+def _capacity(
+    gang: GangView, eligibility: Eligibility, room: Mapping[str, Mapping[str, int]]
+) -> dict[Shape, tuple[int, dict[str, int]]]:
+    needed: dict[Shape, int] = {}
+    for pod in gang.pods:
+        if pod.gated and not pod.terminal:
+            needed[pod.shape] = needed.get(pod.shape, 0) + 1
+    found = {}
+    for shape, count in needed.items():
+        fits = {}
+        for node in eligibility(shape)[0]:
+            node_room = room.get(node.name)
+            if node_room is not None and (fit := placement.fit_count(shape, node_room)) > 0:
+                fits[node.name] = fit
+        fits[""] = sum(fits.values())
+        found[shape] = (count, fits)
+    return found
+
+
+@dataclass(eq=False)
 class Resolved:
     spec: GangSpec | None
     gang: Gang | None
@@ -154,6 +220,8 @@ class Controller:
         informers: Mapping[tuple[str, str], Informer] | None = None,
         may_write: Callable[[], bool] = lambda: True,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        queue_policy: Policy = DEFAULT_POLICY,
+        queue_depth: int = DEFAULT_DEPTH,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
@@ -168,38 +236,52 @@ class Controller:
         # must not release a gang another replica is deciding about
         self.may_write = may_write
         self.max_attempts = max_attempts
+        self.queue_policy = Policy(queue_policy)
+        self.queue_depth = queue_depth
         # workloads this process suspended, so they are resumed even where their kind is not watched
         self._suspended: dict[tuple[str, str, str], Obj] = {}
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
         self._reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
+        self.index = ClusterIndex()
+        self._waiting: dict[str, _Waiting] = {}
+        # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
+        self._avoid: dict[str, dict[str, dt.datetime]] = {}
+        self._order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
+        self.replaced = 0  # decisions re-placed in the last pass (the others were reused)
 
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
-        now = self.clock()
+        with metrics.PASS_SECONDS.time():
+            return self._reconcile(self.clock())
+
+    def _reconcile(self, now: dt.datetime) -> dict[str, Decision]:
         if self.may_write():
             self.resume_due(now)
         snapshot = self.snapshot()
-        views, nodes, free, hostnames, gangs_by_key = (
-            snapshot.views,
-            snapshot.nodes,
-            snapshot.free,
-            snapshot.hostnames,
-            snapshot.gangs,
-        )
         workloads: dict[tuple[str, str, str], Obj | None] = {}
         decisions: dict[str, Decision] = {}
         if self.may_write():
             # a gate on a pod that is in no gang (its label removed, a stray template) holds it forever
-            self.lift_gates([(v, raw) for v, raw in views if v.gated and not v.group], "it belongs to no gang", now)
-        # oldest gang first: capacity goes to whoever waited longest
-        ordered = sorted(gangs_by_key.values(), key=lambda g: min((p.created_at or now for p in g.pods), default=now))
+            self.lift_gates(snapshot.stray_gated, "it belongs to no gang", now)
         resync = self.passes % self.resync_every == 0
         seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
-        self._apply_reservations(gangs_by_key, free, now)
-        for gang in ordered:
+        self._apply_reservations(snapshot, now)
+        waiting, self._waiting = self._waiting, {}
+        self.replaced = 0
+        queue = QueuePass(
+            self.queue_policy,
+            snapshot.nodes,
+            snapshot.free,
+            lambda: self.endings(snapshot, seen, workloads),
+            now.timestamp(),
+            snapshot.eligibility,
+            self.queue_depth,
+        )
+        # the queue: higher priority first, then whoever waited longest
+        for gang in sorted(snapshot.gangs.values(), key=lambda g: self.queue_key(g, now)):
             # the workload is read, and the group object checked, only when the gang's pods changed
             # or on the periodic resync: a quiet cluster costs no API calls per pass
-            fingerprint = (*sorted((p.name, p.resource_version) for p in gang.pods), *self.related_versions(gang))
+            fingerprint = (("pods", str(self.index.gang_versions[gang.key])), *self.related_versions(gang))
             cached = self._seen.get(gang.key)
             fresh = resync or cached is None or cached[0] != fingerprint
             resolved = self.resolve(gang, workloads) if fresh or cached is None else cached[1]
@@ -217,23 +299,53 @@ class Controller:
                     self.sync_group_objects(gang, resolved, backend)
                 continue
             if resolved.gone and self.may_write():
-                self.lift_gates(
-                    [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated],
-                    f"its gang's workload is gone ({resolved.problem})",
-                    now,
-                )
-            decisions[gang.key] = self.step(gang, resolved, nodes, free, hostnames, now)
+                self.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
+            decisions[gang.key] = self.step(gang, resolved, snapshot, now, waiting.get(gang.key), queue)
         self._seen = seen
-        self.publish(decisions, views)
+        self.publish(decisions)
         self.decisions = decisions
         self.passes += 1
         if (self.passes % self.orphan_every == 1 or self.orphan_every == 1) and self.may_write():
-            live = {(g.namespace, g.name) for g in gangs_by_key.values()}
+            live = {(g.namespace, g.name) for g in snapshot.gangs.values()}
             deleted = orphan_groups(self.api, live, self.group_resources())
             if deleted:
                 metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
                 log.info("deleted orphaned group objects", extra={"objects": deleted})
         return decisions
+
+    def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
+        """Where a gang stands in the queue: its priority (the highest of its pods'), then its arrival
+        (its oldest pod's creation), remembered until the gang's pods change."""
+        version = self.index.gang_versions[gang.key]
+        cached = self._order.get(gang.key)
+        if cached is None or cached[0] != version:
+            live = [p for p in gang.pods if not p.terminal] or gang.pods
+            key = (-max(p.priority for p in live), min((p.created_at or now for p in live), default=now))
+            cached = self._order[gang.key] = (version, key)
+        return cached[1]
+
+    def endings(
+        self,
+        snapshot: Snapshot,
+        seen: Mapping[str, tuple[tuple[tuple[str, str], ...], Resolved]],
+        workloads: dict[tuple[str, str, str], Obj | None],
+    ) -> list[Ending]:
+        """When the capacity held by running gangs returns: from each released pod's release time plus
+        its workload's expected run time (gangs whose workload does not say are never expected to end)."""
+        found = []
+        for key, gang in snapshot.gangs.items():
+            if not any(p.holds_node and p.released_at for p in gang.pods):
+                continue
+            known = seen.get(key) or self._seen.get(key)
+            resolved = known[1] if known is not None else self.resolve(gang, workloads)
+            spec = resolved.spec
+            if spec is None or spec.expected_seconds is None:
+                continue
+            for pod in gang.pods:
+                node = pod.holds_node
+                if node is not None and pod.released_at is not None:
+                    found.append(Ending(pod.released_at.timestamp() + spec.expected_seconds, node, pod.units))
+        return found
 
     def related_versions(self, gang: GangView) -> list[tuple[str, str]]:
         """Versions of the watched workload and group object of a gang: a scale-up or a deleted
@@ -259,18 +371,31 @@ class Controller:
         ]
 
     def snapshot(self) -> Snapshot:
-        """Pods grouped into gangs, nodes, and each node's free capacity, from the source."""
-        nodes = [Node.from_api(n) for n in self.source.nodes()]
-        views = [(PodView.from_api(p), p) for p in self.source.pods()]
-        free = placement.free_capacity(nodes, ((v.holds_node, v.units) for v, _ in views if v.holds_node))
-        hostnames = {n.name: n.labels.get(HOSTNAME_LABEL, n.name) for n in nodes}
-        gangs_by_key: dict[str, GangView] = {}
-        for view, pod in views:
-            if view.group:
-                gang = gangs_by_key.setdefault(f"{view.namespace}/{view.group}", GangView(view.namespace, view.group))
-                gang.pods.append(view)
-                gang.raw.append(pod)
-        return Snapshot(views, nodes, free, hostnames, gangs_by_key)
+        """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
+        comparing a full listing), and a copy of the free capacity for the pass to promise from."""
+        index = self.index
+        changes = getattr(self.source, "changes", None)
+        if changes is not None:
+            pod_changes, node_changes = changes()
+            index.apply_nodes(node_changes)
+            index.apply_pods(pod_changes)
+        else:
+            index.replace_nodes(self.source.nodes())
+            index.replace_pods(self.source.pods())
+        live = index.gangs()
+        for key in self._order.keys() - live.keys():
+            del self._order[key]
+        return Snapshot(
+            nodes=index.node_list(),
+            free={name: dict(units) for name, units in index.free.items()},
+            hostnames=index.hostnames(),
+            gangs=live,
+            stray_gated=list(index.stray_gated.values()),
+            ports=dict(index.ports),
+            eligibility=index.eligibility(),
+            index=index,
+            grown=index.take_grown(),
+        )
 
     def read(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """From the watch cache of that resource when there is one, else from the API; None: not found."""
@@ -329,67 +454,160 @@ class Controller:
         found = next((g for g in gangs.analyze(workload).gangs if g.name == gang.name), None)
         if found is None:
             return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}")
-        return Resolved(self._spec(found, evictable=True), found, workload)
+        return Resolved(self._spec(found, evictable=True, workload=workload), found, workload)
 
     @staticmethod
-    def _spec(gang: Gang, evictable: bool) -> GangSpec:
+    def _spec(gang: Gang, evictable: bool, workload: Obj | None = None) -> GangSpec:
         later = tuple(
             placement.Shape.from_requests(members.requests) for members in gang.later for _ in range(members.count)
         )
-        return GangSpec(gang.min_member, gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS, evictable, later)
+        annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
+        asked = annotations.get(contract.PLACEMENT_ANNOTATION)
+        spread = asked == "spread" if asked in ("pack", "spread") else gang.id.workload_kind in SERVING_KINDS
+        return GangSpec(
+            gang.min_member,
+            gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
+            evictable,
+            later,
+            spread,
+            expected_seconds(workload),
+        )
 
     # --- gate backend -----------------------------------------------------------------------------
     def step(
         self,
         gang: GangView,
         resolved: Resolved,
-        nodes: list[Node],
-        free: dict[str, dict[str, int]],
-        hostnames: Mapping[str, str],
+        snapshot: Snapshot,
         now: dt.datetime,
+        waiting: _Waiting | None,
+        queue: QueuePass,
     ) -> Decision:
+        free = snapshot.free
         held = self._reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             _adjust(free, held[1], +1)
-        decision = self.decide_for(gang, resolved, nodes, free, now)
+        avoid = self._avoided(gang.key, now)
+        expected = resolved.spec.expected_seconds if resolved.spec is not None else None
+        room = queue.room_for(now.timestamp() + expected if expected is not None else None)
+        context = (queue.context(gang.key), room is free)
+        if (
+            waiting is not None
+            and waiting.context == context
+            and self._still_valid(waiting, gang, resolved, snapshot, avoid, room)
+        ):
+            decision = waiting.decision
+        else:
+            decision = self.decide_for(gang, resolved, snapshot, now, avoid, room=None if room is free else room)
+            self.replaced += 1
         if held is not None:
             _adjust(free, held[1], -1)
+        # nothing in a waiting decision depends on the clock while no released pod waits to bind: reuse it
+        # until the gang, its workload, the nodes, the queue ahead, or the room it could use change
+        if decision.state in (
+            GangState.WAITING_FOR_CAPACITY,
+            GangState.NEVER_FITS,
+            GangState.WAITING_FOR_MEMBERS,
+        ) and not any(not p.gated and not p.terminal and not p.node_name for p in gang.pods):
+            if waiting is None or waiting.decision is not decision:
+                waiting = _Waiting(
+                    self.index.gang_versions[gang.key],
+                    _resolved_key(resolved),
+                    self.index.nodes_epoch,
+                    avoid,
+                    decision,
+                    context,
+                    _capacity(gang, snapshot.eligibility, room)
+                    if decision.state == GangState.WAITING_FOR_CAPACITY
+                    else {},
+                )
+            self._waiting[gang.key] = waiting
+        members = [Member(p.name, p.shape) for p in gang.pods if p.gated and not p.terminal]
+        spread = resolved.spec.spread if resolved.spec is not None else False
+        decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected)
         if decision.state == GangState.RELEASE:
             if decision.reserve:
                 self._reserved[gang.key] = (now, decision.reserve)
                 _adjust(free, decision.reserve, -1)
-            self.release(gang, decision, free, hostnames, now)
+            self.release(gang, decision, snapshot, now)
+            queue.released()
         elif decision.state == GangState.TIMED_OUT:
             self.time_out(gang, resolved, decision, now)
+        elif decision.state == GangState.REPAIR:
+            self.repair(gang, resolved, decision, now)
         elif decision.state == GangState.RUNNING:
             self.reset_attempts(resolved)
         self.transition(gang, resolved, decision)
         return decision
 
-    def _apply_reservations(
-        self, gangs: Mapping[str, GangView], free: dict[str, dict[str, int]], now: dt.datetime
-    ) -> None:
+    def _still_valid(
+        self,
+        waiting: _Waiting,
+        gang: GangView,
+        resolved: Resolved,
+        snapshot: Snapshot,
+        avoid: frozenset[str],
+        room: Mapping[str, Mapping[str, int]],
+    ) -> bool:
+        if (
+            waiting.version != self.index.gang_versions[gang.key]
+            or waiting.resolved != _resolved_key(resolved)
+            or waiting.nodes_epoch != self.index.nodes_epoch
+            or waiting.avoid != avoid
+        ):
+            return False
+        if waiting.decision.state != GangState.WAITING_FOR_CAPACITY:
+            return True  # waiting for members, or too large for the cluster: only the above changes that
+        # capacity only shrank, or grew too little where its pods could go: the gang still does not fit
+        for shape, (needed, fits) in waiting.capacity.items():
+            eligible = snapshot.eligibility.names(shape)
+            total = fits.pop("", 0)
+            for node in snapshot.grown:
+                node_room = room.get(node)
+                if node_room is not None and node in eligible:
+                    now_fits = placement.fit_count(shape, node_room)
+                    total += now_fits - fits.get(node, 0)
+                    fits[node] = now_fits
+            fits[""] = total
+            if total >= needed:
+                return False
+        return True
+
+    def _avoided(self, gang_key: str, now: dt.datetime) -> frozenset[str]:
+        nodes = self._avoid.get(gang_key)
+        if not nodes:
+            return frozenset()
+        for node, until in list(nodes.items()):
+            if until <= now:
+                del nodes[node]
+        if not nodes:
+            del self._avoid[gang_key]
+        return frozenset(nodes)
+
+    def _apply_reservations(self, snapshot: Snapshot, now: dt.datetime) -> None:
         """Take the capacity kept for members to come out of what other gangs may use. A reservation ends
         when those members are released (they then hold capacity as pods), when the gang is gone, or after the
         default timeout (a driver that never asks for its executors must not hold them forever)."""
         for key, (since, reserve) in list(self._reserved.items()):
-            gang = gangs.get(key)
+            gang = snapshot.gangs.get(key)
             # members beyond the first that were released: from then on they hold capacity as pods
             arrived = sum(1 for view in gang.pods if not view.terminal and not view.gated) - 1 if gang else 0
             expected = sum(units.get(placement.PODS, 0) for units in reserve.values())  # one `pods` each
             expired = (now - since).total_seconds() > DEFAULT_TIMEOUT_SECONDS
             if gang is None or expired or arrived >= expected:
                 del self._reserved[key]
+                snapshot.grown.update(reserve)  # room again for the gangs that wait
                 continue
-            _adjust(free, reserve, -1)
+            _adjust(snapshot.free, reserve, -1)
 
     def decide_for(
         self,
         gang: GangView,
         resolved: Resolved,
-        nodes: list[Node],
-        free: Mapping[str, Mapping[str, int]],
+        snapshot: Snapshot,
         now: dt.datetime,
+        avoid: frozenset[str] = frozenset(),
+        room: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Decision:
         """The decision for one gang, with its workload's backoff: what the pass acts on and what
         `gangkeeper explain` prints."""
@@ -397,7 +615,23 @@ class Controller:
             return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
         annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
         not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
-        return decide(gang.pods, resolved.spec, nodes, free, now, not_before)
+        nodes = snapshot.nodes
+        eligibility: Eligibility | None = snapshot.eligibility
+        if avoid:
+            nodes, eligibility = [n for n in nodes if n.name not in avoid], None
+        return decide(
+            gang.pods,
+            resolved.spec,
+            nodes,
+            snapshot.free,
+            now,
+            not_before,
+            used_ports=snapshot.ports,
+            eligibility=eligibility,
+            without_lower_priority=snapshot.without_lower_priority,
+            room=room,
+            ever=snapshot.index.ever if not avoid else None,
+        )
 
     def lift_gates(self, pods: list[tuple[PodView, Obj]], why: str, now: dt.datetime) -> None:
         """Take gangkeeper's gate off pods that are no live gate gang's members, so they are scheduled
@@ -416,24 +650,21 @@ class Controller:
                 continue
             self.event(raw, "Normal", "GateLifted", f"gangkeeper's gate lifted: {why}")
 
-    def release(
-        self,
-        gang: GangView,
-        decision: Decision,
-        free: dict[str, dict[str, int]],
-        hostnames: Mapping[str, str],
-        now: dt.datetime,
-    ) -> None:
+    def release(self, gang: GangView, decision: Decision, snapshot: Snapshot, now: dt.datetime) -> None:
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
         patches: list[tuple[PodView, Obj]] = []
+        free, ports = snapshot.free, snapshot.ports
         for pod_name, node in decision.release.items():
             view, raw = by_name[pod_name]
             for resource, amount in view.units.items():  # promised before any PATCH: no other gang takes it
                 free[node][resource] = free[node].get(resource, 0) - amount
+            if view.shape.host_ports:
+                ports[node] = Counter(ports.get(node) or {}) + Counter(view.shape.host_ports)
             gates = (raw.get("spec") or {}).get("schedulingGates") or []
-            # a pin would promise what placement did not check (pod affinity, spread): leave those to the scheduler
-            pin = None if decision.unmodelled else hostnames.get(node, node)
-            patches.append((view, release_patch(view, pin, now, gates)))
+            # a pin would promise what placement did not check (pod affinity, spread): leave those to the
+            # scheduler, with the planned node's capacity reserved until the pod binds or times out
+            pin = None if decision.unmodelled else snapshot.hostnames.get(node, node)
+            patches.append((view, release_patch(view, pin, now, gates, planned=node)))
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
             return
@@ -463,6 +694,22 @@ class Controller:
             # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
             log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
+
+    def repair(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        """Pods pinned to a node they can no longer bind on go now, not at the timeout: their owner
+        recreates them gated, and the next pass places them around the members that stay. The nodes
+        they lost are not planned for this gang again for a while (the scheduler may disagree for a
+        reason placement does not see)."""
+        lost = {p.pinned_node for p in gang.pods if p.name in decision.evict and p.pinned_node}
+        until = now + dt.timedelta(seconds=REFUSED_NODE_SECONDS)
+        self._avoid.setdefault(gang.key, {}).update({node: until for node in lost})
+        if not self.may_write():
+            return
+        if decision.evict:
+            self._evict(gang, decision.evict)
+            metrics.REPAIRS.inc(len(decision.evict))
+        message = f"gang {gang.name}: {decision.message}"
+        self.event(resolved.workload or gang.raw[0], "Warning", "GangMembersReplaced", message)
 
     def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         first = self.last_state.get(gang.key) != GangState.TIMED_OUT  # events on transitions only
@@ -680,7 +927,7 @@ class Controller:
             return
         message = f"gang {gang.name}: {decision.message}"
         if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
-            message += "; " + "; ".join(placement.summarize(decision.placement.reasons, limit=3)[:3])
+            message += "; " + "; ".join(placement.summarize(decision.placement.why, limit=3)[:3])
         self.event(resolved.workload or gang.raw[0], kind, reason, message)
         if decision.state in ("Release", "NeverFits"):
             for pod in gang.raw:
@@ -689,23 +936,13 @@ class Controller:
     def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
         self.recorder.record(obj, kind, reason, message)
 
-    def publish(self, decisions: Mapping[str, Decision], views: Iterable[tuple[PodView, Obj]]) -> None:
+    def publish(self, decisions: Mapping[str, Decision]) -> None:
         counts: dict[str, int] = {}
         for decision in decisions.values():
             counts[decision.state] = counts.get(decision.state, 0) + 1
-        for state in (
-            "WaitingForMembers",
-            "WaitingForCapacity",
-            "NeverFits",
-            "Release",
-            "Releasing",
-            "Running",
-            "TimedOut",
-            "Backoff",
-            "Unknown",
-        ):
-            metrics.GANGS.labels(state).set(counts.get(state, 0))
-        metrics.GATED_PODS.set(sum(1 for v, _ in views if v.gated and not v.terminal))
+        for state in GangState:
+            metrics.GANGS.labels(state.value).set(counts.get(state, 0))
+        metrics.GATED_PODS.set(self.index.gated)
 
 
 def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterable[Resource]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
+from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import DEFAULT_MAX_ATTEMPTS, Controller
 from webhook.controller.workloads import all_workload_resources
 
@@ -74,6 +75,8 @@ def run(
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    queue_policy: str = DEFAULT_POLICY.value,
+    queue_depth: int = DEFAULT_DEPTH,
 ) -> None:
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
@@ -85,7 +88,15 @@ def run(
     nodes = Informer(api, NODES, transform=trim_node, changed=changed)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaderElector(api, namespace, "gangkeeper-controller", identity)
-    controller = Controller(api, InformerSource(pods, nodes), native_version=native_version, may_write=elector.leading)
+    controller = Controller(
+        api,
+        InformerSource(pods, nodes),
+        native_version=native_version,
+        may_write=elector.leading,
+        max_attempts=max_attempts,
+        queue_policy=Policy(queue_policy),
+        queue_depth=queue_depth,
+    )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:
         probes.serve(metrics_port)

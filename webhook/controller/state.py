@@ -10,7 +10,7 @@ gang is placed around them on the next pass.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -18,10 +18,13 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller import interning, placement
-from webhook.controller.placement import Member, Node, Placement, Shape
+from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 RELEASED_ANNOTATION = f"{contract.PREFIX}/released-at"
+# the node placement chose for a pod released without a pin: its capacity stays reserved there until the
+# pod binds or times out, so the next pass does not give it to another gang
+PLANNED_NODE_ANNOTATION = f"{contract.PREFIX}/planned-node"
 DEFAULT_TIMEOUT_SECONDS = 300  # what the native gang scheduler waits at Permit
 
 
@@ -42,7 +45,7 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 _SHAPES: dict[int, Shape] = {}  # id of canonical containers (interning) -> their shape
 
 
-def _shape(spec: Mapping[str, Any]) -> Shape:
+def shape_of(spec: Mapping[str, Any]) -> Shape:
     """The pod's scheduling shape, computed once per distinct canonical container list."""
     containers = spec.get("containers")
     plain = not (spec.get("initContainers") or spec.get("overhead") or spec.get("resources"))
@@ -74,6 +77,8 @@ class PodView:
     resource_version: str
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0  # spec.priority, resolved from priorityClassName at admission
+    unschedulable: bool = False  # PodScheduled=False, reason Unschedulable: the scheduler refused it
 
     @staticmethod
     def from_api(pod: Mapping[str, Any]) -> PodView:
@@ -81,7 +86,7 @@ class PodView:
         annotations = dict(meta.get("annotations") or {}) or _EMPTY
         owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
         try:
-            shape = _shape(spec)
+            shape = shape_of(spec)
         except ValueError:
             shape = Shape(requests=(("pods", 1),))
         return PodView(
@@ -101,6 +106,11 @@ class PodView:
             resource_version=meta.get("resourceVersion", ""),
             annotations=annotations,
             labels=dict(meta.get("labels") or {}) or _EMPTY,
+            priority=int(spec.get("priority") or 0),
+            unschedulable=any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+                for c in status.get("conditions") or []
+            ),
         )
 
     @property
@@ -122,7 +132,8 @@ class PodView:
         if self.node_name:
             return self.node_name
         if not self.gated and self.released_at is not None:
-            return self.pinned_node  # promised; an unpinned release holds nothing until it binds
+            # promised: pinned, or reserved where placement planned an unpinned release
+            return self.pinned_node or self.annotations.get(PLANNED_NODE_ANNOTATION)
         return None
 
 
@@ -132,6 +143,8 @@ class GangSpec:
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     evictable: bool = True  # False for bare pods: nobody would recreate them
     later: tuple[Shape, ...] = ()  # members created once the first run (Spark executors): must fit too
+    spread: bool = False  # serving replicas: one pod per node in turn rather than packed
+    expected_seconds: float | None = None  # how long it runs once started, when the workload says
 
 
 class GangState(StrEnum):
@@ -141,11 +154,13 @@ class GangState(StrEnum):
     TIMED_OUT = "TimedOut"  # released pods did not bind within the timeout
     RUNNING = "Running"  # at least minMember pods bound
     RELEASING = "Releasing"  # released, binding under way
+    REPAIR = "Repair"  # pinned pods lost their node to pods bound after the release: replace them now
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # fewer than minMember pods exist
     BACKOFF = "Backoff"  # requeued after a timeout; waiting out the backoff
     RELEASE = "Release"  # the whole gang fits now: release it
     NEVER_FITS = "NeverFits"  # could not fit even on the empty cluster
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # would fit an emptier cluster
+    QUEUED = "Queued"  # fits, but the queue policy keeps it behind a gang that waits longer
     GAVE_UP = "GaveUp"  # requeued the most times allowed; the workload stays suspended
 
 
@@ -160,6 +175,13 @@ class Decision:
     unmodelled: tuple[str, ...] = ()
     whole_gang: bool = False  # a timeout of the gang itself (requeue the workload), not of late newcomers
     reserve: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> units kept for members to come
+    preempt_nodes: tuple[str, ...] = ()  # where lower-priority pods would have to go for the gang to fit
+    position: int = 0  # place among the gangs waiting in the queue (1: the head), 0 when not waiting
+    reservation: str = ""  # the head of the queue: where and from when it is expected to fit
+
+
+def _overcommitted(free: Mapping[str, int] | None) -> bool:
+    return free is None or any(amount < 0 for amount in free.values())
 
 
 def decide(
@@ -169,6 +191,12 @@ def decide(
     free: Mapping[str, Mapping[str, int]],
     now: dt.datetime,
     not_before: dt.datetime | None = None,
+    *,
+    used_ports: Mapping[str, Iterable[HostPort]] | None = None,
+    eligibility: Eligibility | None = None,
+    without_lower_priority: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
+    room: Mapping[str, Mapping[str, int]] | None = None,
+    ever: Callable[[Sequence[Member]], Placement] | None = None,
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity.
 
@@ -177,11 +205,18 @@ def decide(
     1. timeout, per released pod: one released more than `timeout_seconds` ago and still unbound has
        timed out. When members released earlier are bound (the gang has run) only those late pods go
        back; otherwise the whole gang is requeued.
-    2. nothing gated: Running once minMember pods are bound, else Releasing.
-    3. fewer than minMember pods exist: WaitingForMembers.
-    4. within a backoff after a requeue: Backoff.
-    5. the gated pods fit (with those already released, at least minMember): Release.
-    6. they could not fit even the empty cluster: NeverFits; else WaitingForCapacity.
+    2. steal: a pod pinned to a node whose capacity pods bound since have overcommitted (or that is gone),
+       or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced.
+    3. nothing gated: Running once minMember pods are bound, else Releasing.
+    4. fewer than minMember pods exist: WaitingForMembers.
+    5. within a backoff after a requeue: Backoff.
+    6. the gated pods fit (with those already released, at least minMember): Release.
+    7. they could not fit even the empty cluster: NeverFits; else WaitingForCapacity, saying so when
+       they would fit once lower-priority pods were preempted (gated pods never trigger preemption).
+
+    `free` is every node's capacity left after the pods bound or promised to it, `used_ports` their host
+    ports; `without_lower_priority(p)` gives the free capacity if every pod below priority p were gone;
+    `room`, when given, is the part of `free` the queue lets this gang use (backfill behind a reservation).
     """
     live = [p for p in pods if not p.terminal]
     gated = [p for p in live if p.gated]
@@ -214,21 +249,43 @@ def decide(
             present=present,
             whole_gang=True,
         )
-    if not gated:  # rule 2
+    stolen = [
+        p
+        for p in released
+        if not p.node_name and p.pinned_node and (p.unschedulable or _overcommitted(free.get(p.pinned_node)))
+    ]
+    if stolen:  # rule 2
+        nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
+        return Decision(
+            GangState.REPAIR,
+            f"{len(stolen)} released pods can no longer bind on {', '.join(nodes_lost[:3])}"
+            f"{' and more' if len(nodes_lost) > 3 else ''} (taken by pods bound since, or refused by the scheduler)"
+            + ("; replacing them" if spec.evictable else "; bare pods: delete and recreate them"),
+            evict=[p.name for p in stolen] if spec.evictable else [],
+            present=present,
+        )
+    if not gated:  # rule 3
         if len(bound) >= spec.min_member:
             return Decision(GangState.RUNNING, f"{len(bound)} of {spec.min_member} pods scheduled", present=present)
         return Decision(
             GangState.RELEASING, f"{len(bound)} of {len(released)} released pods scheduled", present=present
         )
-    if present < spec.min_member:  # rule 3
+    if present < spec.min_member:  # rule 4
         return Decision(GangState.WAITING_FOR_MEMBERS, f"{present} of {spec.min_member} pods exist", present=present)
-    if not_before is not None and now < not_before:  # rule 4
+    if not_before is not None and now < not_before:  # rule 5
         return Decision(GangState.BACKOFF, f"next release attempt after {format_time(not_before)}", present=present)
     members = [Member(p.name, p.shape) for p in gated]
     # members still to come are placed alongside (never released: they do not exist yet), so the driver
     # of a Spark application starts only where its executors will fit too
     phantoms = [Member(f"(later {i})", shape) for i, shape in enumerate(spec.later)] if not released else []
-    result = placement.place(members + phantoms, nodes, free)
+    result = placement.place(
+        members + phantoms,
+        nodes,
+        free if room is None else room,
+        used_ports=used_ports,
+        spread=spec.spread,
+        eligibility=eligibility,
+    )
     active = len(released)
     later_fit = all(m.name in result.assignments for m in phantoms)
     if later_fit and (result.complete or len(result.assignments) - len(phantoms) + active >= spec.min_member):
@@ -239,7 +296,7 @@ def decide(
             node_units = reserve.setdefault(result.assignments[phantom.name], {})
             for resource, amount in phantom.shape.requests:
                 node_units[resource] = node_units.get(resource, 0) + amount
-        return Decision(  # rule 5
+        return Decision(  # rule 6
             GangState.RELEASE,
             f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes",
             release=dict(chosen),
@@ -249,10 +306,9 @@ def decide(
             reserve=reserve,
         )
     # "ever": on the empty cluster, with taints lifted and cordons undone, which admins do routinely
-    open_nodes = [replace(n, taints=(), unschedulable=False) for n in nodes]
-    empty = placement.place(members, open_nodes, {n.name: n.allocatable for n in nodes})
+    empty = ever(members) if ever is not None else ever_placement(members, nodes, eligibility)
     if not empty.complete and len(empty.assignments) + active < spec.min_member:
-        return Decision(  # rule 6
+        return Decision(  # rule 7
             GangState.NEVER_FITS,
             f"the gang needs {spec.min_member} pods and the cluster could hold "
             f"{len(empty.assignments) + active} even if empty",
@@ -260,27 +316,62 @@ def decide(
             present=present,
         )
     fit = len(result.assignments) + active
-    return Decision(
-        GangState.WAITING_FOR_CAPACITY,
-        f"{fit} of {spec.min_member} pods fit on free capacity",
-        placement=result,
-        present=present,
-    )
+    message = f"{fit} of {spec.min_member} pods fit on free capacity"
+    priority = max(p.priority for p in gated)
+    relaxed = without_lower_priority(priority) if without_lower_priority is not None else None
+    preempt: tuple[str, ...] = ()
+    if relaxed is not None:
+        # where the gang would go if every lower-priority pod were gone, and which of those nodes need it
+        hoped = placement.place(members, nodes, relaxed, spread=spec.spread, eligibility=eligibility)
+        if hoped.complete:
+            wanted: dict[str, dict[str, int]] = {}
+            for member in members:
+                node_units = wanted.setdefault(hoped.assignments[member.name], {})
+                for resource, amount in member.shape.requests:
+                    node_units[resource] = node_units.get(resource, 0) + amount
+            preempt = tuple(
+                sorted(
+                    node
+                    for node, units in wanted.items()
+                    if any(free.get(node, {}).get(resource, 0) < amount for resource, amount in units.items())
+                )
+            )
+            message += (
+                f"; fits if pods of priority below {priority} on {len(preempt)} node{'s' if len(preempt) != 1 else ''} "
+                f"({', '.join(preempt[:3])}{' and more' if len(preempt) > 3 else ''}) were preempted: "
+                "gated pods never trigger preemption, so it waits for them to end"
+            )
+    return Decision(GangState.WAITING_FOR_CAPACITY, message, placement=result, present=present, preempt_nodes=preempt)
+
+
+def ever_placement(
+    members: Sequence[Member], nodes: Sequence[Node], eligibility: Eligibility | None = None
+) -> Placement:
+    """Where the gang would go on the empty cluster, with taints lifted and cordons undone (which admins
+    do routinely): if it does not fit even there, it never will."""
+    if any(n.taints or n.unschedulable for n in nodes):
+        nodes, eligibility = [replace(n, taints=(), unschedulable=False) for n in nodes], None
+    return placement.place(members, nodes, {n.name: n.allocatable for n in nodes}, eligibility=eligibility)
 
 
 def release_patch(
-    pod: PodView, node: str | None, now: dt.datetime, gates: Sequence[Mapping[str, Any]]
+    pod: PodView,
+    node: str | None,
+    now: dt.datetime,
+    gates: Sequence[Mapping[str, Any]],
+    planned: str | None = None,
 ) -> dict[str, Any]:
-    """One merge patch: pin to the node (None: no pin), lift gangkeeper's gate, mark the release;
-    guarded by resourceVersion so a pod changed since it was read is left for the next pass."""
+    """One merge patch: pin to the node (None: no pin, the capacity reserved on `planned` instead), lift
+    gangkeeper's gate, mark the release; guarded by resourceVersion so a pod changed since it was read is
+    left for the next pass."""
     remaining = [dict(g) for g in gates if g.get("name") != contract.GATE]
     spec: dict[str, Any] = {"schedulingGates": remaining or None}
+    annotations = {RELEASED_ANNOTATION: format_time(now)}
     if node is not None:
         spec["nodeSelector"] = {HOSTNAME_LABEL: node}
-    return {
-        "metadata": {"resourceVersion": pod.resource_version, "annotations": {RELEASED_ANNOTATION: format_time(now)}},
-        "spec": spec,
-    }
+    elif planned is not None:
+        annotations[PLANNED_NODE_ANNOTATION] = planned
+    return {"metadata": {"resourceVersion": pod.resource_version, "annotations": annotations}, "spec": spec}
 
 
 def backoff_seconds(attempts: int, base: int = 30, cap: int = 900) -> int:

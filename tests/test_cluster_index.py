@@ -1,0 +1,138 @@
+"""The controller's picture of the cluster, kept by informer changes, equals one built from scratch; and a
+waiting gang is placed again only when something it could use changed."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from tests import builders as b
+from tests.apiserver import Store
+from tests.cluster import Clock, node
+from tests.lifecycle import JobController, install_admission
+from webhook.controller.cluster import ClusterIndex
+from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
+from webhook.controller.kube import NODES, PODS, Api
+from webhook.controller.reconciler import Controller
+
+NS = "team-a"
+
+
+def informed(api: Api) -> tuple[Controller, list[Informer]]:
+    pods = Informer(api, PODS, transform=trim_pod, watch_seconds=5)
+    nodes = Informer(api, NODES, transform=trim_node, watch_seconds=5)
+    for informer in (pods, nodes):
+        informer.start()
+    assert pods.synced.wait(5) and nodes.synced.wait(5)
+    return Controller(api, InformerSource(pods, nodes), clock=Clock()), [pods, nodes]
+
+
+def settle(store: Store, informers: list[Informer]) -> None:
+    """Until both caches hold the store's latest version."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with store.lock:
+            latest = {plural: rv for rv, _, plural, _, _ in store.events}
+        if all(int(i.resource_version or 0) >= latest.get(i.resource.plural, 0) for i in informers):
+            return
+        time.sleep(0.02)
+    raise AssertionError("informers did not catch up")
+
+
+def picture(index: ClusterIndex) -> dict[str, Any]:
+    return {
+        "free": {n: {k: v for k, v in u.items() if v} for n, u in index.free.items()},
+        "ports": {n: dict(c) for n, c in index.ports.items()},
+        "gangs": {k: sorted(p.name for p in g.pods) for k, g in index.gangs().items()},
+        "gated": index.gated,
+        "stray": sorted(index.stray_gated),
+    }
+
+
+def test_the_index_kept_by_changes_equals_one_built_from_a_full_listing(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    rng = random.Random(7)
+    for i in range(6):
+        store.create("v1", "nodes", "", node(f"n{i}", cpu="16"))
+    controller, informers = informed(api)
+    try:
+        for round_ in range(12):
+            for step in range(rng.randint(3, 10)):
+                choice = rng.random()
+                name = f"p{round_}-{step}"
+                pods = store.list("v1", "pods", None)[0]
+                if choice < 0.4:
+                    ports = [{"containerPort": 80, "hostPort": 8000 + rng.randint(0, 3)}] if rng.random() < 0.3 else []
+                    pod = b.pod(
+                        name,
+                        spec=b.pod_spec(b.container(str(rng.randint(1, 3)), "1Gi", ports=ports)),
+                        namespace="other",
+                    )
+                    pod["spec"]["nodeName"] = f"n{rng.randint(0, 5)}"
+                    pod["spec"]["priority"] = rng.choice([0, 100])
+                    store.create("v1", "pods", "other", pod)
+                elif choice < 0.55:
+                    store.create("batch/v1", "jobs", NS, b.job(f"j{round_}-{step}", parallelism=rng.randint(1, 3)))
+                    JobController(store).sync(NS, f"j{round_}-{step}")
+                elif choice < 0.75 and pods:
+                    victim = rng.choice(pods)
+                    store.delete("v1", "pods", victim["metadata"]["namespace"], victim["metadata"]["name"])
+                elif choice < 0.9 and pods:
+                    done = rng.choice(pods)
+                    done["status"] = {"phase": rng.choice(["Succeeded", "Failed", "Running"])}
+                    store.update(
+                        "v1", "pods", done["metadata"]["namespace"], done["metadata"]["name"], done, None, admit=False
+                    )
+                else:
+                    changed = node(f"n{rng.randint(0, 7)}", cpu=str(rng.choice([8, 16, 32])))
+                    try:
+                        store.create("v1", "nodes", "", changed)
+                    except Exception:
+                        store.delete("v1", "nodes", "", changed["metadata"]["name"])
+            settle(store, informers)
+            controller.reconcile_once()  # releases gangs: their pods change again
+            settle(store, informers)
+            controller.snapshot()  # takes in what the informers saw since
+            fresh = ClusterIndex()
+            fresh.replace_nodes(store.list("v1", "nodes", None)[0])
+            fresh.replace_pods(trim_pod(p) for p in store.list("v1", "pods", None)[0])
+            assert picture(controller.index) == picture(fresh), f"round {round_}"
+    finally:
+        for informer in informers:
+            informer.stop()
+
+
+def test_a_waiting_gang_is_placed_again_only_when_room_it_could_use_appears(store: Store, api: Api) -> None:
+    install_admission(store, "gate")
+    for i in range(3):
+        store.create("v1", "nodes", "", node(f"n{i}", cpu="8"))
+        filler = b.pod(f"filler-{i}", spec=b.pod_spec(b.container("6", "1Gi")), namespace="other")
+        filler["spec"]["nodeName"] = f"n{i}"
+        store.create("v1", "pods", "other", filler)
+    store.create("batch/v1", "jobs", NS, b.job("big", parallelism=2, spec=b.pod_spec(b.container("4", "1Gi"))))
+    JobController(store).sync(NS, "big")
+    controller, informers = informed(api)
+    try:
+        settle(store, informers)
+        assert controller.reconcile_once()["team-a/job-big"].state == "WaitingForCapacity"
+        assert controller.replaced == 1
+        # churn that frees nothing the gang could use: a small pod comes and goes on a full node
+        small = b.pod("small", spec=b.pod_spec(b.container("1", "1Gi")), namespace="other")
+        small["spec"]["nodeName"] = "n0"
+        store.create("v1", "pods", "other", small)
+        settle(store, informers)
+        controller.reconcile_once()
+        store.delete("v1", "pods", "other", "small")
+        settle(store, informers)
+        assert controller.reconcile_once()["team-a/job-big"].state == "WaitingForCapacity"
+        assert controller.replaced == 0  # 3 cpus free on n0 again, still less than the 4 a pod needs
+        # two fillers end: room for the gang, which is placed again at once and released
+        for i in (1, 2):
+            store.delete("v1", "pods", "other", f"filler-{i}")
+        settle(store, informers)
+        decision = controller.reconcile_once()["team-a/job-big"]
+        assert controller.replaced == 1 and decision.state == "Release", decision.message
+    finally:
+        for informer in informers:
+            informer.stop()

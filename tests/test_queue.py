@@ -1,0 +1,105 @@
+"""The queue policies in the controller: who goes when a large gang waits at the head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import builders as b
+from tests.apiserver import Store
+from tests.cluster import Clock, node
+from tests.lifecycle import JobController, install_admission, kubelet
+from tests.scheduler import schedule
+from tests.schemas import validate
+from webhook.controller.explain import explain
+from webhook.controller.kube import Api
+from webhook.controller.queue import Policy
+from webhook.controller.reconciler import Controller
+
+NS = "team-a"
+
+
+def add_job(store: Store, name: str, pods: int, cpu: str, arrived: int, expected: int | None = None) -> None:
+    annotations = {"gangkeeper.io/expected-seconds": str(expected)} if expected else None
+    store.create(
+        "batch/v1",
+        "jobs",
+        NS,
+        b.job(name, parallelism=pods, spec=b.pod_spec(b.container(cpu, "1Gi")), annotations=annotations),
+    )
+    JobController(store).sync(NS, name)
+    with store.lock:  # the arrival order the test is about (the store stamps whole seconds)
+        for key, obj in store.objects.items():
+            if key[1] == "pods" and obj["metadata"].get("labels", {}).get("gangkeeper.io/group") == f"job-{name}":
+                obj["metadata"]["creationTimestamp"] = f"2026-11-21T11:00:{arrived:02d}Z"
+
+
+def running_cluster(store: Store, api: Api, clock: Clock) -> None:
+    """Two 8-cpu nodes, each 6 cpus taken by a gang expected to run 600 s more."""
+    install_admission(store, "gate")
+    for name in ("worker1", "worker2"):
+        store.create("v1", "nodes", "", node(name, cpu="8"))
+    add_job(store, "run", 2, "6", arrived=0, expected=600)
+    assert Controller(api, clock=clock).reconcile_once()["team-a/job-run"].state == "Release"
+    schedule(store)
+    kubelet(store, NS)
+    add_job(store, "big", 2, "8", arrived=1)  # the head: needs both nodes whole
+    add_job(store, "short", 1, "2", arrived=2, expected=300)  # done before the head could start
+    add_job(store, "long", 1, "2", arrived=3)  # runs for an unknown time
+
+
+@pytest.mark.parametrize(
+    ("policy", "short", "long"),
+    [
+        (Policy.FIFO, "Queued", "Queued"),
+        (Policy.FIRST_FIT, "Release", "Release"),
+        (Policy.BACKFILL, "Release", "WaitingForCapacity"),
+    ],
+)
+def test_what_goes_past_a_large_gang_at_the_head(store: Store, api: Api, policy: Policy, short: str, long: str) -> None:
+    clock = Clock()
+    running_cluster(store, api, clock)
+    clock.advance(5)
+    decisions = Controller(api, clock=clock, queue_policy=policy).reconcile_once()
+    big = decisions["team-a/job-big"]
+    assert big.state == "WaitingForCapacity" and big.position == 1
+    assert decisions["team-a/job-short"].state == short
+    assert decisions["team-a/job-long"].state == long
+    for pod in store.list("v1", "pods", NS)[0]:
+        validate(pod)
+
+
+def test_backfill_reserves_for_the_head_and_explain_shows_it(store: Store, api: Api) -> None:
+    clock = Clock()
+    running_cluster(store, api, clock)
+    clock.advance(5)
+    gangs = Controller(api, clock=clock, queue_policy=Policy.BACKFILL)
+    decisions = gangs.reconcile_once()
+    big = decisions["team-a/job-big"]
+    # released at 12:00:00 and expected to run 600 s: both nodes free up at 12:10
+    assert big.reservation == "2 nodes (worker1, worker2) reserved from 2026-11-21T12:10:00.000000Z"
+    long = decisions["team-a/job-long"]
+    assert "it may only use what does not delay that gang's reservation" in long.message
+    text = explain(api, NS, "job-long", clock=clock)
+    assert "queue: position 2 of 2 waiting (policy backfill; priority 0, then arrival)" in text
+    assert "reservation: 2 nodes (worker1, worker2) reserved from 2026-11-21T12:10:00.000000Z" in explain(
+        api, NS, "job-big", clock=clock
+    )
+    gangs.recorder.flush()
+    status: dict[str, Any] = store.get("batch/v1", "jobs", NS, "long")["metadata"]["annotations"]
+    assert status["gangkeeper.io/gang-status"].startswith("WaitingForCapacity")
+
+
+def test_a_higher_priority_gang_takes_the_head_of_the_queue(store: Store, api: Api) -> None:
+    clock = Clock()
+    running_cluster(store, api, clock)
+    spec = b.pod_spec(b.container("8", "1Gi"), priority=100, priorityClassName="high")
+    store.create("batch/v1", "jobs", NS, b.job("urgent", parallelism=2, spec=spec))
+    JobController(store).sync(NS, "urgent")
+    clock.advance(5)
+    decisions = Controller(api, clock=clock, queue_policy=Policy.BACKFILL).reconcile_once()
+    assert decisions["team-a/job-urgent"].position == 1 and decisions["team-a/job-urgent"].reservation
+    assert decisions["team-a/job-big"].position == 2
+    urgent_from = decisions["team-a/job-urgent"].reservation.rsplit(" ", 1)[1]
+    assert decisions["team-a/job-big"].reservation.rsplit(" ", 1)[1] >= urgent_from  # planned after it

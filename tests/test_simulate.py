@@ -1,0 +1,147 @@
+"""`gangkeeper simulate` on a one-day slice of the shipped Philly week: the properties that must hold."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webhook.controller.queue import Policy, Reservation
+from webhook.simulation import DEFAULT_TRACE, Settings, engine, report, run, trace
+
+WEEK_SHA256 = "44ce3f9a658d55b96d8f6847c5bde973775d69a96dc82a1aa7f855dfd7ca29be"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_jobs_pollux.csv"
+SHAPE = engine.ClusterShape()
+
+
+@pytest.fixture(scope="module")
+def day() -> list[trace.TraceJob]:
+    _, jobs = trace.read(DEFAULT_TRACE, "2017-10-23", 1)
+    return jobs
+
+
+def test_the_shipped_week_is_the_named_subset_byte_for_byte() -> None:
+    data = DEFAULT_TRACE.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == WEEK_SHA256
+    assert len(data.splitlines()) == 7748 + 1
+    notice = (DEFAULT_TRACE.parent / "NOTICE").read_text()
+    assert "CC BY 4.0" in notice and "subset" in notice and "Jeon et al." in notice
+    if SHARED.is_file():  # the source beside the clone: header plus that week's lines, order and bytes kept
+        lines = SHARED.read_bytes().splitlines(keepends=True)
+        expected = lines[0] + b"".join(line for line in lines[1:] if b"2017-10-23" <= line[:10] <= b"2017-10-29")
+        assert data == expected
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_no_partial_gang_ever_holds_gpus_under_gangkeeper(day: list[trace.TraceJob], policy: Policy) -> None:
+    result = engine.run_gangkeeper(day, SHAPE, "node", policy)
+    assert all(o.start is not None and o.first_bind == o.start for o in result.outcomes)
+    assert all(o.held_idle_gpu_seconds == 0 for o in result.outcomes)
+    assert all(sample.idle_held_gpus == 0 for sample in result.samples)
+    assert max(s.busy_gpus for s in result.samples) <= SHAPE.nodes * SHAPE.gpus_per_node
+
+
+def test_the_default_scheduler_lets_partial_gangs_hold_gpus_on_the_same_day(day: list[trace.TraceJob]) -> None:
+    result = engine.run_default_scheduler(day, SHAPE, "gpu", seed=1)  # one GPU per pod: the stress case
+    held = sum(o.held_idle_gpu_seconds for o in result.outcomes)
+    assert held > 0 and any(s.idle_held_gpus > 0 for s in result.samples)
+
+
+def test_backfill_never_delays_the_reservation(day: list[trace.TraceJob]) -> None:
+    promised: dict[str, float] = {}
+
+    def seen(now: float, rank: int, head: Reservation) -> None:
+        if rank == 0 and head.at is not None:  # the head's reservation is exact; later ones are plans
+            promised[head.gang] = min(promised.get(head.gang, head.at), head.at)
+
+    # a quarter of the cluster, so that the day has gangs waiting at the head
+    small = engine.ClusterShape(nodes=16)
+    result = engine.run_gangkeeper(
+        [j for j in day if j.gpus <= 128], small, "node", Policy.BACKFILL, on_reservation=seen
+    )
+    starts = {f"trace/job{o.job.index}": o.start for o in result.outcomes}
+    assert promised, "the day never had a gang waiting at the head"
+    late = {gang: (starts[gang], at) for gang, at in promised.items() if (starts[gang] or 0) > at + 1e-6}
+    assert not late
+    assert len(promised) > 20  # many reservations were made, every one kept
+    assert out_of_order(result) > 0  # and gangs behind the heads were backfilled past them
+
+
+def out_of_order(result: engine.Result) -> int:
+    """Gangs that started before a gang that arrived earlier."""
+    ordered = sorted(result.outcomes, key=lambda o: (o.job.arrival, o.job.index))
+    latest_start, passed = -1.0, 0
+    for outcome in ordered:
+        assert outcome.start is not None
+        if outcome.start < latest_start:
+            passed += 1
+        latest_start = max(latest_start, outcome.start)
+    return passed
+
+
+def test_strict_fifo_starts_gangs_in_arrival_order(day: list[trace.TraceJob]) -> None:
+    small = engine.ClusterShape(nodes=16)
+    assert out_of_order(engine.run_gangkeeper([j for j in day if j.gpus <= 128], small, "node", Policy.FIFO)) == 0
+
+
+def test_a_replay_is_deterministic_for_a_seed(day: list[trace.TraceJob]) -> None:
+    settings = Settings(start="2017-10-23", days=1, orderings=2, policies=("default", "backfill"))
+    first = [[report.summarize(r, 512).row() for r in results] for _, results in run(settings)[0]]
+    second = [[report.summarize(r, 512).row() for r in results] for _, results in run(settings)[0]]
+    for rows in (first, second):
+        for group in rows:
+            for row in group:
+                row.pop("runtime_seconds")
+    assert first == second
+
+
+def test_simulate_from_the_command_line_prints_the_table_and_writes_plots(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "simulate",
+            "--start",
+            "2017-10-23",
+            "--days",
+            "1",
+            "--orderings",
+            "2",
+            "--plots",
+            str(tmp_path),
+            "--json",
+            str(tmp_path / "figures.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "modelling switches:" in out and "GPU-h held by unstarted gangs" in out
+    for name in ("waits.png", "gpus.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert set(figures["policies"]) == {
+        "default scheduler",
+        "gangkeeper fifo",
+        "gangkeeper first-fit",
+        "gangkeeper backfill",
+    }
+    assert all(
+        row["held_idle_gpu_hours"] == 0
+        for label, rows in figures["policies"].items()
+        if "gangkeeper" in label
+        for row in rows
+    )
+
+
+def test_an_unknown_policy_is_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "simulate", "--policies", "lifo"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "unknown policy 'lifo'" in done.stderr and "Traceback" not in done.stderr
