@@ -492,14 +492,22 @@ class Handler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
 
+class ApiHttpServer(ThreadingHTTPServer):
+    """One thread per connection, like the webhook's callers expect. kube-apiserver's listener takes the
+    kernel's backlog (somaxconn); socketserver's default of 5 drops a burst of connects, each retried
+    a second later, which would time a client's connection pool instead of the server."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 class TestApiServer:
     __test__ = False  # not a pytest test class
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.store = Store()
         handler = type("BoundHandler", (Handler,), {"store": self.store})
-        self.httpd = ThreadingHTTPServer((host, 0), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = ApiHttpServer((host, 0), handler)
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -521,8 +529,7 @@ def main() -> None:
     args = parser.parse_args()
     store = Store(history=100_000)
     handler = type("BoundHandler", (Handler,), {"store": store})
-    httpd = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
-    httpd.daemon_threads = True
+    httpd = ApiHttpServer(("127.0.0.1", args.port), handler)
     httpd.serve_forever()
 
 

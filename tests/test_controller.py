@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -372,3 +373,18 @@ def test_watched_group_object_deleted_is_recreated_at_once(server: TestApiServer
     podgroups.watch_once()  # the watch sees the deletion: the gang changed, no resync needed
     controller.reconcile_once()
     assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+
+
+def test_events_wait_while_a_release_is_in_flight(server: TestApiServer, api: Api) -> None:
+    """A 1,000-pod release's PATCHes go first; the events recorded meanwhile are sent when it ends."""
+    from webhook.controller.events import EventRecorder
+
+    recorder = EventRecorder(api, "gangkeeper-test", clock=Clock())
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a", "uid": "u"}}
+    with recorder.deferred():
+        recorder.record(pod, "Normal", "GangReleased", "held back")
+        time.sleep(0.3)  # time enough for a worker to have sent it, were it not held
+        assert server.store.list("v1", "events", None)[0] == []
+    recorder.flush()
+    (sent,) = events(server, "GangReleased")
+    assert sent["involvedObject"]["name"] == "p" and sent["message"] == "held back"

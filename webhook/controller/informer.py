@@ -208,6 +208,8 @@ class Informer:
                 if not self.watch_once():
                     self.relist()
             except (ApiError, OSError, ValueError, urllib3.exceptions.HTTPError) as error:
+                if self._stop.is_set():  # the watch broke because we are shutting down
+                    return
                 # a reset or refused connection must not end the thread: the cache would freeze
                 metrics.API_ERRORS.labels("watch", str(getattr(error, "status", 0))).inc()
                 log.warning("watch failed; listing again", extra={"resource": self.resource.plural}, exc_info=True)

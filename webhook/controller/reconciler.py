@@ -668,12 +668,13 @@ class Controller:
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
             return
-        if len(patches) <= 2:
-            for item in patches:
-                self._send_release(item)
-        else:  # the decision is made; the PATCHes are independent, so they go side by side
-            with ThreadPoolExecutor(max_workers=min(self.release_concurrency, len(patches))) as pool:
-                list(pool.map(self._send_release, patches))
+        with self.recorder.deferred():
+            if len(patches) <= 2:
+                for item in patches:
+                    self._send_release(item)
+            else:  # the decision is made; the PATCHes are independent, so they go side by side
+                with ThreadPoolExecutor(max_workers=min(self.release_concurrency, len(patches))) as pool:
+                    list(pool.map(self._send_release, patches))
         created = [p.created_at for p in gang.pods if p.created_at]
         if created:
             metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
