@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import urllib3
 
 from tests import builders as b
-from tests.cluster import Clock, add_job, add_job_pods, node
+from tests.cluster import Clock, add_job, add_job_pods, free_capacity, node
 from tests.conftest import free_port
 from webhook.controller import placement
 from webhook.controller.informer import trim_node, trim_pod
@@ -109,7 +109,7 @@ def bench_placement() -> None:
     memory = rss_mib() - before
 
     started = time.perf_counter()
-    free = placement.free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
+    free = free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
     index_time = time.perf_counter() - started
 
     gang_pod = b.pod_spec(

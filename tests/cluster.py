@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tests import builders as b
@@ -79,13 +80,27 @@ def pods(store: Store, namespace: str = "team-a") -> list[dict[str, Any]]:
     return store.list("v1", "pods", namespace)[0]
 
 
+def free_capacity(
+    nodes: Iterable[placement.Node], bound: Iterable[tuple[str, Mapping[str, int]]]
+) -> dict[str, dict[str, int]]:
+    """Allocatable minus the requests of each pod bound (or promised) to the node."""
+    free = {node.name: dict(node.allocatable) for node in nodes}
+    for node_name, units in bound:
+        node_free = free.get(node_name)
+        if node_free is None:
+            continue
+        for name, amount in units.items():
+            node_free[name] = node_free.get(name, 0) - amount
+    return free
+
+
 def default_scheduler(store: Store) -> int:
     """The stock kube-scheduler, pod by pod: bind each ungated pod to the first node where it fits."""
     bound = 0
     all_pods = store.list("v1", "pods", None)[0]
     nodes = [placement.Node.from_api(n) for n in store.list("v1", "nodes", None)[0]]
     views = [PodView.from_api(p) for p in all_pods]
-    free = placement.free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
+    free = free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
     for view in sorted(views, key=lambda v: v.name):
         if view.node_name or view.gated or view.terminal:
             continue

@@ -442,18 +442,6 @@ def _needs(shape: Shape, free: Mapping[str, int], fits: int) -> str:
     return "; ".join(parts) or "no requests"
 
 
-def free_capacity(nodes: Iterable[Node], bound: Iterable[tuple[str, Mapping[str, int]]]) -> dict[str, Units]:
-    """Allocatable minus the requests of each pod bound (or promised) to the node."""
-    free = {node.name: dict(node.allocatable) for node in nodes}
-    for node_name, units in bound:
-        node_free = free.get(node_name)
-        if node_free is None:
-            continue
-        for name, amount in units.items():
-            node_free[name] = node_free.get(name, 0) - amount
-    return free
-
-
 def summarize(why: Mapping[str, Why], limit: int = 6) -> list[str]:
     """Nodes grouped by reason, largest group first: ["worker1, worker2: taint ... not tolerated", ...].
     Capacity reasons are grouped by what limits the node, with the most any of them has free, so that

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
@@ -100,6 +100,7 @@ class Source(Protocol):
     def nodes(self) -> list[Obj]: ...
 
 
+@runtime_checkable
 class ChangeSource(Source, Protocol):
     """A source that also says what changed since it was last asked (the informers)."""
 
@@ -374,9 +375,8 @@ class Controller:
         """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
         comparing a full listing), and a copy of the free capacity for the pass to promise from."""
         index = self.index
-        changes = getattr(self.source, "changes", None)
-        if changes is not None:
-            pod_changes, node_changes = changes()
+        if isinstance(self.source, ChangeSource):
+            pod_changes, node_changes = self.source.changes()
             index.apply_nodes(node_changes)
             index.apply_pods(pod_changes)
         else:
