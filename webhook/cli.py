@@ -293,6 +293,7 @@ def _simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         estimates=args.estimates == "trace",
         depth=args.queue_depth,
+        workers=args.workers,
     )
     print(simulation.main(settings, Path(args.plots) if args.plots else None, Path(args.json) if args.json else None))
     return 0
@@ -420,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--estimates", choices=("trace", "none"), default="trace", help="what backfill knows of run times"
     )
     simulate.add_argument("--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill reservations")
+    simulate.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="replays run side by side (default: one per CPU)"
+    )
     simulate.add_argument("--plots", default=None, help="directory for PNG plots")
     simulate.add_argument("--json", default=None, help="write the figures as JSON here")
     simulate.set_defaults(func=_simulate)

@@ -4,9 +4,13 @@ the default kube-scheduler placing pods one by one, on a simulated cluster."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webhook.controller.queue import DEFAULT_DEPTH, Policy
 from webhook.simulation import engine, report, trace
@@ -27,6 +31,7 @@ class Settings:
     seed: int = 1
     estimates: bool = True
     depth: int = DEFAULT_DEPTH
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # replays side by side
 
     def switches(self) -> list[str]:
         s = self.shape
@@ -53,27 +58,43 @@ class Settings:
 
 
 def run(settings: Settings) -> tuple[list[tuple[str, list[engine.Result]]], list[trace.TraceJob]]:
+    """Every policy replays the same jobs on its own copy of the cluster: independent replays, so they
+    run side by side, one process per core (results do not depend on how many)."""
     _, jobs = trace.read(settings.trace, settings.start, settings.days)
     capacity = settings.shape.nodes * settings.shape.gpus_per_node
     jobs = [job for job in jobs if job.gpus <= capacity]
-    groups: list[tuple[str, list[engine.Result]]] = []
+    replays: list[tuple[str, Callable[..., engine.Result], tuple[Any, ...]]] = []
     for policy in settings.policies:
         if policy == "default":
-            results = [
-                engine.run_default_scheduler(jobs, settings.shape, settings.split, settings.seed + i)
-                for i in range(settings.orderings)
-            ]
-            groups.append(("default scheduler", results))
+            for i in range(settings.orderings):
+                args: tuple[Any, ...] = (jobs, settings.shape, settings.split, settings.seed + i)
+                replays.append(("default scheduler", engine.run_default_scheduler, args))
         else:
-            result = engine.run_gangkeeper(
-                jobs, settings.shape, settings.split, Policy(policy), settings.estimates, depth=settings.depth
-            )
-            groups.append((f"gangkeeper {policy}", [result]))
+            args = (jobs, settings.shape, settings.split, Policy(policy), settings.estimates, None, settings.depth)
+            replays.append((f"gangkeeper {policy}", engine.run_gangkeeper, args))
+    workers = max(1, min(settings.workers, len(replays)))
+    if workers == 1:
+        results = [replay(*args) for _, replay, args in replays]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            # backfill, the slowest replay, is submitted first so the others fill the remaining cores
+            slowest = f"gangkeeper {Policy.BACKFILL.value}"
+            order = sorted(range(len(replays)), key=lambda i: replays[i][0] != slowest)
+            futures = {i: pool.submit(replays[i][1], *replays[i][2]) for i in order}
+            results = [futures[i].result() for i in range(len(replays))]
+    groups: list[tuple[str, list[engine.Result]]] = []
+    for (label, _, _), result in zip(replays, results, strict=True):
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(result)
+        else:
+            groups.append((label, [result]))
     return groups, jobs
 
 
 def main(settings: Settings, plots: Path | None, json_path: Path | None) -> str:
+    started = time.perf_counter()
     groups, jobs = run(settings)
+    elapsed = time.perf_counter() - started
     total = settings.shape.nodes * settings.shape.gpus_per_node
     summaries = [(label, [report.summarize(r, total) for r in results]) for label, results in groups]
     offered = trace.total_gpu_seconds(jobs)
@@ -82,7 +103,10 @@ def main(settings: Settings, plots: Path | None, json_path: Path | None) -> str:
     out.append(
         f"jobs: {len(jobs)}; offered load {offered / (total * span):.2f} of the cluster's GPUs over the arrival span"
     )
-    out += ["", report.table(summaries)]
+    out += ["", report.table(summaries), ""]
+    replays = sum(len(results) for _, results in groups)
+    workers = max(1, min(settings.workers, replays))
+    out.append(f"{replays} replays in {elapsed:.1f} s wall, {workers} side by side ('replay s': each one's own time)")
     if plots is not None:
         written = report.plot([results[0] for _, results in groups], total, plots)
         out.append("")
