@@ -275,6 +275,7 @@ class Eligibility:
         self.nodes = list(nodes)
         self._cache: dict[Shape, tuple[list[Node], dict[str, str]]] = {}
         self._names: dict[Shape, frozenset[str]] = {}
+        self._on_empty: dict[tuple[tuple[Shape, ...], bool], list[str] | None] = {}
 
     def __call__(self, shape: Shape) -> tuple[list[Node], dict[str, str]]:
         found = self._cache.get(shape)
@@ -294,6 +295,20 @@ class Eligibility:
         if names is None:
             names = self._names[shape] = frozenset(node.name for node in self(shape)[0])
         return names
+
+    def on_empty_cluster(self, members: Sequence[Member], spread: bool = False) -> list[str] | None:
+        """The node of each member (in order) on the cluster emptied of every pod, or None if the gang
+        could never fit: a queue's reservation when nothing says when running work ends. It depends
+        on the nodes only, so it is remembered as long as they are."""
+        key = (tuple(member.shape for member in members), spread)
+        if key not in self._on_empty:
+            if len(self._on_empty) >= 1024:
+                self._on_empty.clear()
+            empty = {node.name: node.allocatable for node in self.nodes}
+            result = place(members, self.nodes, empty, spread=spread, eligibility=self)
+            # place() fills members in order within each shape, so the answer holds for any names
+            self._on_empty[key] = [result.assignments[m.name] for m in members] if result.complete else None
+        return self._on_empty[key]
 
 
 # why a node takes no more pods: a sentence, or (shape, its free capacity, pods that fit, pods wanted),

@@ -53,6 +53,11 @@ class Reservation:
     use: dict[str, dict[str, int]]  # node -> units the head takes there
     ends: float | None = None  # when it gives them back, if its run time is known
 
+    def signature(self) -> tuple[object, ...]:
+        """Equal for two reservations exactly when they hold the same capacity over the same time."""
+        use = tuple(sorted((node, tuple(sorted(units.items()))) for node, units in self.use.items()))
+        return (self.gang, self.at, self.ends, use)
+
     def describe(self, clock: Callable[[float], str] = lambda t: f"{t:.0f}s") -> str:
         if not self.use:
             return "none: it would not fit even once all running work ended (see what blocks the rest)"
@@ -85,18 +90,40 @@ def reserve(
     """The earliest time, and where, the gang fits as the running work ends in its expected order.
     When it does not fit even once all work of known length ended, the nodes it would take on the
     emptied cluster are held for it from then on, whenever that is."""
+    eligibility = eligibility or Eligibility(nodes)
+    ordered = sorted(endings, key=lambda e: e.at)
+    if ordered:
+        found = _earliest(gang, members, nodes, free, ordered, now, eligibility, spread, expected_seconds)
+        if found is not None:
+            return found
+    where = eligibility.on_empty_cluster(members, spread)
+    if where is None:
+        return Reservation(gang, None, {})
+    return Reservation(gang, None, _units_of(members, {m.name: node for m, node in zip(members, where, strict=True)}))
+
+
+def _earliest(
+    gang: str,
+    members: Sequence[Member],
+    nodes: Sequence[Node],
+    free: Free,
+    ordered: Sequence[Ending],
+    now: float,
+    eligibility: Eligibility,
+    spread: bool,
+    expected_seconds: float | None,
+) -> Reservation | None:
     later: dict[str, dict[str, int]] = {name: dict(units) for name, units in free.items()}
     # a cheap necessary condition first: for each shape, the pods of that shape the nodes could hold
     # one shape at a time (kept up to date node by node as work ends) must cover its members
     wanted: dict[Shape, int] = {}
     for member in members:
         wanted[member.shape] = wanted.get(member.shape, 0) + 1
-    eligible = {shape: (eligibility or Eligibility(nodes)).names(shape) for shape in wanted}
     per_node = {
-        shape: {name: fit_count(shape, later[name]) for name in eligible[shape] if name in later} for shape in wanted
+        shape: {name: fit_count(shape, later[name]) for name in eligibility.names(shape) if name in later}
+        for shape in wanted
     }
     totals = {shape: sum(fits.values()) for shape, fits in per_node.items()}
-    ordered = sorted(endings, key=lambda e: e.at)
     index = 0
     while index < len(ordered):
         moment = ordered[index].at
@@ -119,20 +146,7 @@ def reserve(
             at = max(moment, now)
             ends = at + expected_seconds if expected_seconds is not None else None
             return Reservation(gang, at, _units_of(members, result.assignments), ends)
-    empty = {node.name: node.allocatable for node in nodes}
-    result = place(members, nodes, empty, spread=spread, eligibility=eligibility)
-    return Reservation(gang, None, _units_of(members, result.assignments) if result.complete else {})
-
-
-def free_at(free: Free, endings: Iterable[Ending], moment: float | None) -> dict[str, dict[str, int]]:
-    """The free capacity once every ending up to `moment` happened (None: all that ever end)."""
-    later = {name: dict(units) for name, units in free.items()}
-    for ending in endings:
-        if (moment is None or ending.at <= moment) and ending.node in later:
-            node_free = later[ending.node]
-            for resource, amount in ending.units.items():
-                node_free[resource] = node_free.get(resource, 0) + amount
-    return later
+    return None
 
 
 def held_by(reservations: Iterable[Reservation]) -> list[Ending]:
@@ -152,29 +166,36 @@ def backfill_free(
     free: Free,
     endings: Sequence[Ending],
     reservations: Sequence[Reservation],
-    allocatable: Mapping[str, Mapping[str, int]],
-) -> dict[str, dict[str, int]]:
+    allocatable: Callable[[str], Mapping[str, int]],
+) -> Free:
     """What a gang that would still run when these reservations start may use now: on each reserved node,
     no more than is left there at each reservation's start, once every reservation then holding it took
-    its share."""
-    limited: dict[str, dict[str, int]] = {name: dict(units) for name, units in free.items()}
-    timeline = [*endings, *held_by(reservations)]
+    its share. Only the reserved nodes' figures are new; the others are shared with `free`."""
+    by_node: dict[str, list[Ending]] = {}
+    for change in (*endings, *held_by(reservations)):
+        by_node.setdefault(change.node, []).append(change)
+    limited: dict[str, dict[str, int]] = {}
     for reservation in reservations:
-        if reservation.at is None:  # its nodes, once everything on them ended
-            then: Free = {
-                n: {k: v - reservation.use[n].get(k, 0) for k, v in a.items()}
-                for n, a in allocatable.items()
-                if n in reservation.use
-            }
-        else:
-            then = free_at(free, timeline, reservation.at)
-        for node in reservation.use:
-            if node not in limited:
+        for node, use in reservation.use.items():
+            now_free = free.get(node)
+            if now_free is None:
                 continue
-            left, later_free = limited[node], then.get(node) or {}
-            for key in set(left) | set(later_free):
-                left[key] = min(left.get(key, 0), later_free.get(key, 0))
-    return limited
+            if reservation.at is None:  # its nodes, once everything on them ended
+                then = {k: v - use.get(k, 0) for k, v in allocatable(node).items()}
+            else:
+                then = dict(now_free)
+                for change in by_node.get(node, ()):
+                    if change.at <= reservation.at:
+                        for resource, amount in change.units.items():
+                            then[resource] = then.get(resource, 0) + amount
+            left = limited.get(node)
+            if left is None:
+                left = limited[node] = dict(now_free)
+            for key in set(left) | set(then):
+                left[key] = min(left.get(key, 0), then.get(key, 0))
+    room = dict(free)
+    room.update(limited)
+    return room
 
 
 @dataclass
@@ -193,8 +214,10 @@ class QueuePass:
     blocked_by: str | None = None  # fifo: the first gang that waits
     position: int = 0
     positions: dict[str, int] = field(default_factory=dict)
-    _limited: dict[tuple[int, ...], dict[str, dict[str, int]]] = field(default_factory=dict)
+    _limited: dict[tuple[int, ...], Free] = field(default_factory=dict)
     _endings: list[Ending] | None = None
+    _by_name: dict[str, Node] | None = None
+    _signatures: list[tuple[object, ...]] = field(default_factory=list)  # of each reservation, for `context`
 
     @property
     def head(self) -> Reservation | None:
@@ -208,11 +231,8 @@ class QueuePass:
 
     def context(self, gang: str) -> tuple[object, ...]:
         """What this gang's decision depends on besides its own pods and the free capacity."""
-        held = tuple(
-            (r.gang, r.at, r.ends, tuple(sorted((n, tuple(sorted(u.items()))) for n, u in r.use.items())))
-            for r in self.reservations
-            if r.gang != gang
-        )
+        pairs = zip(self.reservations, self._signatures, strict=True)
+        held = tuple(signature for reservation, signature in pairs if reservation.gang != gang)
         return (self.policy, self.blocked_by == gang or self.blocked_by is None, held)
 
     def room_for(self, expected_end: float | None) -> Free:
@@ -227,10 +247,14 @@ class QueuePass:
             return self.free  # done before any reservation starts: delays nothing
         found = self._limited.get(overlapping)
         if found is None:
-            allocatable = {node.name: node.allocatable for node in self.nodes}
             chosen = [self.reservations[i] for i in overlapping]
-            found = self._limited[overlapping] = backfill_free(self.free, self.endings, chosen, allocatable)
+            found = self._limited[overlapping] = backfill_free(self.free, self.endings, chosen, self._allocatable)
         return found
+
+    def _allocatable(self, node: str) -> Mapping[str, int]:
+        if self._by_name is None:
+            self._by_name = {n.name: n for n in self.nodes}
+        return self._by_name[node].allocatable
 
     def may_release(self, gang: str) -> str | None:
         """None if the gang may go now; otherwise why it waits (fifo: behind the head)."""
@@ -249,19 +273,19 @@ class QueuePass:
             self.blocked_by = gang
         elif self.policy == Policy.BACKFILL and len(self.reservations) < self.depth and members:
             timeline = [*self.endings, *held_by(self.reservations)]
-            self.reservations.append(
-                reserve(
-                    gang,
-                    members,
-                    self.nodes,
-                    self.free,
-                    timeline,
-                    self.now,
-                    self.eligibility,
-                    spread=spread,
-                    expected_seconds=expected_seconds,
-                )
+            reservation = reserve(
+                gang,
+                members,
+                self.nodes,
+                self.free,
+                timeline,
+                self.now,
+                self.eligibility,
+                spread=spread,
+                expected_seconds=expected_seconds,
             )
+            self.reservations.append(reservation)
+            self._signatures.append(reservation.signature())
             self._limited = {}
 
     def released(self) -> None:

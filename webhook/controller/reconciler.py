@@ -68,10 +68,13 @@ SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
 
 
 def _adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, int]], sign: int) -> None:
+    """Add (or take) units to a pass's free capacity. A node's figures are replaced, never changed in
+    place: the pass shares them with the cluster index until it writes."""
     for node, amounts in units.items():
-        node_free = free.setdefault(node, {})
+        node_free = dict(free.get(node) or {})
         for resource, amount in amounts.items():
             node_free[resource] = node_free.get(resource, 0) + sign * amount
+        free[node] = node_free
 
 
 def expected_seconds(workload: Obj | None) -> float | None:
@@ -387,7 +390,8 @@ class Controller:
             del self._order[key]
         return Snapshot(
             nodes=index.node_list(),
-            free={name: dict(units) for name, units in index.free.items()},
+            # the index's figures, shared: a pass replaces a node's figures when it promises capacity
+            free=dict(index.free),
             hostnames=index.hostnames(),
             gangs=live,
             stray_gated=list(index.stray_gated.values()),
@@ -656,8 +660,7 @@ class Controller:
         free, ports = snapshot.free, snapshot.ports
         for pod_name, node in decision.release.items():
             view, raw = by_name[pod_name]
-            for resource, amount in view.units.items():  # promised before any PATCH: no other gang takes it
-                free[node][resource] = free[node].get(resource, 0) - amount
+            _adjust(free, {node: view.units}, -1)  # promised before any PATCH: no other gang takes it
             if view.shape.host_ports:
                 ports[node] = Counter(ports.get(node) or {}) + Counter(view.shape.host_ports)
             gates = (raw.get("spec") or {}).get("schedulingGates") or []
