@@ -239,6 +239,7 @@ def bench_release() -> None:
             server_cpu = process_cpu(server.pid) - server_cpu
             for informer in informers:
                 informer.stop()
+            controller.recorder.flush()  # the release's events are sent after it: not during the floor
             assert decision.state == "Release" and len(decision.release) == size, decision.message
             floor = server_floor(port, names, controller.release_concurrency)
             print(

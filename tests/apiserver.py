@@ -28,6 +28,7 @@ import bisect
 import copy
 import json
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -120,6 +121,7 @@ class Store:
         self.events: list[tuple[int, str, str, str, Obj]] = []  # (rv, gv, plural, type, obj)
         self.history = history
         self.requests: list[tuple[str, str]] = []
+        self.credentials: list[str | None] = []  # each request's Authorization header
         # what discovery (GET /apis/<group>/<version>) reports as served; tests may change it
         self.served: dict[str, set[str]] = {
             "batch/v1": {"jobs", "cronjobs"},
@@ -394,6 +396,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             gv, plural, ns, name, sub, query = self._route()
             store.requests.append((method, self.path))
+            store.credentials.append(self.headers.get("Authorization"))
             for hook in list(store.fail_next):
                 failure = hook(method, self.path)
                 if failure is not None:
@@ -463,10 +466,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"0\r\n\r\n")
                 return
             while time.monotonic() < deadline:
-                for rv, egv, eplural, kind, obj in store.events:
+                # events are in revision order: start after the last one sent, not at the oldest kept
+                start = bisect.bisect_right(store.events, since, key=lambda event: event[0])
+                for _, egv, eplural, kind, obj in store.events[start:]:
                     if (
-                        rv > since
-                        and egv == gv
+                        egv == gv
                         and eplural == plural
                         and (not ns or obj["metadata"].get("namespace") == ns)
                         and selector_matches(selector, obj["metadata"].get("labels") or {})
@@ -504,11 +508,13 @@ class ApiHttpServer(ThreadingHTTPServer):
 class TestApiServer:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.store = Store()
         handler = type("BoundHandler", (Handler,), {"store": self.store})
         self.httpd = ApiHttpServer((host, 0), handler)
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        if tls is not None:  # serving certificate, and client certificates if the context asks for them
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> TestApiServer:
