@@ -124,3 +124,15 @@ def test_a_server_that_demands_a_client_certificate_gets_the_one_the_client_has(
         with pytest.raises(ApiError) as refused:
             anonymous.list(PODS.path("team-a"))
         assert refused.value.status == 0
+
+
+def test_a_server_url_with_a_path_keeps_it_on_every_request(apiserver: TestApiServer) -> None:
+    # clusters behind Rancher or an API gateway: https://gateway/k8s/clusters/c-1 is the API server's root
+    for api, root in (
+        (configured(f"{apiserver.url}/k8s/clusters/c-1/"), "/k8s/clusters/c-1"),
+        (configured("http://x.invalid/k8s", proxy=apiserver.url), "/k8s"),
+    ):
+        with pytest.raises(ApiError) as answered:  # the test server serves no prefix: its 404 names the path
+            api.list(PODS.path("team-a"))
+        assert answered.value.status == 404
+        assert f"no route {root}/api/v1/namespaces/team-a/pods" in answered.value.body

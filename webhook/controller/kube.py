@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
@@ -59,12 +59,14 @@ class Api:
     The pool carries the client's TLS, client certificates and proxy; the headers its auth settings,
     refreshed as the client refreshes them (projected service-account tokens, exec plugins). The
     client's generic request layer is skipped: it serializes and copies every body and header again,
-    which was half the CPU of a release PATCH (0.56 ms against 0.37 ms through the pool directly).
+    which was nearly half the CPU of a release PATCH (0.56 ms against 0.31 ms without it).
     """
 
     def __init__(self, api_client: Any) -> None:
         self._client = api_client
         self._host = api_client.configuration.host.rstrip("/")
+        # a server URL may carry a path (clusters behind Rancher or an API gateway): every request keeps it
+        self._prefix = urlsplit(self._host).path
         self._headers = {**api_client.default_headers, "Accept": JSON}
         manager = api_client.rest_client.pool_manager
         # a proxy rewrites each request's URL: only a direct connection has one pool for the server
@@ -120,7 +122,7 @@ class Api:
     ) -> Any:
         headers = {**self._headers, "Content-Type": content_type}
         self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
-        url = f"{path}?{urlencode(query)}" if query else path
+        url = self._prefix + (f"{path}?{urlencode(query)}" if query else path)
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         options = {
             "body": payload,
@@ -131,7 +133,7 @@ class Api:
         try:
             if self._pool is not None:
                 return self._pool.urlopen(method, url, **options)
-            return self._manager.urlopen(method, self._host + url, **options)
+            return self._manager.urlopen(method, self._host.removesuffix(self._prefix) + url, **options)
         except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out: an answer callers handle
             raise ApiError(0, str(error), method, path) from error
 
