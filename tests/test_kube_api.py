@@ -136,3 +136,14 @@ def test_a_server_url_with_a_path_keeps_it_on_every_request(apiserver: TestApiSe
             api.list(PODS.path("team-a"))
         assert answered.value.status == 404
         assert f"no route {root}/api/v1/namespaces/team-a/pods" in answered.value.body
+
+
+def test_a_read_only_api_reads_the_cluster_and_writes_nothing(apiserver: TestApiServer, api: Api) -> None:
+    api.create(PODS.path("team-a"), b.pod("p"))
+    writes = len(apiserver.store.requests)
+    read_only = Api(api.client, read_only=True)  # what `gangkeeper explain` runs the controller's pass through
+    read_only.merge_patch(PODS.path("team-a", "p"), {"metadata": {"labels": {"a": "b"}}})
+    read_only.delete(PODS.path("team-a", "p"))
+    assert [p["metadata"]["name"] for p in read_only.list(PODS.path("team-a"))["items"]] == ["p"]
+    assert [method for method, _ in apiserver.store.requests[writes:]] == ["GET"]
+    assert "labels" not in apiserver.store.get("v1", "pods", "team-a", "p")["metadata"]

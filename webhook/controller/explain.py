@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from webhook.controller import placement
-from webhook.controller.kube import Api, ReadOnlyApi
+from webhook.controller.kube import Api
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller, Listing
 
@@ -20,7 +20,7 @@ def explain(
 ) -> str:
     # the controller's own pass, every gang in queue order, with its writes dropped: explain and the
     # controller never disagree, and the queue position and reservation are the ones it would use
-    readonly = ReadOnlyApi(api.client)
+    readonly = Api(api.client, read_only=True)
     controller = Controller(readonly, Listing(readonly), queue_policy=policy, clock=clock)
     decisions = controller.reconcile_once()
     gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
