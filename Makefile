@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster
 
 # runtime and test tools, each pinned with its hashes; the package itself without dependencies
 $(BIN)/.installed: requirements-test.lock pyproject.toml
@@ -18,14 +18,29 @@ run: $(BIN)/.installed
 	$(BIN)/gangkeeper serve --host 127.0.0.1 --port 8443 --cert-dir certs
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/ruff check webhook tests bench hack
+	$(BIN)/ruff format --check webhook tests bench hack
 	$(BIN)/mypy
 
-# needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH
-test: lint
+# needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
+# tier (tests/test_real_*.py) builds the default Kubernetes, etcd, KWOK, LWS and JobSet first (cached)
+test: lint cluster-build
 	$(BIN)/pytest -q
 	bash hack/scan.sh
+
+# the real components, from the Go module proxy, cached in ~/.cache/gangkeeper (GK_CACHE) per version
+cluster-build:
+	bash hack/cluster/build.sh default
+
+# a local cluster with gangkeeper deployed: the demo (needs root)
+cluster: $(BIN)/.installed cluster-build
+	$(BIN)/python hack/cluster/up.py $(ARGS)
+
+# the real-cluster tier on every Kubernetes version built (1.35, 1.36, 1.37)
+test-cluster: $(BIN)/.installed
+	bash hack/cluster/build.sh all
+	for v in $$(. hack/cluster/versions.env && echo $$K8S_VERSIONS); do \
+	  GK_K8S_VERSION=$$v $(BIN)/pytest -q -m cluster tests || exit 1; done
 
 scan:
 	bash hack/scan.sh

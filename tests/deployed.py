@@ -152,6 +152,10 @@ class Sandbox:
     index: int = field(default_factory=lambda: next(_subnets))
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    # in a real cluster (tests/realcluster/kubelet.py): the service-account directory the kubelet
+    # mounts at /var/run/secrets/kubernetes.io/serviceaccount, and the API server's address and port
+    service_account: Path | None = None
+    api_address: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         tag = f"{os.getpid() % 10000}x{self.index}"
@@ -172,6 +176,9 @@ class Sandbox:
             ["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
         ):
             subprocess.run(command, check=True, capture_output=True)
+        if self.api_address:  # the API server's host address is reached through the veth
+            route = ["ip", "route", "add", f"{self.api_address[0]}/32", "via", self.host_ip]
+            subprocess.run(["ip", "netns", "exec", self.netns, *route], check=True, capture_output=True)
         # outside /tmp, which the container replaces with its own
         self.outside = Path(tempfile.mkdtemp(prefix="gangkeeper-pod-", dir="/var/tmp"))
         self.kubeconfig = self.outside / "kubeconfig"
@@ -209,6 +216,12 @@ class Sandbox:
         ]
         if not self.container.has_tmp_volume():
             steps.append("mount -o remount,ro /tmp")  # the image's own /tmp, under a read-only root
+        access = {"KUBECONFIG": str(self.kubeconfig)}
+        if self.service_account and self.api_address:
+            target = "/var/run/secrets/kubernetes.io/serviceaccount"
+            steps.append(f"mkdir -p {target} && mount --bind {shlex.quote(str(self.service_account))} {target}")
+            host, port = self.api_address
+            access = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port)}
         if security.get("readOnlyRootFilesystem"):
             steps.append("mount -o remount,ro,bind /")
         steps.append(f'exec setpriv --reuid={user} --regid={group} --clear-groups -- "$@"')
@@ -218,7 +231,7 @@ class Sandbox:
         self.process = subprocess.Popen(
             # ENTRYPOINT ["python3", "-m", "webhook"] of the image, with this interpreter
             [*sandbox, sys.executable, "-m", "webhook", *args],
-            env={"PATH": os.environ["PATH"], "HOME": "/nonexistent", **env, "KUBECONFIG": str(self.kubeconfig)},
+            env={"PATH": os.environ["PATH"], "HOME": "/nonexistent", **env, **access},
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             cwd="/",

@@ -376,7 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument("--server", default=None, help="API server URL without credentials (tests)")
     controller.add_argument("--namespace", default="gangkeeper-system", help="where the leader Lease lives")
     controller.add_argument("--interval", type=float, default=1.0, help="seconds between passes without events")
-    controller.add_argument("--native-version", choices=KUBERNETES_VERSIONS, default="1.37")
+    controller.add_argument(
+        "--native-version",
+        choices=("auto", *KUBERNETES_VERSIONS),
+        default="auto",
+        help="scheduling.k8s.io generation of native gangs; auto: the newest the API server serves (%(default)s)",
+    )
     controller.add_argument("--metrics-port", type=int, default=8080)
     controller.add_argument(
         "--max-attempts", type=int, default=5, help="times a timed-out gang is requeued before it gives up"

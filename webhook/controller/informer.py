@@ -50,6 +50,9 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             "priority",
             "hostNetwork",
             "resourceClaims",
+            # the native gang link: which mechanism the pod was stamped for (reconciler.backend_of)
+            "workloadRef",
+            "schedulingGroup",
         ),
     )
     if managed and spec.get("volumes"):  # only whether a claim may tie the pod to nodes

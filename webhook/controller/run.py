@@ -71,7 +71,7 @@ def run(
     api_client: Any,
     namespace: str,
     interval: float = 1.0,
-    native_version: str = "1.37",
+    native_version: str = "auto",
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -91,7 +91,7 @@ def run(
     controller = Controller(
         api,
         InformerSource(pods, nodes),
-        native_version=native_version,
+        native_version=served_native_version(api) if native_version == "auto" else native_version,
         may_write=elector.leading,
         max_attempts=max_attempts,
         queue_policy=Policy(queue_policy),
@@ -135,6 +135,21 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
         started.append(informer)
         log.info("watching", extra={"resource": f"{resource.group_version}/{resource.plural}"})
     return started
+
+
+def served_native_version(api: Api, fallback: str = "1.37") -> str:
+    """The Kubernetes minor whose scheduling.k8s.io Workload API the server serves, newest first; the
+    fallback when it serves none (native gangs are then refused at admission anyway)."""
+    from webhook.backends.native import GENERATIONS, VERSIONS_BEST_FIRST
+
+    for version in VERSIONS_BEST_FIRST:
+        try:
+            names = {r["name"] for r in api.get(f"/apis/scheduling.k8s.io/{version}").get("resources") or []}
+        except ApiError:
+            continue
+        if "workloads" in names:
+            return next(minor for minor, g in GENERATIONS.items() if g.version == version)
+    return fallback
 
 
 def served(resources: list[Resource], api: Api) -> list[Resource]:

@@ -28,8 +28,9 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     plan = Plan(kind=kind)
     if common.labels_of(obj).get(BATCH_SCHEDULER_LABEL):
         return Plan.leave(kind, f"KubeRay makes this gang itself (label {BATCH_SCHEDULER_LABEL})")
-    if "true" in (common.labels_of(obj).get(GANG_SCHEDULING_KEY), common.annotations_of(obj).get(GANG_SCHEDULING_KEY)):
-        return Plan.leave(kind, f"KubeRay makes this gang itself ({GANG_SCHEDULING_KEY}: true)")
+    # KubeRay's batch-scheduler plugins test the label's presence, not its value (any value turns it on)
+    if GANG_SCHEDULING_KEY in common.labels_of(obj) or GANG_SCHEDULING_KEY in common.annotations_of(obj):
+        return Plan.leave(kind, f"KubeRay makes this gang itself ({GANG_SCHEDULING_KEY} is set)")
     head = (cluster_spec.get("headGroupSpec") or {}).get("template") or {}
     head_path = (*prefix, "headGroupSpec", "template")
     members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]

@@ -43,7 +43,7 @@ def _spawn(child: Child) -> None:
         try:
             code = child.target()
         except BaseException:
-            log.exception("serving process failed", extra={"process": child.name})
+            log.exception("serving process failed", extra={"worker": child.name})
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -81,7 +81,7 @@ def supervise(children: list[Child]) -> int:
             continue
         log.error(
             "serving process exited; restarting it",
-            extra={"process": dead.name, "status": os.waitstatus_to_exitcode(status)},
+            extra={"worker": dead.name, "status": os.waitstatus_to_exitcode(status)},
         )
         if time.monotonic() - dead.started < RESTART_DELAY_SECONDS:
             time.sleep(RESTART_DELAY_SECONDS)  # a crash loop must not spin the CPU

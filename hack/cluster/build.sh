@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [all]
+# Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
+# fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
+# Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
+# `go install`ed: each is built from a generated module of ours that requires it and carries its
+# replaces, relative ones turned into the published module of the matching version.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+GK_CACHE="${GK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangkeeper}"
+PROXY="${GOPROXY_URL:-https://proxy.golang.org}"
+export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+
+log() { printf '[build %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# gomod NAME MODULE VERSION STAGING_VERSION: writes the wrapper module's go.mod on stdout.
+gomod() {
+  local name=$1 module=$2 version=$3 staging=$4 upstream
+  upstream="$(curl -fsSL --retry 3 "$PROXY/$module/@v/$version.mod")"
+  printf 'module gangkeeper.local/build/%s\n\n' "$name"
+  grep -m1 -E '^go [0-9.]+' <<<"$upstream"
+  printf '\nrequire %s %s\n\nreplace (\n' "$module" "$version"
+  # one replace per line, in or out of a block; drop the FORBIDDEN_DEPENDENCY guard
+  awk '/^replace \(/{b=1;next} b&&/^\)/{b=0;next} b{print;next} /^replace /{sub(/^replace /,"");print}' <<<"$upstream" |
+    { grep '=>' || true; } | { grep -v FORBIDDEN || true; } | while read -r path _ target tver; do
+      case "$target" in
+        ./staging/src/*) printf '\t%s => %s %s\n' "$path" "$path" "$staging" ;;
+        ../*|./*) printf '\t%s => %s %s\n' "$path" "$path" "$version" ;;
+        *) printf '\t%s => %s %s\n' "$path" "$target" "$tver" ;;
+      esac
+    done
+  printf ')\n'
+}
+
+# build NAME MODULE VERSION STAGING_VERSION LDFLAGS PKG...
+build() {
+  local name=$1 module=$2 version=$3 staging=$4 ldflags=$5; shift 5
+  local out="$GK_CACHE/bin/$name-${version#v}" work="$GK_CACHE/work/$name-${version#v}"
+  if [[ -f "$out/.complete" ]]; then log "$name $version cached in $out"; return; fi
+  log "$name $version: building ${*##*/}"
+  local start=$SECONDS
+  rm -rf "$work" "$out"; mkdir -p "$work" "$out"
+  gomod "$name" "$module" "$version" "$staging" >"$work/go.mod"
+  (cd "$work" && go build -ldflags "-s -w $ldflags" -o "$out/" "$@")
+  printf '%s %s built in %ss\n' "$name" "$version" "$((SECONDS - start))" | tee "$out/.complete" >&2
+}
+
+# rename DIR FROM TO: go names a binary after its package directory (server, cmd)
+rename() { [[ -f "$1/$2" ]] && mv "$1/$2" "$1/$3"; return 0; }
+
+k8s() {
+  local v=$1 minor; minor="$(cut -d. -f2 <<<"$v")"
+  local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version ld=""
+  for p in $vpkg $cpkg; do
+    ld+=" -X $p.gitVersion=v$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  build kubernetes k8s.io/kubernetes "v$v" "v0.$minor.${v##*.}" "$ld" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
+for t in "${targets[@]}"; do
+  case "$t" in
+    default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins ;;
+    1.*) k8s "$t" ;;
+    etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
+          rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
+    kwok) build kwok sigs.k8s.io/kwok "v$KWOK_VERSION" "" \
+            "-X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok ;;
+    lws) build lws sigs.k8s.io/lws "v$LWS_VERSION" "" "" sigs.k8s.io/lws/cmd
+         rename "$GK_CACHE/bin/lws-$LWS_VERSION" cmd lws-manager ;;
+    jobset) build jobset sigs.k8s.io/jobset "v$JOBSET_VERSION" "" "" sigs.k8s.io/jobset ;;
+    scheduler-plugins) build scheduler-plugins sigs.k8s.io/scheduler-plugins "v$SCHEDULER_PLUGINS_VERSION" "" "" \
+            sigs.k8s.io/scheduler-plugins/cmd/scheduler ;;
+    *) echo "unknown target $t" >&2; exit 2 ;;
+  esac
+done

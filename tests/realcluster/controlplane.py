@@ -1,0 +1,371 @@
+"""A real Kubernetes control plane run as processes: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and KWOK, from the binaries hack/cluster/build.sh puts in the cache.
+
+Every controller of kube-controller-manager runs (the Job, StatefulSet, ReplicaSet, EndpointSlice,
+garbage collector, PodGC, node lifecycle, ...). KWOK plays the kubelet of the nodes annotated
+`kwok.x-k8s.io/node: fake`; tests/realcluster/kubelet.py plays it for the node that runs gangkeeper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.realcluster import pki as pki_module
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = Path(__file__).with_name("kwok-stages.yaml")
+
+
+def versions() -> dict[str, str]:
+    """hack/cluster/versions.env as a dict."""
+    found: dict[str, str] = {}
+    for line in (ROOT / "hack/cluster/versions.env").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            found[key.strip()] = value.strip().strip('"')
+    return found
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.environ.get("GK_CACHE") or Path(base) / "gangkeeper")
+
+
+def binary(component: str, version: str, name: str) -> Path:
+    return cache_dir() / "bin" / f"{component}-{version}" / name
+
+
+@dataclass(frozen=True)
+class NativeGang:
+    """How a Kubernetes minor enables the Workload API and the gang plugin, as named in its own source
+    (pkg/features/kube_features.go and staging/src/k8s.io/api/scheduling/ of that release)."""
+
+    feature_gates: tuple[str, ...]
+    runtime_config: str
+
+
+NATIVE: dict[str, NativeGang] = {
+    # 1.35: both gates alpha, API scheduling.k8s.io/v1alpha1 (Workload, pods' spec.workloadRef)
+    "1.35": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1alpha1=true"),
+    # 1.36: both gates alpha (GangScheduling depends on GenericWorkload), API v1alpha2 (Workload + PodGroup)
+    "1.36": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1alpha2=true"),
+    # 1.37: see kube_features.go of v1.37: the gang plugin follows GenericWorkload
+    "1.37": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1beta1=true"),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        self.popen = subprocess.Popen(self.argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 15) -> None:
+        if not self.alive():
+            return
+        assert self.popen is not None
+        self.popen.terminate()
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class ControlPlane:
+    """Start with `with ControlPlane(...) as cp:`; `cp.kubectl(...)` runs the matching kubectl."""
+
+    workdir: Path
+    kubernetes_version: str = field(default_factory=lambda: versions()["K8S_DEFAULT"])
+    # a non-loopback address on the host for the API server to advertise (the `kubernetes` Service's
+    # endpoint; EndpointSlices refuse loopback) and for pod sandboxes to reach it by
+    advertise_address: str = "10.253.0.1"
+    native_gang: bool = True
+    processes: list[Process] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.minor = ".".join(self.kubernetes_version.split(".")[:2])
+        self.api_port = free_port()
+        self.server = f"https://{self.advertise_address}:{self.api_port}"
+
+    # --- binaries -------------------------------------------------------------------------------
+    def k8s_binary(self, name: str) -> Path:
+        return binary("kubernetes", self.kubernetes_version, name)
+
+    def missing(self) -> str | None:
+        """Why this machine cannot start it, or None."""
+        if os.geteuid() != 0:
+            return "the real cluster tier needs root (an address for the API server, pod sandboxes)"
+        v = versions()
+        wanted = [
+            self.k8s_binary(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        ]
+        wanted += [binary("etcd", v["ETCD_VERSION"], "etcd"), binary("kwok", v["KWOK_VERSION"], "kwok")]
+        absent = [str(p) for p in wanted if not p.exists()]
+        if absent:
+            return f"not built: {', '.join(absent)} (run hack/cluster/build.sh {self.kubernetes_version} etcd kwok)"
+        return None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> ControlPlane:
+        reason = self.missing()
+        if reason:
+            raise RuntimeError(reason)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir(exist_ok=True)
+        subprocess.run(["ip", "addr", "replace", f"{self.advertise_address}/32", "dev", "lo"], check=True)
+        self.pki = pki_module.create(self.workdir / "pki", [self.advertise_address, "127.0.0.1", "10.96.0.1"])
+        self.kubeconfig = self.write_kubeconfig(self.workdir / "admin.kubeconfig")
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controllers()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+    def spawn(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.logs / f"{name}.log").start()
+        self.processes.append(process)
+        return process
+
+    def _start_etcd(self) -> None:
+        v = versions()
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        data = self.workdir / "etcd"
+        shutil.rmtree(data, ignore_errors=True)
+        self.spawn(
+            "etcd",
+            [
+                str(binary("etcd", v["ETCD_VERSION"], "etcd")),
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",  # a throwaway cluster: durability buys nothing here
+                "--log-level=warn",
+            ],
+        )
+        self._wait(lambda: _http_ok(f"{self.etcd_url}/health"), "etcd", 60)
+
+    def feature_flags(self) -> list[str]:
+        if not self.native_gang:
+            return []
+        native = NATIVE[self.minor]
+        return ["--feature-gates=" + ",".join(f"{g}=true" for g in native.feature_gates)]
+
+    def _start_apiserver(self) -> None:
+        p = self.pki
+        runtime = [f"--runtime-config={NATIVE[self.minor].runtime_config}"] if self.native_gang else []
+        self.spawn(
+            "kube-apiserver",
+            [
+                str(self.k8s_binary("kube-apiserver")),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=0.0.0.0",
+                f"--secure-port={self.api_port}",
+                f"--advertise-address={self.advertise_address}",
+                f"--tls-cert-file={p.cert('apiserver')}",
+                f"--tls-private-key-file={p.key('apiserver')}",
+                f"--client-ca-file={p.ca}",
+                f"--service-account-key-file={p.directory / 'sa.pub'}",
+                f"--service-account-signing-key-file={p.key('sa')}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=Node,RBAC",
+                # webhooks and aggregated APIs are called at their Service's endpoints (no kube-proxy here)
+                "--enable-aggregator-routing=true",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+                *self.feature_flags(),
+                *runtime,
+            ],
+        )
+        self._wait(self._api_ready, "kube-apiserver", 120)
+
+    def _start_controllers(self) -> None:
+        p, kubeconfig = self.pki, str(self.kubeconfig)
+        self.spawn(
+            "kube-controller-manager",
+            [
+                str(self.k8s_binary("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={p.key('sa')}",
+                f"--root-ca-file={p.ca}",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+                "--profiling=false",
+                "--v=1",
+                *self.feature_flags(),
+            ],
+        )
+        self.start_scheduler()
+        v = versions()
+        self.spawn(
+            "kwok",
+            [
+                str(binary("kwok", v["KWOK_VERSION"], "kwok")),
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--config={STAGES}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.252.0.1",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+        )
+        # the API server's own objects the controllers start from
+        self._wait(
+            lambda: self.get("serviceaccount", "default", namespace="default") is not None,
+            "the default service account (kube-controller-manager's token controllers)",
+            120,
+        )
+
+    def start_scheduler(self, extra: list[str] | None = None, name: str = "kube-scheduler") -> Process:
+        kubeconfig = str(self.kubeconfig)
+        return self.spawn(
+            name,
+            [
+                str(self.k8s_binary("kube-scheduler")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+                "--v=1",
+                *self.feature_flags(),
+                *(extra or []),
+            ],
+        )
+
+    def _wait(self, check: Any, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [p for p in self.processes if not p.alive()]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} exited while waiting for {what}:\n{dead[0].tail()}")
+            with contextlib.suppress(Exception):
+                if check():
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"timed out waiting for {what}")
+
+    def _api_ready(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.pki.ca))
+        context.load_cert_chain(str(self.pki.cert("admin")), str(self.pki.key("admin")))
+        with urllib.request.urlopen(f"{self.server}/readyz", context=context, timeout=2) as answer:
+            return int(answer.status) == 200
+
+    # --- access ---------------------------------------------------------------------------------
+    def write_kubeconfig(self, path: Path) -> Path:
+        p = self.pki
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "gangkeeper",
+                    "clusters": [
+                        {"name": "gangkeeper", "cluster": {"server": self.server, "certificate-authority": str(p.ca)}}
+                    ],
+                    "users": [
+                        {
+                            "name": "admin",
+                            "user": {"client-certificate": str(p.cert("admin")), "client-key": str(p.key("admin"))},
+                        }
+                    ],
+                    "contexts": [{"name": "gangkeeper", "context": {"cluster": "gangkeeper", "user": "admin"}}],
+                }
+            )
+        )
+        path.chmod(0o600)
+        return path
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.k8s_binary("kubectl")), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result
+
+    def apply(self, manifest: str | dict[str, Any] | list[dict[str, Any]], *extra: str) -> str:
+        text = (
+            manifest
+            if isinstance(manifest, str)
+            else yaml.safe_dump_all(manifest if isinstance(manifest, list) else [manifest])
+        )
+        return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", *extra, stdin=text).stdout
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None, selector: str | None = None) -> Any:
+        """The object as JSON, None when it does not exist; a list's items when no name is given."""
+        args = ["get", kind, "-o", "json"]
+        args += [name] if name else []
+        args += ["-n", namespace] if namespace else []
+        args += ["-l", selector] if selector else []
+        result = self.kubectl(*args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr or "not found" in result.stderr:
+                return None
+            raise RuntimeError(result.stderr)
+        data = json.loads(result.stdout)
+        return data if name else data["items"]
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as answer:
+        return int(answer.status) == 200

@@ -1,0 +1,171 @@
+"""gangkeeper on the real control plane, deployed as a user deploys it.
+
+`kubectl apply -k` of an overlay; the real ReplicaSet controller makes gangkeeper's pods and the real
+scheduler binds them to the system node, whose kubelet (tests/realcluster/kubelet.py) runs them; the
+API server calls the webhook through the manifests' Service, at the endpoints the EndpointSlice
+controller lists for it. The system node is cordoned once gangkeeper runs there, so workloads only
+land on KWOK's fake nodes, which each test makes afresh.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.realcluster.controlplane import ControlPlane
+from tests.realcluster.kubelet import SystemNode
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+FAKE = {"kwok.x-k8s.io/node": "fake"}
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 60, every: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception as error:  # the cluster answers errors while it settles; keep asking
+            last, value = error, None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
+
+
+@dataclass
+class Stack:
+    plane: ControlPlane
+    overlay: str = "gate"
+    node: SystemNode | None = None
+    workers: list[str] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    generation: int = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Stack]:
+        with self.plane, SystemNode(self.plane) as node:
+            self.node = node
+            try:
+                self.deploy()
+                yield self
+            except BaseException:
+                print(self.diagnostics())
+                raise
+
+    def deploy(self) -> None:
+        self.plane.kubectl("apply", "-k", str(MANIFESTS / "overlays" / self.overlay))
+        for deployment in ("gangkeeper-webhook", "gangkeeper-controller"):
+            self.plane.kubectl(
+                "-n",
+                "gangkeeper-system",
+                "rollout",
+                "status",
+                f"deployment/{deployment}",
+                "--timeout=180s",
+                timeout=200,
+            )
+        # the webhook injected its CA into the configuration, and its Service has ready endpoints
+        wait_until(
+            lambda: self.plane.get("mutatingwebhookconfiguration", "gangkeeper")["webhooks"][0]["clientConfig"].get(
+                "caBundle"
+            ),
+            "the webhook's CA bundle",
+            60,
+        )
+        wait_until(self.webhook_endpoints, "ready endpoints of the gangkeeper-webhook Service", 60)
+        self.plane.kubectl("cordon", "gk-system")
+
+    def webhook_endpoints(self) -> list[str]:
+        slices = self.plane.get(
+            "endpointslices", namespace="gangkeeper-system", selector="kubernetes.io/service-name=gangkeeper-webhook"
+        )
+        return [
+            a
+            for s in slices
+            for e in s.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+            for a in e["addresses"]
+        ]
+
+    # --- fake nodes -----------------------------------------------------------------------------
+    def replace_workers(
+        self, count: int, cpu: str = "8", memory: str = "32Gi", gpus: int = 0, prefix: str = "worker"
+    ) -> list[str]:
+        """A clean slate for one test: the last tests' namespaces and fake nodes deleted (PodGC removes
+        pods left on deleted nodes), and `count` new Ready nodes under names never used before."""
+        for namespace in self.namespaces:
+            self.plane.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+        self.namespaces.clear()
+        for name in self.workers:
+            self.plane.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+        self.generation += 1
+        self.workers = [f"{prefix}{self.generation}-{i}" for i in range(1, count + 1)]
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+        nodes = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": n,
+                    "annotations": dict(FAKE),
+                    "labels": {"kubernetes.io/hostname": n, "kubernetes.io/os": "linux", "type": "kwok"},
+                },
+                "status": {"capacity": capacity, "allocatable": capacity},
+            }
+            for n in self.workers
+        ]
+        wait_until(lambda: not any(self.plane.get("node", n) for n in self.workers), "old nodes to go", 60)
+        self.plane.apply(nodes)
+        wait_until(lambda: all(_ready(self.plane.get("node", n)) for n in self.workers), "fake nodes Ready", 60)
+        return self.workers
+
+    def namespace(self, name: str, backend: str | None, opted_in: bool = True) -> str:
+        labels = {"gangkeeper.io/enabled": "true"} if opted_in else {}
+        if backend:
+            labels["gangkeeper.io/backend"] = backend
+        self.plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", timeout=130)
+        self.namespaces.append(name)
+        self.plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+        wait_until(lambda: self.plane.get("serviceaccount", "default", namespace=name), "the namespace's SA", 60)
+        return name
+
+    def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        return list(self.plane.get("pods", namespace=namespace, selector=selector))
+
+    def diagnostics(self) -> str:
+        parts = [self.plane.kubectl("get", "pods,nodes,events", "-A", "-o", "wide", check=False).stdout]
+        if self.node:
+            parts.append(self.node.logs())
+        for process in self.plane.processes:
+            parts.append(f"--- {process.name}\n{process.tail(15)}")
+        return "\n".join(parts)
+
+    def ca_bundle(self) -> bytes:
+        config = self.plane.get("mutatingwebhookconfiguration", "gangkeeper")
+        return base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"])
+
+
+def _ready(node: dict[str, Any] | None) -> bool:
+    return bool(node) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in (node or {}).get("status", {}).get("conditions", [])
+    )
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+def gated(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("schedulingGates")]

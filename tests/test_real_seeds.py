@@ -1,0 +1,160 @@
+"""The seeds' story on a real cluster (tests/realcluster/): upstream kube-apiserver, controllers and
+kube-scheduler, KWOK nodes, gangkeeper deployed from its manifests and called through its Service.
+
+Every assertion reads what the cluster reports (pods' nodes and phases, group objects' status), never
+gangkeeper's own state. Three fake nodes of 8 CPUs each hold two 4-CPU pods apiece.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.realcluster import operators, workloads
+from tests.realcluster.controlplane import ControlPlane, versions
+from tests.realcluster.stack import Stack, bound, gated, running, wait_until
+
+pytestmark = pytest.mark.cluster
+BACKENDS = ["gate", "native"]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
+    plane = ControlPlane(tmp_path_factory.mktemp("cluster"), kubernetes_version=version)
+    reason = plane.missing()
+    if reason:
+        pytest.skip(reason)
+    with Stack(plane, overlay="gate").running() as running_stack:
+        for operator in (operators.lws(), operators.jobset()):
+            if operator.missing():
+                pytest.skip(operator.missing())
+            operator.install(plane)
+        yield running_stack
+
+
+class Watch:
+    """Polls a namespace's pods; remembers the most pods ever bound while others were not."""
+
+    def __init__(self, stack: Stack, namespace: str) -> None:
+        self.stack, self.namespace = stack, namespace
+        self.partial: list[tuple[int, int]] = []  # (bound, total) seen with 0 < bound < total
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            pods = self.stack.pods(self.namespace)
+            if 0 < len(bound(pods)) < len(pods):
+                self.partial.append((len(bound(pods)), len(pods)))
+
+
+def scheduled_at(pod: dict[str, Any]) -> dt.datetime:
+    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    return dt.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
+
+
+def assert_started_together(pods: list[dict[str, Any]], size: int) -> None:
+    assert len(running(pods)) == size, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+    times = sorted(scheduled_at(p) for p in pods)
+    # one gang is bound in one go: the scheduler binds its members within a few seconds of each other
+    assert (times[-1] - times[0]).total_seconds() <= 5, times
+
+
+def wait_running(stack: Stack, namespace: str, size: int, timeout: float = 90) -> list[dict[str, Any]]:
+    return wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == size and p,
+        f"{size} pods Running in {namespace}",
+        timeout,
+    )
+
+
+def hold_pending(stack: Stack, namespace: str, size: int, seconds: float = 15) -> list[dict[str, Any]]:
+    """The gang's pods all exist and none is bound, for `seconds`."""
+    wait_until(lambda: len(stack.pods(namespace)) == size, f"{size} pods in {namespace}", 60)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pods = stack.pods(namespace)
+        assert not bound(pods), f"partial start: {[p['metadata']['name'] for p in bound(pods)]} bound"
+        time.sleep(0.5)
+    return stack.pods(namespace)
+
+
+def workload(kind: str, namespace: str, cpu: str) -> dict[str, Any]:
+    if kind == "job":
+        return workloads.job("train", namespace, 4, cpu)
+    return workloads.leader_worker_set("lws", namespace, 4, cpu)
+
+
+@pytest.mark.parametrize("kind", ["job", "lws"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_all_fit_start_together(stack: Stack, backend: str, kind: str) -> None:
+    """Seed scenario 1: four pods that fit are held until all four exist, then start at once."""
+    stack.replace_workers(3)
+    namespace = stack.namespace(f"fit-{backend}-{kind}", backend)
+    with Watch(stack, namespace) as watch:
+        stack.plane.apply(workload(kind, namespace, "100m"))
+        pods = wait_running(stack, namespace, 4)
+    assert_started_together(pods, 4)
+    assert not watch.partial, watch.partial
+    if backend == "gate":  # each pod was created behind the gate, which the controller then lifted
+        assert not gated(pods)
+
+
+@pytest.mark.parametrize("kind", ["job", "lws"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resource_pinch_waits_whole_then_starts_whole(stack: Stack, backend: str, kind: str) -> None:
+    """Seed scenario 2: two of three nodes tainted, room for two 4-CPU pods: all four wait unbound;
+    one taint removed, room for four: all four start together."""
+    nodes = stack.replace_workers(3)
+    for node in nodes[:2]:
+        stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
+    namespace = stack.namespace(f"pinch-{backend}-{kind}", backend)
+    stack.plane.apply(workload(kind, namespace, "4"))
+    pods = hold_pending(stack, namespace, 4)
+    if backend == "gate":
+        assert len(gated(pods)) == 4
+    else:  # the real gang plugin refuses the group: every pod Unschedulable, none bound
+        assert all(
+            c["reason"] == "Unschedulable"
+            for p in pods
+            for c in p["status"].get("conditions", [])
+            if c["type"] == "PodScheduled"
+        ), pods
+    with Watch(stack, namespace) as watch:
+        stack.plane.kubectl("taint", "nodes", nodes[1], "test=blocked:NoSchedule-")
+        pods = wait_running(stack, namespace, 4)
+    assert_started_together(pods, 4)
+    assert not watch.partial, watch.partial
+    assert {p["spec"]["nodeName"] for p in pods} == {nodes[1], nodes[2]}
+
+
+def test_default_scheduler_starts_part(stack: Stack) -> None:
+    """Seed scenario 3, the counter-example: a namespace not opted in, the same pinch: two pods run,
+    two stay Pending for good."""
+    nodes = stack.replace_workers(3)
+    for node in nodes[:2]:
+        stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
+    namespace = stack.namespace("no-gang", None, opted_in=False)
+    stack.plane.apply(workloads.job("train", namespace, 4, "4"))
+    wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two pods Running", 60)
+    time.sleep(5)
+    pods = stack.pods(namespace)
+    assert len(running(pods)) == 2 and len(pods) == 4
+    assert all(
+        p["spec"].get("schedulerName") == "default-scheduler" and not p["spec"].get("schedulingGates") for p in pods
+    )
