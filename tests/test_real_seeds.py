@@ -97,10 +97,12 @@ def hold_pending(stack: Stack, namespace: str, size: int, seconds: float = 15) -
 def workload(kind: str, namespace: str, cpu: str) -> dict[str, Any]:
     if kind == "job":
         return workloads.job("train", namespace, 4, cpu)
+    if kind == "jobset":
+        return workloads.job_set("train", namespace, cpu)
     return workloads.leader_worker_set("lws", namespace, 4, cpu)
 
 
-@pytest.mark.parametrize("kind", ["job", "lws"])
+@pytest.mark.parametrize("kind", ["job", "lws", "jobset"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_all_fit_start_together(stack: Stack, backend: str, kind: str) -> None:
     """Seed scenario 1: four pods that fit are held until all four exist, then start at once."""
@@ -143,14 +145,15 @@ def test_resource_pinch_waits_whole_then_starts_whole(stack: Stack, backend: str
     assert {p["spec"]["nodeName"] for p in pods} == {nodes[1], nodes[2]}
 
 
-def test_default_scheduler_starts_part(stack: Stack) -> None:
+@pytest.mark.parametrize("kind", ["job", "lws"])
+def test_default_scheduler_starts_part(stack: Stack, kind: str) -> None:
     """Seed scenario 3, the counter-example: a namespace not opted in, the same pinch: two pods run,
     two stay Pending for good."""
     nodes = stack.replace_workers(3)
     for node in nodes[:2]:
         stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
-    namespace = stack.namespace("no-gang", None, opted_in=False)
-    stack.plane.apply(workloads.job("train", namespace, 4, "4"))
+    namespace = stack.namespace(f"no-gang-{kind}", None, opted_in=False)
+    stack.plane.apply(workload(kind, namespace, "4"))
     wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two pods Running", 60)
     time.sleep(5)
     pods = stack.pods(namespace)
@@ -158,3 +161,55 @@ def test_default_scheduler_starts_part(stack: Stack) -> None:
     assert all(
         p["spec"].get("schedulerName") == "default-scheduler" and not p["spec"].get("schedulingGates") for p in pods
     )
+
+
+def test_native_min_count_starts_the_quorum(stack: Stack) -> None:
+    """The native Workload's minCount (gangkeeper.io/min-member: 3 of 4), on three 4-CPU nodes:
+    with two tainted (room for one) none is bound; untainted (room for three) the real gang plugin
+    admits the group at three and the fourth waits."""
+    nodes = stack.replace_workers(3, cpu="4")
+    for node in nodes[1:]:
+        stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
+    namespace = stack.namespace("native-min-count", "native")
+    stack.plane.apply(workloads.job("train", namespace, 4, "4", annotations={"gangkeeper.io/min-member": "3"}))
+    hold_pending(stack, namespace, 4, seconds=10)
+    groups = stack.plane.get("podgroups.scheduling.k8s.io", namespace=namespace)
+    assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups] == [3], groups
+    for node in nodes[1:]:
+        stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule-")
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "three pods Running", 90)
+    time.sleep(5)
+    pods = stack.pods(namespace)
+    assert len(running(pods)) == 3 and len(bound(pods)) == 3, [p["status"].get("phase") for p in pods]
+
+
+def test_gate_timeout_never_fails_the_job(stack: Stack) -> None:
+    """A gang released but not all bound (required anti-affinity, one node short) times out; the
+    controller's requeue must not spend the Job's failures: with backoffLimit 0 the real Job
+    controller fails the Job on the first pod it counts as failed."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("gate-timeout", "gate")
+    job = workloads.job("spread", namespace, 3, "100m", annotations={"gangkeeper.io/timeout-seconds": "10"})
+    labels = {"app": "spread"}
+    job["spec"]["template"]["metadata"]["labels"] = labels
+    job["spec"]["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels}}
+            ]
+        }
+    }
+    stack.plane.apply(job)
+    wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two of three pods Running", 60)
+    # the timeout (10 s) passes, the controller requeues; watch the Job for 40 s
+    deadline = time.monotonic() + 40
+    requeued = False
+    while time.monotonic() < deadline:
+        found = stack.plane.get("job", "spread", namespace=namespace)
+        status = found.get("status") or {}
+        assert not status.get("failed"), f"the requeue counted as a failure: {status}"
+        assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions") or []), status
+        requeued = requeued or bool(found["spec"].get("suspend"))
+        time.sleep(1)
+    events = stack.plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert requeued or "GangTimedOut" in events or "GangEvicted" in events or "GangRequeued" in events, events[-2000:]

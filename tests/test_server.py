@@ -157,6 +157,11 @@ def test_output_mutated_again_gives_no_patch(server: Server) -> None:
     ("body", "status", "reason"),
     [
         (b"{not json", 400, "not JSON"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"x": NaN}}',
+            400,
+            "NaN is not a JSON value",
+        ),
         (b"", 400, "empty request body"),
         (b"[]", 400, "not a JSON object"),
         (
@@ -191,7 +196,7 @@ def test_output_mutated_again_gives_no_patch(server: Server) -> None:
         ),
         (b"x" * (3 * 1024 * 1024 + 1), 413, "exceeds"),
     ],
-    ids=["not-json", "empty", "array", "v1beta1", "no-request", "no-uid", "object-not-object", "too-large"],
+    ids=["not-json", "nan", "empty", "array", "v1beta1", "no-request", "no-uid", "object-not-object", "too-large"],
 )
 def test_bad_requests_get_an_http_error_with_a_reason(server: Server, body: bytes, status: int, reason: str) -> None:
     answer = server.post("/mutate", body)

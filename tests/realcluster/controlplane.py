@@ -62,8 +62,9 @@ NATIVE: dict[str, NativeGang] = {
     "1.35": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1alpha1=true"),
     # 1.36: both gates alpha (GangScheduling depends on GenericWorkload), API v1alpha2 (Workload + PodGroup)
     "1.36": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1alpha2=true"),
-    # 1.37: see kube_features.go of v1.37: the gang plugin follows GenericWorkload
-    "1.37": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1beta1=true"),
+    # 1.37: GenericWorkload is beta (still off by default) and GangScheduling is gone, merged into it;
+    # the API is served as v1beta1 (and v1alpha3), a beta API that --runtime-config must turn on
+    "1.37": NativeGang(("GenericWorkload",), "scheduling.k8s.io/v1beta1=true"),
 }
 
 

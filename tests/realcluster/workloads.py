@@ -56,6 +56,31 @@ def leader_worker_set(
     }
 
 
+def job_set(name: str, namespace: str, cpu: str, workers: int = 3) -> dict[str, Any]:
+    """A leader Job of one pod and a worker Job of `workers` pods, started in any order."""
+
+    def replicated(job_name: str, pods: int) -> dict[str, Any]:
+        return {
+            "name": job_name,
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "parallelism": pods,
+                    "completions": pods,
+                    "backoffLimit": 0,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [container(cpu)]}},
+                }
+            },
+        }
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicatedJobs": [replicated("leader", 1), replicated("workers", workers)]},
+    }
+
+
 def deployment(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, Any]:
     labels = {"app": name}
     return {

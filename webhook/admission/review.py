@@ -54,13 +54,19 @@ class BadReview(Exception):
         self.http_status, self.reason = http_status, reason
 
 
+def _not_json(constant: str) -> Any:
+    """NaN and Infinity are Python's extensions, never JSON (RFC 8259) nor anything the API server
+    sends; accepted, they would compare unequal to themselves and no patch would ever converge."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
 def decode(body: bytes) -> AdmissionRequest:
     if len(body) > MAX_BODY_BYTES:
         raise BadReview(413, f"request body of {len(body)} bytes exceeds the {MAX_BODY_BYTES} byte limit")
     if not body:
         raise BadReview(400, "empty request body; expected an AdmissionReview")
     try:
-        review = json.loads(body)
+        review = json.loads(body, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadReview(400, f"request body is not JSON: {exc}") from None
     except RecursionError:

@@ -26,8 +26,10 @@ AUTO_ORDER = ("volcano", "coscheduling", "native", "gate")
 HOW_TO_ENABLE = {
     "volcano": "install Volcano (its scheduling.volcano.sh/v1beta1 PodGroup CRD and scheduler)",
     "coscheduling": "install scheduler-plugins with the coscheduling plugin and its PodGroup CRD",
-    "native": "enable the GenericWorkload feature gate on the API server and scheduler and serve the API "
-    "with --runtime-config=scheduling.k8s.io/<version>=true (Kubernetes 1.35 or later)",
+    "native": "enable the feature gates GenericWorkload and GangScheduling (1.35, 1.36; 1.37 merged "
+    "GangScheduling into GenericWorkload) on the API server and kube-scheduler, without which pods are "
+    "scheduled one by one, and serve the API with --runtime-config=scheduling.k8s.io/v1alpha1=true (1.35), "
+    "v1alpha2 (1.36) or v1beta1 (1.37)",
 }
 
 
