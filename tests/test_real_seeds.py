@@ -200,7 +200,10 @@ def test_gate_timeout_never_fails_the_job(stack: Stack) -> None:
         }
     }
     stack.plane.apply(job)
-    wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two of three pods Running", 60)
+    try:
+        wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two of three pods Running", 60)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
     # the timeout (10 s) passes, the controller requeues; watch the Job for 40 s
     deadline = time.monotonic() + 40
     requeued = False

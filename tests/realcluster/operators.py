@@ -15,6 +15,7 @@ import os
 import subprocess
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class Operator:
     namespace: str
     executable: str
     settings: dict[str, Any] = field(default_factory=dict)
+    # where its cert controller expects the Secret mounted, when it does not follow its configuration
+    fixed_cert_dir: Path | None = None
     process: Process | None = None
 
     def install(self, plane: ControlPlane) -> Operator:
@@ -56,17 +59,18 @@ class Operator:
         kept = [o for o in objects if o["kind"] != "Deployment"]
         service["spec"].pop("selector", None)  # its endpoint is the process below, not a pod
         plane.apply(kept)
-        port = free_port()
+        port, health = free_port(), free_port()
         workdir = plane.workdir / self.name
         workdir.mkdir(exist_ok=True)
+        cert_dir = self.fixed_cert_dir or workdir / "certs"
         configuration = {
             "apiVersion": f"{self.api_group}/v1alpha1",
             "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": True},
-            "webhook": {"port": port, "certDir": str(workdir / "certs")},
+            "webhook": {"port": port, "certDir": str(cert_dir)},
             "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
             **self.settings,
         }
         config_file = workdir / "config.yaml"
@@ -91,20 +95,36 @@ class Operator:
             }
         )
         secret = f"{self.name}-webhook-server-cert"  # the released configuration's default
-        threading.Thread(target=self._mount_secret, args=(plane, secret, workdir / "certs"), daemon=True).start()
+        threading.Thread(target=self._mount_secret, args=(plane, secret, cert_dir), daemon=True).start()
         exe = binary(self.name, self.version, self.executable)
-        self.process = plane.spawn(self.name, [str(exe), f"--config={config_file}", f"--kubeconfig={plane.kubeconfig}"])
-        # ready when its webhook configurations carry the CA its cert controller made
-        names = [o["metadata"]["name"] for o in objects if o["kind"].endswith("WebhookConfiguration")]
-        for kind, name in (
+        names = [
             (o["kind"].lower(), o["metadata"]["name"]) for o in objects if o["kind"].endswith("WebhookConfiguration")
-        ):
-            wait_until(
-                lambda k=kind, n=name: all(w["clientConfig"].get("caBundle") for w in plane.get(k, n)["webhooks"]),
-                f"{self.name}'s CA in {name}",
-                120,
-            )
+        ]
         assert names, f"{self.name} has no webhook configuration"
+        # Its cert controller (open-policy-agent/cert-controller) can lose a write race on the Secret at
+        # start and then wait for good; the pod's restart is what brings it back, so it is restarted here.
+        for attempt in range(3):
+            self.process = plane.spawn(
+                f"{self.name}-{attempt}", [str(exe), f"--config={config_file}", f"--kubeconfig={plane.kubeconfig}"]
+            )
+            try:
+                # ready: its CA in its webhook configurations and its webhook server listening, as the
+                # readiness probe of its Deployment waits for
+                for kind, name in names:
+                    wait_until(
+                        lambda k=kind, n=name: all(
+                            w["clientConfig"].get("caBundle") for w in plane.get(k, n)["webhooks"]
+                        ),
+                        f"{self.name}'s CA in {name}",
+                        60,
+                    )
+                wait_until(lambda: _ok(f"http://127.0.0.1:{health}/readyz"), f"{self.name} ready", 60)
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
+                self.process.stop()
+                plane.processes.remove(self.process)
         return self
 
     def _mount_secret(self, plane: ControlPlane, secret: str, directory: Path) -> None:
@@ -125,6 +145,11 @@ class Operator:
         return None if exe.exists() else f"not built: {exe} (run hack/cluster/build.sh {self.name})"
 
 
+def _ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as answer:
+        return int(answer.status) == 200
+
+
 def lws(gang_provider: str | None = None) -> Operator:
     settings = {"gangSchedulingManagement": {"schedulerProvider": gang_provider}} if gang_provider else {}
     return Operator(
@@ -139,6 +164,7 @@ def lws(gang_provider: str | None = None) -> Operator:
 
 
 def jobset() -> Operator:
+    # jobset pkg/util/cert/cert.go: the cert controller's directory is a constant
     return Operator(
         "jobset",
         "sigs.k8s.io/jobset",
@@ -146,4 +172,5 @@ def jobset() -> Operator:
         "config.jobset.x-k8s.io",
         "jobset-system",
         "jobset",
+        fixed_cert_dir=Path("/tmp/k8s-webhook-server/serving-certs"),
     )

@@ -140,6 +140,14 @@ class Stack:
     def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
         return list(self.plane.get("pods", namespace=namespace, selector=selector))
 
+    def describe(self, namespace: str) -> str:
+        """What a user would look at: the namespace's pods and events, the gang controller's log."""
+        shown = self.plane.kubectl("get", "pods,jobs,events", "-n", namespace, "-o", "wide", check=False).stdout
+        controller = "\n".join(
+            s.logs()[-3000:] for s in (self.node.sandboxes.values() if self.node else []) if "controller" in s.name
+        )
+        return f"{shown}\n--- gangkeeper controller\n{controller}"
+
     def diagnostics(self) -> str:
         parts = [self.plane.kubectl("get", "pods,nodes,events", "-A", "-o", "wide", check=False).stdout]
         if self.node:

@@ -709,6 +709,10 @@ class Controller:
         self._avoid.setdefault(gang.key, {}).update({node: until for node in lost})
         if not self.may_write():
             return
+        if decision.evict and self._requeues_by_suspending(resolved):
+            # a replaced pod would count as the Job's failure: the whole gang goes back instead
+            self.requeue_whole(gang, resolved, decision, now)
+            return
         if decision.evict:
             self._evict(gang, decision.evict)
             metrics.REPAIRS.inc(len(decision.evict))
@@ -738,6 +742,17 @@ class Controller:
                 f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} to be recreated gated",
             )
             return
+        self.requeue_whole(gang, resolved, decision, now)
+
+    def _requeues_by_suspending(self, resolved: Resolved) -> bool:
+        """Whether the gang's owner is one whose controller counts a deleted pod that had not succeeded
+        as a failure, spent against its backoffLimit (the Job controller, k8s.io/kubernetes
+        pkg/controller/job/job_controller.go, and every kind built on Jobs): such a gang is never
+        thinned by evictions, it is requeued whole by suspension, which counts no failure."""
+        target = self._suspend_target(resolved.workload)
+        return target is not None and str(target.get("kind", "")) in SUSPEND_PATHS
+
+    def requeue_whole(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         workload = self._suspend_target(resolved.workload)
         annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
         attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1

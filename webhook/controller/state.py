@@ -10,6 +10,7 @@ gang is placed around them on the next pass.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -42,17 +43,31 @@ def format_time(moment: dt.datetime) -> str:
 
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-_SHAPES: dict[int, Shape] = {}  # id of canonical containers (interning) -> their shape
+# (id of canonical containers (interning), the other fields placement reads) -> their shape
+_SHAPES: dict[tuple[int, str], Shape] = {}
+# besides the containers, what Shape.from_pod_spec reads: two pods with the same containers and
+# different affinity, selectors or tolerations have different shapes
+_CONSTRAINT_FIELDS = (
+    "affinity",
+    "nodeSelector",
+    "tolerations",
+    "topologySpreadConstraints",
+    "hostNetwork",
+    "volumes",
+    "resourceClaims",
+)
 
 
 def shape_of(spec: Mapping[str, Any]) -> Shape:
-    """The pod's scheduling shape, computed once per distinct canonical container list."""
+    """The pod's scheduling shape, computed once per distinct canonical container list and constraints."""
     containers = spec.get("containers")
     plain = not (spec.get("initContainers") or spec.get("overhead") or spec.get("resources"))
     if plain and containers is not None and interning.is_canonical(containers):
-        shape = _SHAPES.get(id(containers))
+        constraints = {f: spec[f] for f in _CONSTRAINT_FIELDS if spec.get(f)}
+        key = (id(containers), json.dumps(constraints, sort_keys=True) if constraints else "")
+        shape = _SHAPES.get(key)
         if shape is None:
-            shape = _SHAPES[id(containers)] = Shape.from_pod_spec(spec)
+            shape = _SHAPES[key] = Shape.from_pod_spec(spec)
         return shape
     return Shape.from_pod_spec(spec)
 
