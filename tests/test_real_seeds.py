@@ -173,8 +173,13 @@ def test_native_min_count_starts_the_quorum(stack: Stack) -> None:
     namespace = stack.namespace("native-min-count", "native")
     stack.plane.apply(workloads.job("train", namespace, 4, "4", annotations={"gangkeeper.io/min-member": "3"}))
     hold_pending(stack, namespace, 4, seconds=10)
-    groups = stack.plane.get("podgroups.scheduling.k8s.io", namespace=namespace)
-    assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups] == [3], groups
+    if stack.plane.minor == "1.35":  # v1alpha1: the groups live in the Workload
+        workload = stack.plane.get("workloads.scheduling.k8s.io", namespace=namespace)
+        counts = [g["policy"]["gang"]["minCount"] for w in workload for g in w["spec"]["podGroups"]]
+    else:  # v1alpha2 and later: a PodGroup object per group
+        groups = stack.plane.get("podgroups.scheduling.k8s.io", namespace=namespace)
+        counts = [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups]
+    assert counts == [3], counts
     for node in nodes[1:]:
         stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule-")
     pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "three pods Running", 90)
