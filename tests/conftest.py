@@ -8,12 +8,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import requests
 
 from tests.apiserver import Store, TestApiServer
 from webhook.controller.kube import Api, client_from
+
+if TYPE_CHECKING:
+    from tests.realcluster.stack import Stack
 
 
 def free_port() -> int:
@@ -107,3 +111,23 @@ def api(apiserver: TestApiServer) -> Api:
 def store(apiserver: TestApiServer) -> Store:
     """The objects of the test API server, read and written directly (controllers the tests simulate)."""
     return apiserver.store
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The real cluster (tests/realcluster/), started once for every test of the tier that asks for it."""
+    from tests.realcluster import operators
+    from tests.realcluster.controlplane import ControlPlane, versions
+    from tests.realcluster.stack import Stack
+
+    version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
+    plane = ControlPlane(tmp_path_factory.mktemp("cluster"), kubernetes_version=version)
+    reason = plane.missing()
+    if reason:
+        pytest.skip(reason)
+    with Stack(plane, overlay="gate").running() as running_stack:
+        for operator in (operators.lws(), operators.jobset()):
+            if operator.missing():
+                pytest.skip(operator.missing())
+            operator.install(plane)
+        yield running_stack

@@ -84,6 +84,16 @@ def test_lws_leader_ready_gang_is_the_leader_alone() -> None:
     assert any("LeaderReady" in w for w in plan.warnings)
 
 
+def test_lws_exclusive_topology_gang_is_the_leader_alone() -> None:
+    """Workers of an exclusive-topology group are created after the leader is scheduled (the real tier's
+    test_lws_exclusive_placement_starts deadlocked on the whole group's gang)."""
+    obj = b.lws("ex", size=4)
+    obj["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}
+    plan = gangs.analyze(obj)
+    assert [g.min_member for g in plan.gangs] == [1]
+    assert any("exclusive-topology" in w and len(w) <= 120 for w in plan.warnings)
+
+
 @pytest.mark.parametrize(
     ("value", "accepted"),
     [("1", True), ("3", True), ("4", True), ("0", False), ("5", False), ("-2", False), ("four", False), ("", False)],

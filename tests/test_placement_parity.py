@@ -38,6 +38,13 @@ def add_job(store: Store, name: str, parallelism: int, spec: dict[str, Any], **m
     JobController(store).sync(NS, name)
 
 
+def add_statefulset(store: Store, name: str, replicas: int, spec: dict[str, Any]) -> None:
+    sts = b.statefulset(name, replicas=replicas)
+    sts["spec"]["template"]["spec"] = spec
+    store.create("apps/v1", "statefulsets", NS, sts)
+    StatefulSetController(store).sync(NS, name)
+
+
 def bound_nodes(store: Store, group: str) -> list[str]:
     return sorted(p["spec"].get("nodeName") or "" for p in gang_pods(store, group))
 
@@ -209,10 +216,10 @@ def test_a_node_taken_after_the_release_is_repaired_by_replacing_only_the_unboun
     install_admission(store, "gate")
     for name in ("worker1", "worker2", "worker3"):
         store.create("v1", "nodes", "", node(name, cpu="8"))
-    add_job(store, "train", 2, b.pod_spec(b.container("6", "1Gi")))
+    add_statefulset(store, "train", 2, b.pod_spec(b.container("6", "1Gi")))
     clock = Clock()
     gangs = Controller(api, clock=clock)
-    decision = gangs.reconcile_once()["team-a/job-train"]
+    decision = gangs.reconcile_once()["team-a/sts-train"]
     assert decision.state == "Release"
     victim_node = sorted(decision.release.values())[0]
     thief = b.pod("thief", spec=b.pod_spec(b.container("4", "1Gi")), namespace="other")
@@ -223,18 +230,18 @@ def test_a_node_taken_after_the_release_is_repaired_by_replacing_only_the_unboun
     refused = [k for k, v in outcome.items() if v.startswith("!")]
     assert len(refused) == 1
     clock.advance(2)
-    decision = gangs.reconcile_once()["team-a/job-train"]
+    decision = gangs.reconcile_once()["team-a/sts-train"]
     assert decision.state == "Repair" and decision.evict == [refused[0].split("/")[1]], decision.message
     bound = [p["metadata"]["name"] for p in gang_pods(store) if p["spec"].get("nodeName")]
     assert len(bound) == 1  # the member that bound stays
-    # the Job controller replaces the evicted pod (test API server eviction deletes it)
-    JobController(store).sync(NS, "train")
+    # the StatefulSet controller replaces the evicted pod (test API server eviction deletes it)
+    StatefulSetController(store).sync(NS, "train")
     clock.advance(2)
-    decision = gangs.reconcile_once()["team-a/job-train"]
+    decision = gangs.reconcile_once()["team-a/sts-train"]
     assert decision.state == "Release" and list(decision.release.values()) != [victim_node], decision.message
     assert not [v for v in schedule(store).values() if v.startswith("!")]
     kubelet(store, NS)
-    assert gangs.reconcile_once()["team-a/job-train"].state == "Running"
+    assert gangs.reconcile_once()["team-a/sts-train"].state == "Running"
     assert not overcommitted(store)
     reasons = [e["reason"] for e in store.list("v1", "events", None)[0]]
     gangs.recorder.flush()
@@ -249,10 +256,10 @@ def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(sto
     install_admission(store, "gate")
     for name in ("worker1", "worker2"):
         store.create("v1", "nodes", "", node(name, cpu="8"))
-    add_job(store, "train", 1, b.pod_spec(b.container("6", "1Gi")))
+    add_statefulset(store, "train", 1, b.pod_spec(b.container("6", "1Gi")))
     clock = Clock()
     gangs = Controller(api, clock=clock)
-    first = gangs.reconcile_once()["team-a/job-train"]
+    first = gangs.reconcile_once()["team-a/sts-train"]
     refused_node = next(iter(first.release.values()))
     pod = gang_pods(store)[0]
     pod["status"] = {
@@ -260,10 +267,33 @@ def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(sto
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     }
     store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
-    assert gangs.reconcile_once()["team-a/job-train"].state == "Repair"
-    JobController(store).sync(NS, "train")
-    again = gangs.reconcile_once()["team-a/job-train"]
+    assert gangs.reconcile_once()["team-a/sts-train"].state == "Repair"
+    StatefulSetController(store).sync(NS, "train")
+    again = gangs.reconcile_once()["team-a/sts-train"]
     assert again.state == "Release" and refused_node not in again.release.values()
+
+
+def test_a_job_whose_pinned_pod_is_refused_is_requeued_whole_never_thinned(store: Store, api: Api) -> None:
+    """The Job controller counts a deleted pod that had not succeeded as a failure (spent against
+    backoffLimit; the real tier's test_gate_timeout_never_fails_the_job saw a Job fail so): a Job's gang
+    is not repaired by eviction but suspended whole, which counts nothing."""
+    install_admission(store, "gate")
+    for name in ("worker1", "worker2"):
+        store.create("v1", "nodes", "", node(name, cpu="8"))
+    add_job(store, "train", 1, b.pod_spec(b.container("6", "1Gi")))
+    gangs = Controller(api, clock=Clock())
+    gangs.reconcile_once()
+    pod = gang_pods(store)[0]
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Repair"
+    assert store.get("batch/v1", "jobs", NS, "train")["spec"].get("suspend") is True
+    assert [p["metadata"]["name"] for p in gang_pods(store)] == [pod["metadata"]["name"]]  # nothing evicted
+    gangs.recorder.flush()
+    assert "GangRequeued" in [e["reason"] for e in store.list("v1", "events", None)[0]]
 
 
 # --- unpinned releases keep their reservation ----------------------------------------------------------------

@@ -8,35 +8,17 @@ gangkeeper's own state. Three fake nodes of 8 CPUs each hold two 4-CPU pods apie
 from __future__ import annotations
 
 import datetime as dt
-import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.realcluster import operators, workloads
-from tests.realcluster.controlplane import ControlPlane, versions
+from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, bound, gated, running, wait_until
 
 pytestmark = pytest.mark.cluster
 BACKENDS = ["gate", "native"]
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
-    plane = ControlPlane(tmp_path_factory.mktemp("cluster"), kubernetes_version=version)
-    reason = plane.missing()
-    if reason:
-        pytest.skip(reason)
-    with Stack(plane, overlay="gate").running() as running_stack:
-        for operator in (operators.lws(), operators.jobset()):
-            if operator.missing():
-                pytest.skip(operator.missing())
-            operator.install(plane)
-        yield running_stack
 
 
 class Watch:

@@ -9,6 +9,9 @@ from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
 KIND = "LeaderWorkerSet"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+# LWS creates a group's workers only once its leader is scheduled, to place them in the leader's
+# topology domain (lws pkg/controllers/pod_controller.go): a gang of the whole group would never start
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 
 
 def identity(name: str, group_index: str | int) -> GangId:
@@ -38,6 +41,11 @@ def analyze(obj: Obj) -> Plan:
         plan.warnings.append(
             f"{KIND} {name}: startupPolicy LeaderReady starts workers after the leader, "
             "so each group's gang is the leader alone"
+        )
+    elif common.annotations_of(obj).get(EXCLUSIVE_TOPOLOGY):
+        gang_size, reason = 1, f"the leader alone: {EXCLUSIVE_TOPOLOGY} creates workers after the leader is scheduled"
+        plan.warnings.append(
+            f"{KIND} {name}: exclusive-topology creates workers after the leader is scheduled; each gang is the leader"
         )
     for path in {leader_path, (*base, "workerTemplate")}:
         plan.templates.append(TemplateStamp(path=path, gang=None, shape="crd"))  # the group index is per pod

@@ -1,0 +1,129 @@
+"""Gang lifecycles on the real controllers (tests/realcluster/): the Job controller's waves, the
+StatefulSet controller's scale-up, LeaderWorkerSet's exclusive placement, a node drain through the real
+Eviction API, and the controller's leader handover. Assertions read what the cluster reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.realcluster import workloads
+from tests.realcluster.stack import Stack, running, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def condition(obj: dict[str, object], kind: str) -> bool:
+    status = obj.get("status") or {}
+    return any(c["type"] == kind and c["status"] == "True" for c in status.get("conditions") or [])  # type: ignore[union-attr]
+
+
+def test_job_waves_each_start_whole_and_the_job_completes(stack: Stack) -> None:
+    """completions 6, parallelism 3: the Job controller runs two waves of three; each is a gang of
+    min(parallelism, completions - succeeded) and the Job ends Complete with nothing failed."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("waves", "gate")
+    job = workloads.job("waves", namespace, 3, "1", pod_annotations={"gangkeeper.test/run-for": "3s"})
+    job["spec"]["completions"] = 6
+    stack.plane.apply(job)
+    done = wait_until(
+        lambda: (j := stack.plane.get("job", "waves", namespace=namespace)) and condition(j, "Complete") and j,
+        "the Job Complete",
+        120,
+    )
+    assert done["status"].get("succeeded") == 6 and not done["status"].get("failed"), done["status"]
+
+
+def test_statefulset_parallel_scale_up_starts_the_new_size(stack: Stack) -> None:
+    """A Parallel StatefulSet of 2 scaled to 4: the real StatefulSet controller creates the new pods,
+    and all four end Running (the gang is replicas)."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("sts", "gate")
+    labels = {"app": "sts"}
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "sts", "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "podManagementPolicy": "Parallel",
+            "serviceName": "sts",
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [workloads.container("1")]}},
+        },
+    }
+    stack.plane.apply(sts)
+    wait_until(lambda: len(running(stack.pods(namespace))) == 2, "two pods Running", 90)
+    stack.plane.kubectl("-n", namespace, "scale", "statefulset/sts", "--replicas=4")
+    wait_until(lambda: len(running(stack.pods(namespace))) == 4, "four pods Running after the scale-up", 120)
+
+
+def test_drained_node_gang_comes_back_whole(stack: Stack) -> None:
+    """`kubectl drain` (cordon, then the real Eviction API) of a node running half of a Parallel
+    StatefulSet gang: the evicted pods come back gated and the gang runs whole on the nodes left."""
+    nodes = stack.replace_workers(3)
+    namespace = stack.namespace("drain", "gate")
+    labels = {"app": "drain"}
+    stack.plane.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "drain", "namespace": namespace},
+            "spec": {
+                "replicas": 4,
+                "podManagementPolicy": "Parallel",
+                "serviceName": "drain",
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [workloads.container("2")]}},
+            },
+        }
+    )
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "four pods Running", 90)
+    victim = pods[0]["spec"]["nodeName"]
+    stack.plane.kubectl("drain", victim, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s", timeout=90)
+    after = wait_until(
+        lambda: (
+            (p := stack.pods(namespace))
+            and len(running(p)) == 4
+            and all(x["spec"].get("nodeName") != victim for x in p)
+            and p
+        ),
+        "the gang Running again off the drained node",
+        120,
+    )
+    assert {p["spec"]["nodeName"] for p in after} <= set(nodes) - {victim}
+
+
+def test_controller_leader_handover_keeps_releasing(stack: Stack) -> None:
+    """The leading controller's pod deleted: the other replica takes the Lease and a new gang is
+    released by it."""
+    lease = stack.plane.get("lease", "gangkeeper-controller", namespace="gangkeeper-system")
+    holder = lease["spec"]["holderIdentity"]
+    pods = stack.plane.get("pods", namespace="gangkeeper-system", selector="app.kubernetes.io/component=controller")
+    assert len(pods) == 2
+    stack.plane.kubectl(
+        "-n", "gangkeeper-system", "delete", "pod", *[p["metadata"]["name"] for p in pods][:1], "--wait=false"
+    )
+    # whichever was deleted, a leader holds the Lease afterwards and gangs are released
+    stack.replace_workers(2)
+    namespace = stack.namespace("handover", "gate")
+    stack.plane.apply(workloads.job("after", namespace, 3, "1"))
+    wait_until(lambda: len(running(stack.pods(namespace))) == 3, "the gang released after the handover", 120)
+    now = stack.plane.get("lease", "gangkeeper-controller", namespace="gangkeeper-system")["spec"]["holderIdentity"]
+    assert now, (holder, now)
+
+
+def test_lws_exclusive_placement_starts(stack: Stack) -> None:
+    """LWS creates an exclusive-topology group's workers only once its leader is scheduled (lws
+    pkg/controllers/pod_controller.go); a gate holding the leader for its workers deadlocked the group.
+    The gang is the leader alone: the group starts."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("lws-exclusive", "gate")
+    lws = workloads.leader_worker_set(
+        "excl",
+        namespace,
+        4,
+        "100m",
+        annotations={"leaderworkerset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"},
+    )
+    stack.plane.apply(lws)
+    wait_until(lambda: len(running(stack.pods(namespace))) == 4, "the exclusive group Running", 60)
