@@ -44,6 +44,8 @@ build() {
   local start=$SECONDS
   rm -rf "$work" "$out"; mkdir -p "$work" "$out"
   gomod "$name" "$module" "$version" "$staging" >"$work/go.mod"
+  # a Kubernetes patch release the proxy refuses a module of is swapped for a served one (K8S_PIN=from:to)
+  if [[ -n "${K8S_PIN:-}" ]]; then sed -i "/^\tk8s.io\//s/${K8S_PIN%%:*}/${K8S_PIN##*:}/g" "$work/go.mod"; fi
   (cd "$work" && go build -ldflags "-s -w $ldflags" -o "$out/" "$@")
   printf '%s %s built in %ss\n' "$name" "$version" "$((SECONDS - start))" | tee "$out/.complete" >&2
 }
@@ -76,7 +78,8 @@ for t in "${targets[@]}"; do
     lws) build lws sigs.k8s.io/lws "v$LWS_VERSION" "" "" sigs.k8s.io/lws/cmd
          rename "$GK_CACHE/bin/lws-$LWS_VERSION" cmd lws-manager ;;
     jobset) build jobset sigs.k8s.io/jobset "v$JOBSET_VERSION" "" "" sigs.k8s.io/jobset ;;
-    scheduler-plugins) build scheduler-plugins sigs.k8s.io/scheduler-plugins "v$SCHEDULER_PLUGINS_VERSION" "" "" \
+    # its go.mod pins k8s.io/* v0.34.7, and the proxy refuses k8s.io/csi-translation-lib v0.34.7
+    scheduler-plugins) K8S_PIN="$SCHEDULER_PLUGINS_K8S_PIN" build scheduler-plugins sigs.k8s.io/scheduler-plugins "v$SCHEDULER_PLUGINS_VERSION" "" "" \
             sigs.k8s.io/scheduler-plugins/cmd/scheduler ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac

@@ -1,0 +1,56 @@
+"""The seeds' scenarios under scheduler-plugins' Coscheduling (a second scheduler, real), gangkeeper
+choosing it for an opted-in namespace: pods get its schedulerName and PodGroup label, the controller
+makes the PodGroup, and the real plugin holds or binds the group whole."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.realcluster import coscheduling, workloads
+from tests.realcluster.stack import Stack, bound, running, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cosched(stack: Stack) -> Iterator[Stack]:
+    reason = coscheduling.missing()
+    if reason:
+        pytest.skip(reason)
+    process = coscheduling.start(stack.plane)
+    yield stack
+    process.stop()
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="open: scheduler-plugins v0.34.7 (k8s.io/* pinned to v0.34.4, the proxy refuses v0.34.7 of "
+    "csi-translation-lib) against kube-apiserver 1.36 holds the pinch correctly (no pod bound) but after the "
+    "taint is removed all four pods cycle at Permit on the one node that was free before, never binding",
+)
+def test_coscheduling_pinch_then_all_start(cosched: Stack) -> None:
+    stack = cosched
+    nodes = stack.replace_workers(3)
+    for node in nodes[:2]:
+        stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
+    namespace = stack.namespace("cosched-pinch", "coscheduling")
+    # the webhook's API discovery refreshes each minute: until then the backend is refused, naming the
+    # missing API (the CRD was installed a moment ago)
+    wait_until(lambda: stack.plane.apply(workloads.job("train", namespace, 4, "4")), "the Job admitted", 90, every=5)
+    wait_until(lambda: len(stack.pods(namespace)) == 4, "four pods", 60)
+    pods = stack.pods(namespace)
+    assert {p["spec"]["schedulerName"] for p in pods} == {coscheduling.SCHEDULER_NAME}
+    group = wait_until(
+        lambda: stack.plane.get("podgroups.scheduling.x-k8s.io", namespace=namespace),
+        "the PodGroup gangkeeper made",
+        60,
+    )
+    assert group[0]["spec"]["minMember"] == 4
+    for _ in range(20):  # room for two of four: the plugin binds none
+        assert not bound(stack.pods(namespace))
+        time.sleep(0.5)
+    stack.plane.kubectl("taint", "nodes", nodes[1], "test=blocked:NoSchedule-")
+    wait_until(lambda: len(running(stack.pods(namespace))) == 4, "all four Running", 120)
