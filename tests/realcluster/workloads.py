@@ -81,6 +81,23 @@ def job_set(name: str, namespace: str, cpu: str, workers: int = 3) -> dict[str, 
     }
 
 
+def statefulset(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, Any]:
+    """A Parallel StatefulSet: the podManagementPolicy that gets a gang."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container(cpu)]}},
+        },
+    }
+
+
 def deployment(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, Any]:
     labels = {"app": name}
     return {
