@@ -123,7 +123,8 @@ class Stack:
             for n in self.workers
         ]
         wait_until(lambda: not any(self.plane.get("node", n) for n in self.workers), "old nodes to go", 60)
-        self.plane.apply(nodes)
+        if nodes:
+            self.plane.apply(nodes)
         wait_until(lambda: all(_ready(self.plane.get("node", n)) for n in self.workers), "fake nodes Ready", 60)
         return self.workers
 
