@@ -9,7 +9,6 @@ land on KWOK's fake nodes, which each test makes afresh.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -156,10 +155,6 @@ class Stack:
         for process in self.plane.processes:
             parts.append(f"--- {process.name}\n{process.tail(15)}")
         return "\n".join(parts)
-
-    def ca_bundle(self) -> bytes:
-        config = self.plane.get("mutatingwebhookconfiguration", "gangkeeper")
-        return base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"])
 
 
 def _ready(node: dict[str, Any] | None) -> bool:

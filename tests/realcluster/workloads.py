@@ -96,17 +96,3 @@ def statefulset(name: str, namespace: str, replicas: int, cpu: str) -> dict[str,
             "template": {"metadata": {"labels": labels}, "spec": {"containers": [container(cpu)]}},
         },
     }
-
-
-def deployment(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container(cpu)]}},
-        },
-    }
