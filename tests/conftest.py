@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ import pytest
 import requests
 
 from tests.apiserver import Store, TestApiServer
+from tests.realcluster.controlplane import free_port
 from webhook.controller.kube import Api, client_from
 
 if TYPE_CHECKING:
     from tests.realcluster.stack import Stack
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
