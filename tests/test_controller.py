@@ -388,3 +388,34 @@ def test_events_wait_while_a_release_is_in_flight(server: TestApiServer, api: Ap
     recorder.flush()
     (sent,) = events(server, "GangReleased")
     assert sent["involvedObject"]["name"] == "p" and sent["message"] == "held back"
+
+
+def test_zone_less_times_a_tenant_writes_stop_no_gang(server: TestApiServer, api: Api) -> None:
+    """A hand-written `released-at` without a zone on a pod (and `not-before` on a Job) once raised
+    TypeError in every pass: no gate gang in the cluster was released again."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="64"))
+    early = add_job(server.store, name="early", parallelism=1, cpu="1")
+    [early_pod] = add_job_pods(server.store, early)
+    forged = {"annotations": {"gangkeeper.io/released-at": "2020-01-01T00:00:00"}}
+    server.store.patch("v1", "pods", "team-a", early_pod, {"metadata": forged, "spec": {"schedulingGates": None}})
+    job = add_job(server.store, parallelism=4, cpu="1")
+    add_job_pods(server.store, job)
+
+    decisions = Controller(api, clock=Clock()).reconcile_once()
+
+    assert decisions["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) >= 4
+
+
+@pytest.mark.parametrize("text", ["2030-01-01T00:00:00", "2030-01-01", "not a time", ""])
+def test_times_without_a_zone_are_unreadable(text: str) -> None:
+    from webhook.controller.state import parse_time
+
+    assert parse_time(text) is None
+
+
+def test_times_with_a_zone_are_read() -> None:
+    from webhook.controller.state import parse_time
+
+    moment = parse_time("2030-01-01T00:00:00Z")
+    assert moment is not None and moment.utcoffset() is not None and moment.year == 2030

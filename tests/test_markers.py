@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests import builders as b
+from tests.schemas import validate
 from webhook.admission.decide import admit
+from webhook.admission.handler import Handler
+from webhook.admission.resolve import BackendResolver
 from webhook.backends import Volcano
 
 JOB_POD = {"batch.kubernetes.io/job-name": "train"}
@@ -24,13 +29,13 @@ JOB_POD = {"batch.kubernetes.io/job-name": "train"}
         ),
         (
             b.pod(labels=JOB_POD, spec=b.pod_spec(workloadRef={"name": "w", "podGroup": "g"})),
-            "already in a gang (spec.workloadRef)",
+            "already in a gang (spec.workloadRef=w)",
         ),
         (
             b.pod(labels=JOB_POD, spec=b.pod_spec(schedulingGroup={"podGroupName": "g"})),
-            "already in a gang (spec.schedulingGroup)",
+            "already in a gang (spec.schedulingGroup=g)",
         ),
-        (b.pod(labels={**JOB_POD, "pod-group-name": "kai-pg"}), "already in a gang (KAI pod-group-name)"),
+        (b.pod(labels={**JOB_POD, "pod-group-name": "kai-pg"}), "already in a gang (KAI pod-group-name=kai-pg)"),
     ],
     ids=["volcano", "coscheduling", "native-1.35", "native-1.36", "kai"],
 )
@@ -69,15 +74,48 @@ def test_workload_whose_operator_makes_the_gang_is_untouched(workload: dict, rea
     assert outcome.allowed and outcome.reason == reason and not outcome.patch
 
 
+def handle(review: dict) -> dict:
+    status, document = Handler(BackendResolver(default="volcano")).handle("mutate", json.dumps(review).encode())
+    assert status == 200
+    response: dict = document["response"]
+    return response
+
+
+def _stamped_lws_worker() -> dict:
+    """A worker pod of LeaderWorkerSet x, group 0, after gangkeeper's first pass stamped it."""
+    labels = {"leaderworkerset.sigs.k8s.io/name": "x", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    labels["leaderworkerset.sigs.k8s.io/worker-index"] = "1"
+    annotations = {"leaderworkerset.sigs.k8s.io/size": "4"}
+    pod = b.pod(name="x-0-1", labels=labels, annotations=annotations, owner=("v1", "Pod", "x-0"))
+    stamped = b.patched(pod, handle(b.review(pod)))
+    assert stamped["metadata"]["labels"].get("gangkeeper.io/group"), "gangkeeper stamps an LWS worker"
+    return stamped
+
+
 def test_operator_group_name_after_our_stamp_wins() -> None:
-    """LWS with schedulerProvider sets its own group name on a pod our template already marked."""
-    pod = b.pod(
-        labels={
-            "gangkeeper.io/group": "lws-x-0",
-            "leaderworkerset.sigs.k8s.io/name": "x",
-            "leaderworkerset.sigs.k8s.io/group-index": "0",
-        },
-        annotations={"scheduling.k8s.io/group-name": "x-0-abcde"},
-    )
-    outcome = admit(pod, "CREATE", Volcano())
-    assert outcome.reason.startswith("already in a gang") and not outcome.patch
+    """LWS with `gangSchedulingManagement.schedulerProvider: volcano` names its own PodGroup on a pod
+    whose template gangkeeper stamped (lws pkg/schedulerprovider/volcano_provider.go): on reinvocation the
+    pod stays in LWS's group and loses gangkeeper's stamp, so no group is split over two PodGroups."""
+    pod = _stamped_lws_worker()
+    pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = "x-0-5d8f9c"
+
+    response = handle(b.review(pod))
+    result = b.patched(pod, response)
+
+    assert response["allowed"]
+    assert result["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "x-0-5d8f9c"
+    assert "gangkeeper.io/group" not in result["metadata"].get("labels", {})
+    assert "gangkeeper.io/workload" not in result["metadata"]["annotations"]
+    assert all(g["name"] != "gangkeeper.io/gang-gate" for g in result["spec"].get("schedulingGates", []))
+    validate(result)
+
+
+def test_our_own_group_name_on_reinvocation_changes_nothing() -> None:
+    once = _stamped_lws_worker()
+    meta = once["metadata"]
+    assert meta["annotations"]["scheduling.k8s.io/group-name"] == meta["labels"]["gangkeeper.io/group"]
+
+    again = handle(b.review(once))
+
+    assert again["allowed"] and b.patched(once, again) == once
+    validate(once)

@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, report unready and keep serving this long before shutting down",
     )
     serve.add_argument("--log-level", default="info")
+    _add_gang_limit(serve)
     serve.set_defaults(func=_serve)
 
     mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
@@ -369,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
     mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
     mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")
+    _add_gang_limit(mutate)
     mutate.set_defaults(func=_mutate)
 
     controller = sub.add_parser("controller", help="run the controller: group objects and gang release")
@@ -397,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill: gangs at the front that hold a reservation"
     )
     controller.add_argument("--log-level", default="info")
+    _add_gang_limit(controller)
     controller.set_defaults(func=_controller)
 
     explain = sub.add_parser("explain", help="why a gang waits: members, capacity, node by node")
@@ -444,8 +447,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _add_gang_limit(parser: argparse.ArgumentParser) -> None:
+    from webhook.gangs import limits
+
+    parser.add_argument(
+        limits.FLAG,
+        type=_positive_int,
+        default=limits.DEFAULT_MAX_GANG_PODS,
+        help="pods a workload may have; larger ones are refused at admission and left by the controller "
+        "(default: %(default)s)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "max_gang_pods", None) is not None:
+        from webhook.gangs import limits
+
+        limits.set_max_gang_pods(args.max_gang_pods)
     try:
         return int(args.func(args))
     except Exception as error:

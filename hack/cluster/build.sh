@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -81,6 +81,9 @@ for t in "${targets[@]}"; do
     # its go.mod pins k8s.io/* v0.34.7, and the proxy refuses k8s.io/csi-translation-lib v0.34.7
     scheduler-plugins) K8S_PIN="$SCHEDULER_PLUGINS_K8S_PIN" build scheduler-plugins sigs.k8s.io/scheduler-plugins "v$SCHEDULER_PLUGINS_VERSION" "" "" \
             sigs.k8s.io/scheduler-plugins/cmd/scheduler ;;
+    volcano) build volcano volcano.sh/volcano "v$VOLCANO_VERSION" "" "" volcano.sh/volcano/cmd/scheduler \
+               volcano.sh/volcano/cmd/controller-manager volcano.sh/volcano/cmd/webhook-manager
+             for b in scheduler controller-manager webhook-manager; do rename "$GK_CACHE/bin/volcano-$VOLCANO_VERSION" "$b" "vc-$b"; done ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -14,6 +14,7 @@ from webhook import gangs
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
+from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 
@@ -86,7 +87,12 @@ def admit(
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
         return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)
     if plan.skip:
-        return Outcome(True, plan.skip, warnings=plan.warnings, plan=plan)
+        outcome = Outcome(True, plan.skip, warnings=plan.warnings, plan=plan)
+        if plan.unstamp and operation == "CREATE" and mutate:
+            outcome.mutated = json_copy(obj)
+            remove_stamp(outcome.mutated)
+            outcome.patch = diff(obj, outcome.mutated)
+        return outcome
     if isinstance(backend, Unavailable):
         return Outcome(
             False,

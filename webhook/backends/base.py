@@ -72,6 +72,24 @@ def stamp_common(target: Target, gang: GangId | None) -> None:
     target.annotations()[contract.WORKLOAD_ANNOTATION] = workload_stamp(gang)
 
 
+def remove_stamp(pod: Obj) -> None:
+    """Take gangkeeper's own marks off a pod that another controller's gang claimed (the scheduling gate
+    too: nothing of gangkeeper's would ever lift it)."""
+    meta = pod.get("metadata") or {}
+    stamps = ((meta.get("labels"), contract.GROUP_LABEL), (meta.get("annotations"), contract.WORKLOAD_ANNOTATION))
+    for holder, key in stamps:
+        if isinstance(holder, dict):
+            holder.pop(key, None)
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates")
+    if isinstance(gates, list):
+        kept = [g for g in gates if not (isinstance(g, dict) and g.get("name") == contract.GATE)]
+        if kept:
+            spec["schedulingGates"] = kept
+        else:
+            spec.pop("schedulingGates", None)
+
+
 def object_meta(gang: Gang, name: str | None = None) -> Obj:
     meta: Obj = {"name": name or gang.name, "labels": {contract.GROUP_LABEL: gang.name}}
     if gang.namespace:

@@ -437,7 +437,8 @@ class Controller:
             plan = gangs.analyze(gang.raw[0])
             found = next((g for g in plan.gangs if g.name == gang.name), None)
             if found is None:
-                return Resolved(None, None, None, "the pod group has no valid gangkeeper.io/group-size")
+                reason = str(plan.errors[0]) if plan.errors else "the pod group has no valid gangkeeper.io/group-size"
+                return Resolved(None, None, None, reason)
             return Resolved(self._spec(found, evictable=False), found, None)
         resource = self.workload_resource(kind)
         if resource is None or not workload_name:
@@ -455,9 +456,11 @@ class Controller:
             if unreadable:
                 return Resolved(None, None, None, f"{kind} {workload_name} cannot be read")
             return Resolved(None, None, None, f"{kind} {workload_name} does not exist", gone=True)
-        found = next((g for g in gangs.analyze(workload).gangs if g.name == gang.name), None)
+        plan = gangs.analyze(workload)
+        found = next((g for g in plan.gangs if g.name == gang.name), None)
         if found is None:
-            return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}")
+            why = f": {plan.errors[0]}" if plan.errors else ""
+            return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}{why}")
         return Resolved(self._spec(found, evictable=True, workload=workload), found, workload)
 
     @staticmethod

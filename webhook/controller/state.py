@@ -33,9 +33,11 @@ def parse_time(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
+    # a time without a zone (written by hand) cannot be compared with the clock's: unreadable
+    return moment if moment.tzinfo is not None else None
 
 
 def format_time(moment: dt.datetime) -> str:

@@ -6,7 +6,7 @@ Importing the package registers every workload kind (one module each).
 from __future__ import annotations
 
 from webhook import contract
-from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, lws, pod, ray, spark  # noqa: F401  (registration)
+from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, spark  # noqa: F401
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
 
 # Operators whose gang takes in the pods of the workloads they create: those children are never
@@ -55,6 +55,7 @@ def analyze(obj: Obj) -> Plan:
             kind_name, f"created by {owner['kind']} {owner.get('name')}, whose gang its pods join: not grouped again"
         )
     plan = kind.analyze(obj)
+    limits.refuse_oversized(plan)
     marked = _marked_template(obj, plan)
     if marked:
         plan = Plan(kind=kind_name, skip=marked, warnings=plan.warnings)
@@ -71,12 +72,10 @@ def _marked_template(obj: Obj, plan: Plan) -> str | None:
             continue
         where = ".".join(str(p) for p in stamp.path)
         stamped = pod.stamped_identity(template)
-        if stamped is not None:
-            if stamp.gang is not None and stamped != stamp.gang:
-                owner = f"{stamped.workload_kind} {stamped.workload_name}"
-                return f"{where} already belongs to gang {stamped.name} of {owner}"
-            continue
-        marker = pod.foreign_gang(template)
+        if stamped is not None and stamp.gang is not None and stamped != stamp.gang:
+            owner = f"{stamped.workload_kind} {stamped.workload_name}"
+            return f"{where} already belongs to gang {stamped.name} of {owner}"
+        marker = pod.foreign_gang(template, stamped)
         if marker:
             return f"{where} is already in a gang ({marker})"
     return None

@@ -41,7 +41,7 @@ def members_of(template: Any, count: int, role: str, path: Path, errors: list[Fi
     except ValueError as exc:
         errors.append(FieldError(render_path((*path, "spec", "containers")), "resources", f"{exc}"))
         requests, has_requests = {}, False
-    return Members(role=role, count=max(count, 0), requests=requests, has_requests=has_requests)
+    return Members(role, max(count, 0), requests, has_requests, render_path(path))
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.gangs import common
+from webhook.gangs import common, limits
 from webhook.gangs.kinds import WAIT, Kind, register
 from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
 
@@ -50,7 +50,12 @@ def analyze(obj: Obj) -> Plan:
     for path in {leader_path, (*base, "workerTemplate")}:
         plan.templates.append(TemplateStamp(path=path, gang=None, shape="crd"))  # the group index is per pod
     plan.templates.sort(key=lambda t: t.path)
-    if name:
+    pods = max(replicas, 0) * max(size, 1)
+    if pods > limits.max_gang_pods():
+        # checked before one gang per group is built: the count is the tenant's to write
+        fix = "lower spec.replicas or leaderWorkerTemplate.size"
+        plan.errors.append(limits.too_many("spec.replicas", replicas, pods, fix))
+    elif name:
         for index in range(replicas):
             gang = common.build_gang(
                 obj, identity(name, index), members, gang_size, reason, plan, (leader.get("spec") or {})

@@ -47,6 +47,7 @@ class Members:
     count: int
     requests: Mapping[str, Decimal]
     has_requests: bool
+    path: str = ""  # the pod template they are built from, for error messages
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class Plan:
     errors: list[FieldError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     skip: str | None = None  # why the object is left alone
+    unstamp: bool = False  # left alone, and gangkeeper's stamp from an earlier pass must come off
 
     @staticmethod
     def leave(kind: str, reason: str, warning: str | None = None) -> Plan:

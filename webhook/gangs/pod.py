@@ -6,31 +6,55 @@ webhook needs no API call, and the name equals the one the workload-level mutati
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from webhook import contract
-from webhook.gangs import common, kinds
+from webhook.gangs import common, kinds, limits
 from webhook.gangs.model import FieldError, Gang, GangId, Obj, Plan
 
 KIND = "Pod"
 
 
-def foreign_gang(pod: Obj) -> str | None:
-    """The marker by which some other controller already put this pod in a gang, if any."""
+@dataclass(frozen=True)
+class Mark:
+    """Where a pod or template says which gang it joins, and the group it names."""
+
+    where: str
+    group: str
+
+    def __str__(self) -> str:
+        return f"{self.where}={self.group}" if self.group else self.where
+
+
+def gang_mark(pod: Obj) -> Mark | None:
+    """The marker by which the pod (or template) is already in a gang, gangkeeper's own or another's."""
     annotations, labels = common.annotations_of(pod), common.labels_of(pod)
-    spec = pod.get("spec") or {}
-    if contract.VOLCANO_GROUP_ANNOTATION in annotations:
-        return f"annotation {contract.VOLCANO_GROUP_ANNOTATION}={annotations[contract.VOLCANO_GROUP_ANNOTATION]}"
-    if contract.COSCHEDULING_GROUP_LABEL in labels:
-        return f"label {contract.COSCHEDULING_GROUP_LABEL}={labels[contract.COSCHEDULING_GROUP_LABEL]}"
-    if spec.get("workloadRef"):
-        return "spec.workloadRef"
-    if spec.get("schedulingGroup"):
-        return "spec.schedulingGroup"
+    raw_spec = pod.get("spec")
+    spec: Obj = raw_spec if isinstance(raw_spec, dict) else {}
+    volcano, coscheduling = contract.VOLCANO_GROUP_ANNOTATION, contract.COSCHEDULING_GROUP_LABEL
+    if volcano in annotations:
+        return Mark(f"annotation {volcano}", str(annotations[volcano]))
+    if coscheduling in labels:
+        return Mark(f"label {coscheduling}", str(labels[coscheduling]))
+    ref = spec.get("workloadRef")
+    if ref:
+        return Mark("spec.workloadRef", str(ref.get("name", "")) if isinstance(ref, dict) else "")
+    group = spec.get("schedulingGroup")
+    if group:
+        return Mark("spec.schedulingGroup", str(group.get("podGroupName", "")) if isinstance(group, dict) else "")
     for key in contract.KAI_GROUP_KEYS:
         if key in labels or key in annotations:
-            return f"KAI {key}"
+            return Mark(f"KAI {key}", str(labels.get(key) or annotations.get(key) or ""))
     return None
+
+
+def foreign_gang(pod: Obj, ours: GangId | None = None) -> Mark | None:
+    """The mark by which some other controller put this pod in a gang; a mark naming the gang `ours`
+    (gangkeeper's stamp from an earlier pass) is not foreign."""
+    mark = gang_mark(pod)
+    if mark is None or (ours is not None and mark.group in (ours.name, ours.native_workload)):
+        return None
+    return mark
 
 
 def stamped_identity(pod: Obj) -> GangId | None:
@@ -70,6 +94,9 @@ def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
     if size < 1:
         plan.errors.append(FieldError(path, raw, "must be a whole number of pods, at least 1"))
         return None
+    if size > limits.max_gang_pods():
+        plan.errors.append(limits.too_many(path, raw, size, "lower the group size or split the group"))
+        return None
     gid = common.gang_id(KIND, group)
     template = {"spec": pod.get("spec") or {}}
     members = [common.members_of(template, size, "member", (), plan.errors)]
@@ -83,9 +110,14 @@ def analyze(pod: Obj) -> Plan:
     plan = Plan(kind=KIND)
     labels = common.labels_of(pod)
     stamped = stamped_identity(pod)
-    marker = foreign_gang(pod)
-    if marker and stamped is None:
-        return Plan.leave(KIND, f"already in a gang ({marker})")
+    marker = foreign_gang(pod, stamped)
+    if marker:
+        # Another mutating webhook (LWS's, KubeRay's, an operator's) put the pod in its own gang after
+        # gangkeeper stamped it or its template: that gang wins, and gangkeeper's stamp comes off so no
+        # pod is counted in two gangs.
+        plan = Plan.leave(KIND, f"already in a gang ({marker})")
+        plan.unstamp = stamped is not None
+        return plan
     if stamped is not None and stamped.workload_kind != KIND:
         plan.pod_gang = stamped
         return plan

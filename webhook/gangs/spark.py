@@ -63,11 +63,12 @@ def analyze(obj: Obj) -> Plan:
     driver, executor = spec.get("driver") or {}, spec.get("executor") or {}
     dynamic = spec.get("dynamicAllocation") or {}
     if dynamic.get("enabled"):
-        executors = common.as_int(dynamic.get("minExecutors"), 0)
+        executors, count_path = common.as_int(dynamic.get("minExecutors"), 0), "spec.dynamicAllocation.minExecutors"
     else:
-        executors = common.as_int(executor.get("instances"), 1)
+        executors, count_path = common.as_int(executor.get("instances"), 1), "spec.executor.instances"
     members: list[Members] = []
-    for role, count, role_spec in (("driver", 1, driver), ("executor", executors, executor)):
+    roles = (("driver", 1, driver, "spec.driver"), ("executor", max(executors, 0), executor, count_path))
+    for role, count, role_spec, path in roles:
         try:
             requests = role_requests(role_spec, spec)
         except (ValueError, ArithmeticError):
@@ -77,7 +78,7 @@ def analyze(obj: Obj) -> Plan:
                 )
             )
             requests = {}
-        members.append(Members(role=role, count=count, requests=requests, has_requests=bool(requests)))
+        members.append(Members(role, count, requests, bool(requests), path))
         plan.templates.append(TemplateStamp(path=("spec", role), gang=identity(name) if name else None, shape="spark"))
     if name:
         # Only a running driver asks for executors, so waiting for them before the driver would deadlock:

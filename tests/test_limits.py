@@ -1,0 +1,108 @@
+"""Replica counts are tenant input: a workload above --max-gang-pods is refused before anything
+proportional to its counts is built, and the controller leaves it with the reason."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import Clock, add_job, add_job_pods, node
+from tests.schemas import validate
+from webhook.admission.handler import Handler
+from webhook.admission.resolve import BackendResolver
+from webhook.controller.kube import Api
+from webhook.controller.reconciler import Controller
+from webhook.gangs import analyze, limits
+
+SPARK_PI = Path(__file__).resolve().parents[2] / "shared" / "examples" / "spark" / "spark-pi.yaml"
+
+
+@pytest.fixture
+def limit() -> Iterator[None]:
+    yield
+    limits.set_max_gang_pods(limits.DEFAULT_MAX_GANG_PODS)
+
+
+def review_response(obj: dict) -> dict:
+    status, document = Handler(BackendResolver(default="volcano")).handle("mutate", json.dumps(b.review(obj)).encode())
+    assert status == 200
+    response: dict = document["response"]
+    return response
+
+
+def test_a_million_leaderworkerset_groups_are_refused_naming_replicas() -> None:
+    lws = b.lws(size=4, replicas=1_000_000)  # the CRD's maximum, and schema-valid
+    validate(lws)
+
+    plan = analyze(lws)
+    response = review_response(lws)
+
+    assert plan.gangs == []
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    message = response["status"]["message"]
+    assert 'spec.replicas: Invalid value: "1000000": makes 4000000 pods' in message
+    assert "limit of 10000 (--max-gang-pods)" in message and "lower spec.replicas" in message
+
+
+def test_two_billion_spark_executors_are_refused_naming_the_executor() -> None:
+    app = yaml.safe_load(SPARK_PI.read_text())
+    app["spec"]["executor"]["instances"] = 2_147_483_647
+    validate(app)
+
+    response = review_response(app)
+
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert 'spec.executor.instances: Invalid value: "2147483647": makes 2147483648 pods' in message
+
+
+def test_a_pod_group_size_above_the_limit_is_refused_on_the_annotation() -> None:
+    pod = b.pod(labels={"gangkeeper.io/group-name": "g"}, annotations={"gangkeeper.io/group-size": "10001"})
+    response = review_response(pod)
+    assert response["allowed"] is False
+    assert 'metadata.annotations[gangkeeper.io/group-size]: Invalid value: "10001"' in response["status"]["message"]
+
+
+@pytest.mark.usefixtures("limit")
+def test_the_limit_is_inclusive_and_configurable() -> None:
+    limits.set_max_gang_pods(8)
+    at_limit, above = b.job(parallelism=8), b.job(parallelism=9)
+
+    allowed = review_response(at_limit)
+    refused = review_response(above)
+
+    assert allowed["allowed"] and allowed.get("patch")
+    validate(b.patched(at_limit, allowed))
+    assert refused["allowed"] is False
+    message = refused["status"]["message"]
+    assert 'spec.template: Invalid value: "9": makes 9 pods, above gangkeeper\'s limit of 8' in message
+
+
+def test_the_flag_sets_the_limit_and_refuses_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.cli import build_parser
+
+    assert build_parser().parse_args(["controller", "--max-gang-pods", "50"]).max_gang_pods == 50
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["controller", "--max-gang-pods", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("limit")
+def test_the_controller_leaves_a_gang_grown_past_the_limit_with_the_reason(apiserver: TestApiServer, api: Api) -> None:
+    """Pods admitted while the Job was small; its parallelism raised past the limit afterwards."""
+    limits.set_max_gang_pods(8)
+    apiserver.store.create("v1", "nodes", "", node("worker1", cpu="64"))
+    job = add_job(apiserver.store, parallelism=4, cpu="1")
+    add_job_pods(apiserver.store, job)
+    apiserver.store.patch("batch/v1", "jobs", "team-a", "train", {"spec": {"parallelism": 2_147_483_647}})
+
+    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+
+    assert decision.state == "Unknown"
+    assert "makes 2147483647 pods, above gangkeeper's limit of 8" in decision.message

@@ -1,0 +1,45 @@
+"""The largest workload gangkeeper takes on: every admission and controller cost is bounded by it.
+
+Replica counts are tenant input (a LeaderWorkerSet may ask for 1,000,000 groups, a SparkApplication for
+2^31 executors, both schema-valid): a workload whose pods exceed the limit is refused at admission and
+left alone by the controller, before anything proportional to its counts is built.
+"""
+
+from __future__ import annotations
+
+from webhook.gangs.model import FieldError, Plan
+
+DEFAULT_MAX_GANG_PODS = 10_000
+FLAG = "--max-gang-pods"
+
+_max_gang_pods = DEFAULT_MAX_GANG_PODS
+
+
+def max_gang_pods() -> int:
+    return _max_gang_pods
+
+
+def set_max_gang_pods(limit: int) -> None:
+    """Set once at start, from the command line (before the webhook's workers fork)."""
+    global _max_gang_pods
+    if limit < 1:
+        raise ValueError(f"{FLAG} must be at least 1, not {limit}")
+    _max_gang_pods = limit
+
+
+def too_many(path: str, value: object, pods: int, fix: str) -> FieldError:
+    return FieldError(path, value, f"makes {pods} pods, above gangkeeper's limit of {_max_gang_pods} ({FLAG}): {fix}")
+
+
+def refuse_oversized(plan: Plan) -> None:
+    """Replace the plan's gangs by a field error when one of them has more pods than the limit."""
+    for gang in plan.gangs:
+        roles = [*gang.members, *gang.later]
+        pods = sum(m.count for m in roles)
+        if pods > _max_gang_pods:
+            largest = max(roles, key=lambda m: m.count)
+            where = largest.path or "spec"
+            fix = f"lower the number of {largest.role} pods ({largest.count}) or split the workload"
+            plan.errors.append(too_many(where, largest.count, pods, fix))
+            plan.gangs = []
+            return
