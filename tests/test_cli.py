@@ -96,7 +96,8 @@ def test_mutate_defaults_to_auto_which_offline_is_the_gate() -> None:
 
 def test_a_namespace_in_the_stream_chooses_the_backend_of_its_objects() -> None:
     stream = (
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-v\n  labels: {gangkeeper.io/backend: volcano}\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-v\n"
+        "  labels: {gangkeeper.io/enabled: 'true', gangkeeper.io/backend: volcano}\n"
         "---\n" + JOB_STREAM.replace("metadata: {name: train}", "metadata: {name: train, namespace: team-v}")
     )
     result = gangkeeper("mutate", "-f", "-", "--backend", "gate", stdin=stream)
@@ -104,6 +105,20 @@ def test_a_namespace_in_the_stream_chooses_the_backend_of_its_objects() -> None:
     docs = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in docs] == ["Namespace", "Job", "ConfigMap", "PodGroup"]
     assert docs[1]["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+
+
+def test_objects_of_a_namespace_in_the_stream_that_is_not_opted_in_are_left_with_a_warning() -> None:
+    stream = (
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-v\n  labels: {gangkeeper.io/enable: 'true'}\n"
+        "---\n" + JOB_STREAM.replace("metadata: {name: train}", "metadata: {name: train, namespace: team-v}")
+    )
+    result = gangkeeper("mutate", "-f", "-", "--backend", "volcano", stdin=stream)
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["Namespace", "Job", "ConfigMap"]
+    assert "schedulerName" not in docs[1]["spec"]["template"]["spec"]
+    assert "did you mean 'gangkeeper.io/enabled'?" in result.stderr
+    assert "namespace team-v is not opted in (gangkeeper.io/enabled=true)" in result.stderr
 
 
 def test_a_missing_file_is_one_line_not_a_traceback() -> None:

@@ -97,3 +97,36 @@ def test_volcano_podgroup_is_owned_by_the_workload_when_its_uid_is_known() -> No
         }
     ]
     assert group["spec"] == {"minMember": 4, "minResources": {"cpu": "4", "memory": "4Gi"}}
+
+
+def test_coscheduling_scheduler_name_per_namespace_for_the_default_schedulers_profile() -> None:
+    """scheduler-plugins' production install runs Coscheduling inside default-scheduler."""
+    resolver = BackendResolver(
+        default="coscheduling",
+        namespaces=StaticNamespaces(
+            {
+                "team-a": NamespaceInfo(annotations={"gangkeeper.io/scheduler-name": "default-scheduler"}),
+                "team-b": NamespaceInfo(),
+            }
+        ),
+    )
+    job = b.job()
+    in_profile = b.patched(job, handle(Handler(resolver), job))
+    job_b = {**b.job(), "metadata": {"name": "train", "namespace": "team-b"}}
+    second = b.patched(job_b, handle(Handler(resolver), job_b))
+    validate(in_profile)
+    assert in_profile["spec"]["template"]["spec"]["schedulerName"] == "default-scheduler"
+    assert in_profile["spec"]["template"]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"]
+    assert second["spec"]["template"]["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+
+
+def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
+    resolver = BackendResolver(
+        default="volcano",
+        namespaces=StaticNamespaces(
+            {"team-a": NamespaceInfo(annotations={"gangkeeper.io/scheduler-name": "Bad_Name"})}
+        ),
+    )
+    response = handle(Handler(resolver), b.job())
+    assert response["allowed"] is False
+    assert "gangkeeper.io/scheduler-name: Invalid value: 'Bad_Name'" in response["status"]["message"]

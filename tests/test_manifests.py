@@ -74,8 +74,8 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
     objects = build("base")
     expected_resources = {("", "pods"), ("batch", "jobs"), ("batch", "cronjobs"), ("trainer.kubeflow.org", "trainjobs")}
     expected_resources |= {(r.group_version.rpartition("/")[0], r.plural) for r in WORKLOAD_RESOURCES.values()}
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = by_kind(objects, kind)["webhooks"]
+    for kind, name in (("MutatingWebhookConfiguration", "mutate"), ("ValidatingWebhookConfiguration", "validate")):
+        (hook,) = [h for h in by_kind(objects, kind)["webhooks"] if h["name"] == f"{name}.gangkeeper.io"]
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"] and 1 <= hook["timeoutSeconds"] <= 5
         expressions = hook["namespaceSelector"]["matchExpressions"]
@@ -94,6 +94,19 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
         assert mpijob_versions == {"v1", "v2beta1"}  # training-operator v1 and mpi-operator v2
     namespace = by_kind(objects, "Namespace")
     assert namespace["metadata"]["labels"]["gangkeeper.io/system"] == "true"
+
+
+def test_the_namespace_label_check_sees_every_namespace_and_can_refuse_none() -> None:
+    webhooks = by_kind(build("base"), "ValidatingWebhookConfiguration")["webhooks"]
+    assert [h["name"] for h in webhooks] == ["validate.gangkeeper.io", "namespaces.gangkeeper.io"]
+    hook = webhooks[1]
+    assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] <= 2
+    assert hook["clientConfig"]["service"]["path"] == "/validate"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces"], "operations": ["CREATE", "UPDATE"]}
+    ]
+    selector = hook["namespaceSelector"]["matchExpressions"]
+    assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
 
 
 def test_another_namespace_leaves_no_reference_to_gangkeeper_system(tmp_path: Path) -> None:

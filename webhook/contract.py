@@ -6,6 +6,9 @@ PREFIX: Final = "gangkeeper.io"
 
 NAMESPACE_ENABLED_LABEL: Final = f"{PREFIX}/enabled"
 NAMESPACE_BACKEND_LABEL: Final = f"{PREFIX}/backend"
+# the schedulerName a namespace's gangs get (Volcano or coscheduling), when not the cluster's default:
+# scheduler-plugins' production install runs Coscheduling inside default-scheduler itself
+NAMESPACE_SCHEDULER_ANNOTATION: Final = f"{PREFIX}/scheduler-name"
 SKIP_LABEL: Final = f"{PREFIX}/skip"
 DEPLOYMENT_GANG_ANNOTATION: Final = f"{PREFIX}/gang"
 GROUP_NAME_LABEL: Final = f"{PREFIX}/group-name"

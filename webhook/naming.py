@@ -36,6 +36,14 @@ KIND_TAGS = {
 }
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """RFC 1123 subdomain, as the API server checks pod.spec.schedulerName."""
+    return len(text) <= 253 and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
 def dns_label(text: str) -> str:
     """Lower-case DNS label (RFC 1123) of at most 63 characters, shortened with a stable hash."""
     cleaned = _INVALID.sub("-", text.lower()).strip("-") or "gang"

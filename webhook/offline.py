@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from webhook import contract
+from webhook.admission import keys
 from webhook.admission.decide import admit, describe
 from webhook.admission.resolve import BackendResolver, StaticNamespaces
 from webhook.backends import NamespaceInfo
@@ -35,7 +36,9 @@ def mutate_stream(
 
     Backends are chosen as the webhook chooses them with no API discovery: a Namespace in the stream
     that carries `gangkeeper.io/backend` decides for its objects, else `backend_name`, where `auto`
-    means gate (the one mechanism that needs nothing installed). Every namespace counts as opted in.
+    means gate (the one mechanism that needs nothing installed). A Namespace in the stream without the
+    opt-in label leaves its objects as they are, as the webhook never sees them; a namespace not in the
+    stream counts as opted in.
     """
     schedulers = {"volcano_scheduler": scheduler_name, "coscheduling_scheduler": scheduler_name}
     resolver = BackendResolver(
@@ -44,12 +47,23 @@ def mutate_stream(
         offline_version=kubernetes_version,
         **{k: v for k, v in schedulers.items() if v},  # type: ignore[arg-type]
     )
+    in_stream = _namespaces_in(documents)
     result = Result()
     groups: dict[tuple[str, str, str, str], Obj] = {}
     for doc in documents:
         if not isinstance(doc, dict):
             continue
+        if doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1":
+            result.warnings.extend(f"{describe(doc)}: {w}" for w in keys.namespace_warnings(doc))
         target = (doc.get("metadata") or {}).get("namespace") or namespace
+        if target in in_stream and in_stream[target].labels.get(contract.NAMESPACE_ENABLED_LABEL) != "true":
+            result.warnings.append(
+                f"{describe(doc)}: namespace {target} is not opted in "
+                f"({contract.NAMESPACE_ENABLED_LABEL}=true): the webhook never sees it; left as it is"
+            )
+            result.originals.append(doc)
+            result.objects.append(doc)
+            continue
         info = resolver.namespace_info(target)
         info = NamespaceInfo({**info.labels, contract.NAMESPACE_ENABLED_LABEL: "true"}, info.annotations)
         backend = resolver.resolve(target)

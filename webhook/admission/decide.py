@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import gangs
+from webhook.admission import keys
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
@@ -83,6 +84,7 @@ def admit(
     never gated when no controller has run, since nothing would lift its gate.
     """
     plan = gangs.analyze(_with_namespace(obj, namespace))
+    plan.warnings[:0] = keys.object_warnings(obj)
     if plan.errors:
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
         return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)

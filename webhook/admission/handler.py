@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from webhook.admission import metrics, review
+from webhook.admission import keys, metrics, review
 from webhook.admission.decide import admit, describe
 from webhook.admission.resolve import BackendResolver
 from webhook.gangs.model import Obj
@@ -57,6 +57,9 @@ class Handler:
         obj: Obj | None = request.get("object")
         if obj is None or operation not in ("CREATE", "UPDATE"):
             return review.allow(uid), "allowed"
+        if request["kind"].get("kind") == "Namespace" and not request["kind"].get("group"):
+            # the opt-in is a namespace selector: a misspelt label would mean no gang and no word
+            return review.allow(uid, warnings=keys.namespace_warnings(obj)), "allowed"
         namespace = request.get("namespace")
         backend = self.resolver.resolve(namespace)
         outcome = admit(

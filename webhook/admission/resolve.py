@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook import backends, contract
+from webhook import backends, contract, naming
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
@@ -16,6 +16,7 @@ from webhook.controller.kube import Api, Resource
 log = logging.getLogger(__name__)
 
 NAMESPACES = Resource("v1", "namespaces", namespaced=False)
+MAX_CACHED_BACKENDS = 64
 
 
 class NamespaceSource(Protocol):
@@ -78,7 +79,7 @@ class BackendResolver:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
-        self._cache: dict[tuple[str, str], Backend] = {}
+        self._cache: dict[tuple[str, str, str | None], Backend] = {}
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
 
     def namespace_info(self, namespace: str | None) -> NamespaceInfo:
@@ -96,14 +97,23 @@ class BackendResolver:
         choice = choose(requested, self.served(), self._offline_version)
         if isinstance(choice, Unavailable):
             return choice
-        return self._backend(choice)
-
-    def _backend(self, choice: Choice) -> Backend:
-        key = (choice.backend, choice.kubernetes_version)
-        if key not in self._cache:
-            self._cache[key] = backends.make(
+        scheduler = self._schedulers.get(choice.backend)
+        if scheduler is not None:
+            scheduler = info.annotations.get(contract.NAMESPACE_SCHEDULER_ANNOTATION) or scheduler
+        if scheduler is not None and not naming.is_dns_subdomain(scheduler):
+            return Unavailable(
                 choice.backend,
-                scheduler_name=self._schedulers.get(choice.backend),
-                kubernetes_version=choice.kubernetes_version,
+                f"namespace annotation {contract.NAMESPACE_SCHEDULER_ANNOTATION}: Invalid value: {scheduler!r}: "
+                "must be a scheduler's name (lowercase letters, digits, '-' and '.'), e.g. default-scheduler",
+            )
+        return self._backend(choice, scheduler)
+
+    def _backend(self, choice: Choice, scheduler: str | None) -> Backend:
+        key = (choice.backend, choice.kubernetes_version, scheduler)
+        if key not in self._cache:
+            if len(self._cache) >= MAX_CACHED_BACKENDS:  # scheduler names are tenant input: bound the cache
+                self._cache.clear()
+            self._cache[key] = backends.make(
+                choice.backend, scheduler_name=scheduler, kubernetes_version=choice.kubernetes_version
             )
         return self._cache[key]

@@ -1,0 +1,95 @@
+"""Misspelt gangkeeper.io keys and values get a warning at apply time instead of silence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests import builders as b
+from webhook.admission.handler import Handler
+from webhook.admission.keys import MAX_WARNINGS, namespace_warnings
+from webhook.admission.resolve import BackendResolver
+
+
+def namespace(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict:
+    meta: dict = {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a", **(labels or {})}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def warnings_of(obj: dict, endpoint: str = "validate") -> tuple[bool, list[str]]:
+    status, document = Handler(BackendResolver(default="volcano")).handle(endpoint, json.dumps(b.review(obj)).encode())
+    assert status == 200
+    response = document["response"]
+    return response["allowed"], response.get("warnings", [])
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "expected"),
+    [
+        (
+            {"gangkeeper.io/enable": "true"},
+            {},
+            "'gangkeeper.io/enable' is not one gangkeeper reads; did you mean 'gangkeeper.io/enabled'?",
+        ),
+        ({"gangkeeper.io/enabled": "yes"}, {}, "gangkeeper.io/enabled: 'yes' is not one of true"),
+        (
+            {"gangkeeper.io/enabled": "true", "gangkeeper.io/backend": "volcanoo"},
+            {},
+            "gangkeeper.io/backend: 'volcanoo' is not one of auto, volcano, coscheduling, native, gate",
+        ),
+        (
+            {"gangkeeper.io/scheduler-name": "default-scheduler"},
+            {},
+            "namespace label 'gangkeeper.io/scheduler-name' is read as an annotation",
+        ),
+        ({}, {"gangkeeper.io/enabled": "true"}, "namespace annotation 'gangkeeper.io/enabled' is read as a label"),
+    ],
+    ids=["key-typo", "value-not-true", "backend-typo", "annotation-as-label", "label-as-annotation"],
+)
+def test_misspelt_namespace_opt_in_is_warned_and_allowed(labels: dict, annotations: dict, expected: str) -> None:
+    allowed, warnings = warnings_of(namespace(labels, annotations))
+    assert allowed
+    assert any(expected in w for w in warnings), warnings
+
+
+def test_a_correct_namespace_gets_no_warning() -> None:
+    labels = {"gangkeeper.io/enabled": "true", "gangkeeper.io/backend": "gate"}
+    assert warnings_of(namespace(labels, {"gangkeeper.io/scheduler-name": "default-scheduler"})) == (True, [])
+
+
+def test_warnings_on_a_hostile_namespace_are_few_and_short() -> None:
+    labels = {f"gangkeeper.io/{'x' * 60}{i}": "v" * 63 for i in range(500)}
+    warnings = namespace_warnings(namespace(labels))
+    assert len(warnings) == MAX_WARNINGS and all(len(w) < 300 for w in warnings)
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "expected"),
+    [
+        ({}, {"gangkeeper.io/skip": "true"}, "annotation 'gangkeeper.io/skip' is read as a label, not here"),
+        ({}, {"gangkeeper.io/min-membr": "2"}, "did you mean 'gangkeeper.io/min-member'?"),
+        ({"gangkeeper.io/min-member": "2"}, {}, "label 'gangkeeper.io/min-member' is read as an annotation"),
+    ],
+    ids=["skip-as-annotation", "annotation-typo", "annotation-as-label"],
+)
+def test_misspelt_workload_keys_are_warned_on_create(labels: dict, annotations: dict, expected: str) -> None:
+    job = b.job(annotations=annotations)
+    job["metadata"]["labels"] = labels
+    allowed, warnings = warnings_of(job, "mutate")
+    assert allowed
+    assert any(expected in w for w in warnings), warnings
+
+
+def test_the_controllers_own_keys_and_the_contract_are_not_warned() -> None:
+    annotations = {
+        "gangkeeper.io/min-member": "2",
+        "gangkeeper.io/timeout-seconds": "60",
+        "gangkeeper.io/gang-status": "Waiting",
+        "gangkeeper.io/release-attempts": "1",
+    }
+    job = b.job(annotations=annotations)
+    allowed, warnings = warnings_of(job, "mutate")
+    assert allowed and not [w for w in warnings if "gangkeeper reads" in w or "read as" in w]

@@ -1,0 +1,34 @@
+"""Admission answers that only the real API server can show: warnings printed by kubectl, and a
+workload above the gang size limit refused through the webhook's Service."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.realcluster import workloads
+from tests.realcluster.stack import Stack
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_misspelt_opt_in_label_prints_a_warning_and_is_kept(stack: Stack) -> None:
+    name = stack.namespace("typo", backend=None, opted_in=False)
+
+    labelled = stack.plane.kubectl("label", "namespace", name, "gangkeeper.io/enable=true")
+
+    assert "Warning: namespace label 'gangkeeper.io/enable' is not one gangkeeper reads" in labelled.stderr
+    assert "did you mean 'gangkeeper.io/enabled'?" in labelled.stderr
+    assert stack.plane.get("namespace", name)["metadata"]["labels"]["gangkeeper.io/enable"] == "true"
+
+
+def test_a_job_above_the_gang_size_limit_is_refused_naming_the_field(stack: Stack) -> None:
+    namespace = stack.namespace("huge", "gate")
+    job = workloads.job("huge", namespace, 20_000, "1")
+
+    refused = stack.plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job), check=False)
+
+    assert refused.returncode != 0
+    assert 'admission webhook "mutate.gangkeeper.io" denied the request' in refused.stderr
+    assert "makes 20000 pods, above gangkeeper's limit of 10000 (--max-gang-pods)" in refused.stderr
+    assert stack.plane.get("job", "huge", namespace=namespace) is None
