@@ -70,7 +70,8 @@ def add_job_pods(store: Store, job: dict[str, Any], count: int | None = None, ba
                 "blockOwnerDeletion": True,
             }
         ]
-        outcome = admit(pod, "CREATE", make(backend), meta["namespace"])
+        name, _, version = backend.partition("-")  # "native-1.35": a native generation
+        outcome = admit(pod, "CREATE", make(name, kubernetes_version=version or "1.37"), meta["namespace"])
         assert outcome.mutated is not None, outcome.reason
         names.append(store.create("v1", "pods", meta["namespace"], outcome.mutated)["metadata"]["name"])
     return names

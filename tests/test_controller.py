@@ -316,6 +316,26 @@ def test_someone_elses_podgroup_is_never_taken_over(server: TestApiServer, api: 
     }
 
 
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_someone_elses_native_workload_is_never_taken_over(server: TestApiServer, api: Api, version: str) -> None:
+    from webhook.backends.native import GENERATIONS
+
+    group_version = f"scheduling.k8s.io/{GENERATIONS[version].version}"
+    key = "podGroups" if version == "1.35" else "podGroupTemplates"
+    policy = "policy" if version == "1.35" else "schedulingPolicy"
+    theirs = {
+        "apiVersion": group_version,
+        "kind": "Workload",
+        "metadata": {"name": "job-train"},
+        "spec": {key: [{"name": "gang", policy: {"gang": {"minCount": 1}}}]},
+    }
+    server.store.create(group_version, "workloads", "team-a", theirs)
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend=f"native-{version}")
+    Controller(api, clock=Clock(), native_version=version).reconcile_once()
+    kept = server.store.get(group_version, "workloads", "team-a", "job-train")
+    assert kept["spec"] == theirs["spec"] and "gangkeeper.io/group" not in kept["metadata"].get("labels", {})
+
+
 def test_unmodelled_constraints_release_without_pins_and_warn(server: TestApiServer, api: Api) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="16"))
     job = add_job(server.store, parallelism=2, cpu="1")

@@ -11,7 +11,7 @@ from tests.schemas import validate
 from webhook.admission.decide import admit
 from webhook.admission.handler import Handler
 from webhook.admission.resolve import BackendResolver
-from webhook.backends import Volcano
+from webhook.backends import Native, Volcano
 
 JOB_POD = {"batch.kubernetes.io/job-name": "train"}
 
@@ -119,3 +119,42 @@ def test_our_own_group_name_on_reinvocation_changes_nothing() -> None:
 
     assert again["allowed"] and b.patched(once, again) == once
     validate(once)
+
+
+def test_a_job_with_its_own_scheduling_policy_is_left_to_the_job_controller() -> None:
+    """1.37 WorkloadWithJob: a stamped template (schedulingGroup) would make the Job controller ignore
+    the user's `spec.scheduling` (k8s pkg/controller/job/job_scheduling_manager.go)."""
+    job = b.job(parallelism=4, completions=4, completionMode="Indexed")
+    job["spec"]["scheduling"] = {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    outcome = admit(job, "CREATE", Native("1.37"))
+    assert outcome.allowed and outcome.reason.startswith("the Job controller makes this gang itself")
+    assert outcome.patch == [] and outcome.group_objects == []
+
+
+def test_more_native_pod_groups_than_a_workload_holds_are_refused() -> None:
+    """A JobSet started InOrder is a gang per replicatedJob, each a pod group of one Workload, which
+    holds at most 8 (k8s.io/api scheduling WorkloadMaxPodGroupTemplates)."""
+    container = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+    replicated = [
+        {
+            "name": f"step{i}",
+            "replicas": 1,
+            "template": {
+                "spec": {"parallelism": 2, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}
+            },
+        }
+        for i in range(9)
+    ]
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "pipeline", "namespace": "team-a"},
+        "spec": {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": replicated},
+    }
+    validate(jobset)
+    for version, key in (("1.35", "podGroups"), ("1.36", "podGroupTemplates"), ("1.37", "podGroupTemplates")):
+        outcome = admit(jobset, "CREATE", Native(version))
+        assert not outcome.allowed and outcome.code == 422
+        assert f"Workload.spec.{key} holds at most 8" in outcome.message
+    eight = {**jobset, "spec": {**jobset["spec"], "replicatedJobs": replicated[:8]}}
+    assert admit(eight, "CREATE", Native("1.35")).allowed

@@ -33,6 +33,23 @@ def test_job_waves_each_start_whole_and_the_job_completes(stack: Stack) -> None:
     assert done["status"].get("succeeded") == 6 and not done["status"].get("failed"), done["status"]
 
 
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_smaller_last_wave_starts_and_the_job_completes(stack: Stack, backend: str) -> None:
+    """completions 3, parallelism 2: the last wave is one pod. Native 1.35/1.36 cannot lower minCount
+    in place (immutable): gangkeeper replaces the group object, or that pod would wait for ever."""
+    stack.replace_workers(2)
+    namespace = stack.namespace(f"last-wave-{backend}", backend)
+    job = workloads.job("waves", namespace, 2, "1", pod_annotations={"gangkeeper.test/run-for": "3s"})
+    job["spec"]["completions"] = 3
+    stack.plane.apply(job)
+    done = wait_until(
+        lambda: (j := stack.plane.get("job", "waves", namespace=namespace)) and condition(j, "Complete") and j,
+        "the Job Complete",
+        150,
+    )
+    assert done["status"].get("succeeded") == 3 and not done["status"].get("failed"), done["status"]
+
+
 def test_statefulset_parallel_scale_up_starts_the_new_size(stack: Stack) -> None:
     """A Parallel StatefulSet of 2 scaled to 4: the real StatefulSet controller creates the new pods,
     and all four end Running (the gang is replicas)."""

@@ -17,6 +17,7 @@ from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
+from webhook.backends.native import Native
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 
 _OWN_SCHEDULERS = {"", "default-scheduler"}
@@ -110,6 +111,9 @@ def admit(
             warnings=plan.warnings if operation == "UPDATE" else [],
             plan=plan,
         )
+    crowded = backend.too_many_templates(plan.gangs) if isinstance(backend, Native) else None
+    if crowded:
+        return Outcome(False, "too many native pod groups", code=422, plan=plan, message=f"{describe(obj)}: {crowded}")
     foreign = _foreign_scheduler(obj, plan, backend)
     if foreign:
         warning = (

@@ -29,6 +29,9 @@ GENERATIONS = {
     "1.36": Generation("1.36", "v1alpha2"),
     "1.37": Generation("1.37", "v1beta1"),
 }
+# pod groups (1.35) or pod group templates (1.36, 1.37) one Workload may hold: k8s.io/api
+# scheduling/v1alpha2/types.go WorkloadMaxPodGroupTemplates, `+k8s:maxItems=8` in every generation
+MAX_TEMPLATES = 8
 # Best first: discovery picks the newest version the cluster serves.
 VERSIONS_BEST_FIRST = ("v1beta1", "v1alpha2", "v1alpha1")
 
@@ -60,6 +63,19 @@ class Native:
             spec["workloadRef"] = ref
         else:
             spec["schedulingGroup"] = {"podGroupName": gang.name}
+
+    def too_many_templates(self, gangs: list[Gang]) -> str | None:
+        """Why the API server would refuse these gangs' Workload (its gangs would then never start)."""
+        templates = {g.id.template for g in gangs}
+        if len(templates) <= MAX_TEMPLATES:
+            return None
+        key = "podGroups" if self.generation.version == "v1alpha1" else "podGroupTemplates"
+        return (
+            f"its {len(templates)} gangs need {len(templates)} pod groups in one Workload, and "
+            f"{GROUP}/{self.generation.version} Workload.spec.{key} holds at most {MAX_TEMPLATES}: "
+            "use at most 8 (for a JobSet: 8 replicatedJobs, or startupPolicyOrder AnyOrder for one gang), "
+            "or another backend (label gangkeeper.io/backend)"
+        )
 
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         objects: list[Obj] = []

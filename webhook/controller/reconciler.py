@@ -46,6 +46,9 @@ STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
 SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
 DEFAULT_MAX_ATTEMPTS = 5
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
+# native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
+# v1alpha2 `+k8s:immutable`); v1beta1 lets minCount change
+IMMUTABLE_GROUP_SPECS = frozenset({"scheduling.k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2"})
 SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})
 REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
 
@@ -909,12 +912,19 @@ class Controller:
             if current is None:
                 self._write("create", self.api.create, resource.path(gang.namespace), desired)
                 continue
-            if (current.get("metadata") or {}).get("labels", {}).get(contract.GROUP_LABEL) is None and desired[
-                "kind"
-            ] != "Workload":
+            if ((current.get("metadata") or {}).get("labels") or {}).get(contract.GROUP_LABEL) is None:
                 continue  # someone else's object of the same name: never a second owner
-            if current.get("spec") != desired["spec"]:
-                self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
+            if current.get("spec") == desired["spec"]:
+                continue
+            if resource.group_version in IMMUTABLE_GROUP_SPECS:
+                # minCount is immutable here (a Job's smaller last wave must not wait for ever): replace the
+                # object; pods link to it by name. The uid precondition never deletes a newer one.
+                uid = (current.get("metadata") or {}).get("uid")
+                body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+                self._write("delete", lambda p, b: self.api.request("DELETE", p, body=b), path, body)
+                self._write("create", self.api.create, resource.path(gang.namespace), desired)
+                continue
+            self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
 
     def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> None:
         try:

@@ -38,8 +38,12 @@ def analyze_job(obj: Obj) -> Plan:
 
 
 def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
-    plan = Plan(kind=kind)
     spec = get_path(job, ("spec",)) or {}
+    if isinstance(spec, dict) and spec.get("scheduling"):
+        # 1.37 WorkloadWithJob: the Job controller makes the Workload and PodGroup from the user's policy,
+        # unless the template already names a group (k8s pkg/controller/job/job_scheduling_manager.go)
+        return Plan.leave(kind, "the Job controller makes this gang itself (spec.scheduling, WorkloadWithJob)")
+    plan = Plan(kind=kind)
     template_path: Path = (*prefix, "spec", "template")
     template = spec.get("template") or {}
     size, reason = job_size(spec, get_path(job, ("status",)) or {})
