@@ -128,6 +128,25 @@ def test_another_namespace_leaves_no_reference_to_gangkeeper_system(tmp_path: Pa
         shutil.rmtree(overlay)
 
 
+def test_the_webhook_survives_a_node_and_a_drain() -> None:
+    """Admission of every opted-in namespace waits on the webhook: two replicas never on one node, a
+    PodDisruptionBudget, a critical priority, and readiness that tolerates one slow probe."""
+    objects = build("base")
+    webhook = by_kind(objects, "Deployment", "gangkeeper-webhook")
+    pod = webhook["spec"]["template"]["spec"]
+    assert webhook["spec"]["replicas"] == 2
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
+    assert pod["containers"][0]["readinessProbe"]["failureThreshold"] >= 2
+    budget = by_kind(objects, "PodDisruptionBudget", "gangkeeper-webhook")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == webhook["spec"]["selector"]["matchLabels"]
+    controller = by_kind(objects, "Deployment", "gangkeeper-controller")
+    assert controller["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+
+
 def test_pods_are_locked_down() -> None:
     objects = build("base")
     for name in ("gangkeeper-webhook", "gangkeeper-controller"):

@@ -155,6 +155,32 @@ def test_more_native_pod_groups_than_a_workload_holds_are_refused() -> None:
     for version, key in (("1.35", "podGroups"), ("1.36", "podGroupTemplates"), ("1.37", "podGroupTemplates")):
         outcome = admit(jobset, "CREATE", Native(version))
         assert not outcome.allowed and outcome.code == 422
-        assert f"Workload.spec.{key} holds at most 8" in outcome.message
+        assert f"Workload.spec.{key} holds at most 8" in outcome.message, outcome.message
     eight = {**jobset, "spec": {**jobset["spec"], "replicatedJobs": replicated[:8]}}
     assert admit(eight, "CREATE", Native("1.35")).allowed
+
+
+@pytest.mark.parametrize(
+    ("completions", "min_member", "version", "allowed"),
+    [
+        (3, None, "1.35", False),
+        (3, None, "1.36", False),
+        (3, None, "1.37", True),  # v1beta1: the controller lowers minCount for the last wave
+        (4, None, "1.36", True),  # waves of 2 and 2
+        (3, "1", "1.36", True),  # a gang no larger than the last wave
+    ],
+)
+def test_a_job_whose_last_wave_is_smaller_than_an_immutable_native_gang_is_refused(
+    completions: int, min_member: str | None, version: str, allowed: bool
+) -> None:
+    job = b.job(
+        parallelism=2,
+        completions=completions,
+        annotations={"gangkeeper.io/min-member": min_member} if min_member else None,
+    )
+    outcome = admit(job, "CREATE", Native(version))
+    assert outcome.allowed is allowed, outcome.message
+    if not allowed:
+        assert outcome.code == 422
+        assert "spec.completions: its last wave is 1 pods, fewer than the gang's 2" in outcome.message
+        assert "gangkeeper.io/min-member to 1" in outcome.message

@@ -24,7 +24,8 @@ from tests.deployed import Container, Sandbox
 from tests.realcluster.controlplane import ControlPlane
 
 log = logging.getLogger(__name__)
-NODE_IP = "10.252.255.1"
+# the system nodes' addresses: two, so the webhook's required anti-affinity places both replicas
+SYSTEM_NODES = {"gk-system-1": "10.252.255.1", "gk-system-2": "10.252.255.2"}
 
 
 def now() -> str:
@@ -32,8 +33,8 @@ def now() -> str:
 
 
 class SystemNode:
-    def __init__(self, plane: ControlPlane, name: str = "gk-system") -> None:
-        self.plane, self.name = plane, name
+    def __init__(self, plane: ControlPlane, name: str = "gk-system-1") -> None:
+        self.plane, self.name, self.ip = plane, name, SYSTEM_NODES[name]
         self.api = client.ApiClient(config.new_client_from_config(str(plane.kubeconfig)).configuration)
         self.core = client.CoreV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
@@ -80,7 +81,7 @@ class SystemNode:
                     "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
                     "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
                     "addresses": [
-                        {"type": "InternalIP", "address": NODE_IP},
+                        {"type": "InternalIP", "address": self.ip},
                         {"type": "Hostname", "address": self.name},
                     ],
                     "conditions": [
@@ -209,7 +210,7 @@ class SystemNode:
             {
                 "status": {
                     "phase": "Running",
-                    "hostIP": NODE_IP,
+                    "hostIP": self.ip,
                     "podIP": sandbox.pod_ip,
                     "podIPs": [{"ip": sandbox.pod_ip}],
                     "startTime": pod.status.start_time.strftime("%Y-%m-%dT%H:%M:%SZ")

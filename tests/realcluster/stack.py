@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.realcluster.controlplane import ControlPlane
-from tests.realcluster.kubelet import SystemNode
+from tests.realcluster.kubelet import SYSTEM_NODES, SystemNode
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 FAKE = {"kwok.x-k8s.io/node": "fake"}
@@ -43,15 +43,15 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 60, every: 
 class Stack:
     plane: ControlPlane
     overlay: str = "gate"
-    node: SystemNode | None = None
+    system: list[SystemNode] = field(default_factory=list)
     workers: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     generation: int = 0
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Stack]:
-        with self.plane, SystemNode(self.plane) as node:
-            self.node = node
+        with self.plane, contextlib.ExitStack() as nodes:
+            self.system = [nodes.enter_context(SystemNode(self.plane, name)) for name in SYSTEM_NODES]
             try:
                 self.deploy()
                 yield self
@@ -80,7 +80,11 @@ class Stack:
             60,
         )
         wait_until(self.webhook_endpoints, "ready endpoints of the gangkeeper-webhook Service", 60)
-        self.plane.kubectl("cordon", "gk-system")
+        self.cordon_system(True)
+
+    def cordon_system(self, cordoned: bool) -> None:
+        """The system nodes run gangkeeper only: cordoned, so workloads land on KWOK's nodes."""
+        self.plane.kubectl("cordon" if cordoned else "uncordon", *SYSTEM_NODES)
 
     def webhook_endpoints(self) -> list[str]:
         slices = self.plane.get(
@@ -144,14 +148,13 @@ class Stack:
         """What a user would look at: the namespace's pods and events, the gang controller's log."""
         shown = self.plane.kubectl("get", "pods,jobs,events", "-n", namespace, "-o", "wide", check=False).stdout
         controller = "\n".join(
-            s.logs()[-3000:] for s in (self.node.sandboxes.values() if self.node else []) if "controller" in s.name
+            s.logs()[-3000:] for node in self.system for s in node.sandboxes.values() if "controller" in s.name
         )
         return f"{shown}\n--- gangkeeper controller\n{controller}"
 
     def diagnostics(self) -> str:
         parts = [self.plane.kubectl("get", "pods,nodes,events", "-A", "-o", "wide", check=False).stdout]
-        if self.node:
-            parts.append(self.node.logs())
+        parts += [node.logs() for node in self.system]
         for process in self.plane.processes:
             parts.append(f"--- {process.name}\n{process.tail(15)}")
         return "\n".join(parts)

@@ -111,9 +111,12 @@ def admit(
             warnings=plan.warnings if operation == "UPDATE" else [],
             plan=plan,
         )
-    crowded = backend.too_many_templates(plan.gangs) if isinstance(backend, Native) else None
-    if crowded:
-        return Outcome(False, "too many native pod groups", code=422, plan=plan, message=f"{describe(obj)}: {crowded}")
+    if isinstance(backend, Native):
+        problem = backend.too_many_templates(plan.gangs) or backend.unshrinkable(plan.gangs)
+        if problem:
+            return Outcome(
+                False, "no native gang can hold it", code=422, plan=plan, message=f"{describe(obj)}: {problem}"
+            )
     foreign = _foreign_scheduler(obj, plan, backend)
     if foreign:
         warning = (

@@ -77,6 +77,22 @@ class Native:
             "or another backend (label gangkeeper.io/backend)"
         )
 
+    def unshrinkable(self, gangs: list[Gang]) -> str | None:
+        """Why a gang could not start its last, smaller wave here: minCount is immutable before v1beta1
+        (k8s.io/api scheduling v1alpha1 Workload.spec, v1alpha2 `+k8s:immutable`). The Job controller's
+        own WorkloadWithJob makes gangs only where completions equal parallelism for the same reason."""
+        if self.generation.version not in ("v1alpha1", "v1alpha2"):
+            return None
+        for gang in gangs:
+            if gang.smallest_wave is not None and gang.min_member > gang.smallest_wave:
+                return (
+                    f"spec.completions: its last wave is {gang.smallest_wave} pods, fewer than the gang's "
+                    f"{gang.min_member}, and {GROUP}/{self.generation.version} cannot lower a gang's minCount: "
+                    "that wave would wait for ever. Set completions to a multiple of parallelism, or "
+                    f"annotation gangkeeper.io/min-member to {gang.smallest_wave}, or use the gate backend"
+                )
+        return None
+
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         objects: list[Obj] = []
         by_workload: dict[str, list[Gang]] = {}

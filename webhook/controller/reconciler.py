@@ -47,7 +47,8 @@ SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper ho
 DEFAULT_MAX_ATTEMPTS = 5
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
-# v1alpha2 `+k8s:immutable`); v1beta1 lets minCount change
+# v1alpha2 `+k8s:immutable`; a PodGroup cannot be replaced either while pods name it: its
+# podgroup-protection finalizer holds the deletion); v1beta1 lets minCount change
 IMMUTABLE_GROUP_SPECS = frozenset({"scheduling.k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2"})
 SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})
 REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
@@ -917,12 +918,7 @@ class Controller:
             if current.get("spec") == desired["spec"]:
                 continue
             if resource.group_version in IMMUTABLE_GROUP_SPECS:
-                # minCount is immutable here (a Job's smaller last wave must not wait for ever): replace the
-                # object; pods link to it by name. The uid precondition never deletes a newer one.
-                uid = (current.get("metadata") or {}).get("uid")
-                body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-                self._write("delete", lambda p, b: self.api.request("DELETE", p, body=b), path, body)
-                self._write("create", self.api.create, resource.path(gang.namespace), desired)
+                # the API refuses any change (422); admission refuses the gangs that would need one
                 continue
             self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
 

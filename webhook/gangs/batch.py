@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.gangs import common
@@ -33,6 +34,16 @@ def job_size(job_spec: Mapping[str, Any], job_status: Mapping[str, Any] | None =
     return parallelism, "the Job's parallelism"
 
 
+def last_wave(job_spec: Mapping[str, Any]) -> int | None:
+    """Pods of the Job's last wave when it is smaller than the others (completions 5, parallelism 2:
+    waves of 2, 2 and 1), else None."""
+    parallelism = common.as_int(job_spec.get("parallelism"), 1)
+    completions = common.as_int(job_spec.get("completions"), 0)
+    if parallelism < 1 or completions <= parallelism or completions % parallelism == 0:
+        return None
+    return completions % parallelism
+
+
 def analyze_job(obj: Obj) -> Plan:
     return _job_plan(obj, obj, (), "Job")
 
@@ -54,6 +65,7 @@ def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
     if gid is not None:
         members = [common.members_of(template, size, "member", template_path, plan.errors)]
         gang = common.build_gang(obj, gid, members, size, reason, plan, template.get("spec") or {})
+        gang = replace(gang, smallest_wave=last_wave(spec))
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan

@@ -64,6 +64,9 @@ class Gang:
     # Members the workload creates only once the first ones run (a Spark driver asks for its executors):
     # not waited for, but their resources count, and the gate releases only when they would fit too.
     later: tuple[Members, ...] = ()
+    # pods in the smallest group the workload starts later (a Job's last wave, when completions exceed
+    # parallelism): a gang that cannot lower minCount for it would wait for ever
+    smallest_wave: int | None = None
 
     @property
     def name(self) -> str:
