@@ -439,3 +439,27 @@ def test_times_with_a_zone_are_read() -> None:
 
     moment = parse_time("2030-01-01T00:00:00Z")
     assert moment is not None and moment.utcoffset() is not None and moment.year == 2030
+
+
+def test_a_refused_podgroup_is_told_on_the_workload_once(server: TestApiServer, api: Api) -> None:
+    """Volcano's admission refuses a PodGroup whose queue does not exist (volcano pkg/webhooks/admission/
+    podgroups/validate): the pods would stay Pending with no word. Modelled here by the same refusal."""
+    from tests.apiserver import Reject
+
+    message = 'admission webhook "validatepodgroup.volcano.sh" denied the request: queue nosuch not found'
+
+    def volcano_admission(operation, gv, plural, namespace, obj, old):  # type: ignore[no-untyped-def]
+        if plural == "podgroups" and (obj.get("spec") or {}).get("queue") == "nosuch":
+            raise Reject(400, "BadRequest", message)
+        return obj
+
+    server.store.admission = volcano_admission
+    job = add_job(server.store, parallelism=2, cpu="1", annotations={"gangkeeper.io/queue": "nosuch"})
+    add_job_pods(server.store, job, backend="volcano")
+    controller = Controller(api, clock=Clock())
+    controller.reconcile_once()
+    controller.reconcile_once()
+
+    refused = events(server, "GroupObjectRefused")
+    assert len(refused) == 1 and refused[0]["type"] == "Warning"
+    assert refused[0]["involvedObject"]["kind"] == "Job" and "queue nosuch not found" in refused[0]["message"]

@@ -130,3 +130,21 @@ def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
     response = handle(Handler(resolver), b.job())
     assert response["allowed"] is False
     assert "gangkeeper.io/scheduler-name: Invalid value: 'Bad_Name'" in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("queue", "warning"),
+    [
+        ("nosuch", "Volcano queue 'nosuch' does not exist: Volcano refuses PodGroup job-train"),
+        ("closed", "Volcano queue 'closed' is Closed: PodGroup job-train waits until it opens"),
+        ("default", None),
+    ],
+)
+def test_a_missing_or_closed_volcano_queue_is_warned_at_apply_time(queue: str, warning: str | None) -> None:
+    resolver = BackendResolver(default="volcano", queues=lambda: {"default": "Open", "closed": "Closed"})
+    job = b.job(annotations={"gangkeeper.io/queue": queue})
+    response = handle(Handler(resolver), job)
+    assert response["allowed"]
+    validate(b.patched(job, response))
+    found = [w for w in response.get("warnings", []) if "Volcano queue" in w]
+    assert [w for w in found if warning and warning in w] == found and len(found) == (1 if warning else 0), found

@@ -314,6 +314,15 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     wait_for("team-a")  # from the list
     store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
     wait_for("team-b")  # only the watch can bring this one
+    from webhook.admission.resolve import WatchedQueues
+    from webhook.backends.discovery import Served
+
+    store.create("scheduling.volcano.sh/v1beta1", "queues", "", {"metadata": {"name": "default"}})
+    queues = WatchedQueues(Api(api_client), lambda: Served({"scheduling.volcano.sh/v1beta1": frozenset({"queues"})}))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and queues.states() is None:
+        time.sleep(0.05)
+    assert queues.states() == {"default": "Open"}
     assert client and certs
 
 

@@ -62,17 +62,16 @@ def test_volcano_pinch_holds_the_gang_then_starts_it_whole(vc: Stack, kind: str)
         pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "all four Running", 120)
     assert not watch.partial
     assert_started_together(pods, 4)
-    phase = wait_until(
-        lambda: (g := podgroups(stack, namespace)) and g[0].get("status", {}).get("phase") == "Running" and g,
+    wait_until(
+        lambda: (g := podgroups(stack, namespace)) and g[0].get("status", {}).get("phase") == "Running",
         "the PodGroup Running",
         60,
     )
-    assert phase[0]["status"].get("running", 0) >= 4
 
 
 def test_volcano_gang_larger_than_the_cluster_never_starts_part(vc: Stack) -> None:
-    """Six 4-CPU pods on three 8-CPU nodes (room for six)... less one node: room for four. Volcano's
-    gang plugin keeps every pod unbound rather than start four of six."""
+    """Six 4-CPU pods on two 8-CPU nodes (room for four): Volcano's gang plugin keeps every pod unbound
+    rather than start four of six."""
     stack = vc
     stack.replace_workers(2)
     namespace = stack.namespace("volcano-too-big", "volcano")

@@ -149,7 +149,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     """Namespace labels and served APIs for this process; with `wait`, only once both are known, so a
     worker never answers from an empty cache (it opens its socket after this returns)."""
     from webhook.admission.controller_lease import LeaseWatch
-    from webhook.admission.resolve import BackendResolver, WatchedNamespaces
+    from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedQueues
     from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
     from webhook.controller.kube import Api
 
@@ -167,6 +167,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     discovery.start()
     lease = LeaseWatch(api, args.namespace)
     lease.start()
+    queues = WatchedQueues(api, lambda: discovery.served)
     while wait and not (namespaces.synced.wait(10) and discovery.wait(10) and lease.tried.wait(10)):
         print("gangkeeper: waiting for the namespace list, API discovery and the controller's Lease", file=sys.stderr)
     return BackendResolver(
@@ -174,6 +175,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
         namespaces=namespaces,
         served=lambda: discovery.served,
         controller=lease.health,
+        queues=queues.states,
         volcano_scheduler=args.volcano_scheduler,
         coscheduling_scheduler=args.coscheduling_scheduler,
     )

@@ -7,6 +7,7 @@ that copy (webhook.admission.patch), so fields gangkeeper does not know are neve
 from __future__ import annotations
 
 import marshal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
+from webhook.backends.volcano import API_VERSION as VOLCANO_API
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 
 _OWN_SCHEDULERS = {"", "default-scheduler"}
@@ -70,6 +72,27 @@ def _foreign_scheduler(obj: Obj, plan: Plan, backend: Backend) -> str | None:
     return None
 
 
+def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list[str]:
+    """Volcano's admission refuses a PodGroup whose queue is missing or not open: the pods would stay
+    Pending. Said at apply time, when the webhook can see the queues (a warning: the queue may come next)."""
+    warnings = []
+    for group in group_objects:
+        if group.get("apiVersion") != VOLCANO_API:
+            continue
+        queue = str((group.get("spec") or {}).get("queue") or "default")
+        state = queues.get(queue)
+        if state is None:
+            warnings.append(
+                f"Volcano queue {queue!r} does not exist: Volcano refuses PodGroup {group['metadata']['name']} "
+                "and its pods stay Pending until it does (kubectl get queues)"
+            )
+        elif state != "Open":
+            warnings.append(
+                f"Volcano queue {queue!r} is {state}: PodGroup {group['metadata']['name']} waits until it opens"
+            )
+    return warnings
+
+
 def admit(
     obj: Obj,
     operation: str,
@@ -78,6 +101,7 @@ def admit(
     namespace_info: NamespaceInfo | None = None,
     mutate: bool = True,
     controller: ControllerHealth | None = None,
+    queues: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
 
@@ -136,6 +160,8 @@ def admit(
     if gating and controller is not None and controller.warning():
         outcome.warnings = [*outcome.warnings, str(controller.warning())]
     outcome.group_objects = backend.group_objects(plan.gangs, namespace_info or NamespaceInfo())
+    if queues is not None:
+        outcome.warnings = [*outcome.warnings, *_queue_warnings(outcome.group_objects, queues)]
     if not mutate:
         return outcome
     mutated: Obj = json_copy(obj)

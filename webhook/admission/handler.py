@@ -70,6 +70,7 @@ class Handler:
             self.resolver.namespace_info(namespace),
             mutate=endpoint == "mutate",
             controller=self.resolver.controller(),
+            queues=self.resolver.queues(),
         )
         gang = (
             outcome.plan.pod_gang.name

@@ -65,6 +65,39 @@ def _trim(namespace: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
+
+
+class WatchedQueues:
+    """Volcano's queues and whether each is open, watched once the cluster serves them: a PodGroup in a
+    queue that is missing or closed is refused by Volcano's admission, and its pods stay Pending."""
+
+    def __init__(self, api: Api, served: Callable[[], Served | None]) -> None:
+        from webhook.controller.informer import Informer
+
+        self._served = served
+        self._informer = Informer(api, QUEUES, transform=_trim_queue)
+        self._started = False
+
+    def states(self) -> dict[str, str] | None:
+        """Queue name -> state ("Open", "Closed", ...); None while unknown (not served, not yet listed)."""
+        served = self._served()
+        if served is None or not served.has(QUEUES.group_version, QUEUES.plural):
+            return None
+        if not self._started:
+            self._started = True
+            self._informer.start()
+        if not self._informer.synced.is_set():
+            return None
+        return {
+            q["metadata"]["name"]: str((q.get("status") or {}).get("state") or "Open") for q in self._informer.items()
+        }
+
+
+def _trim_queue(queue: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": (queue.get("metadata") or {}).get("name", "")}, "status": queue.get("status") or {}}
+
+
 class BackendResolver:
     def __init__(
         self,
@@ -75,12 +108,14 @@ class BackendResolver:
         coscheduling_scheduler: str = "scheduler-plugins-scheduler",
         offline_version: str = "1.37",
         controller: Callable[[], ControllerHealth | None] = lambda: None,
+        queues: Callable[[], dict[str, str] | None] = lambda: None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
         self._cache: dict[tuple[str, str, str | None], Backend] = {}
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
+        self.queues = queues  # Volcano's queues and their states (None: unknown)
 
     def namespace_info(self, namespace: str | None) -> NamespaceInfo:
         return (self.namespaces.get(namespace) if namespace else None) or NamespaceInfo()

@@ -7,6 +7,7 @@ controller killed at any moment and started again picks up exactly where the clu
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -234,6 +235,7 @@ class Controller:
         self.api, self.source = api, source or Listing(api)
         self.native_version, self.clock, self.component = native_version, clock, component
         self.last_state: dict[str, str] = {}
+        self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
         self.release_concurrency = release_concurrency
         self.passes, self.orphan_every, self.resync_every = 0, orphan_every, resync_every
         self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
@@ -911,7 +913,8 @@ class Controller:
                 metrics.API_ERRORS.labels("get", str(error.status)).inc()
                 continue
             if current is None:
-                self._write("create", self.api.create, resource.path(gang.namespace), desired)
+                refused = self._write("create", self.api.create, resource.path(gang.namespace), desired)
+                self._report_refusal(gang, resolved, desired, refused)
                 continue
             if ((current.get("metadata") or {}).get("labels") or {}).get(contract.GROUP_LABEL) is None:
                 continue  # someone else's object of the same name: never a second owner
@@ -922,12 +925,30 @@ class Controller:
                 continue
             self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
 
-    def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> None:
+    def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> ApiError | None:
         try:
             call(path, body)
             metrics.GROUP_OBJECTS.labels(action).inc()
         except ApiError as error:
             metrics.API_ERRORS.labels(action, str(error.status)).inc()
+            return error
+        return None
+
+    def _report_refusal(self, gang: GangView, resolved: Resolved, desired: Obj, error: ApiError | None) -> None:
+        """A group object the API refused (Volcano's admission refuses a PodGroup whose queue is missing
+        or closed) leaves the pods Pending: say so on the workload, once per distinct refusal."""
+        refusal = (
+            _refusal_text(error) if error is not None and 400 <= error.status < 500 and error.status != 409 else ""
+        )
+        if self._refusals.get(gang.key, "") == refusal:
+            return
+        if refusal:
+            self._refusals[gang.key] = refusal
+            kind, name = desired["kind"], desired["metadata"]["name"]
+            log.warning("group object refused", extra={"gang": gang.key, "status": error.status if error else 0})
+            self.event(resolved.workload or gang.raw[0], "Warning", "GroupObjectRefused", f"{kind} {name}: {refusal}")
+        else:
+            self._refusals.pop(gang.key, None)
 
     # --- what people see -------------------------------------------------------------------------
     def transition(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
@@ -971,6 +992,15 @@ class Controller:
         for state in GangState:
             metrics.GANGS.labels(state.value).set(counts.get(state, 0))
         metrics.GATED_PODS.set(self.index.gated)
+
+
+def _refusal_text(error: ApiError) -> str:
+    """The API server's reason from a Status body, short enough for an event."""
+    try:
+        message = str(json.loads(error.body).get("message", ""))
+    except (ValueError, AttributeError):
+        message = error.body
+    return (message or f"HTTP {error.status}")[:400]
 
 
 def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterable[Resource]) -> list[str]:
