@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import volcano, workloads
+from tests.realcluster import operators, volcano, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import Watch, assert_started_together, hold_pending
 
@@ -78,3 +78,32 @@ def test_volcano_gang_larger_than_the_cluster_never_starts_part(vc: Stack) -> No
     admitted(stack, workloads.job("train", namespace, 6, "4"))
     hold_pending(stack, namespace, 6, seconds=15)
     assert not bound(stack.pods(namespace))
+
+
+@pytest.fixture
+def lws_makes_volcano_gangs(vc: Stack) -> Iterator[Stack]:
+    """LWS with `gangSchedulingManagement.schedulerProvider: volcano`: its pod webhook names each group's
+    PodGroup and its pod controller creates it (lws pkg/schedulerprovider/volcano_provider.go)."""
+    operators.replace_running(vc.plane, operators.lws("volcano"))
+    yield vc
+    operators.replace_running(vc.plane, operators.lws())
+
+
+def test_lws_own_volcano_gang_wins_over_gangkeepers(lws_makes_volcano_gangs: Stack) -> None:
+    """gangkeeper's webhook stamps each pod first (configurations run in name order), LWS's webhook then
+    names its own PodGroup, and gangkeeper, called again (reinvocationPolicy IfNeeded), takes its stamp
+    off: every pod of the group is in LWS's one PodGroup, none in a second, and the group starts whole."""
+    stack = lws_makes_volcano_gangs
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-lws-provider", "volcano")
+    admitted(stack, workloads.leader_worker_set("lws", namespace, 4, "1"))
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the group Running", 150)
+    names = {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods}
+    assert len(names) == 1 and names != {"lws-lws-0"}, names
+    assert not [p for p in pods if "gangkeeper.io/group" in (p["metadata"].get("labels") or {})]
+    assert not [
+        p for p in pods if any(g["name"] == "gangkeeper.io/gang-gate" for g in p["spec"].get("schedulingGates") or [])
+    ]
+    groups = podgroups(stack, namespace)
+    assert [g["metadata"]["name"] for g in groups] == sorted(names), "one PodGroup, LWS's"
+    assert groups[0]["spec"]["minMember"] == 4

@@ -130,6 +130,32 @@ def test_requests_beyond_the_in_flight_budget_get_429_with_retry_after(tmp_path:
         stop_server(server)
 
 
+def test_chunked_bodies_count_against_the_in_flight_budget(tmp_path: Path) -> None:
+    """A chunked body announces no length: it takes from the budget as its chunks arrive, so many
+    slow chunked bodies cannot put a worker past its in-flight bytes."""
+    server = start_server(tmp_path, "--backend", "volcano", "--max-in-flight-mib", "1", "--body-timeout", "10")
+    try:
+        first = tls_connection(server)  # holds a small reservation, so the next is not alone in flight
+        first.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{")
+        holder = tls_connection(server)
+        holder.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b" " * 200_000
+        for _ in range(10):  # 2 MB in all, twice the budget
+            try:
+                holder.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                break
+            time.sleep(0.05)
+        closed, answer = closed_within(holder, 3.0)
+        assert closed and answer.startswith(b"HTTP/1.1 429"), answer[:200]
+        first.close()
+        holder.close()
+        time.sleep(0.3)  # the budget comes back when its holders go
+        assert server.post("/mutate", job_pod_body()).status_code == 200
+    finally:
+        stop_server(server)
+
+
 def test_a_body_announced_over_the_cap_gets_413_before_it_is_sent(server: Server) -> None:
     tls = tls_connection(server)
     tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n")

@@ -150,6 +150,14 @@ def _ok(url: str) -> bool:
         return int(answer.status) == 200
 
 
+def replace_running(plane: ControlPlane, operator: Operator) -> Operator:
+    """Stop the running processes of the operator's name and install it afresh with its settings."""
+    for process in [p for p in plane.processes if p.name.rsplit("-", 1)[0] == operator.name]:
+        process.stop()
+        plane.processes.remove(process)
+    return operator.install(plane)
+
+
 def lws(gang_provider: str | None = None) -> Operator:
     settings = {"gangSchedulingManagement": {"schedulerProvider": gang_provider}} if gang_provider else {}
     return Operator(

@@ -133,6 +133,15 @@ class HttpConnection(asyncio.Protocol):
         if self._body_bytes > self.limits.max_body_bytes:  # chunked bodies announce no length
             self.fail(413, f"request body exceeds the {self.limits.max_body_bytes} byte limit")
             raise httptools.HttpParserError("body too large")
+        request = self.request
+        assert request is not None
+        if self._body_bytes > request.reserved:
+            # a chunked body announced no length: it takes from the in-flight budget as it arrives
+            refusal = self.worker.reserve_more(self._body_bytes - request.reserved)
+            if refusal:
+                self.fail(429, refusal, retry_after=1)
+                raise httptools.HttpParserError("overloaded")
+            request.reserved = self._body_bytes
         self._body.append(chunk)
 
     def on_message_complete(self) -> None:

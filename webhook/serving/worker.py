@@ -89,6 +89,13 @@ class Worker:
         self.in_flight_bytes += size
         return None
 
+    def reserve_more(self, size: int) -> str | None:
+        """`size` more bytes for a request already counted (a chunked body, as it arrives)."""
+        if self.in_flight > 1 and self.in_flight_bytes + size > self.limits.max_in_flight_bytes:
+            return f"overloaded: {self.in_flight_bytes} bytes of requests in flight in this process; retry"
+        self.in_flight_bytes += size
+        return None
+
     def release(self, size: int) -> None:
         self.in_flight -= 1
         self.in_flight_bytes -= size
