@@ -87,9 +87,42 @@ def test_the_controllers_own_keys_and_the_contract_are_not_warned() -> None:
     annotations = {
         "gangkeeper.io/min-member": "2",
         "gangkeeper.io/timeout-seconds": "60",
-        "gangkeeper.io/gang-status": "Waiting",
-        "gangkeeper.io/release-attempts": "1",
+        "gangkeeper.io/gang-status": "Waiting",  # what the controller shows; read back by nothing
     }
     job = b.job(annotations=annotations)
     allowed, warnings = warnings_of(job, "mutate")
     assert allowed and not [w for w in warnings if "gangkeeper reads" in w or "read as" in w]
+
+
+@pytest.mark.parametrize(
+    ("obj", "path"),
+    [
+        (
+            b.pod(
+                labels={"batch.kubernetes.io/job-name": "train"},
+                annotations={"gangkeeper.io/released-at": "2020-01-01T00:00:00Z", "gangkeeper.io/planned-node": "n1"},
+            ),
+            "metadata.annotations[gangkeeper.io/planned-node]",
+        ),
+        (b.job(annotations={"gangkeeper.io/suspended": "x"}), "metadata.annotations[gangkeeper.io/suspended]"),
+        (
+            {
+                **b.job(),
+                "spec": {
+                    **b.job()["spec"],
+                    "template": {**b.template(), "metadata": {"annotations": {"gangkeeper.io/released-at": "x"}}},
+                },
+            },
+            "spec.template.metadata.annotations[gangkeeper.io/released-at]",
+        ),
+    ],
+    ids=["pod", "job", "job-template"],
+)
+def test_the_controllers_state_written_at_creation_is_refused(obj: dict, path: str) -> None:
+    """A tenant's pod claiming a release and a planned node would hold that node's capacity in the
+    controller's books; a workload claiming gangkeeper's suspension would be resumed by it."""
+    status, document = Handler(BackendResolver(default="gate")).handle("mutate", json.dumps(b.review(obj)).encode())
+    response = document["response"]
+    assert status == 200 and response["allowed"] is False and response["status"]["code"] == 403
+    assert f"{path}: Forbidden" in response["status"]["message"]
+    assert "only gangkeeper's controller writes its state" in response["status"]["message"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import gangs
-from webhook.admission import keys
+from webhook.admission import forgery, keys
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
@@ -110,6 +110,14 @@ def admit(
     """
     plan = gangs.analyze(_with_namespace(obj, namespace))
     plan.warnings[:0] = keys.object_warnings(obj)
+    written = forgery.forged(obj) if operation == "CREATE" else []
+    if written:
+        message = (
+            f"{describe(obj)} is forbidden: "
+            + ", ".join(f"{path}: Forbidden" for path in written)
+            + ": only gangkeeper's controller writes its state; remove these annotations"
+        )
+        return Outcome(False, "controller state written by a client", code=403, message=message, plan=plan)
     if plan.errors:
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
         return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)

@@ -1,0 +1,43 @@
+"""Keys only gangkeeper's controller writes: its bookkeeping on pods and workloads (when a pod was
+released, the node planned for it, a workload's suspension and backoff). A tenant who writes one could
+move capacity or another gang's turn, so the validating webhook refuses any other writer.
+
+Checked on the object and on every pod template in it (pods inherit their template's annotations).
+Admission refuses them on CREATE, which no controller of gangkeeper's ever does with them; its own
+writes are PATCHes (UPDATE), where telling the controller from a tenant needs the requester's identity:
+that check is the Gang object's (open).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from webhook.admission.keys import CONTROLLER_KEYS
+
+# its state, without gang-status (what it shows people, read back by nothing)
+STATE_KEYS = CONTROLLER_KEYS - {"gangkeeper.io/gang-status"}
+MAX_REPORTED = 3
+
+
+def _metadata_maps(obj: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, annotations) of the object and of every `template`/`metadata` nested in its spec."""
+    if not isinstance(obj, Mapping) or depth > 8:  # pod templates sit at most a few levels deep
+        return
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping) and isinstance(meta.get("annotations"), Mapping):
+        yield f"{path}metadata.annotations", meta["annotations"]
+    for key, value in obj.items():
+        if key in ("metadata", "status"):
+            continue
+        if isinstance(value, Mapping):
+            yield from _metadata_maps(value, f"{path}{key}.", depth + 1)
+        elif isinstance(value, list):
+            for index, item in enumerate(value[:64]):
+                yield from _metadata_maps(item, f"{path}{key}[{index}].", depth + 1)
+
+
+def forged(obj: Mapping[str, Any]) -> list[str]:
+    """Field paths where `obj` carries one of the controller's state keys."""
+    found = [f"{path}[{key}]" for path, written in _metadata_maps(obj) for key in sorted(STATE_KEYS) if key in written]
+    return found[:MAX_REPORTED]
