@@ -148,3 +148,22 @@ def test_a_missing_or_closed_volcano_queue_is_warned_at_apply_time(queue: str, w
     validate(b.patched(job, response))
     found = [w for w in response.get("warnings", []) if "Volcano queue" in w]
     assert [w for w in found if warning and warning in w] == found and len(found) == (1 if warning else 0), found
+
+
+@pytest.mark.parametrize(("replicas", "allowed"), [(10_000, True), (1_000_000, False)])
+def test_scale_past_the_gang_size_limit_is_refused(replicas: int, allowed: bool) -> None:
+    scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "lws", "namespace": "team-a"}}
+    scale["spec"] = {"replicas": replicas}
+    document = b.review(scale, operation="UPDATE", old={**scale, "spec": {"replicas": 2}})
+    document["request"]["resource"] = {
+        "group": "leaderworkerset.x-k8s.io",
+        "version": "v1",
+        "resource": "leaderworkersets",
+    }
+    document["request"]["subResource"] = "scale"
+    status, answer = Handler(BackendResolver(default="volcano")).handle("validate", json.dumps(document).encode())
+    response = answer["response"]
+    assert status == 200 and response["allowed"] is allowed
+    if not allowed:
+        assert response["status"]["code"] == 422
+        assert 'spec.replicas: Invalid value: "1000000": makes 1000000 pods' in response["status"]["message"]

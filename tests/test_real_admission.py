@@ -32,3 +32,16 @@ def test_a_job_above_the_gang_size_limit_is_refused_naming_the_field(stack: Stac
     assert 'admission webhook "mutate.gangkeeper.io" denied the request' in refused.stderr
     assert "makes 20000 pods, above gangkeeper's limit of 10000 (--max-gang-pods)" in refused.stderr
     assert stack.plane.get("job", "huge", namespace=namespace) is None
+
+
+def test_scaling_a_leaderworkerset_past_the_limit_is_refused(stack: Stack) -> None:
+    """`kubectl scale` goes through /scale, past the workload's own validation."""
+    namespace = stack.namespace("scale", "gate")
+    stack.plane.apply(workloads.leader_worker_set("lws", namespace, 2, "1"))
+
+    refused = stack.plane.kubectl("-n", namespace, "scale", "leaderworkerset/lws", "--replicas=20000", check=False)
+
+    assert refused.returncode != 0
+    assert 'admission webhook "validate.gangkeeper.io" denied the request' in refused.stderr
+    assert "makes 20000 pods, above gangkeeper's limit of 10000" in refused.stderr
+    assert stack.plane.get("leaderworkerset", "lws", namespace=namespace)["spec"]["replicas"] == 1

@@ -13,6 +13,7 @@ from typing import Any
 from webhook.admission import keys, metrics, review
 from webhook.admission.decide import admit, describe
 from webhook.admission.resolve import BackendResolver
+from webhook.gangs import limits
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.admission")
@@ -57,6 +58,8 @@ class Handler:
         obj: Obj | None = request.get("object")
         if obj is None or operation not in ("CREATE", "UPDATE"):
             return review.allow(uid), "allowed"
+        if request.get("subResource") == "scale":
+            return _scale(uid, obj, (request.get("resource") or {}).get("resource", "")), "allowed"
         if request["kind"].get("kind") == "Namespace" and not request["kind"].get("group"):
             # the opt-in is a namespace selector: a misspelt label would mean no gang and no word
             return review.allow(uid, warnings=keys.namespace_warnings(obj)), "allowed"
@@ -96,3 +99,14 @@ class Handler:
         if endpoint == "validate":
             return review.allow(uid), "allowed"  # warnings come once, from the mutating webhook
         return review.allow(uid, outcome.patch, outcome.warnings), "mutated" if outcome.patch else "allowed"
+
+
+def _scale(uid: str, scale: Obj, resource: str) -> review.AdmissionResponse:
+    """`kubectl scale` and autoscalers change a gang's size through /scale, past the workload's own
+    validation: the replica count alone is held to the gang size limit (each replica is a pod or more)."""
+    spec = scale.get("spec")
+    replicas = spec.get("replicas") if isinstance(spec, dict) else None
+    if isinstance(replicas, int) and replicas > limits.max_gang_pods():
+        error = limits.too_many("spec.replicas", replicas, replicas, f"scale {resource} to fewer replicas")
+        return review.deny(uid, 422, f'Scale "{(scale.get("metadata") or {}).get("name", "")}" is invalid: {error}')
+    return review.allow(uid)

@@ -27,6 +27,8 @@ class AdmissionRequest(TypedDict):
     uid: str
     kind: dict[str, str]
     operation: Operation
+    resource: NotRequired[dict[str, str]]
+    subResource: NotRequired[str]
     namespace: NotRequired[str]
     name: NotRequired[str]
     object: NotRequired[dict[str, Any] | None]
