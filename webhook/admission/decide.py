@@ -46,8 +46,8 @@ def json_copy(value: Any) -> Any:
 
 
 def describe(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = (meta or {}).get("name") or (meta or {}).get("generateName") or "<unnamed>"
     return f'{obj.get("kind", "object")} "{name}"'
 
 

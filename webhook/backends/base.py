@@ -17,6 +17,14 @@ class NamespaceInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
 
 
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """parent[key] as an object to write into; a null there (JSON's "unset") becomes an empty one."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
 class Target:
     """A place pods are described: a pod, a PodTemplateSpec, or a SparkApplication role."""
 
@@ -28,12 +36,12 @@ class Target:
         return self.shape == "spark"
 
     def labels(self) -> dict[str, str]:
-        holder = self.obj if self.is_spark_role else self.obj.setdefault("metadata", {})
-        return holder.setdefault("labels", {})  # type: ignore[no-any-return]
+        holder = self.obj if self.is_spark_role else _child(self.obj, "metadata")
+        return _child(holder, "labels")
 
     def annotations(self) -> dict[str, str]:
-        holder = self.obj if self.is_spark_role else self.obj.setdefault("metadata", {})
-        return holder.setdefault("annotations", {})  # type: ignore[no-any-return]
+        holder = self.obj if self.is_spark_role else _child(self.obj, "metadata")
+        return _child(holder, "annotations")
 
     def pod_spec(self) -> dict[str, Any] | None:
         """The PodSpec whose gang fields (gates, workload links) may be set here, or None.
@@ -42,7 +50,7 @@ class Target:
         fields that copy lacks (the JobSet CRD has no workloadRef), so inside CRDs those fields are
         set on each pod at creation instead.
         """
-        return self.obj.setdefault("spec", {}) if self.shape == "pod" else None
+        return _child(self.obj, "spec") if self.shape == "pod" else None
 
     def scheduler_name(self) -> str | None:
         holder = self.obj if self.is_spark_role else (self.obj.get("spec") or {})
@@ -50,7 +58,7 @@ class Target:
         return str(value) if value else None
 
     def set_scheduler_name(self, name: str) -> None:
-        holder = self.obj if self.is_spark_role else self.obj.setdefault("spec", {})
+        holder = self.obj if self.is_spark_role else _child(self.obj, "spec")
         holder["schedulerName"] = name
 
 

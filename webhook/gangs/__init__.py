@@ -6,7 +6,7 @@ Importing the package registers every workload kind (one module each).
 from __future__ import annotations
 
 from webhook import contract
-from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, spark  # noqa: F401
+from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, shape, spark  # noqa: F401
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
 
 # Operators whose gang takes in the pods of the workloads they create: those children are never
@@ -31,6 +31,8 @@ GANG_PARENTS = frozenset(
     }
 )
 
+BUILT_IN_GROUPS = frozenset({"", "batch", "apps"})
+
 __all__ = ["FieldError", "Gang", "GangId", "Members", "Obj", "Plan", "TemplateStamp", "analyze", "supported"]
 
 
@@ -44,6 +46,10 @@ def analyze(obj: Obj) -> Plan:
     kind = kinds.lookup(api_version, kind_name)
     if kind is None:
         return Plan.leave(kind_name, f"{api_version} {kind_name} is not a kind gangkeeper handles")
+    if kind.group not in BUILT_IN_GROUPS:  # typed by the API server only after mutating admission
+        wrong = shape.check(obj)
+        if wrong is not None:
+            return Plan(kind=kind_name, errors=[wrong])
     namespace = common.meta(obj).get("namespace")
     if namespace in contract.IGNORED_NAMESPACES:
         return Plan.leave(kind_name, f"namespace {namespace} is never managed")
@@ -54,7 +60,11 @@ def analyze(obj: Obj) -> Plan:
         return Plan.leave(
             kind_name, f"created by {owner['kind']} {owner.get('name')}, whose gang its pods join: not grouped again"
         )
-    plan = kind.analyze(obj)
+    try:
+        plan = kind.analyze(obj)
+    except (TypeError, AttributeError, ValueError, KeyError) as error:  # a shape shape.check does not know
+        detail = f"does not have the shape of a {kind_name} ({type(error).__name__}: {error}); check it against its CRD"
+        return Plan(kind=kind_name, errors=[FieldError("spec", "...", detail)])
     limits.refuse_oversized(plan)
     marked = _marked_template(obj, plan)
     if marked:

@@ -29,7 +29,8 @@ def analyze(obj: Obj) -> Plan:
     plan = Plan(kind=KIND)
     name = common.meta(obj).get("name") or ""
     spec = obj.get("spec") or {}
-    in_order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+    policy = spec.get("startupPolicy")  # an object here (LWS's startupPolicy is a string)
+    in_order = isinstance(policy, dict) and policy.get("startupPolicyOrder") == "InOrder"
     groups: list[tuple[GangId | None, list[Members], dict[str, Any]]] = []
     whole = identity(name) if name else None
     for index, rj in enumerate(spec.get("replicatedJobs") or []):

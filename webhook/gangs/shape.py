@@ -1,0 +1,119 @@
+"""The shape of a custom resource, checked before gangkeeper reads it.
+
+Mutating admission runs before the API server validates a custom resource against its CRD's schema
+(built-in kinds are decoded into typed structs first), so a JobSet may arrive with `replicatedJobs: 5`
+or a template that is a list. The fields gangkeeper reads, wherever they appear, must have the type
+every upstream CRD gives them; the first that does not becomes a field error naming its path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.gangs.model import FieldError
+
+OBJECTS = frozenset(
+    {
+        "metadata",
+        "spec",
+        "template",
+        "jobTemplate",
+        "leaderWorkerTemplate",
+        "leaderTemplate",
+        "workerTemplate",
+        "headGroupSpec",
+        "rayClusterSpec",
+        "driver",
+        "executor",
+        "dynamicAllocation",
+        "runPolicy",
+        "schedulingPolicy",
+        "resources",
+        "requests",
+        "limits",
+        "labels",
+        "annotations",
+    }
+)
+LISTS = frozenset({"replicatedJobs", "workerGroupSpecs", "containers", "initContainers", "ownerReferences"})
+INTEGERS = frozenset(
+    {
+        "replicas",
+        "size",
+        "parallelism",
+        "completions",
+        "instances",
+        "minReplicas",
+        "minExecutors",
+        "numOfHosts",
+    }
+)
+STRINGS = frozenset(
+    {
+        "name",
+        "namespace",
+        "generateName",
+        "schedulerName",
+        "priorityClassName",
+        "startupPolicyOrder",
+        "batchScheduler",
+        "memory",
+    }
+)
+# maps whose keys are the user's own (resource names, label keys): their entries are not fields
+FREE_MAPS = frozenset({"requests", "limits", "labels", "annotations", "nodeSelector", "rayStartParams"})
+MAX_DEPTH = 40
+
+
+def check(obj: dict[str, Any]) -> FieldError | None:
+    """The first field of `obj` whose type is not the one its CRD gives it."""
+    return _walk(obj, "", 0)
+
+
+def _walk(value: Any, path: str, depth: int) -> FieldError | None:
+    if depth > MAX_DEPTH:
+        return FieldError(path, "...", "nested too deeply")
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _walk(item, f"{path}[{index}]", depth + 1)
+            if found:
+                return found
+        return None
+    if not isinstance(value, dict):
+        return None
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else str(key)
+        wrong = _wrong_type(str(key), item) if item is not None else None
+        if wrong:
+            return FieldError(where, _shown(item), f"must be {wrong}")
+        if key in FREE_MAPS:
+            if key in ("labels", "annotations") and isinstance(item, dict):
+                bad = next((k for k, v in item.items() if not isinstance(v, str)), None)
+                if bad is not None:
+                    return FieldError(f"{where}[{bad}]", _shown(item[bad]), "must be a string")
+            continue
+        if str(key).endswith("ReplicaSpecs") and isinstance(item, dict):  # Kubeflow: role -> replica spec
+            bad = next((k for k, v in item.items() if v is not None and not isinstance(v, dict)), None)
+            if bad is not None:
+                return FieldError(f"{where}.{bad}", _shown(item[bad]), "must be an object")
+        found = _walk(item, where, depth + 1)
+        if found:
+            return found
+    return None
+
+
+def _wrong_type(key: str, value: Any) -> str | None:
+    if key in OBJECTS or key.endswith("ReplicaSpecs"):
+        return None if isinstance(value, dict) else "an object"
+    if key in LISTS:
+        return None if isinstance(value, list) and all(isinstance(i, dict) for i in value) else "a list of objects"
+    if key in INTEGERS:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if key in STRINGS:
+        return None if isinstance(value, str) else "a string"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
