@@ -237,6 +237,17 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release_all(args: argparse.Namespace) -> int:
+    from webhook.controller.kube import Api, client_from
+    from webhook.controller.uninstall import release_all
+
+    done = release_all(Api(client_from(args.kubeconfig, args.server)))
+    print(f"gangkeeper release-all: {len(done.gates)} gates lifted, {len(done.resumed)} workloads resumed")
+    for what in done.failed:
+        print(f"  not released: {what}", file=sys.stderr)
+    return 1 if done.failed else 0
+
+
 def _controller(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.controller.kube import client_from
@@ -404,6 +415,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gang_limit(controller)
     controller.set_defaults(func=_controller)
 
+    release = sub.add_parser(
+        "release-all",
+        help="before uninstalling: lift every gate gangkeeper set and resume what it suspended",
+    )
+    release.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    release.add_argument("--server", default=None, help="API server URL without credentials (tests)")
+    release.set_defaults(func=_release_all)
+
     explain = sub.add_parser("explain", help="why a gang waits: members, capacity, node by node")
     explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
     explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
@@ -486,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
             "explain",
             "certs",
             "controller",
+            "release-all",
         ):
             print(
                 f"gangkeeper {args.command}: no cluster to talk to ({error}); set KUBECONFIG or --kubeconfig",

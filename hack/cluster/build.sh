@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -68,8 +68,8 @@ k8s() {
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
-    default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins ;;
+    default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset volcano helm ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
@@ -84,6 +84,8 @@ for t in "${targets[@]}"; do
     volcano) build volcano volcano.sh/volcano "v$VOLCANO_VERSION" "" "" volcano.sh/volcano/cmd/scheduler \
                volcano.sh/volcano/cmd/controller-manager volcano.sh/volcano/cmd/webhook-manager
              for b in scheduler controller-manager webhook-manager; do rename "$GK_CACHE/bin/volcano-$VOLCANO_VERSION" "$b" "vc-$b"; done ;;
+    helm) build helm helm.sh/helm/v3 "v$HELM_VERSION" "" "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
+            helm.sh/helm/v3/cmd/helm ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -36,7 +36,14 @@ from webhook.controller.state import (
     parse_time,
     release_patch,
 )
-from webhook.controller.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES, group_resource
+from webhook.controller.workloads import (
+    OTHER_VERSIONS,
+    SUSPEND_PATHS,
+    SUSPENDED_ANNOTATION,
+    WORKLOAD_RESOURCES,
+    group_resource,
+    nested,
+)
 from webhook.gangs.model import Gang, Obj
 
 log = logging.getLogger("gangkeeper.controller")
@@ -44,7 +51,6 @@ log = logging.getLogger("gangkeeper.controller")
 ATTEMPTS_ANNOTATION = f"{contract.PREFIX}/release-attempts"
 NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
 STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
-SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
 DEFAULT_MAX_ATTEMPTS = 5
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
@@ -53,23 +59,6 @@ DEFAULT_MAX_ATTEMPTS = 5
 IMMUTABLE_GROUP_SPECS = frozenset({"scheduling.k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2"})
 SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})
 REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
-
-# Where each kind with a suspend field keeps it. A timed-out gang of these kinds is requeued by
-# suspending and later resuming its workload: the owner then deletes its pods without counting them as
-# failures (batch/v1 Job: KEP-2232, pkg/controller/job; JobSet spec.suspend; training-operator and
-# mpi-operator runPolicy.suspend; KubeRay RayJob spec.suspend), where evicting them would spend the
-# workload's own retry budget (the Job controller counts a pod deleted before success as failed).
-SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
-    "Job": ("spec", "suspend"),
-    "JobSet": ("spec", "suspend"),
-    "PyTorchJob": ("spec", "runPolicy", "suspend"),
-    "TFJob": ("spec", "runPolicy", "suspend"),
-    "XGBoostJob": ("spec", "runPolicy", "suspend"),
-    "JAXJob": ("spec", "runPolicy", "suspend"),
-    "MPIJob": ("spec", "runPolicy", "suspend"),
-    "RayJob": ("spec", "suspend"),
-    "TrainJob": ("spec", "suspend"),
-}
 
 
 def _adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, int]], sign: int) -> None:
@@ -94,13 +83,6 @@ def expected_seconds(workload: Obj | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if value is not None and value > 0 else None
-
-
-def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """{"spec": {"runPolicy": {"suspend": value}}} for ("spec", "runPolicy", "suspend")."""
-    for key in reversed(path):
-        value = {key: value}
-    return value  # type: ignore[no-any-return]
 
 
 class Source(Protocol):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from webhook import contract
 from webhook.controller.kube import Resource
+
+SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
 
 WORKLOAD_RESOURCES = {
     "Job": Resource("batch/v1", "jobs"),
@@ -35,3 +40,28 @@ def all_workload_resources() -> list[Resource]:
 def group_resource(api_version: str, kind: str) -> Resource:
     """The collection of a synthesized group object (PodGroup, Workload)."""
     return Resource(api_version, kind.lower() + "s")
+
+
+# Where each kind with a suspend field keeps it. A timed-out gang of these kinds is requeued by
+# suspending and later resuming its workload: the owner then deletes its pods without counting them as
+# failures (batch/v1 Job: KEP-2232, pkg/controller/job; JobSet spec.suspend; training-operator and
+# mpi-operator runPolicy.suspend; KubeRay RayJob spec.suspend), where evicting them would spend the
+# workload's own retry budget (the Job controller counts a pod deleted before success as failed).
+SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
+    "Job": ("spec", "suspend"),
+    "JobSet": ("spec", "suspend"),
+    "PyTorchJob": ("spec", "runPolicy", "suspend"),
+    "TFJob": ("spec", "runPolicy", "suspend"),
+    "XGBoostJob": ("spec", "runPolicy", "suspend"),
+    "JAXJob": ("spec", "runPolicy", "suspend"),
+    "MPIJob": ("spec", "runPolicy", "suspend"),
+    "RayJob": ("spec", "suspend"),
+    "TrainJob": ("spec", "suspend"),
+}
+
+
+def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """{"spec": {"runPolicy": {"suspend": value}}} for ("spec", "runPolicy", "suspend")."""
+    for key in reversed(path):
+        value = {key: value}
+    return value  # type: ignore[no-any-return]
