@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests
 
 # runtime and test tools, each pinned with its hashes; the package itself without dependencies
 $(BIN)/.installed: requirements-test.lock pyproject.toml
@@ -44,6 +44,10 @@ test-cluster: $(BIN)/.installed
 
 scan:
 	bash hack/scan.sh
+
+# manifests/base/gangkeeper.yaml (the release manifest) rendered from charts/gangkeeper
+manifests:
+	bash hack/render.sh
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/admission.py

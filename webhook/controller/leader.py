@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from webhook.controller import metrics
 from webhook.controller.kube import LEASES, Api, ApiError
 from webhook.controller.state import format_time
 
@@ -109,6 +110,7 @@ class LeaderElector:
     def _failed(self) -> bool:
         if self._renewed_at is not None and not self.leading():
             log.warning("lost the lease: stopping all writes", extra={"identity": self.identity})
+            metrics.LEASE_LOST.inc()
             self._renewed_at = None
             self.changed.set()
         return self.leading()

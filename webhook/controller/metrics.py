@@ -23,3 +23,6 @@ PASS_SECONDS = Histogram(
     "Duration of one reconciliation pass",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
 )
+PASS_FAILURES = Counter("gangkeeper_controller_pass_failures", "Reconciliation passes that raised")
+LEADER = Gauge("gangkeeper_controller_leader", "1 while this replica holds the Lease and may write")
+LEASE_LOST = Counter("gangkeeper_controller_lease_lost", "Times this replica lost the Lease while leading")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from webhook.controller import metrics
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
@@ -23,6 +24,7 @@ log = logging.getLogger("gangkeeper.controller")
 
 REDISCOVER_SECONDS = 60.0  # how soon a CRD installed after start (JobSet, Volcano, ...) is watched
 STUCK_SECONDS = 120.0  # /healthz fails when the loop has not come round for this long
+FAILING_PASSES = 5  # /healthz fails after this many passes in a row raised: a restart may clear it
 
 
 class Probes:
@@ -31,9 +33,10 @@ class Probes:
     def __init__(self, synced: Callable[[], bool]) -> None:
         self.synced = synced
         self.last_loop = time.monotonic()
+        self.failed_in_a_row = 0
 
     def alive(self) -> bool:
-        return time.monotonic() - self.last_loop < STUCK_SECONDS
+        return time.monotonic() - self.last_loop < STUCK_SECONDS and self.failed_in_a_row < FAILING_PASSES
 
     def serve(self, port: int) -> ThreadingHTTPServer:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -49,7 +52,11 @@ class Probes:
                     code, body, kind = 200, generate_latest(), CONTENT_TYPE_LATEST
                 elif self.path == "/healthz":
                     ok = probes.alive()
-                    code, body, kind = (200 if ok else 500), b"ok" if ok else b"reconcile loop stuck", "text/plain"
+                    code, body, kind = (
+                        (200 if ok else 500),
+                        b"ok" if ok else b"reconcile loop stuck or failing",
+                        "text/plain",
+                    )
                 elif self.path == "/readyz":
                     ok = probes.synced()
                     code, body, kind = (200 if ok else 503), b"ok" if ok else b"caches not synced", "text/plain"
@@ -112,11 +119,15 @@ def run(
             # so a CRD installed after the controller started is watched without a restart
             watched += watch_new(api, controller, changed)
             discovered_at = time.monotonic()
+        metrics.LEADER.set(1 if elector.leading() else 0)
         if elector.leading() and pods.synced.is_set() and nodes.synced.is_set():
             try:
                 controller.reconcile_once()
+                probes.failed_in_a_row = 0
             except Exception:  # one bad pass must not stop the controller
                 log.exception("reconcile pass failed")
+                metrics.PASS_FAILURES.inc()
+                probes.failed_in_a_row += 1
         changed.wait(interval)
         changed.clear()
     elector.stop()

@@ -1,0 +1,63 @@
+{{/* The image of both components. */}}
+{{- define "gangkeeper.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Labels and selector of one component (webhook or controller). */}}
+{{- define "gangkeeper.labels" -}}
+app.kubernetes.io/name: gangkeeper
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{/* The pod security context both components run with (restricted Pod Security Standard). */}}
+{{- define "gangkeeper.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}
+
+{{- define "gangkeeper.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsNonRoot: true
+  capabilities:
+    drop: [ALL]
+{{- end }}
+
+{{/* Namespaces the webhooks act on: opted in, and never kube-system nor gangkeeper's own (by its label
+when the chart makes it; by name when helm --create-namespace does). */}}
+{{- define "gangkeeper.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: gangkeeper.io/enabled
+      operator: In
+      values: ["true"]
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [kube-system{{ if not .Values.namespace.create }}, {{ .Release.Namespace }}{{ end }}]
+    - key: gangkeeper.io/system
+      operator: DoesNotExist
+    {{- with .Values.extraNamespaceSelector }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{- define "gangkeeper.clientConfig" -}}
+clientConfig:
+  service:
+    name: gangkeeper-webhook
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path }}
+    port: 443
+{{- end }}
+
+{{- define "gangkeeper.caInjection" -}}
+{{- if eq .Values.certificates.mode "cert-manager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/gangkeeper-webhook
+{{- end }}
+{{- end }}

@@ -1,0 +1,143 @@
+"""The Helm chart, the one source of gangkeeper's manifests: it lints, every variant renders objects
+valid for each Kubernetes version, the committed release manifest is its render, and its alerts name
+metrics the code exports. Installing, upgrading and uninstalling it on the real control plane is
+tests/test_real_chart.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.realcluster.controlplane import binary, versions
+from tests.schemas import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "gangkeeper"
+NO_SCHEMA_HERE = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}  # CRDs not among ../shared/crds
+VARIANTS = {
+    "defaults": [],
+    "everything": [
+        "--set",
+        "certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        "--set",
+        "namespace.create=true,backend=volcano,controller.queuePolicy=fifo,maxGangPods=500",
+    ],
+    "one-node": ["--set", "webhook.replicas=1,controller.replicas=1,priorityClassName=,networkPolicy.enabled=false"],
+}
+
+
+def helm() -> Path:
+    exe = binary("helm", versions()["HELM_VERSION"], "helm")
+    if not exe.exists():
+        pytest.skip(f"not built: {exe} (run hack/cluster/build.sh helm)")
+    return exe
+
+
+@cache
+def render(variant: str, namespace: str = "gangkeeper-system") -> list[dict[str, Any]]:
+    args = [str(helm()), "template", "gangkeeper", str(CHART), "--namespace", namespace]
+    args += ["--kube-version", versions()["K8S_DEFAULT"], *VARIANTS[variant]]
+    output = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+def test_the_chart_lints_strictly() -> None:
+    result = subprocess.run([str(helm()), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_release_manifest_is_the_charts_render() -> None:
+    committed = (ROOT / "manifests" / "base" / "gangkeeper.yaml").read_text()
+    fresh = subprocess.run(
+        [
+            str(helm()),
+            "template",
+            "gangkeeper",
+            str(CHART),
+            "--namespace",
+            "gangkeeper-system",
+            "--no-hooks",
+            "--kube-version",
+            versions()["K8S_DEFAULT"],
+            "--set",
+            "namespace.create=true",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert committed.split("\n", 2)[2] == fresh, "manifests/base/gangkeeper.yaml is stale: run hack/render.sh"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_every_rendered_object_validates(variant: str, version: str) -> None:
+    for obj in render(variant):
+        if obj["apiVersion"] in NO_SCHEMA_HERE:
+            continue
+        validate(obj, version)
+
+
+def test_values_reach_the_objects() -> None:
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render("everything")}
+    webhook = objects[("Deployment", "gangkeeper-webhook")]["spec"]["template"]["spec"]
+    container = webhook["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GANGKEEPER_BACKEND"] == "volcano" and env["GANGKEEPER_CERT_SECRET"] == ""
+    assert "--max-gang-pods=500" in container["args"]
+    assert {"name": "tls", "secret": {"secretName": "gangkeeper-webhook-tls"}} in webhook["volumes"]
+    controller = objects[("Deployment", "gangkeeper-controller")]["spec"]["template"]["spec"]["containers"][0]
+    assert "--queue-policy=fifo" in controller["args"] and "--max-gang-pods=500" in controller["args"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = objects[(kind, "gangkeeper")]["metadata"]["annotations"]
+        assert annotations == {"cert-manager.io/inject-ca-from": "gangkeeper-system/gangkeeper-webhook"}
+    assert ("Certificate", "gangkeeper-webhook") in objects and ("Namespace", "gangkeeper-system") in objects
+    assert ("ServiceMonitor", "gangkeeper") in objects and ("PrometheusRule", "gangkeeper") in objects
+
+
+def test_helm_install_into_its_own_namespace_skips_it_by_name() -> None:
+    """`helm install --create-namespace` makes the namespace without gangkeeper.io/system: the webhooks
+    then keep out of it by name, wherever it is installed."""
+    objects = render("defaults", namespace="platform-gang")
+    text = yaml.safe_dump_all(objects)
+    assert "gangkeeper-system" not in text
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = next(o for o in objects if o["kind"] == kind)
+        expressions = config["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        assert {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "platform-gang"],
+        } in expressions
+
+
+def test_the_uninstall_hook_releases_every_gate_with_the_controllers_account() -> None:
+    job = next(o for o in render("defaults") if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gangkeeper-controller" and pod["containers"][0]["args"] == ["release-all"]
+
+
+def test_every_alert_names_a_metric_the_code_exports() -> None:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from webhook.admission import metrics as admission
+    from webhook.controller import metrics as controller
+
+    exported = set()
+    for module in (admission, controller):
+        for value in vars(module).values():
+            if isinstance(value, MetricWrapperBase):
+                name = value._name  # the family name, as Prometheus scrapes it (counters add _total)
+                exported |= {name, f"{name}_total", f"{name}_bucket"}
+    rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"][0]["rules"]
+    assert len(rules) >= 6
+    for rule in rules:
+        names = set(re.findall(r"\b(gangkeeper_[a-z_]+)", rule["expr"]))
+        assert names and names <= exported, (rule["alert"], names - exported)
