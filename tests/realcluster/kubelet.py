@@ -191,6 +191,8 @@ class SystemNode:
         return sandbox.get(port, http.get("path", "/"), tls=http.get("scheme", "HTTP") == "HTTPS") == 200
 
     def _report(self, pod: Any) -> None:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            return  # terminal: nothing changes any more
         sandbox = self.sandboxes[pod.metadata.uid]
         ready = self._probe(sandbox)
         exited = sandbox.process is not None and sandbox.process.poll() is not None
@@ -209,7 +211,7 @@ class SystemNode:
             pod.metadata.namespace,
             {
                 "status": {
-                    "phase": "Running",
+                    "phase": _phase(pod, sandbox, exited),
                     "hostIP": self.ip,
                     "podIP": sandbox.pod_ip,
                     "podIPs": [{"ip": sandbox.pod_ip}],
@@ -248,3 +250,11 @@ class SystemNode:
 
     def logs(self) -> str:
         return "\n".join(f"--- {s.name}\n{s.logs()[-4000:]}" for s in self.sandboxes.values())
+
+
+def _phase(pod: Any, sandbox: Sandbox, exited: bool) -> str:
+    """A pod that never restarts ends Succeeded or Failed with its container's exit code (a Job's pod,
+    the chart's uninstall hook); others stay Running, as this kubelet restarts nothing."""
+    if not exited or pod.spec.restart_policy != "Never":
+        return "Running"
+    return "Succeeded" if sandbox.process is not None and sandbox.process.returncode == 0 else "Failed"

@@ -61,3 +61,15 @@ annotations:
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/gangkeeper-webhook
 {{- end }}
 {{- end }}
+
+{{/* nodeSelector and tolerations of every gangkeeper pod. */}}
+{{- define "gangkeeper.placement" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
