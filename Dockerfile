@@ -1,5 +1,5 @@
 # One image for `gangkeeper serve` and `gangkeeper controller`.
-# Build: docker build -t gangkeeper:0.1.0 .   (the context is only what .dockerignore lets through)
+# Build: make image, or docker build -t ghcr.io/gangkeeper/gangkeeper:0.1.0 .   (the context is only what .dockerignore lets through)
 # Runtime: distroless Python (Debian 12, Python 3.11), no shell, non-root numeric UID; the manifests
 # run it with a read-only root filesystem and /tmp as an emptyDir. No HEALTHCHECK: the webhook and the
 # controller serve different probes, which their Deployments declare.

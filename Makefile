@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image
 
 # runtime and test tools, each pinned with its hashes; the package itself without dependencies
 $(BIN)/.installed: requirements-test.lock pyproject.toml
@@ -44,6 +44,13 @@ test-cluster: $(BIN)/.installed
 
 scan:
 	bash hack/scan.sh
+
+# the image the chart points at (IMAGE=...); where no Docker engine runs, says so and builds nothing
+IMAGE ?= ghcr.io/gangkeeper/gangkeeper:0.1.0
+image:
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
+	  docker build -t $(IMAGE) . ; \
+	else echo "image: skipped, no Docker engine on this machine (docker build -t $(IMAGE) . where one runs)"; fi
 
 # manifests/base/gangkeeper.yaml (the release manifest) rendered from charts/gangkeeper
 manifests:

@@ -52,3 +52,23 @@ def test_release_all_from_the_command_line(apiserver: TestApiServer) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "gangkeeper release-all: 2 gates lifted, 0 workloads resumed"
+
+
+def test_explain_of_an_unknown_gang_exits_non_zero(apiserver: TestApiServer) -> None:
+    add_job_pods(apiserver.store, add_job(apiserver.store, parallelism=2, cpu="1"))
+    known = subprocess.run(
+        [sys.executable, "-m", "webhook", "explain", "team-a/job-train", "--server", apiserver.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    unknown = subprocess.run(
+        [sys.executable, "-m", "webhook", "explain", "team-a/job-trian", "--server", apiserver.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert known.returncode == 0 and known.stdout.startswith("gang team-a/job-train")
+    assert unknown.returncode == 1 and "no pods carry gangkeeper.io/group=job-trian" in unknown.stderr

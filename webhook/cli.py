@@ -268,14 +268,18 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from webhook.controller.explain import explain
+    from webhook.controller.explain import UnknownGang, explain
     from webhook.controller.kube import Api, client_from
 
     namespace, _, gang = args.gang.partition("/")
     if not gang:
         print("gangkeeper explain: expected NAMESPACE/GANG", file=sys.stderr)
         return 2
-    print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang, args.queue_policy))
+    try:
+        print(explain(Api(client_from(args.kubeconfig, args.server)), namespace, gang, args.queue_policy))
+    except UnknownGang as unknown:
+        print(f"gangkeeper explain: {unknown}", file=sys.stderr)
+        return 1
     return 0
 
 

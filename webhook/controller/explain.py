@@ -11,6 +11,10 @@ from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller, Listing
 
 
+class UnknownGang(LookupError):
+    """No pod carries the gang's label: a typo, another namespace, or a gang long gone."""
+
+
 def explain(
     api: Api,
     namespace: str,
@@ -25,7 +29,7 @@ def explain(
     decisions = controller.reconcile_once()
     gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
     if gang is None:
-        return f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}"
+        raise UnknownGang(f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}")
     resolved = controller._seen[gang.key][1]
     lines = [f"gang {namespace}/{gang_name}"]
     if resolved.spec is None:
