@@ -139,9 +139,14 @@ def test_helm_upgrade_loses_no_gang_and_refuses_no_call(cluster: tuple[Stack, He
     pinch = stack.pods(namespace, "job-name=pinch")
     assert len(pinch) == 2 and len(gated(pinch)) == 2, "the waiting gang is kept, whole and gated"
     stack.plane.kubectl("taint", "nodes", stack.workers[2], "test=blocked:NoSchedule-")
-    wait_until(
-        lambda: len(running(stack.pods(namespace, "job-name=pinch"))) == 2, "the waiting gang released after", 120
-    )
+    try:
+        wait_until(
+            lambda: len(running(stack.pods(namespace, "job-name=pinch"))) == 2, "the waiting gang released after", 120
+        )
+    except AssertionError:
+        lease = stack.plane.kubectl("get", "lease", "-n", NAMESPACE, "-o", "yaml", check=False).stdout
+        print(stack.describe(namespace), lease, stack.plane.kubectl("get", "nodes", "-o", "wide").stdout)
+        raise
 
 
 def test_helm_uninstall_lifts_every_gate_before_the_webhooks_go(cluster: tuple[Stack, Helm]) -> None:

@@ -74,6 +74,7 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         time.sleep(0.2)
         waited += 0.2
     reloader.watch()
+    metrics.prime()
     resolver = _resolver(args, wait=True)
     limits = Limits(
         handshake_seconds=args.handshake_timeout,

@@ -28,7 +28,9 @@ class Handler:
         try:
             request = review.decode(body)
         except review.BadReview as bad:
-            metrics.REQUESTS.labels(metrics.label(endpoint, metrics.ENDPOINTS), "", "", "bad-request").inc()
+            metrics.REQUESTS.labels(
+                metrics.label(endpoint, metrics.ENDPOINTS), metrics.OTHER, metrics.OTHER, "bad-request"
+            ).inc()
             log.info("bad admission review", extra={"endpoint": endpoint, "reason": bad.reason})
             return bad.http_status, {"error": bad.reason, "code": bad.http_status}
         kind = metrics.kind_label(request["kind"].get("kind"))

@@ -52,6 +52,21 @@ def label(value: object, allowed: frozenset[str]) -> str:
     return value if isinstance(value, str) and value in allowed else OTHER
 
 
+def prime() -> None:
+    """Every series this process can ever write, made now. In multiprocess mode each lives in a memory-
+    mapped file under /tmp: a series made later on a full /tmp would get SIGBUS on its first write and
+    kill the worker. Made at start, the pages exist before the first request (the label sets are fixed)."""
+    endpoints, operations = (*ENDPOINTS, OTHER), (*OPERATIONS, OTHER)
+    for endpoint in endpoints:
+        LATENCY.labels(endpoint)
+        for operation in operations:
+            for kind in (*_known_kinds(), OTHER):
+                for outcome in (*OUTCOMES, OTHER):
+                    REQUESTS.labels(endpoint, operation, kind, outcome)
+    for code in (*REFUSAL_CODES, OTHER):
+        REFUSED.labels(str(code))
+
+
 def count_refusal(code: int) -> None:
     REFUSED.labels(str(code) if code in REFUSAL_CODES else OTHER).inc()
 
