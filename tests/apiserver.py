@@ -45,6 +45,34 @@ _PATH = re.compile(
 CLUSTER_SCOPED = {"nodes", "namespaces"}
 
 
+# group-versions kube-apiserver serves from typed structs (their lists' items carry no TypeMeta)
+BUILT_IN_VERSIONS = frozenset(
+    {"v1", "batch/v1", "apps/v1", "policy/v1", "coordination.k8s.io/v1", "events.k8s.io/v1", "discovery.k8s.io/v1"}
+    | {f"scheduling.k8s.io/{v}" for v in ("v1", "v1alpha1", "v1alpha2", "v1beta1")}
+    | {"admissionregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1"}
+)
+# plural -> kind of a list's items, for the list's own kind ("JobList")
+LIST_ITEM_KINDS = {
+    "pods": "Pod",
+    "nodes": "Node",
+    "namespaces": "Namespace",
+    "events": "Event",
+    "leases": "Lease",
+    "secrets": "Secret",
+    "jobs": "Job",
+    "cronjobs": "CronJob",
+    "statefulsets": "StatefulSet",
+    "deployments": "Deployment",
+    "workloads": "Workload",
+    "podgroups": "PodGroup",
+    "leaderworkersets": "LeaderWorkerSet",
+    "jobsets": "JobSet",
+    "pytorchjobs": "PyTorchJob",
+    "mpijobs": "MPIJob",
+    "queues": "Queue",
+}
+
+
 class Reject(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
@@ -416,7 +444,13 @@ class Handler(BaseHTTPRequestHandler):
                     query.get("continue", [""])[0],
                 )
                 metadata = {"resourceVersion": rv, **({"continue": token} if token else {})}
-                self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": items})
+                kind = LIST_ITEM_KINDS.get(plural, "")
+                if gv in BUILT_IN_VERSIONS:
+                    # as kube-apiserver answers a typed list: its items carry no apiVersion nor kind
+                    # (custom resources' lists are unstructured and keep them)
+                    items = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
+                listed = {"kind": f"{kind}List" if kind else "List", "apiVersion": gv, "metadata": metadata}
+                self._send(200, {**listed, "items": items})
             elif method == "POST" and sub == "eviction":
                 store.delete(gv, plural, ns, name or "")
                 self._send(201, {"kind": "Status", "status": "Success"})

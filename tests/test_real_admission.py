@@ -45,3 +45,29 @@ def test_scaling_a_leaderworkerset_past_the_limit_is_refused(stack: Stack) -> No
     assert 'admission webhook "validate.gangkeeper.io" denied the request' in refused.stderr
     assert "makes 20000 pods, above gangkeeper's limit of 10000" in refused.stderr
     assert stack.plane.get("leaderworkerset", "lws", namespace=namespace)["spec"]["replicas"] == 1
+
+
+def test_a_built_in_lists_items_carry_no_kind_on_the_real_server_and_the_fake(stack: Stack) -> None:
+    """The controller's caches are filled from lists: kube-apiserver leaves apiVersion and kind out of a
+    typed list's items (watch events carry them). The fake API server must answer the same, or a Job
+    read from a cache after a controller restart looks like no kind at all (found by the chart upgrade)."""
+    import json as json_module
+
+    from tests.apiserver import TestApiServer
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Api, Resource, client_from
+
+    namespace = stack.namespace("lists", "gate")
+    stack.plane.apply(workloads.job("listed", namespace, 1, "1"))
+    real = json_module.loads(stack.plane.kubectl("get", "--raw", f"/apis/batch/v1/namespaces/{namespace}/jobs").stdout)
+    with TestApiServer() as fake_server:
+        fake_server.store.create("batch/v1", "jobs", namespace, workloads.job("listed", namespace, 1, "1"))
+        api = Api(client_from(server=fake_server.url))
+        fake = api.list(f"/apis/batch/v1/namespaces/{namespace}/jobs")
+        informer = Informer(api, Resource("batch/v1", "jobs"))
+        informer.relist()
+        cached = informer.get(namespace, "listed")
+    for answer in (real, fake):
+        assert answer["kind"] == "JobList" and answer["apiVersion"] == "batch/v1"
+        assert "kind" not in answer["items"][0] and "apiVersion" not in answer["items"][0]
+    assert cached is not None and (cached["apiVersion"], cached["kind"]) == ("batch/v1", "Job")

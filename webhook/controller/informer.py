@@ -15,7 +15,7 @@ import urllib3
 
 from webhook import contract
 from webhook.controller import interning, metrics
-from webhook.controller.kube import Api, ApiError, Resource
+from webhook.controller.kube import Api, ApiError, Resource, typed_items
 
 log = logging.getLogger("gangkeeper.controller.informer")
 
@@ -150,7 +150,7 @@ class Informer:
         resource_version = ""
         while True:
             page = self.api.list(self.resource.path(), **query)
-            for obj in page.get("items") or []:
+            for obj in typed_items(page):
                 key = self._key(obj)
                 kept = previous.get(key)
                 version = (obj.get("metadata") or {}).get("resourceVersion")

@@ -27,6 +27,18 @@ class ApiError(Exception):
 POOL_SIZE = 32
 
 
+def typed_items(page: dict[str, Any]) -> list[dict[str, Any]]:
+    """A list's items, each with its apiVersion and kind. kube-apiserver leaves them out of a built-in
+    list's items (watch events carry them): without them a Job read from a list is no kind at all."""
+    kind = str(page.get("kind") or "")
+    items: list[dict[str, Any]] = page.get("items") or []
+    if kind.endswith("List") and kind != "List":
+        for item in items:
+            item.setdefault("apiVersion", str(page.get("apiVersion") or ""))
+            item.setdefault("kind", kind.removesuffix("List"))
+    return items
+
+
 @dataclass(frozen=True)
 class Resource:
     """A REST collection: `/api/v1/pods`, `/apis/scheduling.volcano.sh/v1beta1/podgroups`, ..."""

@@ -21,7 +21,7 @@ from webhook.controller import metrics, placement
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.events import EventRecorder
 from webhook.controller.informer import Informer
-from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
+from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource, typed_items
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Shape
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass, take_turn
 from webhook.controller.state import (
@@ -104,10 +104,10 @@ class Listing:
     api: Api
 
     def pods(self) -> list[Obj]:
-        return list(self.api.list(PODS.path())["items"])
+        return typed_items(self.api.list(PODS.path()))
 
     def nodes(self) -> list[Obj]:
-        return list(self.api.list(NODES.path())["items"])
+        return typed_items(self.api.list(NODES.path()))
 
 
 def backend_of(pod: Obj) -> str:
