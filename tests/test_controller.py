@@ -463,3 +463,22 @@ def test_a_refused_podgroup_is_told_on_the_workload_once(server: TestApiServer, 
     refused = events(server, "GroupObjectRefused")
     assert len(refused) == 1 and refused[0]["type"] == "Warning"
     assert refused[0]["involvedObject"]["kind"] == "Job" and "queue nosuch not found" in refused[0]["message"]
+
+
+def test_a_namespace_that_leaves_gets_its_gates_lifted(server: TestApiServer, api: Api) -> None:
+    """Removing gangkeeper.io/enabled is the README's way to unblock a namespace: nothing then waits for
+    a release that gangkeeper no longer owes it."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    job = add_job(server.store, parallelism=2, cpu="4")  # never fits: waits gated
+    add_job_pods(server.store, job)
+    left: set[str] = set()
+    controller = Controller(api, clock=Clock(), opted_out=lambda namespace: namespace in left)
+    assert controller.reconcile_once()["team-a/job-train"].state == "NeverFits"
+    assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
+
+    left.add("team-a")
+    controller.reconcile_once()
+
+    assert not any(p["spec"].get("schedulingGates") for p in pods(server.store))
+    lifted = events(server, "GateLifted")
+    assert len(lifted) == 2 and "namespace team-a is no longer opted in" in lifted[0]["message"]

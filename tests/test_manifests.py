@@ -21,7 +21,7 @@ from tests.schemas import is_crd_kind, validate
 from webhook.admission.decide import admit
 from webhook.backends import make
 from webhook.controller.informer import Informer
-from webhook.controller.kube import NODES, PODS, Api, client_from
+from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, client_from
 from webhook.controller.leader import LeaderElector
 from webhook.controller.reconciler import Controller
 from webhook.controller.workloads import WORKLOAD_RESOURCES
@@ -219,7 +219,7 @@ def exercise_controller(server: TestApiServer) -> None:
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
     clock = Clock()
     watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).group_resources()], api)
-    for resource in [PODS, NODES, *watched]:
+    for resource in [PODS, NODES, NAMESPACES, *watched]:
         informer = Informer(api, resource, watch_seconds=1)
         informer.relist()
         informer.watch_once()

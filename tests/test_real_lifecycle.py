@@ -9,7 +9,7 @@ import yaml
 
 from tests.realcluster import workloads
 from tests.realcluster.kubelet import SYSTEM_NODES
-from tests.realcluster.stack import Stack, running, wait_until
+from tests.realcluster.stack import Stack, gated, running, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -152,3 +152,15 @@ def test_lws_exclusive_placement_starts(stack: Stack) -> None:
     )
     stack.plane.apply(lws)
     wait_until(lambda: len(running(stack.pods(namespace))) == 4, "the exclusive group Running", 60)
+
+
+def test_removing_the_opt_in_label_lifts_the_gates(stack: Stack) -> None:
+    """A gang that cannot fit waits gated; the namespace's opt-in label removed, the controller lifts
+    its gates and the pods are scheduled as any pod (here one of two fits)."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("opt-out", "gate")
+    stack.plane.apply(workloads.job("wide", namespace, 2, "4"))
+    wait_until(lambda: len(gated(stack.pods(namespace))) == 2, "the gang gated", 60)
+    stack.plane.kubectl("label", "namespace", namespace, "gangkeeper.io/enabled-")
+    wait_until(lambda: (p := stack.pods(namespace)) and not gated(p), "every gate lifted", 60)
+    wait_until(lambda: len(running(stack.pods(namespace))) == 1, "one pod Running, as without gangkeeper", 60)

@@ -11,11 +11,10 @@ from webhook import backends, contract, naming
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
-from webhook.controller.kube import Api, Resource
+from webhook.controller.kube import NAMESPACES, Api, Resource
 
 log = logging.getLogger(__name__)
 
-NAMESPACES = Resource("v1", "namespaces", namespaced=False)
 MAX_CACHED_BACKENDS = 64
 
 

@@ -61,6 +61,7 @@ class Resource:
 
 PODS = Resource("v1", "pods")
 NODES = Resource("v1", "nodes", namespaced=False)
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)
 EVENTS = Resource("v1", "events")
 LEASES = Resource("coordination.k8s.io/v1", "leases")
 

@@ -213,8 +213,11 @@ class Controller:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         queue_policy: Policy = DEFAULT_POLICY,
         queue_depth: int = DEFAULT_DEPTH,
+        opted_out: Callable[[str], bool] = lambda namespace: False,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
+        # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
+        self.opted_out = opted_out
         self.native_version, self.clock, self.component = native_version, clock, component
         self.last_state: dict[str, str] = {}
         self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
@@ -281,6 +284,12 @@ class Controller:
             backend = backend_of(gang.raw[0])
             switched = {backend_of(raw) for raw in gang.raw} - {"gate"}
             gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+            if self.opted_out(gang.namespace):
+                # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
+                # release (the opt-out the README gives to unblock a namespace)
+                if gated and self.may_write():
+                    self.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
+                continue
             if switched and gated and self.may_write():
                 # the namespace moved this gang to another mechanism: its new members will never join
                 # the gated ones, who would otherwise wait for a gang that cannot fill

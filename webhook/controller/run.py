@@ -12,9 +12,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
-from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource
+from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import DEFAULT_MAX_ATTEMPTS, Controller
@@ -93,6 +94,7 @@ def run(
     changed = threading.Event()
     pods = Informer(api, PODS, transform=trim_pod, changed=changed)
     nodes = Informer(api, NODES, transform=trim_node, changed=changed)
+    namespaces = Informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaderElector(api, namespace, "gangkeeper-controller", identity)
     controller = Controller(
@@ -103,11 +105,12 @@ def run(
         max_attempts=max_attempts,
         queue_policy=Policy(queue_policy),
         queue_depth=queue_depth,
+        opted_out=lambda name: left_gangkeeper(namespaces, name),
     )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:
         probes.serve(metrics_port)
-    watched = [pods, nodes]
+    watched = [pods, nodes, namespaces]
     for informer in watched:
         informer.start()
     elector.start()  # renews on its own period, whatever the loop is doing
@@ -133,6 +136,19 @@ def run(
     elector.stop()
     for informer in watched:
         informer.stop()
+
+
+def trim_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
+    meta = namespace.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})}}
+
+
+def left_gangkeeper(namespaces: Informer, name: str) -> bool:
+    """The namespace exists and no longer carries the opt-in label (unknown until the cache syncs)."""
+    if not namespaces.synced.is_set():
+        return False
+    found = namespaces.get(None, name)
+    return found is not None and found["metadata"]["labels"].get(contract.NAMESPACE_ENABLED_LABEL) != "true"
 
 
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
