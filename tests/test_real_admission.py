@@ -71,3 +71,36 @@ def test_a_built_in_lists_items_carry_no_kind_on_the_real_server_and_the_fake(st
         assert answer["kind"] == "JobList" and answer["apiVersion"] == "batch/v1"
         assert "kind" not in answer["items"][0] and "apiVersion" not in answer["items"][0]
     assert cached is not None and (cached["apiVersion"], cached["kind"]) == ("batch/v1", "Job")
+
+
+def test_the_webhooks_account_may_change_only_its_ca_bundle(stack: Stack) -> None:
+    """RBAC lets the webhook's account patch its own configurations (it injects its CA bundle); the
+    chart's ValidatingAdmissionPolicy refuses anything else from that account. (The CA injection at
+    deploy, which the stack waits for, is the allowed case.)"""
+    account = "--as=system:serviceaccount:gangkeeper-system:gangkeeper-webhook"
+    widened = stack.plane.kubectl(
+        account,
+        "patch",
+        "mutatingwebhookconfiguration",
+        "gangkeeper",
+        "--type=json",
+        "-p",
+        '[{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]',
+        check=False,
+    )
+    assert widened.returncode != 0
+    assert "may change only the caBundle of its own webhook configurations" in widened.stderr
+    config = stack.plane.get("mutatingwebhookconfiguration", "gangkeeper")
+    assert config["webhooks"][0]["failurePolicy"] == "Fail"
+    bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
+    same = stack.plane.kubectl(
+        account,
+        "patch",
+        "mutatingwebhookconfiguration",
+        "gangkeeper",
+        "--type=json",
+        "-p",
+        f'[{{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "{bundle}"}}]',
+        check=False,
+    )
+    assert same.returncode == 0, same.stderr
