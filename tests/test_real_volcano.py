@@ -38,6 +38,23 @@ def podgroups(stack: Stack, namespace: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kind", ["job", "lws"])
+def test_volcano_all_fit_start_together(vc: Stack, kind: str) -> None:
+    """Seed scenario 1 under Volcano: room for all four, bound together by its gang plugin."""
+    stack = vc
+    stack.replace_workers(3)
+    namespace = stack.namespace(f"volcano-fit-{kind}", "volcano")
+    manifest = (
+        workloads.job("train", namespace, 4, "100m")
+        if kind == "job"
+        else workloads.leader_worker_set("lws", namespace, 4, "100m")
+    )
+    admitted(stack, manifest)
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "all four Running", 120)
+    assert {p["spec"]["schedulerName"] for p in pods} == {volcano.SCHEDULER_NAME}
+    assert_started_together(pods, 4)
+
+
+@pytest.mark.parametrize("kind", ["job", "lws"])
 def test_volcano_pinch_holds_the_gang_then_starts_it_whole(vc: Stack, kind: str) -> None:
     stack = vc
     nodes = stack.replace_workers(3)
