@@ -75,6 +75,23 @@ def test_a_thousand_silent_connections_do_not_stall_other_clients(server: Server
             sock.close()
 
 
+def test_at_the_connection_cap_the_idlest_connection_makes_room(tmp_path: Path) -> None:
+    """Silent connections fill the cap: the API server's next call still gets in, the connection idle
+    the longest is closed for it (refusing the new one would hand the webhook to whoever came first)."""
+    server = start_server(tmp_path, "--backend", "volcano", "--max-connections", "32", "--idle-timeout", "120")
+    try:
+        silent = [tls_connection(server) for _ in range(32)]
+        time.sleep(0.3)
+        for _ in range(5):
+            assert server.post("/mutate", job_pod_body()).status_code == 200
+        closed, _ = closed_within(silent[0], 2.0)
+        assert closed, "the oldest idle connection was closed to make room"
+        for sock in silent:
+            sock.close()
+    finally:
+        stop_server(server)
+
+
 def test_a_client_that_never_finishes_the_handshake_is_cut_off(fast_deadlines: Server) -> None:
     sock = socket.create_connection(address(fast_deadlines))
     sock.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and nothing more

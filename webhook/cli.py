@@ -75,6 +75,7 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         waited += 0.2
     reloader.watch()
     metrics.prime()
+    _raise_open_files_limit(args.max_connections + 64)  # and the certificate files, the API client
     resolver = _resolver(args, wait=True)
     limits = Limits(
         handshake_seconds=args.handshake_timeout,
@@ -82,6 +83,7 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         body_seconds=args.body_timeout,
         idle_seconds=args.idle_timeout,
         max_in_flight=args.max_in_flight,
+        max_connections=args.max_connections,
         max_in_flight_bytes=args.max_in_flight_mib * 1024 * 1024,
     )
     worker = Worker(
@@ -110,6 +112,21 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
     gc.set_threshold(100_000, 50, 100)
     asyncio.run(worker.serve())
     return 0
+
+
+def _raise_open_files_limit(needed: int) -> None:
+    """The soft limit on open files up to the hard one (a container's is often 1,024): each connection
+    is a descriptor, and the connection cap must be reachable before the kernel refuses accept()."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max(soft, needed) if hard == resource.RLIM_INFINITY else min(hard, max(soft, needed))
+    if wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    if wanted < needed:
+        print(
+            f"gangkeeper: open files limit {wanted} is below what --max-connections needs ({needed})", file=sys.stderr
+        )
 
 
 def _event_loop_policy() -> None:
@@ -348,6 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--body-timeout", type=float, default=10.0, help="seconds for a request's body")
     serve.add_argument("--idle-timeout", type=float, default=120.0, help="seconds a kept-alive connection may idle")
     serve.add_argument("--max-in-flight", type=int, default=512, help="requests per process before 429")
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="open connections per process; beyond it the one idle longest is closed (default: %(default)s)",
+    )
     serve.add_argument("--max-in-flight-mib", type=int, default=24, help="request bytes per process before 429")
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)
     serve.add_argument("--noop-endpoint", action="store_true", help="serve POST /noop (benchmark baseline)")

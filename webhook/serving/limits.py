@@ -17,7 +17,7 @@ class Limits:
     idle_seconds: float = 120.0
     max_header_bytes: int = 64 * 1024
     max_body_bytes: int = MAX_BODY_BYTES
-    max_connections: int = 4096  # per process; beyond it new connections are closed at once
+    max_connections: int = 4096  # per process; beyond it the idlest is closed (or, none idle, the new one)
     max_in_flight: int = 512  # requests read and not yet answered, per process
     # Bodies of requests in flight, per process: bounds what large reviews can hold at once.
     max_in_flight_bytes: int = 24 * 1024 * 1024

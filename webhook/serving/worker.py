@@ -71,8 +71,15 @@ class Worker:
 
     def accept(self, connection: HttpConnection) -> bool:
         if len(self.connections) >= self.limits.max_connections:
-            self.count_refusal(503)
-            return False
+            # room is made by closing the connection idle the longest: silent connections cannot
+            # lock out the API server's next call; when none is idle, the new one is refused
+            idle = [c for c in self.connections if c.idle()]
+            if not idle:
+                self.count_refusal(503)
+                return False
+            oldest = min(idle, key=lambda c: c.deadline)
+            oldest.close()
+            self.connections.discard(oldest)
         self.connections.add(connection)
         return True
 
