@@ -126,3 +126,40 @@ def test_the_controllers_state_written_at_creation_is_refused(obj: dict, path: s
     assert status == 200 and response["allowed"] is False and response["status"]["code"] == 403
     assert f"{path}: Forbidden" in response["status"]["message"]
     assert "only gangkeeper's controller writes its state" in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"labels": {"gangkeeper.io/group": "job-victim"}}, "metadata.labels[gangkeeper.io/group]"),
+        ({"annotations": {"gangkeeper.io/group-size": "100"}}, "metadata.annotations[gangkeeper.io/group-size]"),
+    ],
+    ids=["into-another-gang", "resized"],
+)
+def test_a_pods_gang_membership_cannot_change_after_creation(change: dict, path: str) -> None:
+    before = b.pod(
+        labels={"gangkeeper.io/group-name": "g", "gangkeeper.io/group": "pg-g"},
+        annotations={"gangkeeper.io/group-size": "2"},
+    )
+    after = json.loads(json.dumps(before))
+    for holder, values in change.items():
+        after["metadata"][holder].update(values)
+    _, document = Handler(BackendResolver(default="gate")).handle(
+        "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
+    )
+    response = document["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    assert f"{path}: Invalid value: field is immutable" in response["status"]["message"]
+
+
+def test_leaving_a_gang_and_other_pod_updates_are_allowed() -> None:
+    before = b.pod(labels={"gangkeeper.io/group": "job-train", "app": "a"})
+    relabelled = json.loads(json.dumps(before))
+    relabelled["metadata"]["labels"]["app"] = "b"
+    left = json.loads(json.dumps(before))
+    del left["metadata"]["labels"]["gangkeeper.io/group"]
+    for after in (relabelled, left):
+        _, document = Handler(BackendResolver(default="gate")).handle(
+            "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
+        )
+        assert document["response"]["allowed"]

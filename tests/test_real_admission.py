@@ -104,3 +104,18 @@ def test_the_webhooks_account_may_change_only_its_ca_bundle(stack: Stack) -> Non
         check=False,
     )
     assert same.returncode == 0, same.stderr
+
+
+def test_a_pod_cannot_be_moved_into_another_gang(stack: Stack) -> None:
+    """Pod UPDATE reaches the validating webhook: a gang's membership (and so its size) is fixed at
+    creation; a label that moves a pod into another gang is refused."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("membership", "gate")
+    stack.plane.apply(workloads.job("member", namespace, 2, "8"))  # never fits: stays gated
+    wait_until(lambda: len(stack.pods(namespace)) == 2, "two pods", 60)
+    pod = stack.pods(namespace)[0]["metadata"]["name"]
+    moved = stack.plane.kubectl(
+        "-n", namespace, "label", "pod", pod, "gangkeeper.io/group=job-elsewhere", "--overwrite", check=False
+    )
+    assert moved.returncode != 0
+    assert "metadata.labels[gangkeeper.io/group]: Invalid value: field is immutable" in moved.stderr

@@ -102,6 +102,7 @@ def admit(
     mutate: bool = True,
     controller: ControllerHealth | None = None,
     queues: Mapping[str, str] | None = None,
+    old: Obj | None = None,
 ) -> Outcome:
     """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
 
@@ -110,6 +111,12 @@ def admit(
     """
     plan = gangs.analyze(_with_namespace(obj, namespace))
     plan.warnings[:0] = keys.object_warnings(obj)
+    if operation == "UPDATE" and old is not None and obj.get("kind") == "Pod":
+        moved = forgery.membership_changed(obj, old)
+        if moved:
+            fields = ", ".join(f"{path}: Invalid value: field is immutable" for path in moved)
+            message = f"{describe(obj)} is invalid: {fields} (a pod's gang is set when it is created)"
+            return Outcome(False, "gang membership changed", code=422, message=message, plan=plan)
     written = forgery.forged(obj) if operation == "CREATE" else []
     if written:
         message = (

@@ -15,6 +15,16 @@ from typing import Any
 
 from webhook.admission.keys import CONTROLLER_KEYS
 
+# a pod's gang membership: set at creation (by the webhook, or by its user for a bare pod group) and
+# never changed after, so a gang's size cannot move past validation; removing it (leaving the gang) is
+# allowed, and the controller then lifts the pod's gate
+MEMBERSHIP = (
+    ("labels", "gangkeeper.io/group"),
+    ("labels", "gangkeeper.io/group-name"),
+    ("annotations", "gangkeeper.io/group-size"),
+    ("annotations", "gangkeeper.io/workload"),
+)
+
 # its state, without gang-status (what it shows people, read back by nothing)
 STATE_KEYS = CONTROLLER_KEYS - {"gangkeeper.io/gang-status"}
 MAX_REPORTED = 3
@@ -41,3 +51,14 @@ def forged(obj: Mapping[str, Any]) -> list[str]:
     """Field paths where `obj` carries one of the controller's state keys."""
     found = [f"{path}[{key}]" for path, written in _metadata_maps(obj) for key in sorted(STATE_KEYS) if key in written]
     return found[:MAX_REPORTED]
+
+
+def membership_changed(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    """Field paths where a pod update adds or changes its gang membership."""
+    meta, before = pod.get("metadata") or {}, old.get("metadata") or {}
+    changed = []
+    for holder, key in MEMBERSHIP:
+        value = (meta.get(holder) or {}).get(key)
+        if value is not None and value != (before.get(holder) or {}).get(key):
+            changed.append(f"metadata.{holder}[{key}]")
+    return changed

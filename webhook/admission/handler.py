@@ -76,6 +76,7 @@ class Handler:
             mutate=endpoint == "mutate",
             controller=self.resolver.controller(),
             queues=self.resolver.queues(),
+            old=request.get("oldObject"),
         )
         gang = (
             outcome.plan.pod_gang.name
