@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from tests.realcluster import workloads
-from tests.realcluster.stack import Stack
+from tests.realcluster.stack import Stack, wait_until
 
 pytestmark = pytest.mark.cluster
 
