@@ -8,7 +8,9 @@ baseline of the transport itself, in the same run:
 - closed loop at 8, 64 and 256 connections (peak requests per second);
 - open loop at --rate requests per second, latency from the scheduled send (no coordinated omission);
 - a new connection per request (a TLS handshake each);
-- 8 connections while 32 clients trickle their headers a byte at a time.
+- 8 connections while 32 clients trickle their headers a byte at a time;
+- connection churn: a new TLS connection per call for --churn-seconds, each worker's RSS before and
+  after (a closed connection must leave nothing behind).
 
 The client shares the machine's cores with the server, so peak figures are a lower bound of the server
 alone. Needs Go (Debian: apt-get install golang-go).
@@ -102,6 +104,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=1000.0, help="open loop, requests per second")
     parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1), help="as serve's default")
+    parser.add_argument("--churn-seconds", type=float, default=90.0, help="new connections for this long (0: skip)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gangkeeper-bench-"))
@@ -141,6 +144,13 @@ def main() -> int:
                 )
                 for sample in result.get("error_sample") or []:
                     print(f"           error: {sample}")
+        churn = None
+        if args.churn_seconds > 0:
+            settle(running.process.pid)
+            before_rss = worker_rss(running.process.pid)
+            result = drive(client, running.url + "/mutate", running.ca, body, "newconn", args.churn_seconds, conns=8)
+            settle(running.process.pid)
+            churn = (result, before_rss, worker_rss(running.process.pid))
     finally:
         stop_server(running)
     closed = [label for label, mode, _ in levels if mode == "closed"]
@@ -156,7 +166,29 @@ def main() -> int:
         f"peak: mutate {peak_mutate:.0f}/s, no-op {peak_noop:.0f}/s, ratio {peak_mutate / peak_noop:.2f} "
         f"(targets >= 0.5 and >= 2500/s: {verdict[peak_mutate >= max(0.5 * peak_noop, 2500)]})"
     )
+    if churn is not None:
+        result, before_rss, after_rss = churn
+        growth = max(after_rss[pid] - before_rss.get(pid, after_rss[pid]) for pid in after_rss)
+        per_worker = ", ".join(f"{before_rss.get(pid, 0):.0f} -> {after_rss[pid]:.0f}" for pid in sorted(after_rss))
+        print(
+            f"churn: {result['requests']} new TLS connections ({result['errors']} errors); "
+            f"worker RSS MiB {per_worker}; largest growth {growth:.1f} MiB "
+            f"(target flat, < 16 MiB: {verdict[growth < 16]})"
+        )
     return 0
+
+
+def worker_rss(pid: int) -> dict[int, float]:
+    """Resident MiB of each serving process under the master."""
+    found = {}
+    for child in descendants(pid):
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except OSError:
+            continue
+        kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        found[child] = kib / 1024
+    return found
 
 
 if __name__ == "__main__":
