@@ -7,15 +7,32 @@ PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-ex
 
 .PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image
 
-# runtime and test tools, each pinned with its hashes; the package itself without dependencies
-$(BIN)/.installed: requirements-test.lock pyproject.toml
+PORT ?= 8443
+# the interpreter the venv was made with: another one (a new Python) rebuilds it from scratch
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
+PY_STAMP := $(VENV)/.python-$(PY_VERSION)
+
+$(PY_STAMP):
+	@test -n "$(PY_VERSION)" || { echo "$(PYTHON) not found: set PYTHON=python3.11 (or newer)"; exit 1; }
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
+	touch $@
+
+# what the server needs and nothing more (requirements.lock, as the image)
+$(BIN)/.runtime: requirements.lock $(PY_STAMP)
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	touch $@
+
+# runtime and test tools, each pinned with its hashes; the package itself without dependencies
+$(BIN)/.installed: requirements-test.lock pyproject.toml $(PY_STAMP)
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-test.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-run: $(BIN)/.installed
-	$(BIN)/gangkeeper serve --host 127.0.0.1 --port 8443 --cert-dir certs
+# offline unless asked: CLUSTER=1 serves against $$KUBECONFIG (discovery, namespace labels, queues)
+run: $(BIN)/.runtime
+	env $(if $(CLUSTER),,-u KUBECONFIG -u KUBERNETES_SERVICE_HOST) $(BIN)/python -m webhook serve \
+	  --host 127.0.0.1 --port $(PORT) --cert-dir certs
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check webhook tests bench hack

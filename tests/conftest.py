@@ -37,6 +37,16 @@ class Server:
         return requests.get(self.url + path, verify=self.ca, timeout=10)
 
 
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Many tests read the project's shared directory (upstream CRDs, examples, seeds): without it they
+    would fail one by one with no word of why, so the run stops at once with one line."""
+    if not (SHARED / "crds").is_dir() or not (SHARED / "examples").is_dir():
+        raise pytest.UsageError(f"the tests need the project's shared/ directory beside the clone, at {SHARED}")
+
+
 def start_server(tmp: Path, *args: str) -> Server:
     port = free_port()
     cert_dir = tmp / "certs"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -142,3 +143,37 @@ def test_explain_without_a_cluster_says_what_to_set() -> None:
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "set KUBECONFIG or --kubeconfig" in result.stderr
+
+
+def test_a_busy_port_is_one_clear_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = gangkeeper("serve", "--port", str(port), "--cert-dir", str(tmp_path / "certs"))
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("gangkeeper: wrote development")]
+    assert lines == [
+        f"gangkeeper serve: cannot listen on 127.0.0.1:{port}: Address already in use; choose another --port"
+    ]
+
+
+def test_serve_says_where_it_serves_and_with_which_backend(tmp_path: Path) -> None:
+    from tests.conftest import start_server, stop_server
+
+    server = start_server(tmp_path, "--backend", "gate")
+    try:
+        log = (tmp_path / "server.log").read_text()
+    finally:
+        stop_server(server)
+    port = server.url.rsplit(":", 1)[1]
+    assert f"gangkeeper: serving https://127.0.0.1:{port} with" in log
+    assert "backend gate; cluster: none (offline: auto means gate)" in log
+
+
+def test_help_shows_every_default() -> None:
+    result = gangkeeper("serve", "--help")
+    assert "--port PORT           (default: 8443)" in result.stdout
+    assert "(default: 10000)" in result.stdout and "(default: auto)" in result.stdout

@@ -43,8 +43,25 @@ def _serve(args: argparse.Namespace) -> int:
         children.append(Child("cert-sync", lambda: _run_cert_sync(args, cert_dir)))
     elif certs.ensure(cert_dir):
         print(f"gangkeeper: wrote development certificates to {cert_dir} (ca.crt, tls.crt, tls.key)", file=sys.stderr)
-    check_port(args.host, args.port)
+    try:
+        check_port(args.host, args.port)
+    except OSError as error:
+        print(
+            f"gangkeeper serve: cannot listen on {args.host}:{args.port}: {error.strerror}; choose another --port",
+            file=sys.stderr,
+        )
+        return 1
     children.extend(Child(f"worker-{i}", lambda: _run_worker(args, cert_dir)) for i in range(args.workers))
+    cluster = (
+        args.kubeconfig
+        or os.environ.get("KUBECONFIG")
+        or ("in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "none (offline: auto means gate)")
+    )
+    print(
+        f"gangkeeper: serving https://{args.host}:{args.port} with {args.workers} workers; backend {args.backend}; "
+        f"cluster: {cluster}",
+        file=sys.stderr,
+    )
     return supervise(children)
 
 
@@ -334,6 +351,17 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Defaults(argparse.HelpFormatter):
+    """Every option's default in --help, with or without a help text of its own."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
+        if shown and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gangkeeper",
@@ -342,7 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gangkeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the admission webhook over HTTPS")
+    def command(name: str, **options: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, formatter_class=_Defaults, **options)
+
+    serve = command("serve", help="run the admission webhook over HTTPS")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8443)
     serve.add_argument("--cert-dir", default="certs", help="ca.crt, tls.crt, tls.key; generated when missing")
@@ -393,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gang_limit(serve)
     serve.set_defaults(func=_serve)
 
-    mutate = sub.add_parser("mutate", help="show what admission does to a YAML stream, offline")
+    mutate = command("mutate", help="show what admission does to a YAML stream, offline")
     mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
     mutate.add_argument(
         "--backend",
@@ -414,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gang_limit(mutate)
     mutate.set_defaults(func=_mutate)
 
-    controller = sub.add_parser("controller", help="run the controller: group objects and gang release")
+    controller = command("controller", help="run the controller: group objects and gang release")
     controller.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     controller.add_argument("--server", default=None, help="API server URL without credentials (tests)")
     controller.add_argument("--namespace", default="gangkeeper-system", help="where the leader Lease lives")
@@ -445,13 +476,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = sub.add_parser(
         "release-all",
+        formatter_class=_Defaults,
         help="before uninstalling: lift every gate gangkeeper set and resume what it suspended",
     )
     release.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     release.add_argument("--server", default=None, help="API server URL without credentials (tests)")
     release.set_defaults(func=_release_all)
 
-    explain = sub.add_parser("explain", help="why a gang waits: members, capacity, node by node")
+    explain = command("explain", help="why a gang waits: members, capacity, node by node")
     explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
     explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     explain.add_argument("--server", default=None)
@@ -461,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.set_defaults(func=_explain)
 
     simulate = sub.add_parser(
-        "simulate", help="replay a GPU-cluster trace: the default scheduler vs gangkeeper's queue policies"
+        "simulate",
+        formatter_class=_Defaults,
+        help="replay a GPU-cluster trace: the default scheduler vs gangkeeper's queue policies",
     )
     simulate.add_argument("--trace", default=str(_default_trace()), help="CSV: timestamp,duration,num_gpus,...")
     simulate.add_argument("--start", default=None, help="first day of a slice, YYYY-MM-DD (default: all)")
@@ -485,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--json", default=None, help="write the figures as JSON here")
     simulate.set_defaults(func=_simulate)
 
-    cert = sub.add_parser("certs", help="generate a CA and serving certificate")
+    cert = command("certs", help="generate a CA and serving certificate")
     cert.add_argument("--cert-dir", default="certs")
     cert.add_argument("--san", action="append", help="subject alternative name (repeatable)")
     cert.add_argument("--secret", default=None, help="in-cluster: the Secret to create or rotate")
@@ -493,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--service", default="gangkeeper-webhook")
     cert.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     cert.set_defaults(func=_certs)
+    for choice in sub.choices.values():  # argparse shows nothing for an option without help text
+        for action in choice._actions:
+            if action.help is None and action.option_strings and action.default not in (None, False):
+                action.help = "(default: %(default)s)"
     return parser
 
 
