@@ -147,3 +147,17 @@ def test_an_unknown_policy_is_one_line() -> None:
         [sys.executable, "-m", "webhook", "simulate", "--policies", "lifo"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "unknown policy 'lifo'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_gpu_plot_says_what_the_table_says(day: list[trace.TraceJob]) -> None:
+    """gangkeeper's panels draw no band of held GPUs (an empty one drawn with an edge line looked like
+    GPUs held) and their titles carry the table's 0.0; the default scheduler's carry its own figure."""
+    from webhook.simulation.report import gpu_panel, summarize
+
+    gangkeeper_run = engine.run_gangkeeper(day, SHAPE, "node", Policy.BACKFILL)
+    default_run = engine.run_default_scheduler(day, SHAPE, "gpu", seed=1)
+    title, holds = gpu_panel(gangkeeper_run)
+    assert not holds and title.endswith(": 0.0 GPU-hours held by gangs not yet started")
+    title, holds = gpu_panel(default_run)
+    total = SHAPE.nodes * SHAPE.gpus_per_node
+    assert holds and f"{summarize(default_run, total).held_idle_gpu_hours:.1f} GPU-hours" in title

@@ -143,6 +143,15 @@ def table(groups: Sequence[tuple[str, Sequence[Summary]]]) -> str:
     return "\n".join(lines)
 
 
+def gpu_panel(result: Result) -> tuple[str, bool]:
+    """A replay's panel in gpus.png: its title, with the GPU-hours the table reports, and whether it has
+    a band of GPUs held by partial gangs to draw at all."""
+    held = sum(o.held_idle_gpu_seconds for o in result.outcomes) / 3600
+    return f"{result.label}: {held:.1f} GPU-hours held by gangs not yet started", any(
+        s.idle_held_gpus for s in result.samples
+    )
+
+
 def plot(results: Sequence[Result], total_gpus: int, directory: Path) -> list[Path]:
     """Two PNGs: the distribution of waits, and GPUs running vs held idle by partial gangs over time."""
     import matplotlib
@@ -171,20 +180,26 @@ def plot(results: Sequence[Result], total_gpus: int, directory: Path) -> list[Pa
     figure, grid = plt.subplots(len(results), 1, figsize=(9, 2.2 * len(results)), sharex=True, squeeze=False)
     rows: Any = grid[:, 0]
     for row, result in zip(rows, results, strict=True):
+        title, holds = gpu_panel(result)
         times = [s.at / 3600 for s in result.samples]
-        row.fill_between(times, [s.busy_gpus for s in result.samples], step="post", alpha=0.6, label="running")
         row.fill_between(
-            times,
-            [s.busy_gpus for s in result.samples],
-            [s.busy_gpus + s.idle_held_gpus for s in result.samples],
-            step="post",
-            color="tab:red",
-            alpha=0.6,
-            label="held by partial gangs",
+            times, [s.busy_gpus for s in result.samples], step="post", alpha=0.6, linewidth=0, label="running"
         )
+        if holds:
+            # no edge line: an empty band drawn with one looked like GPUs held where the table says none
+            row.fill_between(
+                times,
+                [s.busy_gpus for s in result.samples],
+                [s.busy_gpus + s.idle_held_gpus for s in result.samples],
+                step="post",
+                color="tab:red",
+                alpha=0.6,
+                linewidth=0,
+                label="held by partial gangs",
+            )
         row.set_ylim(0, total_gpus)
         row.set_ylabel("GPUs")
-        row.set_title(result.label, fontsize=9)
+        row.set_title(title, fontsize=9)
         row.legend(fontsize=7, loc="lower right")
     rows[-1].set_xlabel("hours since the first arrival")
     path = directory / "gpus.png"
