@@ -482,3 +482,24 @@ def test_a_namespace_that_leaves_gets_its_gates_lifted(server: TestApiServer, ap
     assert not any(p["spec"].get("schedulingGates") for p in pods(server.store))
     lifted = events(server, "GateLifted")
     assert len(lifted) == 2 and "namespace team-a is no longer opted in" in lifted[0]["message"]
+
+
+def test_a_timed_out_job_that_kueue_manages_is_never_suspended_by_gangkeeper(server: TestApiServer, api: Api) -> None:
+    """Kueue admits a workload by lifting its suspend: gangkeeper suspending it on a timeout would be
+    undone by Kueue or undo Kueue's admission. It is left to Kueue's waitForPodsReady."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    server.store.patch(
+        "batch/v1", "jobs", "team-a", "train", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}}
+    )
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    clock.advance(61)
+    decision = controller.reconcile_once()["team-a/job-train"]
+
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert not job["spec"].get("suspend") and "gangkeeper.io/suspended" not in job["metadata"].get("annotations", {})
+    assert len(pods(server.store)) == 2  # nothing evicted either
+    assert "left to Kueue" in decision.message and events(server, "GangLeftToKueue")

@@ -53,6 +53,7 @@ NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
 STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
 DEFAULT_MAX_ATTEMPTS = 5
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and suspends) itself
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
 # v1alpha2 `+k8s:immutable`; a PodGroup cannot be replaced either while pods name it: its
 # podgroup-protection finalizer holds the deletion); v1beta1 lets minCount change
@@ -754,6 +755,12 @@ class Controller:
 
     def requeue_whole(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         workload = self._suspend_target(resolved.workload)
+        if workload is not None and KUEUE_QUEUE_LABEL in ((workload.get("metadata") or {}).get("labels") or {}):
+            # Kueue owns this workload's suspend field (its admission): gangkeeper neither suspends it
+            # nor evicts its pods; Kueue's waitForPodsReady requeues a workload whose pods do not start
+            decision.message = f"{decision.message}; left to Kueue (its waitForPodsReady requeues the workload)"
+            self.event(workload, "Warning", "GangLeftToKueue", f"gang {gang.name}: {decision.message}")
+            return
         annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
         attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
         kind = str((workload or {}).get("kind", ""))
