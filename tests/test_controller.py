@@ -503,3 +503,24 @@ def test_a_timed_out_job_that_kueue_manages_is_never_suspended_by_gangkeeper(ser
     assert not job["spec"].get("suspend") and "gangkeeper.io/suspended" not in job["metadata"].get("annotations", {})
     assert len(pods(server.store)) == 2  # nothing evicted either
     assert "left to Kueue" in decision.message and events(server, "GangLeftToKueue")
+
+
+def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    controller.reconcile_once()
+    clock.advance(61)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    server.store.patch(
+        "batch/v1", "jobs", "team-a", "train", {"metadata": {"annotations": {"gangkeeper.io/suspended": None}}}
+    )
+
+    clock.advance(3600)  # long past any backoff
+    controller.reconcile_once()
+
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    assert not events(server, "GangResumed")
