@@ -167,3 +167,26 @@ def test_scale_past_the_gang_size_limit_is_refused(replicas: int, allowed: bool)
     if not allowed:
         assert response["status"]["code"] == 422
         assert 'spec.replicas: Invalid value: "1000000": makes 1000000 pods' in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("queue", "operation", "allowed"),
+    [("team-a", "CREATE", True), (None, "CREATE", False), ("team-b", "CREATE", False), ("team-b", "UPDATE", False)],
+    ids=["listed", "default-not-listed", "another-teams-create", "another-teams-update"],
+)
+def test_a_namespace_may_name_the_volcano_queues_its_gangs_use(
+    queue: str | None, operation: str, allowed: bool
+) -> None:
+    """Queues are shared between tenants: a namespace's owner lists the ones its gangs may take."""
+    listed = NamespaceInfo(annotations={"gangkeeper.io/volcano-queues": "team-a, shared"})
+    resolver = BackendResolver(default="volcano", namespaces=StaticNamespaces({"team-a": listed}))
+    job = b.job(annotations={"gangkeeper.io/queue": queue} if queue else None)
+    document = b.review(job, operation=operation, old=job if operation == "UPDATE" else None)
+    endpoint = "mutate" if operation == "CREATE" else "validate"
+    _, answer = Handler(resolver).handle(endpoint, json.dumps(document).encode())
+    response = answer["response"]
+    assert response["allowed"] is allowed
+    if not allowed:
+        assert response["status"]["code"] == 403
+        assert "Forbidden: Volcano queue" in response["status"]["message"]
+        assert "(gangkeeper.io/volcano-queues: shared, team-a)" in response["status"]["message"]

@@ -9,6 +9,9 @@ NAMESPACE_BACKEND_LABEL: Final = f"{PREFIX}/backend"
 # the schedulerName a namespace's gangs get (Volcano or coscheduling), when not the cluster's default:
 # scheduler-plugins' production install runs Coscheduling inside default-scheduler itself
 NAMESPACE_SCHEDULER_ANNOTATION: Final = f"{PREFIX}/scheduler-name"
+# the Volcano queues a namespace's gangs may name (comma-separated), set by whoever owns the namespace:
+# without it any queue is allowed
+NAMESPACE_QUEUES_ANNOTATION: Final = f"{PREFIX}/volcano-queues"
 SKIP_LABEL: Final = f"{PREFIX}/skip"
 DEPLOYMENT_GANG_ANNOTATION: Final = f"{PREFIX}/gang"
 GROUP_NAME_LABEL: Final = f"{PREFIX}/group-name"

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import gangs
+from webhook import contract, gangs
 from webhook.admission import forgery, keys
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
@@ -69,6 +69,24 @@ def _foreign_scheduler(obj: Obj, plan: Plan, backend: Backend) -> str | None:
         name = target.scheduler_name()
         if name and name not in ours:
             return name
+    return None
+
+
+def _queue_not_allowed(plan: Plan, backend: Backend, namespace: NamespaceInfo, name: str | None) -> str | None:
+    """A Volcano queue the namespace may not use: queues are shared between tenants, and a tenant who
+    names another team's queue would take its share. Allowed when the namespace names no list."""
+    listed = namespace.annotations.get(contract.NAMESPACE_QUEUES_ANNOTATION)
+    if backend.name != "volcano" or listed is None:
+        return None
+    allowed = {q.strip() for q in listed.split(",") if q.strip()}
+    default = namespace.annotations.get(contract.VOLCANO_QUEUE_NAMESPACE_ANNOTATION) or "default"
+    for gang in plan.gangs:
+        queue = gang.queue or default
+        if queue not in allowed:
+            return (
+                f"metadata.annotations[{contract.QUEUE_ANNOTATION}]: Forbidden: Volcano queue {queue!r} is not one "
+                f"namespace {name} may use ({contract.NAMESPACE_QUEUES_ANNOTATION}: {', '.join(sorted(allowed))})"
+            )
     return None
 
 
@@ -143,6 +161,9 @@ def admit(
             plan=plan,
             message=f"{describe(obj)} cannot be given a gang: {backend.message}",
         )
+    forbidden = _queue_not_allowed(plan, backend, namespace_info or NamespaceInfo(), namespace)
+    if forbidden:
+        return Outcome(False, "queue not allowed", code=403, plan=plan, message=f"{describe(obj)}: {forbidden}")
     if operation != "CREATE":
         return Outcome(
             True,

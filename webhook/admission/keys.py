@@ -23,7 +23,7 @@ NAMESPACE_LABEL_VALUES: dict[str, tuple[str, ...] | None] = {
     contract.NAMESPACE_BACKEND_LABEL: ("auto", *backends.NAMES),
     SYSTEM_LABEL: None,
 }
-NAMESPACE_ANNOTATIONS = frozenset({contract.NAMESPACE_SCHEDULER_ANNOTATION})
+NAMESPACE_ANNOTATIONS = frozenset({contract.NAMESPACE_SCHEDULER_ANNOTATION, contract.NAMESPACE_QUEUES_ANNOTATION})
 OBJECT_LABELS = frozenset({contract.SKIP_LABEL, contract.GROUP_NAME_LABEL, contract.GROUP_LABEL})
 OBJECT_ANNOTATIONS = frozenset(
     {
