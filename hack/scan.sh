@@ -20,7 +20,7 @@ source hack/cluster/versions.env
 helm="${HELM:-${GK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangkeeper}/bin/helm-$HELM_VERSION/helm}"
 [[ -x "$helm" ]] || bash hack/cluster/build.sh helm
 "$helm" template gangkeeper charts/gangkeeper --namespace gangkeeper-system --kube-version "$K8S_DEFAULT" \
-  --set certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true \
+  --set certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true \
   > "$out/chart-everything.yaml"
 "$scan_venv/bin/checkov" --quiet --compact --skip-download -d "$out" --framework kubernetes
 "$scan_venv/bin/checkov" --quiet --compact --skip-download -f Dockerfile --framework dockerfile

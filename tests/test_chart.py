@@ -5,6 +5,7 @@ tests/test_real_chart.py."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from functools import cache
@@ -24,7 +25,8 @@ VARIANTS = {
     "defaults": [],
     "everything": [
         "--set",
-        "certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        "certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,"
+        "metrics.grafanaDashboard.enabled=true",
         "--set",
         "namespace.create=true,backend=volcano,controller.queuePolicy=fifo,maxGangPods=500",
     ],
@@ -124,7 +126,7 @@ def test_the_uninstall_hook_releases_every_gate_with_the_controllers_account() -
     assert pod["serviceAccountName"] == "gangkeeper-controller" and pod["containers"][0]["args"] == ["release-all"]
 
 
-def test_every_alert_names_a_metric_the_code_exports() -> None:
+def test_every_alert_and_dashboard_panel_names_a_metric_the_code_exports() -> None:
     from prometheus_client.metrics import MetricWrapperBase
 
     from webhook.admission import metrics as admission
@@ -141,6 +143,14 @@ def test_every_alert_names_a_metric_the_code_exports() -> None:
     for rule in rules:
         names = set(re.findall(r"\b(gangkeeper_[a-z_]+)", rule["expr"]))
         assert names and names <= exported, (rule["alert"], names - exported)
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            names = set(re.findall(r"\b(gangkeeper_[a-z_]+)", target["expr"]))
+            assert names and names <= exported, (panel["title"], names - exported)
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render("everything")}
+    shipped = objects[("ConfigMap", "gangkeeper-dashboard")]["data"]["gangkeeper.json"]
+    assert json.loads(shipped) == dashboard
 
 
 def test_the_image_target_builds_or_says_why_not() -> None:
