@@ -30,23 +30,7 @@ class Released:
 def release_all(api: Api) -> Released:
     done = Released()
     for pod in _listed(api, PODS, contract.GROUP_LABEL):
-        gates = (pod.get("spec") or {}).get("schedulingGates") or []
-        if not any(g.get("name") == contract.GATE for g in gates):
-            continue
-        meta = pod["metadata"]
-        remaining = [g for g in gates if g.get("name") != contract.GATE]
-        patch = {
-            "metadata": {"resourceVersion": meta["resourceVersion"]},
-            "spec": {"schedulingGates": remaining or None},
-        }
-        _write(
-            api,
-            PODS.path(meta["namespace"], meta["name"]),
-            patch,
-            f"{meta['namespace']}/{meta['name']}",
-            done.gates,
-            done,
-        )
+        _lift_gate(api, pod, done)
     for kind, path in SUSPEND_PATHS.items():
         resource = WORKLOAD_RESOURCES[kind]
         for workload in _listed(api, resource, None):
