@@ -3,6 +3,9 @@ workload above the gang size limit refused through the webhook's Service."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 import yaml
 
@@ -51,15 +54,13 @@ def test_a_built_in_lists_items_carry_no_kind_on_the_real_server_and_the_fake(st
     """The controller's caches are filled from lists: kube-apiserver leaves apiVersion and kind out of a
     typed list's items (watch events carry them). The fake API server must answer the same, or a Job
     read from a cache after a controller restart looks like no kind at all (found by the chart upgrade)."""
-    import json as json_module
-
     from tests.apiserver import TestApiServer
     from webhook.controller.informer import Informer
     from webhook.controller.kube import Api, Resource, client_from
 
     namespace = stack.namespace("lists", "gate")
     stack.plane.apply(workloads.job("listed", namespace, 1, "1"))
-    real = json_module.loads(stack.plane.kubectl("get", "--raw", f"/apis/batch/v1/namespaces/{namespace}/jobs").stdout)
+    real = json.loads(stack.plane.kubectl("get", "--raw", f"/apis/batch/v1/namespaces/{namespace}/jobs").stdout)
     with TestApiServer() as fake_server:
         fake_server.store.create("batch/v1", "jobs", namespace, workloads.job("listed", namespace, 1, "1"))
         api = Api(client_from(server=fake_server.url))
@@ -77,32 +78,26 @@ def test_the_webhooks_account_may_change_only_its_ca_bundle(stack: Stack) -> Non
     """RBAC lets the webhook's account patch its own configurations (it injects its CA bundle); the
     chart's ValidatingAdmissionPolicy refuses anything else from that account. (The CA injection at
     deploy, which the stack waits for, is the allowed case.)"""
-    account = "--as=system:serviceaccount:gangkeeper-system:gangkeeper-webhook"
-    widened = stack.plane.kubectl(
-        account,
-        "patch",
-        "mutatingwebhookconfiguration",
-        "gangkeeper",
-        "--type=json",
-        "-p",
-        '[{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]',
-        check=False,
-    )
+
+    def patch_as_the_webhook(path: str, value: str) -> Any:
+        operation = json.dumps([{"op": "replace", "path": path, "value": value}])
+        return stack.plane.kubectl(
+            "--as=system:serviceaccount:gangkeeper-system:gangkeeper-webhook",
+            "patch",
+            "mutatingwebhookconfiguration",
+            "gangkeeper",
+            "--type=json",
+            "-p",
+            operation,
+            check=False,
+        )
+
+    widened = patch_as_the_webhook("/webhooks/0/failurePolicy", "Ignore")
     assert widened.returncode != 0
     assert "may change only the caBundle of its own webhook configurations" in widened.stderr
     config = stack.plane.get("mutatingwebhookconfiguration", "gangkeeper")
     assert config["webhooks"][0]["failurePolicy"] == "Fail"
-    bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
-    same = stack.plane.kubectl(
-        account,
-        "patch",
-        "mutatingwebhookconfiguration",
-        "gangkeeper",
-        "--type=json",
-        "-p",
-        f'[{{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "{bundle}"}}]',
-        check=False,
-    )
+    same = patch_as_the_webhook("/webhooks/0/clientConfig/caBundle", config["webhooks"][0]["clientConfig"]["caBundle"])
     assert same.returncode == 0, same.stderr
 
 
