@@ -79,6 +79,19 @@ class Reject(Exception):
         self.code, self.reason, self.message = code, reason, message
 
 
+# custom resources served with a status subresource: a write to the object ignores its status, a write
+# to /status ignores everything else (k8s.io/apiextensions-apiserver pkg/registry/customresource/strategy.go)
+STATUS_SUBRESOURCE = frozenset({"gangs"})
+
+
+def status_part(plural: str, sub: str | None, body: Any) -> Any:
+    if plural not in STATUS_SUBRESOURCE or not isinstance(body, dict):
+        return body
+    if sub == "status":
+        return {"status": body.get("status")}
+    return {k: v for k, v in body.items() if k != "status"}
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -455,14 +468,14 @@ class Handler(BaseHTTPRequestHandler):
                 store.delete(gv, plural, ns, name or "")
                 self._send(201, {"kind": "Status", "status": "Success"})
             elif method == "POST":
-                self._send(201, store.create(gv, plural, ns, self._body()))
+                self._send(201, store.create(gv, plural, ns, status_part(plural, None, self._body())))
             elif method == "PUT":
                 body = self._body()
                 self._send(200, store.update(gv, plural, ns, name or "", body, body["metadata"].get("resourceVersion")))
             elif method == "PATCH":
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
                     raise Reject(415, "UnsupportedMediaType", "only merge patches in this test server")
-                self._send(200, store.patch(gv, plural, ns, name or "", self._body()))
+                self._send(200, store.patch(gv, plural, ns, name or "", status_part(plural, sub, self._body())))
             elif method == "DELETE":
                 self._send(200, store.delete(gv, plural, ns, name or ""))
         except Reject as error:

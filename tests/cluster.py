@@ -8,6 +8,7 @@ from typing import Any
 
 from tests import builders as b
 from tests.apiserver import Store
+from tests.schemas import validate
 from webhook.admission.decide import admit
 from webhook.backends import make
 from webhook.controller import placement
@@ -124,3 +125,15 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += dt.timedelta(seconds=seconds)
+
+
+def gang_object(store: Store, gang: str, namespace: str = "team-a") -> dict[str, Any]:
+    """The controller's Gang object of `gang`, checked against the chart's CRD."""
+    obj = store.get("gangkeeper.io/v1alpha1", "gangs", namespace, gang)
+    validate(obj)
+    return obj
+
+
+def gang_status(store: Store, gang: str, namespace: str = "team-a") -> dict[str, Any]:
+    status: dict[str, Any] = gang_object(store, gang, namespace).get("status") or {}
+    return status

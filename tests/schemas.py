@@ -20,6 +20,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CRDS = SHARED / "crds"
 EXAMPLES = SHARED / "examples"
 SEEDS = SHARED / "seeds"
+OWN_CRD = Path(__file__).resolve().parents[1] / "charts" / "gangkeeper" / "templates" / "crd.yaml"
 NATIVE_VERSIONS = ("1.35", "1.36", "1.37")
 _PATCH = {"1.35": "1.35.0", "1.36": "1.36.0", "1.37": "1.37.0"}
 
@@ -50,7 +51,8 @@ def _strict(schema: Any) -> Any:
 @functools.cache
 def crd_schemas() -> dict[tuple[str, str], Any]:
     schemas: dict[tuple[str, str], Any] = {}
-    for path in CRDS.glob("*.yaml"):
+    # the upstream CRDs, and gangkeeper's own Gang
+    for path in [*CRDS.glob("*.yaml"), OWN_CRD]:
         crd = yaml.load(path.read_text(), Loader=_LOADER)
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:

@@ -9,7 +9,17 @@ import pytest
 
 from tests import builders as b
 from tests.apiserver import TestApiServer
-from tests.cluster import BLOCKED, CONTROL_PLANE, Clock, add_job, add_job_pods, default_scheduler, node, pods
+from tests.cluster import (
+    BLOCKED,
+    CONTROL_PLANE,
+    Clock,
+    add_job,
+    add_job_pods,
+    default_scheduler,
+    gang_status,
+    node,
+    pods,
+)
 from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
 
@@ -119,10 +129,9 @@ def test_gang_larger_than_the_cluster_is_reported_at_once(server: TestApiServer,
     too_large = events(server, "GangTooLarge")
     assert too_large and "even if empty" in too_large[0]["message"]
     assert {e["involvedObject"]["kind"] for e in too_large} == {"Job", "Pod"}
-    status = server.store.get("batch/v1", "jobs", "team-a", "train")["metadata"]["annotations"][
-        "gangkeeper.io/gang-status"
-    ]
-    assert status.startswith("NeverFits: the gang needs 4 pods")
+    status = gang_status(server.store, "job-train")
+    assert status["state"] == "NeverFits" and status["message"].startswith("the gang needs 4 pods")
+    assert (status["present"], status["running"], status["gated"]) == (4, 0, 4)
 
 
 def test_competing_gangs_never_share_promised_capacity(server: TestApiServer, api: Api) -> None:
@@ -143,7 +152,7 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
     server.store.create("v1", "nodes", "", node("worker2", cpu="8"))
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"))
 
-    class Crash(Exception):
+    class Crash(BaseException):  # the process dying: not an error a gang's reconciliation catches
         pass
 
     sent = {"count": 0}
@@ -231,7 +240,9 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     assert controller.reconcile_once()["team-a/job-train"].state == "TimedOut"
     job = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert job["spec"]["suspend"] is True
-    assert job["metadata"]["annotations"]["gangkeeper.io/release-attempts"] == "1"
+    books = gang_status(server.store, "job-train")
+    assert books["attempts"] == 1 and books["suspendedAt"] and books["notBefore"]
+    assert "gangkeeper.io/release-attempts" not in job["metadata"]["annotations"]  # no state on the workload
     assert events(server, "GangRequeued")
     jobs.sync("team-a", "train")
     assert pods(server.store) == []
@@ -242,6 +253,7 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     job = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert job["spec"]["suspend"] is False and "gangkeeper.io/suspended" not in job["metadata"]["annotations"]
     assert events(server, "GangResumed")
+    assert "suspendedAt" not in gang_status(server.store, "job-train")
     add_job_pods(server.store, job)  # what the Job controller makes, through the webhook's admission
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
 

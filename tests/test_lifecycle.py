@@ -11,7 +11,7 @@ import yaml
 
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
-from tests.cluster import Clock, default_scheduler, node
+from tests.cluster import Clock, default_scheduler, gang_status, node
 from tests.lifecycle import (
     JobController,
     JobSetController,
@@ -234,8 +234,8 @@ def test_a_timed_out_job_gang_is_suspended_and_resumed_never_failed(store: Store
     clock.advance(31)  # the backoff for a first attempt is 30 s
     run_gate(store, api, clock, [(jobs, "train")], rounds=3, gangs=gangs)
     assert len(gang_pods(store)) == 3 and all(p["status"]["phase"] == "Running" for p in gang_pods(store))
-    annotations = store.get("batch/v1", "jobs", NS, "train")["metadata"]["annotations"]
-    assert "gangkeeper.io/release-attempts" not in annotations  # a gang that runs gets its budget back
+    books = gang_status(store, "job-train", NS)
+    assert books["state"] == "Running" and "attempts" not in books  # a gang that runs gets its budget back
 
 
 def test_requeues_stop_at_the_attempt_budget_with_a_visible_status(store: Store, api: Api) -> None:
@@ -257,7 +257,7 @@ def test_requeues_stop_at_the_attempt_budget_with_a_visible_status(store: Store,
         gangs.reconcile_once()  # resumes after the first; nothing to resume after the second
     job = store.get("batch/v1", "jobs", NS, "train")
     assert job["spec"]["suspend"] is True  # stays suspended: the user decides
-    assert job["metadata"]["annotations"]["gangkeeper.io/gang-status"].startswith("GaveUp:")
+    assert gang_status(store, "job-train", NS)["state"] == "GaveUp"
 
 
 def test_a_timed_out_bare_pod_group_says_so_once(store: Store, api: Api, apiserver: TestApiServer) -> None:

@@ -213,12 +213,14 @@ def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def exercise_controller(server: TestApiServer) -> None:
+    from webhook.controller.gangobject import GANGS
     from webhook.controller.run import served
 
     store, api = server.store, Api(client_from(server=server.url))
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
     clock = Clock()
-    watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).group_resources()], api)
+    store.served["gangkeeper.io/v1alpha1"] = {"gangs"}
+    watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).group_resources(), GANGS], api)
     for resource in [PODS, NODES, NAMESPACES, *watched]:
         informer = Informer(api, resource, watch_seconds=1)
         informer.relist()

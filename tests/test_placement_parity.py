@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
-from tests.cluster import Clock, node
+from tests.cluster import Clock, gang_status, node
 from tests.lifecycle import JobController, StatefulSetController, install_admission, kubelet
 from tests.scheduler import overcommitted, schedule
 from tests.schemas import validate
@@ -367,8 +367,7 @@ def test_a_higher_priority_gang_goes_first_and_says_when_it_needs_preemption(sto
     assert decision.preempt_nodes == ("worker1",)
     assert "preempted" in explain(api, NS, "job-urgent")
     gangs.recorder.flush()
-    job = store.get("batch/v1", "jobs", NS, "urgent")
-    assert "priority below 5000" in job["metadata"]["annotations"]["gangkeeper.io/gang-status"]
+    assert "priority below 5000" in gang_status(store, "job-urgent", NS)["message"]
 
 
 # --- serving spreads, batch packs -------------------------------------------------------------------------

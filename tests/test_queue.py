@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests import builders as b
 from tests.apiserver import Store
-from tests.cluster import Clock, node
+from tests.cluster import Clock, gang_status, node
 from tests.lifecycle import JobController, install_admission, kubelet
 from tests.scheduler import schedule
 from tests.schemas import validate
@@ -87,8 +85,7 @@ def test_backfill_reserves_for_the_head_and_explain_shows_it(store: Store, api: 
         api, NS, "job-big", clock=clock
     )
     gangs.recorder.flush()
-    status: dict[str, Any] = store.get("batch/v1", "jobs", NS, "long")["metadata"]["annotations"]
-    assert status["gangkeeper.io/gang-status"].startswith("WaitingForCapacity")
+    assert gang_status(store, "job-long", NS)["state"] == "WaitingForCapacity"
 
 
 def test_a_higher_priority_gang_takes_the_head_of_the_queue(store: Store, api: Api) -> None:

@@ -26,3 +26,10 @@ PASS_SECONDS = Histogram(
 PASS_FAILURES = Counter("gangkeeper_controller_pass_failures", "Reconciliation passes that raised")
 LEADER = Gauge("gangkeeper_controller_leader", "1 while this replica holds the Lease and may write")
 LEASE_LOST = Counter("gangkeeper_controller_lease_lost", "Times this replica lost the Lease while leading")
+GANG_WRITES = Counter(
+    "gangkeeper_gang_object_writes", "Gang objects created, patched (spec, status) or deleted", ["action"]
+)
+GANG_FAILURES = Counter(
+    "gangkeeper_gang_failures", "Gangs whose reconciliation raised; each is retried alone with backoff"
+)
+CLOCK_JUMPS = Counter("gangkeeper_clock_jumps", "Forward jumps of the wall clock not counted against any timeout")

@@ -18,8 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
 from webhook.controller import metrics, placement
+from webhook.controller.clockguard import ClockGuard, no_guard
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.events import EventRecorder
+from webhook.controller.gangobject import GANGS, Books, GangObjects, books_of, desired_object, desired_status
 from webhook.controller.informer import Informer
 from webhook.controller.kube import NODES, PODS, Api, ApiError, Resource, typed_items
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Shape
@@ -33,7 +35,6 @@ from webhook.controller.state import (
     backoff_seconds,
     decide,
     format_time,
-    parse_time,
     release_patch,
 )
 from webhook.controller.workloads import (
@@ -48,9 +49,6 @@ from webhook.gangs.model import Gang, Obj
 
 log = logging.getLogger("gangkeeper.controller")
 
-ATTEMPTS_ANNOTATION = f"{contract.PREFIX}/release-attempts"
-NOT_BEFORE_ANNOTATION = f"{contract.PREFIX}/not-before"
-STATUS_ANNOTATION = f"{contract.PREFIX}/gang-status"
 DEFAULT_MAX_ATTEMPTS = 5
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and suspends) itself
@@ -215,6 +213,7 @@ class Controller:
         queue_policy: Policy = DEFAULT_POLICY,
         queue_depth: int = DEFAULT_DEPTH,
         opted_out: Callable[[str], bool] = lambda namespace: False,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
@@ -234,8 +233,14 @@ class Controller:
         self.max_attempts = max_attempts
         self.queue_policy = Policy(queue_policy)
         self.queue_depth = queue_depth
-        # workloads this process suspended, so they are resumed even where their kind is not watched
-        self._suspended: dict[tuple[str, str, str], Obj] = {}
+        # the Gang objects: what people see of each gang, and the controller's books (attempts, backoff,
+        # suspensions), read back from there and never from an annotation a tenant could write
+        self.gang_objects = GangObjects(api, lambda: self.informers.get((GANGS.group_version, GANGS.plural)), may_write)
+        # timeouts are judged by a clock a wall-clock jump cannot move forward (none in tests that drive it)
+        self.judge = ClockGuard(monotonic).judge if monotonic is not None else no_guard
+        self.judged_now: dt.datetime | None = None
+        # a gang whose reconciliation raised: (failures in a row, not before) — it alone waits
+        self._failing: dict[str, tuple[int, dt.datetime]] = {}
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
         self._reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
         self.index = ClusterIndex()
@@ -251,6 +256,7 @@ class Controller:
             return self._reconcile(self.clock())
 
     def _reconcile(self, now: dt.datetime) -> dict[str, Decision]:
+        self.judged_now = self.judge(now)
         if self.may_write():
             self.resume_due(now)
         snapshot = self.snapshot()
@@ -296,24 +302,41 @@ class Controller:
                 # the gated ones, who would otherwise wait for a gang that cannot fill
                 self.lift_gates(gated, f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate", now)
                 continue
-            if backend != "gate":
-                if fresh and self.may_write():
-                    self.sync_group_objects(gang, resolved, backend)
+            if self._held_back(gang.key, now):
                 continue
-            if resolved.gone and self.may_write():
-                self.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
-            decisions[gang.key] = self.step(gang, resolved, snapshot, now, waiting.get(gang.key), queue)
+            try:
+                if backend != "gate":
+                    if fresh and self.may_write():
+                        self.sync_group_objects(gang, resolved, backend)
+                        self.report_other(gang, resolved, backend, now)
+                    continue
+                if resolved.gone and self.may_write():
+                    self.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
+                decisions[gang.key] = self.step(gang, resolved, snapshot, now, waiting.get(gang.key), queue)
+                self._failing.pop(gang.key, None)
+            except Exception:  # one gang's failure is that gang's: the others are still reconciled
+                self._failed(gang.key, now)
         self._seen = seen
         self.publish(decisions)
         self.decisions = decisions
         self.passes += 1
         if (self.passes % self.orphan_every == 1 or self.orphan_every == 1) and self.may_write():
             live = {(g.namespace, g.name) for g in snapshot.gangs.values()}
-            deleted = orphan_groups(self.api, live, self.group_resources())
+            deleted = orphan_groups(self.api, live, [*self.group_resources(), GANGS])
             if deleted:
                 metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
                 log.info("deleted orphaned group objects", extra={"objects": deleted})
         return decisions
+
+    def _held_back(self, key: str, now: dt.datetime) -> bool:
+        failing = self._failing.get(key)
+        return failing is not None and now < failing[1]
+
+    def _failed(self, key: str, now: dt.datetime) -> None:
+        log.exception("gang reconciliation failed", extra={"gang": key})
+        metrics.GANG_FAILURES.inc()
+        count = self._failing.get(key, (0, now))[0] + 1
+        self._failing[key] = (count, now + dt.timedelta(seconds=min(300, 2 ** min(count, 9))))
 
     def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
         """Where a gang stands in the queue: its priority (the highest of its pods'), then its arrival
@@ -540,9 +563,7 @@ class Controller:
             self.time_out(gang, resolved, decision, now)
         elif decision.state == GangState.REPAIR:
             self.repair(gang, resolved, decision, now)
-        elif decision.state == GangState.RUNNING:
-            self.reset_attempts(resolved)
-        self.transition(gang, resolved, decision)
+        self.transition(gang, resolved, decision, now)
         return decision
 
     def _still_valid(
@@ -618,18 +639,18 @@ class Controller:
         `gangkeeper explain` prints."""
         if resolved.spec is None:
             return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
-        annotations = ((resolved.workload or {}).get("metadata") or {}).get("annotations") or {}
-        not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
+        not_before = self.gang_objects.books(gang.namespace, gang.name).not_before
         nodes = snapshot.nodes
         eligibility: Eligibility | None = snapshot.eligibility
         if avoid:
             nodes, eligibility = [n for n in nodes if n.name not in avoid], None
+        judged = self.judged_now if self.judged_now is not None and self.judged_now <= now else now
         return decide(
             gang.pods,
             resolved.spec,
             nodes,
             snapshot.free,
-            now,
+            judged,
             not_before,
             used_ports=snapshot.ports,
             eligibility=eligibility,
@@ -761,42 +782,35 @@ class Controller:
             decision.message = f"{decision.message}; left to Kueue (its waitForPodsReady requeues the workload)"
             self.event(workload, "Warning", "GangLeftToKueue", f"gang {gang.name}: {decision.message}")
             return
-        annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
-        attempts = int(annotations.get(ATTEMPTS_ANNOTATION, "0") or 0) + 1
+        attempts = self.gang_objects.books(gang.namespace, gang.name).attempts + 1
         kind = str((workload or {}).get("kind", ""))
         suspend = SUSPEND_PATHS.get(kind) if workload is not None else None
         if attempts > self.max_attempts:
             decision.state = GangState.GAVE_UP
             how = "it stays suspended; set its suspend field to false" if suspend else "no more evictions; recreate it"
             decision.message = f"{decision.message}; requeued {self.max_attempts} times, giving up ({how} to retry)"
+            self.save_books(gang, resolved, decision, Books(attempts), now)
             if workload is not None and suspend:
-                self._patch_workload(
-                    workload,
-                    {
-                        **nested(suspend, True),
-                        "metadata": {"annotations": {ATTEMPTS_ANNOTATION: str(attempts), SUSPENDED_ANNOTATION: None}},
-                    },
-                )
+                self._patch_workload(workload, {**nested(suspend, True), **_marked(None)})
             return
         wait = backoff_seconds(attempts)
-        not_before = format_time(now + dt.timedelta(seconds=wait))
-        marks: dict[str, str | None] = {ATTEMPTS_ANNOTATION: str(attempts), NOT_BEFORE_ANNOTATION: not_before}
+        not_before = now + dt.timedelta(seconds=wait)
         if workload is not None and suspend:
-            marks[SUSPENDED_ANNOTATION] = format_time(now)
-            if self._patch_workload(workload, {**nested(suspend, True), "metadata": {"annotations": marks}}):
-                meta = workload.get("metadata") or {}
-                self._suspended[(kind, meta.get("namespace", ""), meta.get("name", ""))] = workload
-            self.event(
-                workload,
-                "Warning",
-                "GangRequeued",
-                f"gang {gang.name}: {decision.message}; suspended {kind} {workload['metadata'].get('name')} so its "
-                f"pods go without counting as failures; resumes after {wait}s (attempt {attempts} of "
-                f"{self.max_attempts})",
-            )
+            # the books first: a workload suspended with no record of it would never be resumed
+            if not self.save_books(gang, resolved, decision, Books(attempts, not_before, now), now):
+                return
+            if self._patch_workload(workload, {**nested(suspend, True), **_marked(format_time(now))}):
+                self.event(
+                    workload,
+                    "Warning",
+                    "GangRequeued",
+                    f"gang {gang.name}: {decision.message}; suspended {kind} {workload['metadata'].get('name')} so "
+                    f"its pods go without counting as failures; resumes after {wait}s (attempt {attempts} of "
+                    f"{self.max_attempts})",
+                )
             return
-        if workload is not None:
-            self._annotate_workload(workload, marks)
+        if not self.save_books(gang, resolved, decision, Books(attempts, not_before), now):
+            return
         self._evict(gang, decision.evict)
         self.event(
             workload or gang.raw[0],
@@ -839,44 +853,39 @@ class Controller:
                 metrics.API_ERRORS.labels("evict", str(error.status)).inc()
 
     def resume_due(self, now: dt.datetime) -> None:
-        """Resume the workloads gangkeeper suspended once their backoff has passed (from the watch
-        caches of the suspendable kinds, and from this process's own record)."""
-        candidates = dict(self._suspended)
-        for kind in SUSPEND_PATHS:
-            resource = self.workload_resource(kind)
-            informer = self.informers.get((resource.group_version, resource.plural)) if resource else None
-            for obj in informer.items() if informer is not None else []:
-                meta = obj.get("metadata") or {}
-                if SUSPENDED_ANNOTATION in (meta.get("annotations") or {}):
-                    candidates[(kind, meta.get("namespace", ""), meta.get("name", ""))] = obj
-        for kind, namespace, name in candidates:
-            resource = self.workload_resource(kind)
-            current = self.read(resource, namespace, name) if resource else None
-            annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
-            if current is None or SUSPENDED_ANNOTATION not in annotations:
-                self._suspended.pop((kind, namespace, name), None)
+        """Resume the workloads gangkeeper suspended (its Gang books say so) once their backoff has passed.
+        A workload whose user took gangkeeper's mark off, or resumed it, is theirs: the books let it go."""
+        for gang_object in self.gang_objects.suspended():
+            books = books_of(gang_object)
+            ref = (gang_object.get("spec") or {}).get("workload") or {}
+            namespace = str((gang_object.get("metadata") or {}).get("namespace", ""))
+            resource = self.workload_resource(str(ref.get("kind", "")))
+            try:
+                workload = self.read(resource, namespace, str(ref.get("name", ""))) if resource else None
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
                 continue
-            not_before = parse_time(annotations.get(NOT_BEFORE_ANNOTATION))
-            if not_before is not None and now < not_before:
+            target = self._suspend_target(workload)
+            kind = str((target or {}).get("kind", ""))
+            meta = (target or {}).get("metadata") or {}
+            still_ours = (
+                target is not None
+                and kind in SUSPEND_PATHS
+                and SUSPENDED_ANNOTATION in (meta.get("annotations") or {})
+                and _get(target, SUSPEND_PATHS[kind]) is True
+            )
+            if still_ours and books.not_before is not None and now < books.not_before:
                 continue
-            if self._patch_workload(
-                current,
-                {**nested(SUSPEND_PATHS[kind], False), "metadata": {"annotations": {SUSPENDED_ANNOTATION: None}}},
-            ):
-                self._suspended.pop((kind, namespace, name), None)
+            if target is not None and still_ours:
+                if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
+                    continue
                 self.event(
-                    current,
+                    target,
                     "Normal",
                     "GangResumed",
-                    f"{kind} {name} resumed after its backoff; its pods come back gated",
+                    f"{kind} {meta.get('name')} resumed after its backoff; its pods come back gated",
                 )
-
-    def reset_attempts(self, resolved: Resolved) -> None:
-        """A gang that runs starts its next timeout with the whole attempt budget again."""
-        workload = resolved.workload
-        annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
-        if workload is not None and (ATTEMPTS_ANNOTATION in annotations or NOT_BEFORE_ANNOTATION in annotations):
-            self._annotate_workload(workload, {ATTEMPTS_ANNOTATION: None, NOT_BEFORE_ANNOTATION: None})
+            self.gang_objects.write(gang_object, {"suspendedAt": None})
 
     def _patch_workload(self, workload: Obj, patch: Mapping[str, Any]) -> bool:
         meta = workload.get("metadata") or {}
@@ -890,10 +899,6 @@ class Controller:
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
             return False
         return True
-
-    def _annotate_workload(self, workload: Obj, values: Mapping[str, str | None]) -> None:
-        """Merge the annotations (None removes one)."""
-        self._patch_workload(workload, {"metadata": {"annotations": dict(values)}})
 
     # --- group objects for the other backends -----------------------------------------------------
     def sync_group_objects(self, gang: GangView, resolved: Resolved, backend: str) -> None:
@@ -949,17 +954,58 @@ class Controller:
             self._refusals.pop(gang.key, None)
 
     # --- what people see -------------------------------------------------------------------------
-    def transition(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
-        previous = self.last_state.get(gang.key)
+    def save_books(
+        self, gang: GangView, resolved: Resolved, decision: Decision, books: Books, now: dt.datetime
+    ) -> bool:
+        """Write the gang's books (and its state) to its Gang object; False when that failed."""
+        return self._write_gang(gang, resolved, "gate", decision.state, decision.message, decision.position, books, now)
+
+    def _write_gang(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        backend: str,
+        state: str,
+        message: str,
+        position: int,
+        books: Books,
+        now: dt.datetime,
+    ) -> bool:
+        min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
+        wanted = desired_object(gang.namespace, gang.name, backend, min_member, resolved.workload)
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        live = [p for p in gang.pods if not p.terminal]
+        counts = (len(live), sum(1 for p in live if p.node_name), sum(1 for p in live if p.gated))
+        status = desired_status(
+            state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now
+        )
+        return self.gang_objects.write(wanted, status) is not None
+
+    def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
+        """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""
+        previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
+        live = [p for p in gang.pods if not p.terminal]
+        running = sum(1 for p in live if p.node_name)
+        need = resolved.spec.min_member if resolved.spec is not None else len(live)
+        state = str(GangState.RUNNING) if running >= need else "Pending"
+        message = f"{running} of {need} members scheduled by the {backend.split('-')[0]} gang scheduler"
+        if resolved.spec is None:
+            state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
+        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now)
+
+    def transition(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        """The Gang object brought to the decision; an event when its state changes (level-based: the
+        state is compared with the Gang's, so a workload recreated under the same name is told again)."""
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        previous = ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
         self.last_state[gang.key] = decision.state
+        books = books_of(current)
+        if decision.state == GangState.RUNNING and (books.attempts or books.not_before):
+            books = Books(suspended_at=books.suspended_at)  # a gang that runs gets its whole budget back
+        if self.may_write():
+            self.save_books(gang, resolved, decision, books, now)
         if previous == decision.state:
             return
-        if resolved.workload is not None:
-            # the gate backend has no group object: the gang's status is an annotation on its workload
-            status = f"{decision.state}: {decision.message}"[:256]
-            current = ((resolved.workload.get("metadata") or {}).get("annotations") or {}).get(STATUS_ANNOTATION)
-            if current != status:
-                self._annotate_workload(resolved.workload, {STATUS_ANNOTATION: status})
         reason, kind = {
             "WaitingForMembers": ("WaitingForMembers", "Normal"),
             "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
@@ -990,6 +1036,18 @@ class Controller:
         for state in GangState:
             metrics.GANGS.labels(state.value).set(counts.get(state, 0))
         metrics.GATED_PODS.set(self.index.gated)
+
+
+def _marked(when: str | None) -> Obj:
+    """gangkeeper's mark on a workload it suspended (None takes it off): it tells people why, and a user
+    who removes it keeps the workload suspended. Never the controller's state: that is the Gang's."""
+    return {"metadata": {"annotations": {SUSPENDED_ANNOTATION: when}}}
+
+
+def _get(obj: Obj, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None  # type: ignore[assignment]
+    return obj
 
 
 def _refusal_text(error: ApiError) -> str:

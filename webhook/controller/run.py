@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller import metrics
+from webhook.controller.gangobject import GANGS
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
@@ -106,6 +107,7 @@ def run(
         queue_policy=Policy(queue_policy),
         queue_depth=queue_depth,
         opted_out=lambda name: left_gangkeeper(namespaces, name),
+        monotonic=time.monotonic,
     )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:
@@ -154,7 +156,7 @@ def left_gangkeeper(namespaces: Informer, name: str) -> bool:
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
-    wanted = [*all_workload_resources(), *controller.group_resources()]
+    wanted = [*all_workload_resources(), *controller.group_resources(), GANGS]
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
         informer = Informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer

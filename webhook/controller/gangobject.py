@@ -1,0 +1,294 @@
+"""The Gang object (gangkeeper.io/v1alpha1): one per gang, owned by its workload, written only by the
+controller. Its status is what `kubectl get gangs` shows for every backend, and the controller's own
+books for the gang (requeue attempts, backoff, the suspension it made): those are read from here and
+nowhere else, so an annotation a tenant writes on a workload never becomes the controller's state.
+
+The pure part builds the object wanted; `GangObjects` writes it only when it differs from what the API
+holds (a quiet gang costs no write), and remembers what it wrote so a pass reads its own books back
+without an API call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook import contract
+from webhook.controller import metrics
+from webhook.controller.informer import Informer
+from webhook.controller.kube import Api, ApiError, Resource
+from webhook.controller.state import format_time, parse_time
+
+log = logging.getLogger("gangkeeper.controller")
+
+GANGS = Resource("gangkeeper.io/v1alpha1", "gangs")
+API_VERSION, KIND = GANGS.group_version, "Gang"
+MAX_MESSAGE = 1024
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Books:
+    """The controller's state for one gang, as its Gang object's status holds it."""
+
+    attempts: int = 0
+    not_before: dt.datetime | None = None
+    suspended_at: dt.datetime | None = None  # gangkeeper suspended the workload then, and resumes it
+
+
+def books_of(gang: Mapping[str, Any] | None) -> Books:
+    status = (gang or {}).get("status") or {}
+    attempts = status.get("attempts")
+    return Books(
+        attempts if isinstance(attempts, int) and attempts > 0 else 0,
+        parse_time(status.get("notBefore")),
+        parse_time(status.get("suspendedAt")),
+    )
+
+
+def books_status(books: Books) -> Obj:
+    """The books as status fields (None removes one in a merge patch)."""
+    return {
+        "attempts": books.attempts or None,
+        "notBefore": format_time(books.not_before) if books.not_before else None,
+        "suspendedAt": format_time(books.suspended_at) if books.suspended_at else None,
+    }
+
+
+def workload_ref(workload: Mapping[str, Any] | None) -> Obj | None:
+    meta = (workload or {}).get("metadata") or {}
+    if workload is None or not meta.get("name"):
+        return None
+    ref = {"apiVersion": workload.get("apiVersion"), "kind": workload.get("kind"), "name": meta["name"]}
+    if meta.get("uid"):
+        ref["uid"] = meta["uid"]
+    return ref
+
+
+def desired_object(namespace: str, name: str, backend: str, min_member: int, workload: Mapping[str, Any] | None) -> Obj:
+    """A new Gang object: owned by the workload, so it goes when the workload goes."""
+    meta: Obj = {"name": name, "namespace": namespace, "labels": {contract.GROUP_LABEL: name}}
+    ref = workload_ref(workload)
+    spec: Obj = {"backend": backend.split("-")[0], "minMember": max(1, min_member)}
+    if ref is not None:
+        spec["workload"] = ref
+        if "uid" in ref:
+            meta["ownerReferences"] = [{**ref, "controller": True, "blockOwnerDeletion": True}]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+
+
+def condition(kind: str, true: bool, reason: str, message: str, now: dt.datetime, previous: list[Obj]) -> Obj:
+    """A condition, keeping its last transition time while its status stays the same."""
+    status = "True" if true else "False"
+    before = next((c for c in previous if isinstance(c, dict) and c.get("type") == kind), None)
+    since = before.get("lastTransitionTime") if before and before.get("status") == status else None
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "lastTransitionTime": since or format_time(now),
+    }
+
+
+def desired_status(
+    state: str,
+    message: str,
+    counts: tuple[int, int, int],
+    min_member: int,
+    position: int,
+    books: Books,
+    previous: Mapping[str, Any],
+    now: dt.datetime,
+) -> Obj:
+    """What the Gang's status should say: the decision, the pods counted, the books, two conditions."""
+    present, running, gated = counts
+    old_conditions = list(previous.get("conditions") or [])
+    released = gated == 0 and present > 0
+    return {
+        "state": state,
+        "message": message[:MAX_MESSAGE],
+        "present": present,
+        "running": running,
+        "gated": gated,
+        "queuePosition": position or None,
+        **books_status(books),
+        "conditions": [
+            condition("Released", released, state, message, now, old_conditions),
+            condition(
+                "Running",
+                running >= min_member,
+                "Running" if running >= min_member else state,
+                f"{running} of {min_member} members running",
+                now,
+                old_conditions,
+            ),
+        ],
+    }
+
+
+def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a merge patch of `wanted` would change `current` (None: the field removed)."""
+    for key, value in wanted.items():
+        if value is None:
+            if key in current:
+                return True
+        elif current.get(key) != value:
+            return True
+    return False
+
+
+class GangObjects:
+    """Reads the Gang objects (a watch cache when there is one) and writes them when they differ.
+
+    What it wrote is remembered until the watch delivers it (or for a minute at most): a pass reads its
+    own books back at once, without an API call and without racing the watch."""
+
+    FRESH_SECONDS = 60.0
+
+    def __init__(
+        self,
+        api: Api,
+        informer: Callable[[], Informer | None],
+        may_write: Callable[[], bool],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api, self._informer, self.may_write, self.monotonic = api, informer, may_write, monotonic
+        self._written: dict[str, tuple[float, Obj | None]] = {}  # namespace/name -> (when, object; None: deleted)
+        self._listed: dict[str, Obj] | None = None  # without a watch: every Gang, listed once
+
+    def _watched(self) -> Informer | None:
+        informer = self._informer()
+        return informer if informer is not None and informer.synced.is_set() else None
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        key = f"{namespace}/{name}"
+        informer = self._watched()
+        if informer is None:
+            return self._listing().get(key)
+        watched = informer.get(namespace, name)
+        mine = self._written.get(key)
+        if mine is None:
+            return watched
+        when, obj = mine
+        if _same(obj, watched) or self.monotonic() - when > self.FRESH_SECONDS:
+            del self._written[key]  # the watch has caught up (or never will: the object went)
+            return watched
+        return obj
+
+    def _listing(self) -> dict[str, Obj]:
+        if self._listed is None:
+            try:
+                items = self.api.list(GANGS.path()).get("items") or []
+            except ApiError as error:
+                if error.status != 404:  # 404: the CRD is not installed, there are no books to read
+                    metrics.API_ERRORS.labels("list", str(error.status)).inc()
+                    return {}
+                items = []
+            self._listed = {f"{i['metadata'].get('namespace')}/{i['metadata']['name']}": i for i in items}
+        return self._listed
+
+    def books(self, namespace: str, name: str) -> Books:
+        return books_of(self.get(namespace, name))
+
+    def suspended(self) -> list[Obj]:
+        """The Gang objects whose books say gangkeeper suspended their workload."""
+        informer = self._watched()
+        if informer is None:
+            candidates = list(self._listing().values())
+        else:
+            keys = {f"{(g.get('metadata') or {}).get('namespace')}/{g['metadata']['name']}" for g in informer.items()}
+            keys |= self._written.keys()
+            candidates = [g for key in keys if (g := self.get(*key.split("/", 1))) is not None]
+        return [g for g in candidates if books_of(g).suspended_at is not None]
+
+    def write(self, wanted: Obj, status: Obj) -> Obj | None:
+        """Create the Gang when missing (or when it belongs to an earlier workload of the same name), then
+        patch its spec and status where they differ. Returns the object as now known."""
+        meta = wanted["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        current = self.get(namespace, name)
+        if not self.may_write():
+            return current
+        if current is not None and _stale(current, wanted):
+            self.delete(namespace, name)
+            current = None
+        if current is None:
+            try:
+                current = dict(self.api.create(GANGS.path(namespace), wanted))
+                metrics.GANG_WRITES.labels("create").inc()
+            except ApiError as error:
+                metrics.API_ERRORS.labels("create", str(error.status)).inc()
+                self._remember(namespace, name, None, forget=True)
+                return None  # 409: made meanwhile (read again next pass); else the next pass tries again
+            self._remember(namespace, name, current)
+        spec_patch = {k: v for k, v in wanted["spec"].items() if (current.get("spec") or {}).get(k) != v}
+        if spec_patch:
+            current = self._patch(current, "spec", spec_patch)
+        if current is not None and _differs(current.get("status") or {}, status):
+            current = self._patch(current, "status", status)
+        return current
+
+    def _patch(self, current: Obj, part: str, changes: Obj) -> Obj | None:
+        meta = current["metadata"]
+        sub = "status" if part == "status" else None
+        try:
+            self.api.merge_patch(GANGS.path(meta["namespace"], meta["name"], sub), {part: changes})
+            metrics.GANG_WRITES.labels(part).inc()
+        except ApiError as error:
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            self._remember(meta["namespace"], meta["name"], None, forget=True)
+            return None
+        updated = {**current, part: _merged(current.get(part) or {}, changes)}
+        self._remember(meta["namespace"], meta["name"], updated)
+        return updated
+
+    def delete(self, namespace: str, name: str) -> None:
+        try:
+            self.api.delete(GANGS.path(namespace, name))
+            metrics.GANG_WRITES.labels("delete").inc()
+        except ApiError as error:
+            if error.status != 404:
+                metrics.API_ERRORS.labels("delete", str(error.status)).inc()
+        self._remember(namespace, name, None)
+
+    def _remember(self, namespace: str, name: str, obj: Obj | None, forget: bool = False) -> None:
+        key = f"{namespace}/{name}"
+        if self._listed is not None:
+            if forget:
+                self._listed = None  # unsure what the API holds now: list again when next asked
+            elif obj is None:
+                self._listed.pop(key, None)
+            else:
+                self._listed[key] = obj
+        if forget:
+            self._written.pop(key, None)
+        elif self._informer() is not None:
+            self._written[key] = (self.monotonic(), obj)
+
+
+def _merged(current: Mapping[str, Any], patch: Mapping[str, Any]) -> Obj:
+    merged = dict(current)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _same(mine: Obj | None, watched: Obj | None) -> bool:
+    if mine is None or watched is None:
+        return mine is watched
+    return all((mine.get(part) or {}) == (watched.get(part) or {}) for part in ("spec", "status"))
+
+
+def _stale(current: Obj, wanted: Obj) -> bool:
+    """A Gang of an earlier workload of the same name (deleted and recreated): its books are not this one's."""
+    old = ((current.get("spec") or {}).get("workload") or {}).get("uid")
+    new = ((wanted.get("spec") or {}).get("workload") or {}).get("uid")
+    return bool(old and new and old != new)
