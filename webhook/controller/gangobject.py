@@ -241,6 +241,10 @@ class GangObjects:
             metrics.GANG_WRITES.labels(part).inc()
         except ApiError as error:
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            log.warning(
+                "gang object patch failed",
+                extra={"gang": f"{meta['namespace']}/{meta['name']}", "status": error.status, "body": error.body[:300]},
+            )
             self._remember(meta["namespace"], meta["name"], None, forget=True)
             return None
         updated = {**current, part: _merged(current.get(part) or {}, changes)}
