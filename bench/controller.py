@@ -241,7 +241,7 @@ def bench_release() -> None:
                 informer.stop()
             controller.recorder.flush()  # the release's events are sent after it: not during the floor
             assert decision.state == "Release" and len(decision.release) == size, decision.message
-            floor = server_floor(port, names, controller.release_concurrency)
+            floor = server_floor(port, names, controller.releaser.concurrency)
             print(
                 f"  {size:5d} pods: release {release * 1000:7.1f} ms (controller CPU {cpu * 1000:6.1f} ms, "
                 f"test server CPU {server_cpu * 1000:6.1f} ms); the server alone, same PATCHes from "

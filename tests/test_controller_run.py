@@ -54,7 +54,7 @@ def test_a_crd_installed_after_start_is_watched_without_a_restart(apiserver: Tes
         ("jobset.x-k8s.io/v1alpha2", "jobsets"),
         ("kubeflow.org/v2beta1", "mpijobs"),
     }
-    assert controller.workload_resource("MPIJob").group_version == "kubeflow.org/v2beta1"  # type: ignore[union-attr]
+    assert controller.workloads.workload_resource("MPIJob").group_version == "kubeflow.org/v2beta1"  # type: ignore[union-attr]
     assert watch_new(api, controller, changed) == []  # nothing twice
     for informer in [*first, *later]:
         informer.stop()

@@ -220,7 +220,7 @@ def exercise_controller(server: TestApiServer) -> None:
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
     clock = Clock()
     store.served["gangkeeper.io/v1alpha1"] = {"gangs"}
-    watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).group_resources(), GANGS], api)
+    watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).groups.resources(), GANGS], api)
     for resource in [PODS, NODES, NAMESPACES, *watched]:
         informer = Informer(api, resource, watch_seconds=1)
         informer.relist()

@@ -19,7 +19,8 @@ from webhook.controller.informer import Informer, InformerSource, trim_node, tri
 from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
-from webhook.controller.reconciler import DEFAULT_MAX_ATTEMPTS, Controller
+from webhook.controller.reconciler import Controller
+from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS
 from webhook.controller.workloads import all_workload_resources
 
 log = logging.getLogger("gangkeeper.controller")
@@ -156,7 +157,7 @@ def left_gangkeeper(namespaces: Informer, name: str) -> bool:
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
-    wanted = [*all_workload_resources(), *controller.group_resources(), GANGS]
+    wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS]
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
         informer = Informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer

@@ -1,0 +1,106 @@
+"""Writing a release: the decided gang's gates lifted (pinned where placement checked everything), the
+PATCHes side by side, stopped the moment this replica is no longer the leader; and gates lifted from pods
+that no live gate gang will ever release."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from webhook import contract
+from webhook.controller import metrics
+from webhook.controller.cluster import GangView
+from webhook.controller.kube import PODS, Api, ApiError
+from webhook.controller.placement import HostPort
+from webhook.controller.report import Reporter
+from webhook.controller.state import Decision, PodView, release_patch
+from webhook.gangs.model import Obj
+
+log = logging.getLogger("gangkeeper.controller")
+
+
+def adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, int]], sign: int) -> None:
+    """Add (or take) units to a pass's free capacity. A node's figures are replaced, never changed in
+    place: the pass shares them with the cluster index until it writes."""
+    for node, amounts in units.items():
+        node_free = dict(free.get(node) or {})
+        for resource, amount in amounts.items():
+            node_free[resource] = node_free.get(resource, 0) + sign * amount
+        free[node] = node_free
+
+
+class Releaser:
+    def __init__(self, api: Api, reporter: Reporter, may_write: Callable[[], bool], concurrency: int = 16) -> None:
+        self.api, self.reporter, self.may_write, self.concurrency = api, reporter, may_write, concurrency
+
+    def lift_gates(self, pods: list[tuple[PodView, Obj]], why: str, now: dt.datetime) -> None:
+        """Take gangkeeper's gate off pods that are no live gate gang's members, so they are scheduled
+        like any pod instead of waiting for a release that will never come."""
+        for view, raw in pods:
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            remaining = [dict(g) for g in gates if g.get("name") != contract.GATE]
+            patch = {
+                "metadata": {"resourceVersion": view.resource_version},
+                "spec": {"schedulingGates": remaining or None},
+            }
+            try:
+                self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+                continue
+            self.reporter.event(raw, "Normal", "GateLifted", f"gangkeeper's gate lifted: {why}")
+
+    def release(
+        self,
+        gang: GangView,
+        decision: Decision,
+        free: dict[str, dict[str, int]],
+        ports: dict[str, Counter[HostPort]],
+        hostnames: Mapping[str, str],
+        now: dt.datetime,
+    ) -> None:
+        by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
+        patches: list[tuple[PodView, Obj]] = []
+        for pod_name, node in decision.release.items():
+            view, raw = by_name[pod_name]
+            adjust(free, {node: view.units}, -1)  # promised before any PATCH: no other gang takes it
+            if view.shape.host_ports:
+                ports[node] = Counter(ports.get(node) or {}) + Counter(view.shape.host_ports)
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            # a pin would promise what placement did not check (pod affinity, spread): leave those to the
+            # scheduler, with the planned node's capacity reserved until the pod binds or times out
+            pin = None if decision.unmodelled else hostnames.get(node, node)
+            patches.append((view, release_patch(view, pin, now, gates, planned=node)))
+        if not self.may_write():
+            log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
+            return
+        with self.reporter.recorder.deferred():
+            if len(patches) <= 2:
+                for item in patches:
+                    self._send_release(item)
+            else:  # the decision is made; the PATCHes are independent, so they go side by side
+                with ThreadPoolExecutor(max_workers=min(self.concurrency, len(patches))) as pool:
+                    list(pool.map(self._send_release, patches))
+        created = [p.created_at for p in gang.pods if p.created_at]
+        if created:
+            metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
+        if decision.unmodelled:
+            self.reporter.event(
+                gang.raw[0],
+                "Warning",
+                "UnmodelledConstraints",
+                f"gang {gang.name} released without a check of {', '.join(decision.unmodelled)}; "
+                "the scheduler may still leave some pods pending",
+            )
+
+    def _send_release(self, item: tuple[PodView, Obj]) -> None:
+        view, patch = item
+        try:
+            self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+        except ApiError as error:
+            # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            log.warning("release patch failed", extra={"pod": view.key, "status": error.status})

@@ -1,0 +1,104 @@
+"""What people see of each gang: its Gang object brought to the decision (state, counts, queue place,
+conditions, the controller's books), an event when its state changes, and the gauges."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+
+from webhook.controller import metrics, placement
+from webhook.controller.cluster import GangView
+from webhook.controller.events import EventRecorder
+from webhook.controller.gangobject import Books, GangObjects, books_of, desired_object, desired_status
+from webhook.controller.resolve import Resolved
+from webhook.controller.state import Decision, GangState
+from webhook.gangs.model import Obj
+
+
+class Reporter:
+    def __init__(self, recorder: EventRecorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
+        self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
+        self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
+
+    def save_books(
+        self, gang: GangView, resolved: Resolved, decision: Decision, books: Books, now: dt.datetime
+    ) -> bool:
+        """Write the gang's books (and its state) to its Gang object; False when that failed."""
+        return self._write_gang(gang, resolved, "gate", decision.state, decision.message, decision.position, books, now)
+
+    def _write_gang(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        backend: str,
+        state: str,
+        message: str,
+        position: int,
+        books: Books,
+        now: dt.datetime,
+    ) -> bool:
+        min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
+        wanted = desired_object(gang.namespace, gang.name, backend, min_member, resolved.workload)
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        live = [p for p in gang.pods if not p.terminal]
+        counts = (len(live), sum(1 for p in live if p.node_name), sum(1 for p in live if p.gated))
+        status = desired_status(
+            state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now
+        )
+        return self.gang_objects.write(wanted, status) is not None
+
+    def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
+        """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""
+        previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
+        live = [p for p in gang.pods if not p.terminal]
+        running = sum(1 for p in live if p.node_name)
+        need = resolved.spec.min_member if resolved.spec is not None else len(live)
+        state = str(GangState.RUNNING) if running >= need else "Pending"
+        message = f"{running} of {need} members scheduled by the {backend.split('-')[0]} gang scheduler"
+        if resolved.spec is None:
+            state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
+        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now)
+
+    def transition(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        """The Gang object brought to the decision; an event when its state changes (level-based: the
+        state is compared with the Gang's, so a workload recreated under the same name is told again)."""
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        previous = ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
+        self.last_state[gang.key] = decision.state
+        books = books_of(current)
+        if decision.state == GangState.RUNNING and (books.attempts or books.not_before):
+            books = Books(suspended_at=books.suspended_at)  # a gang that runs gets its whole budget back
+        if self.may_write():
+            self.save_books(gang, resolved, decision, books, now)
+        if previous == decision.state:
+            return
+        reason, kind = {
+            "WaitingForMembers": ("WaitingForMembers", "Normal"),
+            "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
+            "NeverFits": ("GangTooLarge", "Warning"),
+            "Release": ("GangReleased", "Normal"),
+            "Running": ("GangRunning", "Normal"),
+            "Backoff": ("GangBackoff", "Normal"),
+            "Unknown": ("GangUnknown", "Warning"),
+            "GaveUp": ("GangGaveUp", "Warning"),
+        }.get(decision.state, ("", ""))
+        if not reason:
+            return
+        message = f"gang {gang.name}: {decision.message}"
+        if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
+            message += "; " + "; ".join(placement.summarize(decision.placement.why, limit=3)[:3])
+        self.event(resolved.workload or gang.raw[0], kind, reason, message)
+        if decision.state in ("Release", "NeverFits"):
+            for pod in gang.raw:
+                self.event(pod, kind, reason, message)
+
+    def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+        self.recorder.record(obj, kind, reason, message)
+
+    def publish(self, decisions: Mapping[str, Decision], gated: int) -> None:
+        counts: dict[str, int] = {}
+        for decision in decisions.values():
+            counts[decision.state] = counts.get(decision.state, 0) + 1
+        for state in GangState:
+            metrics.GANGS.labels(state.value).set(counts.get(state, 0))
+        metrics.GATED_PODS.set(gated)

@@ -1,0 +1,212 @@
+"""What a timed-out gang costs its workload: requeued whole by suspending it (the kinds whose owner
+counts a deleted pod as a failure), or its pods evicted (the others); backoff and the attempt budget
+kept in the gang's Gang object; the workload resumed once its backoff has passed. A workload that Kueue
+manages is left to Kueue, and one its user suspended (or unmarked) is never resumed by gangkeeper."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.controller import metrics
+from webhook.controller.cluster import GangView
+from webhook.controller.gangobject import Books, GangObjects, books_of
+from webhook.controller.kube import PODS, Api, ApiError, Resource
+from webhook.controller.report import Reporter
+from webhook.controller.resolve import Resolved, Workloads
+from webhook.controller.state import Decision, GangState, backoff_seconds, format_time
+from webhook.controller.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
+from webhook.gangs.model import Obj
+
+DEFAULT_MAX_ATTEMPTS = 5
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and suspends) itself
+
+
+class Requeuer:
+    def __init__(
+        self,
+        api: Api,
+        workloads: Workloads,
+        reporter: Reporter,
+        gang_objects: GangObjects,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        may_write: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.api, self.workloads, self.reporter, self.gang_objects = api, workloads, reporter, gang_objects
+        self.max_attempts, self.may_write = max_attempts, may_write
+
+    def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        first = self.reporter.last_state.get(gang.key) != GangState.TIMED_OUT  # events on transitions only
+        if first:
+            metrics.TIMEOUTS.inc()
+        if not decision.evict:
+            if first:
+                self.reporter.event(
+                    gang.raw[0],
+                    "Warning",
+                    "GangTimedOut",
+                    f"gang {gang.name}: {decision.message}; bare pods are not evicted, delete and recreate them "
+                    "to retry",
+                )
+            return
+        if not decision.whole_gang:  # late newcomers of a running gang go back; its members stay
+            self.evict(gang, decision.evict)
+            self.reporter.event(
+                resolved.workload or gang.raw[0],
+                "Warning",
+                "GangMembersRequeued",
+                f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} to be recreated gated",
+            )
+            return
+        self.requeue_whole(gang, resolved, decision, now)
+
+    def requeues_by_suspending(self, resolved: Resolved) -> bool:
+        """Whether the gang's owner is one whose controller counts a deleted pod that had not succeeded
+        as a failure, spent against its backoffLimit (the Job controller, k8s.io/kubernetes
+        pkg/controller/job/job_controller.go, and every kind built on Jobs): such a gang is never
+        thinned by evictions, it is requeued whole by suspension, which counts no failure."""
+        target = self._suspend_target(resolved.workload)
+        return target is not None and str(target.get("kind", "")) in SUSPEND_PATHS
+
+    def requeue_whole(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        workload = self._suspend_target(resolved.workload)
+        if workload is not None and KUEUE_QUEUE_LABEL in ((workload.get("metadata") or {}).get("labels") or {}):
+            # Kueue owns this workload's suspend field (its admission): gangkeeper neither suspends it
+            # nor evicts its pods; Kueue's waitForPodsReady requeues a workload whose pods do not start
+            decision.message = f"{decision.message}; left to Kueue (its waitForPodsReady requeues the workload)"
+            self.reporter.event(workload, "Warning", "GangLeftToKueue", f"gang {gang.name}: {decision.message}")
+            return
+        attempts = self.gang_objects.books(gang.namespace, gang.name).attempts + 1
+        kind = str((workload or {}).get("kind", ""))
+        suspend = SUSPEND_PATHS.get(kind) if workload is not None else None
+        if attempts > self.max_attempts:
+            decision.state = GangState.GAVE_UP
+            how = "it stays suspended; set its suspend field to false" if suspend else "no more evictions; recreate it"
+            decision.message = f"{decision.message}; requeued {self.max_attempts} times, giving up ({how} to retry)"
+            self.reporter.save_books(gang, resolved, decision, Books(attempts), now)
+            if workload is not None and suspend:
+                self._patch_workload(workload, {**nested(suspend, True), **_marked(None)})
+            return
+        wait = backoff_seconds(attempts)
+        not_before = now + dt.timedelta(seconds=wait)
+        if workload is not None and suspend:
+            # the books first: a workload suspended with no record of it would never be resumed
+            if not self.reporter.save_books(gang, resolved, decision, Books(attempts, not_before, now), now):
+                return
+            if self._patch_workload(workload, {**nested(suspend, True), **_marked(format_time(now))}):
+                self.reporter.event(
+                    workload,
+                    "Warning",
+                    "GangRequeued",
+                    f"gang {gang.name}: {decision.message}; suspended {kind} {workload['metadata'].get('name')} so "
+                    f"its pods go without counting as failures; resumes after {wait}s (attempt {attempts} of "
+                    f"{self.max_attempts})",
+                )
+            return
+        if not self.reporter.save_books(gang, resolved, decision, Books(attempts, not_before), now):
+            return
+        self.evict(gang, decision.evict)
+        self.reporter.event(
+            workload or gang.raw[0],
+            "Warning",
+            "GangEvicted",
+            f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
+            f"gated (attempt {attempts} of {self.max_attempts}, next after {wait}s)",
+        )
+
+    def _suspend_target(self, workload: Obj | None) -> Obj | None:
+        """The object whose suspend field stops a gang: the workload itself, except a TrainJob's JobSet,
+        whose suspend Kubeflow Trainer keeps in step with its TrainJob's (so the TrainJob is suspended)."""
+        owner = next(
+            (r for r in ((workload or {}).get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")),
+            None,
+        )
+        if workload is None or workload.get("kind") != "JobSet" or not owner or owner.get("kind") != "TrainJob":
+            return workload
+        try:
+            trainjob = self.workloads.read(
+                WORKLOAD_RESOURCES["TrainJob"], workload["metadata"].get("namespace"), owner["name"]
+            )
+        except ApiError as error:
+            metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            return workload
+        return trainjob or workload
+
+    def evict(self, gang: GangView, names: list[str]) -> None:
+        for pod_name in names:
+            pod = next(p for p in gang.pods if p.name == pod_name)
+            try:
+                self.api.create(
+                    PODS.path(pod.namespace, pod.name, "eviction"),
+                    {
+                        "apiVersion": "policy/v1",
+                        "kind": "Eviction",
+                        "metadata": {"name": pod.name, "namespace": pod.namespace},
+                    },
+                )
+                metrics.EVICTIONS.inc()
+            except ApiError as error:
+                metrics.API_ERRORS.labels("evict", str(error.status)).inc()
+
+    def resume_due(self, now: dt.datetime) -> None:
+        """Resume the workloads gangkeeper suspended (its Gang books say so) once their backoff has passed.
+        A workload whose user took gangkeeper's mark off, or resumed it, is theirs: the books let it go."""
+        for gang_object in self.gang_objects.suspended():
+            books = books_of(gang_object)
+            ref = (gang_object.get("spec") or {}).get("workload") or {}
+            namespace = str((gang_object.get("metadata") or {}).get("namespace", ""))
+            resource = self.workloads.workload_resource(str(ref.get("kind", "")))
+            try:
+                workload = self.workloads.read(resource, namespace, str(ref.get("name", ""))) if resource else None
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                continue
+            target = self._suspend_target(workload)
+            kind = str((target or {}).get("kind", ""))
+            meta = (target or {}).get("metadata") or {}
+            still_ours = (
+                target is not None
+                and kind in SUSPEND_PATHS
+                and SUSPENDED_ANNOTATION in (meta.get("annotations") or {})
+                and _get(target, SUSPEND_PATHS[kind]) is True
+            )
+            if still_ours and books.not_before is not None and now < books.not_before:
+                continue
+            if target is not None and still_ours:
+                if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
+                    continue
+                self.reporter.event(
+                    target,
+                    "Normal",
+                    "GangResumed",
+                    f"{kind} {meta.get('name')} resumed after its backoff; its pods come back gated",
+                )
+            self.gang_objects.write(gang_object, {"suspendedAt": None})
+
+    def _patch_workload(self, workload: Obj, patch: Mapping[str, Any]) -> bool:
+        meta = workload.get("metadata") or {}
+        default = WORKLOAD_RESOURCES.get(str(workload.get("kind")))
+        if default is None:
+            return False
+        resource = Resource(str(workload.get("apiVersion") or default.group_version), default.plural)
+        try:
+            self.api.merge_patch(resource.path(meta.get("namespace"), meta.get("name")), patch)
+        except ApiError as error:
+            metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+            return False
+        return True
+
+    # --- group objects for the other backends -----------------------------------------------------
+
+
+def _marked(when: str | None) -> Obj:
+    """gangkeeper's mark on a workload it suspended (None takes it off): it tells people why, and a user
+    who removes it keeps the workload suspended. Never the controller's state: that is the Gang's."""
+    return {"metadata": {"annotations": {SUSPENDED_ANNOTATION: when}}}
+
+
+def _get(obj: Obj, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None  # type: ignore[assignment]
+    return obj
