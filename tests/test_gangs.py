@@ -264,3 +264,20 @@ def test_pod_level_requests_are_the_pods_requests() -> None:
     """KEP-2837: requests in spec.resources are the pod's, whatever its containers say."""
     spec = {"resources": {"requests": {"cpu": "4", "memory": "8Gi"}}, "containers": [b.container("1", "1Gi")]}
     assert resources.render(resources.pod_requests(spec)) == {"cpu": "4", "memory": "8Gi"}
+
+
+@pytest.mark.parametrize(
+    ("status", "size"),
+    [
+        ({}, 2),
+        ({"succeeded": 1}, 2),  # 3 - 1 = 2 still to run
+        ({"succeeded": 1, "failedIndexes": "1"}, 1),  # index 1 failed for good: only index 2 is left
+        ({"failedIndexes": "0-1"}, 1),
+        ({"failedIndexes": "garbage"}, 2),  # unreadable: counted as none
+    ],
+)
+def test_an_indexed_jobs_failed_indexes_are_not_waited_for(status: dict[str, object], size: int) -> None:
+    from webhook.gangs.batch import job_size
+
+    spec = {"parallelism": 2, "completions": 3, "completionMode": "Indexed", "backoffLimitPerIndex": 0}
+    assert job_size(spec, status)[0] == size

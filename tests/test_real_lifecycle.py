@@ -35,6 +35,27 @@ def test_job_waves_each_start_whole_and_the_job_completes(stack: Stack) -> None:
     assert done["status"].get("succeeded") == 6 and not done["status"].get("failed"), done["status"]
 
 
+def test_an_indexed_job_with_a_failed_index_runs_its_last_index_and_finishes(stack: Stack) -> None:
+    """completions 3, parallelism 2, backoffLimitPerIndex 0: index 1 fails for good, so the Job controller
+    starts index 2 alone (its failed indexes are not pending). The gang of that wave is one pod: gangkeeper
+    releases it, and the Job ends with index 1 its only failure (reason FailedIndexes)."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("failed-index", "gate")
+    job = workloads.job("indexed", namespace, 2, "1", pod_annotations={"gangkeeper.test/fail-index-1": "2s"})
+    job["spec"].update(completions=3, completionMode="Indexed", backoffLimitPerIndex=0)
+    job["spec"].pop("backoffLimit")  # with a per-index limit the Job's own defaults to the largest int
+    stack.plane.apply(job)
+    done = wait_until(
+        lambda: (j := stack.plane.get("job", "indexed", namespace=namespace)) and condition(j, "Failed") and j,
+        "the Job finished (Failed: one index failed)",
+        120,
+    )
+    assert done["status"].get("failedIndexes") == "1" and done["status"].get("succeeded") == 2, done["status"]
+    reasons = [c.get("reason") for c in done["status"]["conditions"] if c["type"] == "Failed"]
+    assert reasons == ["FailedIndexes"], done["status"]
+    assert not gated(stack.pods(namespace)), stack.describe(namespace)
+
+
 @pytest.mark.parametrize("backend", ["gate", "native"])
 def test_a_smaller_last_wave_starts_and_the_job_completes(stack: Stack, backend: str) -> None:
     """completions 3, parallelism 2: the last wave is one pod. The gate and native 1.37 (v1beta1) lower

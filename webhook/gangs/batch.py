@@ -23,15 +23,39 @@ def job_size(job_spec: Mapping[str, Any], job_status: Mapping[str, Any] | None =
     The Job controller keeps `min(parallelism, completions - succeeded)` pods active
     (pkg/controller/job/job_controller.go, manageJob): when completions exceed parallelism, the last
     wave is smaller, and a gang of `parallelism` would never fill. Succeeded pods do not count.
+    An Indexed Job never runs an index again once it failed for good (backoffLimitPerIndex, or a
+    FailIndex rule of its podFailurePolicy): those indexes, `status.failedIndexes`, are not pending
+    either (firstPendingIndexes in the same file skips them), so they do not count.
     """
     parallelism = common.as_int(job_spec.get("parallelism"), 1)
     completions = job_spec.get("completions")
     if isinstance(completions, int) and not isinstance(completions, bool):
         succeeded = common.as_int((job_status or {}).get("succeeded"), 0)
-        remaining = max(completions - succeeded, 1)
+        failed = count_indexes((job_status or {}).get("failedIndexes"))
+        remaining = max(completions - succeeded - failed, 1)
         if remaining < parallelism:
+            if failed:
+                return remaining, "the Job's indexes neither succeeded nor failed"
             return remaining, "the Job's completions" if not succeeded else "the Job's completions not yet succeeded"
     return parallelism, "the Job's parallelism"
+
+
+MAX_INTERVALS = 100_000  # the Job API caps completions of a per-index Job at 100,000
+
+
+def count_indexes(text: object) -> int:
+    """How many indexes an interval list such as "1,3-5" names (the Job status's format); 0 when unreadable."""
+    if not isinstance(text, str) or not text:
+        return 0
+    total = 0
+    for part in text.split(",", MAX_INTERVALS)[:MAX_INTERVALS]:
+        first, _, last = part.partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            return 0
+        total += max(0, high - low + 1)
+    return total
 
 
 def last_wave(job_spec: Mapping[str, Any]) -> int | None:
