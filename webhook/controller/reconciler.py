@@ -98,6 +98,19 @@ class Snapshot:
 
 
 @dataclass
+class _Pass:
+    """What one pass shares between its gangs' turns."""
+
+    snapshot: Snapshot
+    now: dt.datetime
+    resync: bool
+    workloads: dict[tuple[str, str, str], Obj | None]
+    seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]]
+    waiting: dict[str, _Waiting]
+    queue: QueuePass
+
+
+@dataclass
 class _Waiting:
     """A waiting gang's last decision and what it depended on: reused until one of those changes."""
 
@@ -222,45 +235,19 @@ class Controller:
             snapshot.eligibility,
             self.queue_depth,
         )
+        current = _Pass(snapshot, now, resync, workloads, seen, waiting, queue)
         # the queue: higher priority first, then whoever waited longest
         for gang in sorted(snapshot.gangs.values(), key=lambda g: self.queue_key(g, now)):
-            # the workload is read, and the group object checked, only when the gang's pods changed
-            # or on the periodic resync: a quiet cluster costs no API calls per pass
-            fingerprint = (("pods", str(self.index.gang_versions[gang.key])), *self.related_versions(gang))
-            cached = self._seen.get(gang.key)
-            fresh = resync or cached is None or cached[0] != fingerprint
-            resolved = self.workloads.resolve(gang, workloads) if fresh or cached is None else cached[1]
-            seen[gang.key] = (fingerprint, resolved)
-            backend = backend_of(gang.raw[0])
-            switched = {backend_of(raw) for raw in gang.raw} - {"gate"}
-            gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
-            if self.opted_out(gang.namespace):
-                # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
-                # release (the opt-out the README gives to unblock a namespace)
-                if gated and self.may_write():
-                    self.releaser.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
-                continue
-            if switched and gated and self.may_write():
-                # the namespace moved this gang to another mechanism: its new members will never join
-                # the gated ones, who would otherwise wait for a gang that cannot fill
-                self.releaser.lift_gates(
-                    gated, f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate", now
-                )
-                continue
             if self._held_back(gang.key, now):
                 continue
             try:
-                if backend != "gate":
-                    if fresh and self.may_write():
-                        self.groups.sync(gang, resolved, backend)
-                        self.reporter.report_other(gang, resolved, backend, now)
-                    continue
-                if resolved.gone and self.may_write():
-                    self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
-                decisions[gang.key] = self.step(gang, resolved, snapshot, now, waiting.get(gang.key), queue)
-                self._failing.pop(gang.key, None)
+                decision = self._reconcile_gang(gang, current)
             except Exception:  # one gang's failure is that gang's: the others are still reconciled
                 self._failed(gang.key, now)
+                continue
+            self._failing.pop(gang.key, None)
+            if decision is not None:
+                decisions[gang.key] = decision
         self._seen = seen
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
@@ -272,6 +259,41 @@ class Controller:
                 metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
                 log.info("deleted orphaned group objects", extra={"objects": deleted})
         return decisions
+
+    def _reconcile_gang(self, gang: GangView, current: _Pass) -> Decision | None:
+        """One gang's turn in the pass: its gates lifted when nothing will release it, its group objects
+        synced (other backends), or its gate decision made and acted on. None: no gate decision."""
+        now, snapshot = current.now, current.snapshot
+        # the workload is read, and the group object checked, only when the gang's pods changed
+        # or on the periodic resync: a quiet cluster costs no API calls per pass
+        fingerprint = (("pods", str(self.index.gang_versions[gang.key])), *self.related_versions(gang))
+        cached = self._seen.get(gang.key)
+        fresh = current.resync or cached is None or cached[0] != fingerprint
+        resolved = self.workloads.resolve(gang, current.workloads) if fresh or cached is None else cached[1]
+        current.seen[gang.key] = (fingerprint, resolved)
+        backend = backend_of(gang.raw[0])
+        switched = {backend_of(raw) for raw in gang.raw} - {"gate"}
+        gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+        if self.opted_out(gang.namespace):
+            # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
+            # release (the opt-out the README gives to unblock a namespace)
+            if gated and self.may_write():
+                self.releaser.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
+            return None
+        if switched and gated and self.may_write():
+            # the namespace moved this gang to another mechanism: its new members will never join
+            # the gated ones, who would otherwise wait for a gang that cannot fill
+            why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
+            self.releaser.lift_gates(gated, why, now)
+            return None
+        if backend != "gate":
+            if fresh and self.may_write():
+                self.groups.sync(gang, resolved, backend)
+                self.reporter.report_other(gang, resolved, backend, now)
+            return None
+        if resolved.gone and self.may_write():
+            self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
+        return self.step(gang, resolved, snapshot, now, current.waiting.get(gang.key), current.queue)
 
     def _held_back(self, key: str, now: dt.datetime) -> bool:
         failing = self._failing.get(key)
@@ -307,7 +329,10 @@ class Controller:
             if not any(p.holds_node and p.released_at for p in gang.pods):
                 continue
             known = seen.get(key) or self._seen.get(key)
-            resolved = known[1] if known is not None else self.workloads.resolve(gang, workloads)
+            try:
+                resolved = known[1] if known is not None else self.workloads.resolve(gang, workloads)
+            except Exception:  # that gang's failure is reported on its own turn, not on the one asking
+                continue
             spec = resolved.spec
             if spec is None or spec.expected_seconds is None:
                 continue

@@ -98,6 +98,8 @@ class Releaser:
 
     def _send_release(self, item: tuple[PodView, Obj]) -> None:
         view, patch = item
+        if not self.may_write():  # the Lease was lost mid-batch: the next leader decides what is left
+            return
         try:
             self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
         except ApiError as error:

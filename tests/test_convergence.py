@@ -1,0 +1,130 @@
+"""Convergence invariants of the controller, each a named case: a gang's own failure stays its own, a
+lost Lease stops a release at once, a clock jump times nothing out, the books are the Gang object's
+(a tenant's annotations are never read back), and each LeaderWorkerSet group keeps its own backoff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests import builders as b
+from tests.apiserver import Store
+from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
+from tests.lifecycle import LeaderWorkerSetController, install_admission
+from webhook.controller import metrics
+from webhook.controller.kube import Api
+from webhook.controller.reconciler import Controller
+
+NS = "team-a"
+
+
+def gated(store: Store, job: str) -> list[dict[str, Any]]:
+    return [p for p in pods(store) if p["metadata"]["name"].startswith(job) and p["spec"].get("schedulingGates")]
+
+
+def test_a_gang_whose_reconciliation_raises_stops_no_other_and_is_retried_alone(store: Store, api: Api) -> None:
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    for name in ("broken", "healthy"):
+        add_job_pods(store, add_job(store, name, parallelism=2, cpu="1"))
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    resolve = controller.workloads.resolve
+
+    def failing(gang: Any, cache: Any) -> Any:
+        if gang.name == "job-broken":
+            raise RuntimeError("a bug met by one gang only")
+        return resolve(gang, cache)
+
+    controller.workloads.resolve = failing  # type: ignore[method-assign]
+    before = metrics.GANG_FAILURES._value.get()
+    decisions = controller.reconcile_once()
+    assert decisions["team-a/job-healthy"].state == "Release" and "team-a/job-broken" not in decisions
+    assert metrics.GANG_FAILURES._value.get() == before + 1
+    assert gated(store, "broken") and not gated(store, "healthy")
+    controller.reconcile_once()  # within its backoff: not tried again
+    assert metrics.GANG_FAILURES._value.get() == before + 1
+    controller.workloads.resolve = resolve  # type: ignore[method-assign]
+    clock.advance(3)  # its backoff (2 s after one failure) has passed: the gang is reconciled again
+    assert controller.reconcile_once()["team-a/job-broken"].state == "Release"
+
+
+def test_a_release_stops_writing_the_moment_the_lease_is_lost(store: Store, api: Api) -> None:
+    store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    add_job_pods(store, add_job(store, "wide", parallelism=8, cpu="1"))
+    leading = {"yes": True}
+    writer = Api(api._client)
+    send = writer.merge_patch
+
+    def patch_then_lose(path: str, body: Any) -> None:
+        send(path, body)
+        if "/pods/" in path:
+            leading["yes"] = False  # the Lease expires while the batch is being sent
+
+    writer.merge_patch = patch_then_lose  # type: ignore[method-assign]
+    controller = Controller(writer, clock=Clock(), may_write=lambda: leading["yes"], release_concurrency=1)
+    controller.reconcile_once()
+    assert len(gated(store, "wide")) == 7  # one PATCH went out; the other seven are the next leader's
+
+
+def test_a_forward_clock_jump_times_no_gang_out(store: Store, api: Api) -> None:
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(store, add_job(store, "steady", parallelism=2, cpu="1"))
+    clock, ticks = Clock(), {"now": 0.0}
+    controller = Controller(api, clock=clock, monotonic=lambda: ticks["now"])
+    assert controller.reconcile_once()["team-a/job-steady"].state == "Release"
+    # nothing binds yet; the wall clock jumps an hour ahead while one second really passes
+    clock.advance(3600)
+    ticks["now"] += 1
+    assert controller.reconcile_once()["team-a/job-steady"].state != "TimedOut"
+    # its real timeout (300 s) still applies
+    clock.advance(301)
+    ticks["now"] += 301
+    assert controller.reconcile_once()["team-a/job-steady"].state == "TimedOut"
+
+
+def test_a_tenants_annotations_are_never_the_controllers_books(store: Store, api: Api) -> None:
+    """A Job that carries `not-before` far ahead, an attempts count and the suspended mark (written past
+    admission, as an UPDATE by its owner could) is released as any other; its books stay empty."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    forged = {
+        "gangkeeper.io/not-before": "2030-01-01T00:00:00Z",
+        "gangkeeper.io/release-attempts": "99",
+        "gangkeeper.io/suspended": "2026-01-01T00:00:00Z",
+    }
+    add_job_pods(store, add_job(store, "forger", parallelism=2, cpu="1", annotations=forged))
+    controller = Controller(api, clock=Clock())
+    assert controller.reconcile_once()["team-a/job-forger"].state == "Release"
+    default_scheduler(store)
+    assert controller.reconcile_once()["team-a/job-forger"].state == "Running"
+    books = gang_status(store, "job-forger")
+    assert "attempts" not in books and "notBefore" not in books and "suspendedAt" not in books
+    job = store.get("batch/v1", "jobs", NS, "forger")
+    assert not job["spec"].get("suspend")  # the forged mark resumed nothing and suspended nothing
+
+
+def test_each_leaderworkerset_group_keeps_its_own_backoff(store: Store, api: Api) -> None:
+    """Group 0 times out and is evicted (attempt 1); group 1 runs. The running group resets only its own
+    books: group 0's attempt count and backoff stay, so its attempts go 1, 2, ... and end at the budget."""
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    lws = b.lws("serve", size=2, replicas=2, scheduler=None)
+    lws["metadata"]["namespace"] = NS
+    store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", NS, lws)
+    owner, clock = LeaderWorkerSetController(store), Clock()
+    owner.sync(NS, "serve")
+    controller = Controller(api, clock=clock)
+    decisions = controller.reconcile_once()
+    assert {decisions[f"team-a/lws-serve-{i}"].state for i in (0, 1)} == {"Release"}
+    for pod in pods(store):  # only group 1's pods bind: group 0's node refuses them (nothing binds them)
+        if pod["metadata"]["labels"].get("gangkeeper.io/group") == "lws-serve-1":
+            store.bind(NS, pod["metadata"]["name"], "worker1")
+    clock.advance(301)
+    decisions = controller.reconcile_once()
+    assert decisions["team-a/lws-serve-0"].state == "TimedOut"
+    assert decisions["team-a/lws-serve-1"].state == "Running"
+    assert gang_status(store, "lws-serve-0")["attempts"] == 1
+    owner.sync(NS, "serve")  # the evicted group's pods come back gated
+    decisions = controller.reconcile_once()
+    assert decisions["team-a/lws-serve-1"].state == "Running"
+    group0 = gang_status(store, "lws-serve-0")
+    assert group0["attempts"] == 1 and group0["notBefore"], group0  # not erased by the running group
+    assert "attempts" not in gang_status(store, "lws-serve-1")
