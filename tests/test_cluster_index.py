@@ -94,7 +94,7 @@ def test_the_index_kept_by_changes_equals_one_built_from_a_full_listing(store: S
             controller.reconcile_once()  # releases gangs: their pods change again
             settle(store, informers)
             controller.snapshot()  # takes in what the informers saw since
-            fresh = ClusterIndex()
+            fresh = ClusterIndex(controller.gang_objects.releases)  # the same release records
             fresh.replace_nodes(store.list("v1", "nodes", None)[0])
             fresh.replace_pods(trim_pod(p) for p in store.list("v1", "pods", None)[0])
             assert picture(controller.index) == picture(fresh), f"round {round_}"

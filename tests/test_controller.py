@@ -162,9 +162,10 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
 
     def dying_patch(path: str, patch: dict):  # type: ignore[no-untyped-def]
         with lock:  # the process dies before its PATCH number dies_after + 1: nothing after goes out
-            if "/pods/" in path and sent["count"] >= dies_after:
-                raise Crash()
-            sent["count"] += 1
+            if "/pods/" in path:
+                if sent["count"] >= dies_after:
+                    raise Crash()
+                sent["count"] += 1
         return original(path, patch)
 
     dying.merge_patch = dying_patch  # type: ignore[method-assign]

@@ -128,3 +128,21 @@ def test_each_leaderworkerset_group_keeps_its_own_backoff(store: Store, api: Api
     group0 = gang_status(store, "lws-serve-0")
     assert group0["attempts"] == 1 and group0["notBefore"], group0  # not erased by the running group
     assert "attempts" not in gang_status(store, "lws-serve-1")
+
+
+def test_a_forged_release_mark_on_a_pod_holds_no_capacity(store: Store, api: Api) -> None:
+    """A never-scheduled pod in another namespace, in a gang of its own, carrying `released-at` and
+    `planned-node` for the only node: the controller's release records are the Gang's, so it holds
+    nothing and the victim's gang is released."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    squatter = b.pod(
+        "squatter",
+        labels={"gangkeeper.io/group": "squat"},
+        annotations={"gangkeeper.io/released-at": "2026-11-21T12:00:00Z", "gangkeeper.io/planned-node": "worker1"},
+        spec=b.pod_spec(b.container("8", "1Gi")),
+        namespace="elsewhere",
+    )
+    store.create("v1", "pods", "elsewhere", squatter)
+    add_job_pods(store, add_job(store, "victim", parallelism=2, cpu="4"))
+    assert Controller(api, clock=Clock()).reconcile_once()["team-a/job-victim"].state == "Release"
+    assert not gated(store, "victim")

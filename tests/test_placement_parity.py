@@ -18,7 +18,7 @@ from tests.schemas import validate
 from webhook.controller.explain import explain
 from webhook.controller.kube import Api, client_from
 from webhook.controller.reconciler import Controller
-from webhook.controller.state import HOSTNAME_LABEL, PLANNED_NODE_ANNOTATION
+from webhook.controller.state import HOSTNAME_LABEL
 
 NS = "team-a"
 
@@ -320,8 +320,9 @@ def test_an_unpinned_release_keeps_its_capacity_until_its_pods_bind(store: Store
     gangs = Controller(api, clock=clock)
     decision = gangs.reconcile_once()["team-a/job-first"]
     assert decision.state == "Release" and decision.unmodelled == ("podAntiAffinity",)
-    planned = sorted(p["metadata"]["annotations"][PLANNED_NODE_ANNOTATION] for p in gang_pods(store, "job-first"))
-    assert planned == ["worker1", "worker2"]
+    records = gang_status(store, "job-first", NS)["released"]
+    assert sorted(r["node"] for r in records.values()) == ["worker1", "worker2"]
+    assert {p["metadata"]["uid"] for p in gang_pods(store, "job-first")} == {r["uid"] for r in records.values()}
     assert all("nodeSelector" not in p["spec"] for p in gang_pods(store, "job-first"))
     add_job(store, "second", 2, b.pod_spec(b.container("6", "1Gi")))
     clock.advance(1)

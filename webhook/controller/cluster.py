@@ -9,12 +9,12 @@ cheap as the number of gangs, not the number of pods.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from webhook import contract
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape, Units
-from webhook.controller.state import HOSTNAME_LABEL, PodView, ever_placement, shape_of
+from webhook.controller.state import HOSTNAME_LABEL, PodView, Release, ever_placement, shape_of
 from webhook.gangs.model import Obj
 
 
@@ -59,7 +59,9 @@ class _Seen:
 class ClusterIndex:
     """Pods, nodes, each node's free capacity and host ports, and the gangs, updated by changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, releases: Callable[[str, str], Mapping[str, Release]] = lambda namespace, gang: {}) -> None:
+        # the controller's release records of a gang (namespace, gang name): pod name -> record
+        self.releases = releases
         self.pods: dict[str, _Seen] = {}
         self.nodes: dict[str, Node] = {}
         self.held: dict[str, Units] = {}  # node -> requests of the pods holding it (known node or not)
@@ -134,7 +136,9 @@ class ClusterIndex:
         if not spec.get("schedulingGates") and contract.GROUP_LABEL not in (meta.get("labels") or {}):
             self._set_plain(key, meta, spec, (pod.get("status") or {}).get("phase"))
             return
-        view = PodView.from_api(pod)
+        group = (meta.get("labels") or {}).get(contract.GROUP_LABEL)
+        release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
+        view = PodView.from_api(pod, release)
         node = view.holds_node
         if node is not None:
             hold = self._holds[key] = _Hold(node, view.shape.requests, view.shape.host_ports, view.priority)

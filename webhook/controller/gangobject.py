@@ -21,7 +21,7 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.informer import Informer
 from webhook.controller.kube import Api, ApiError, Resource
-from webhook.controller.state import format_time, parse_time
+from webhook.controller.state import Release, format_time, parse_time
 
 log = logging.getLogger("gangkeeper.controller")
 
@@ -48,6 +48,29 @@ def books_of(gang: Mapping[str, Any] | None) -> Books:
         parse_time(status.get("notBefore")),
         parse_time(status.get("suspendedAt")),
     )
+
+
+MAX_RELEASES = 10_000  # the CRD's maxProperties of status.released
+
+
+def releases_of(gang: Mapping[str, Any] | None) -> dict[str, Release]:
+    """Pod name -> its release record, as the Gang's status holds them (unreadable entries skipped)."""
+    found: dict[str, Release] = {}
+    released = ((gang or {}).get("status") or {}).get("released")
+    if not isinstance(released, Mapping):
+        return found
+    for name, record in list(released.items())[:MAX_RELEASES]:
+        if not isinstance(record, Mapping):
+            continue
+        at = parse_time(record.get("at"))
+        uid, node = record.get("uid"), record.get("node")
+        if at is not None and isinstance(uid, str) and isinstance(node, str):
+            found[str(name)] = Release(uid, node, at)
+    return found
+
+
+def release_records(released: Mapping[str, Release]) -> Obj:
+    return {name: {"uid": r.uid, "node": r.node, "at": format_time(r.at)} for name, r in released.items()}
 
 
 def books_status(books: Books) -> Obj:
@@ -131,15 +154,9 @@ def desired_status(
     }
 
 
-def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether a merge patch of `wanted` would change `current` (None: the field removed)."""
-    for key, value in wanted.items():
-        if value is None:
-            if key in current:
-                return True
-        elif current.get(key) != value:
-            return True
-    return False
+def _differs(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """Whether a merge patch would change `current`."""
+    return _merged(current, patch) != current
 
 
 class GangObjects:
@@ -194,6 +211,9 @@ class GangObjects:
 
     def books(self, namespace: str, name: str) -> Books:
         return books_of(self.get(namespace, name))
+
+    def releases(self, namespace: str, name: str) -> dict[str, Release]:
+        return releases_of(self.get(namespace, name))
 
     def suspended(self) -> list[Obj]:
         """The Gang objects whose books say gangkeeper suspended their workload."""
@@ -276,10 +296,13 @@ class GangObjects:
 
 
 def _merged(current: Mapping[str, Any], patch: Mapping[str, Any]) -> Obj:
+    """`current` with a JSON merge patch applied (RFC 7386), as the API server applies it."""
     merged = dict(current)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merged(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -199,7 +199,7 @@ class Controller:
         self._failing: dict[str, tuple[int, dt.datetime]] = {}
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
         self._reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
-        self.index = ClusterIndex()
+        self.index = ClusterIndex(self.gang_objects.releases)
         self._waiting: dict[str, _Waiting] = {}
         # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
         self._avoid: dict[str, dict[str, dt.datetime]] = {}
@@ -444,7 +444,7 @@ class Controller:
             if decision.reserve:
                 self._reserved[gang.key] = (now, decision.reserve)
                 adjust(free, decision.reserve, -1)
-            self.releaser.release(gang, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
+            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
             queue.released()
         elif decision.state == GangState.TIMED_OUT:
             self.requeuer.time_out(gang, resolved, decision, now)

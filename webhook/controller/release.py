@@ -16,7 +16,8 @@ from webhook.controller.cluster import GangView
 from webhook.controller.kube import PODS, Api, ApiError
 from webhook.controller.placement import HostPort
 from webhook.controller.report import Reporter
-from webhook.controller.state import Decision, PodView, release_patch
+from webhook.controller.resolve import Resolved
+from webhook.controller.state import Decision, PodView, Release, release_patch
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
@@ -56,6 +57,7 @@ class Releaser:
     def release(
         self,
         gang: GangView,
+        resolved: Resolved,
         decision: Decision,
         free: dict[str, dict[str, int]],
         ports: dict[str, Counter[HostPort]],
@@ -64,6 +66,7 @@ class Releaser:
     ) -> None:
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
         patches: list[tuple[PodView, Obj]] = []
+        records: dict[str, Release] = {}
         for pod_name, node in decision.release.items():
             view, raw = by_name[pod_name]
             adjust(free, {node: view.units}, -1)  # promised before any PATCH: no other gang takes it
@@ -73,9 +76,14 @@ class Releaser:
             # a pin would promise what placement did not check (pod affinity, spread): leave those to the
             # scheduler, with the planned node's capacity reserved until the pod binds or times out
             pin = None if decision.unmodelled else hostnames.get(node, node)
-            patches.append((view, release_patch(view, pin, now, gates, planned=node)))
+            patches.append((view, release_patch(view, pin, gates)))
+            records[pod_name] = Release(view.uid, node, now)
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
+            return
+        # the record first: a pod released without one would hold no capacity in the next pass's books
+        if not self.reporter.record_releases(gang, resolved, records, now):
+            log.warning("release not recorded: abandoned until the next pass", extra={"gang": gang.key})
             return
         with self.reporter.recorder.deferred():
             if len(patches) <= 2:

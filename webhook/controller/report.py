@@ -9,9 +9,17 @@ from collections.abc import Callable, Mapping
 from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
 from webhook.controller.events import EventRecorder
-from webhook.controller.gangobject import Books, GangObjects, books_of, desired_object, desired_status
+from webhook.controller.gangobject import (
+    Books,
+    GangObjects,
+    books_of,
+    desired_object,
+    desired_status,
+    release_records,
+    releases_of,
+)
 from webhook.controller.resolve import Resolved
-from webhook.controller.state import Decision, GangState
+from webhook.controller.state import Decision, GangState, Release
 from webhook.gangs.model import Obj
 
 
@@ -45,7 +53,20 @@ class Reporter:
         status = desired_status(
             state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now
         )
+        # records of pods gone (or replaced under the same name) are dropped
+        live_uids = {p.name: p.uid for p in live}
+        stale = {n: None for n, r in releases_of(current).items() if live_uids.get(n) != r.uid}
+        if stale:
+            status["released"] = stale
         return self.gang_objects.write(wanted, status) is not None
+
+    def record_releases(
+        self, gang: GangView, resolved: Resolved, released: Mapping[str, Release], now: dt.datetime
+    ) -> bool:
+        """Add release records to the gang's Gang object (created if need be); False when not written."""
+        min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
+        wanted = desired_object(gang.namespace, gang.name, "gate", min_member, resolved.workload)
+        return self.gang_objects.write(wanted, {"released": release_records(released)}) is not None
 
     def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
         """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""

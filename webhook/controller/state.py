@@ -1,10 +1,10 @@
 """What the controller knows of a gang's pods, and what to do next: pure functions, no API calls.
 
-A release is a two-phase commit. Phase one decides nodes for the whole gang at once; phase two pins
-each pod to its node (nodeSelector kubernetes.io/hostname) and lifts its gate in one PATCH per pod,
-marking it with the release time. A controller that dies between two PATCHes loses nothing: pods
-already released are recognised by that mark, their capacity counts as taken, and the rest of the
-gang is placed around them on the next pass.
+A release is a two-phase commit. Phase one decides nodes for the whole gang at once and records them,
+with the release time, in the gang's Gang object; phase two pins each pod to its node (nodeSelector
+kubernetes.io/hostname) and lifts its gate in one PATCH per pod. A controller that dies between two
+PATCHes loses nothing: pods already released are recognised by their record, their capacity counts as
+taken, and the rest of the gang is placed around them on the next pass.
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ from webhook.controller import interning, placement
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-RELEASED_ANNOTATION = f"{contract.PREFIX}/released-at"
-# the node placement chose for a pod released without a pin: its capacity stays reserved there until the
-# pod binds or times out, so the next pass does not give it to another gang
-PLANNED_NODE_ANNOTATION = f"{contract.PREFIX}/planned-node"
 DEFAULT_TIMEOUT_SECONDS = 300  # what the native gang scheduler waits at Permit
 
 
@@ -75,6 +71,15 @@ def shape_of(spec: Mapping[str, Any]) -> Shape:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """The controller's record of one released pod (its Gang's status): where its capacity is held, since when."""
+
+    uid: str
+    node: str
+    at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     """The parts of a pod the controller acts on."""
 
@@ -96,12 +101,18 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     priority: int = 0  # spec.priority, resolved from priorityClassName at admission
     unschedulable: bool = False  # PodScheduled=False, reason Unschedulable: the scheduler refused it
+    planned_node: str | None = None  # where its release promised it capacity (the Gang's record)
 
     @staticmethod
-    def from_api(pod: Mapping[str, Any]) -> PodView:
+    def from_api(pod: Mapping[str, Any], release: Release | None = None) -> PodView:
+        """The pod as the controller sees it. Released or not, and where, is the controller's own record
+        (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so."""
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         annotations = dict(meta.get("annotations") or {}) or _EMPTY
         owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
+        gated = any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
+        # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
+        mine = release if release is not None and release.uid == meta.get("uid") and not gated else None
         try:
             shape = shape_of(spec)
         except ValueError:
@@ -111,10 +122,10 @@ class PodView:
             name=meta.get("name", ""),
             uid=meta.get("uid", ""),
             group=(meta.get("labels") or {}).get(contract.GROUP_LABEL, ""),
-            gated=any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or []),
+            gated=gated,
             node_name=spec.get("nodeName") or None,
             pinned_node=(spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL),
-            released_at=parse_time(annotations.get(RELEASED_ANNOTATION)),
+            released_at=mine.at if mine is not None else None,
             created_at=parse_time(meta.get("creationTimestamp")),
             terminal=status.get("phase") in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
             finished=status.get("phase") in ("Succeeded", "Failed"),
@@ -128,6 +139,7 @@ class PodView:
                 c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
                 for c in status.get("conditions") or []
             ),
+            planned_node=mine.node if mine is not None else None,
         )
 
     @property
@@ -149,8 +161,8 @@ class PodView:
         if self.node_name:
             return self.node_name
         if not self.gated and self.released_at is not None:
-            # promised: pinned, or reserved where placement planned an unpinned release
-            return self.pinned_node or self.annotations.get(PLANNED_NODE_ANNOTATION)
+            # promised: where placement planned it (pinned there, or its capacity reserved there)
+            return self.planned_node or self.pinned_node
         return None
 
 
@@ -371,24 +383,15 @@ def ever_placement(
     return placement.place(members, nodes, {n.name: n.allocatable for n in nodes}, eligibility=eligibility)
 
 
-def release_patch(
-    pod: PodView,
-    node: str | None,
-    now: dt.datetime,
-    gates: Sequence[Mapping[str, Any]],
-    planned: str | None = None,
-) -> dict[str, Any]:
-    """One merge patch: pin to the node (None: no pin, the capacity reserved on `planned` instead), lift
-    gangkeeper's gate, mark the release; guarded by resourceVersion so a pod changed since it was read is
-    left for the next pass."""
+def release_patch(pod: PodView, node: str | None, gates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One merge patch: pin to the node (None: no pin, the capacity held where the Gang's record says),
+    lift gangkeeper's gate; guarded by resourceVersion so a pod changed since it was read is left for the
+    next pass. The release itself is recorded in the Gang's status before this is sent."""
     remaining = [dict(g) for g in gates if g.get("name") != contract.GATE]
     spec: dict[str, Any] = {"schedulingGates": remaining or None}
-    annotations = {RELEASED_ANNOTATION: format_time(now)}
     if node is not None:
         spec["nodeSelector"] = {HOSTNAME_LABEL: node}
-    elif planned is not None:
-        annotations[PLANNED_NODE_ANNOTATION] = planned
-    return {"metadata": {"resourceVersion": pod.resource_version, "annotations": annotations}, "spec": spec}
+    return {"metadata": {"resourceVersion": pod.resource_version}, "spec": spec}
 
 
 def backoff_seconds(attempts: int, base: int = 30, cap: int = 900) -> int:
