@@ -53,6 +53,27 @@ from webhook.controller.state import PodView
 NODES, PODS_PER_NODE, GANG = 5000, 30, 512
 
 
+def resource_of(path: str) -> str:
+    """`pods`, `gangs/status`, `pods/eviction`, `events`... of an API path."""
+    parts = path.split("?")[0].strip("/").split("/")
+    rest = parts[parts.index("namespaces") + 2 :] if "namespaces" in parts else parts[-1:]
+    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
+
+def count_writes(api: Api) -> dict[str, int]:
+    """Count the writes `api` sends from now on, by resource."""
+    counts: dict[str, int] = {}
+    for verb in ("create", "merge_patch", "delete"):
+        send = getattr(api, verb)
+
+        def counted(path: str, *args: Any, _send: Any = send) -> Any:
+            counts[resource_of(path)] = counts.get(resource_of(path), 0) + 1
+            return _send(path, *args)
+
+        setattr(api, verb, counted)
+    return counts
+
+
 def rss_mib() -> float:
     """Peak resident memory of this process: VmHWM, which starts afresh at exec (ru_maxrss carries the
     parent's peak over a fork and exec)."""
@@ -232,6 +253,7 @@ def bench_release() -> None:
                 time.sleep(0.05)
             controller = Controller(api, InformerSource(informers[0], informers[1]), clock=Clock())
             controller.snapshot()  # the cache as the running controller holds it
+            writes = count_writes(api)
             server_cpu = process_cpu(server.pid)
             started, cpu = time.perf_counter(), time.process_time()
             decision = controller.reconcile_once()["team-a/job-big"]
@@ -247,6 +269,7 @@ def bench_release() -> None:
                 f"test server CPU {server_cpu * 1000:6.1f} ms); the server alone, same PATCHes from "
                 f"http.client: {floor * 1000:7.1f} ms{'  (target < 1 s)' if size == 1000 else ''}"
             )
+            print(f"         API writes: {dict(sorted(writes.items()))}")
         finally:
             server.terminate()
             server.wait(timeout=10)
@@ -385,12 +408,15 @@ def measure_pass(url: str, seconds: float) -> None:
         informer.start()
     controller = Controller(api, InformerSource(pods, nodes))
     watched = watch_new(api, controller, changed)
+    writes = count_writes(api)
     for informer in (pods, nodes, *watched):
         informer.synced.wait(300)
     started = time.perf_counter()
     first = controller.reconcile_once()
     cold = time.perf_counter() - started
     waiting = sum(1 for d in first.values() if d.state == "WaitingForCapacity")
+    first_writes = dict(writes)
+    writes.clear()
     durations, replaced = [], []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -413,6 +439,14 @@ def measure_pass(url: str, seconds: float) -> None:
     print(f"  pass max               {durations[-1] * 1000:15.1f} ms")
     print(f"  gangs placed again     {statistics.mean(replaced):15.2f}       per pass (mean; the rest reused)")
     print(f"  peak RSS               {rss_mib():15.0f} MiB (target < 500 MiB)")
+    gang_writes = sum(n for k, n in first_writes.items() if k.startswith("gangs"))
+    per_gang = gang_writes / max(1, len(first))
+    print(f"  first pass writes      {per_gang:15.2f}       Gang writes per gang {first_writes}")
+    steady = sum(n for k, n in writes.items() if k.startswith("gangs"))
+    print(
+        f"  steady writes          {steady / max(1, len(first)) / max(1, len(durations)):15.3f}       "
+        f"Gang writes per gang per pass {dict(sorted(writes.items()))}"
+    )
 
 
 def bench_pass(seconds: float) -> None:

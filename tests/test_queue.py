@@ -100,3 +100,35 @@ def test_a_higher_priority_gang_takes_the_head_of_the_queue(store: Store, api: A
     assert decisions["team-a/job-big"].position == 2
     urgent_from = decisions["team-a/job-urgent"].reservation.rsplit(" ", 1)[1]
     assert decisions["team-a/job-big"].reservation.rsplit(" ", 1)[1] >= urgent_from  # planned after it
+
+
+def test_a_head_that_cannot_start_stops_blocking_the_queue_after_its_bound(store: Store, api: Api) -> None:
+    """Kueue's BestEffortFIFO, bounded: the head holds the gang of unknown length back for 60 s, then
+    yields for as long (that gang starts on what the head would have reserved), then holds again."""
+    clock = Clock()
+    running_cluster(store, api, clock)
+    clock.advance(5)
+    gangs = Controller(api, clock=clock, queue_policy=Policy.BACKFILL, head_of_line_seconds=60)
+    decisions = gangs.reconcile_once()
+    assert decisions["team-a/job-long"].state == "WaitingForCapacity"
+    clock.advance(30)
+    assert gangs.reconcile_once()["team-a/job-long"].state == "WaitingForCapacity"  # within the bound
+    clock.advance(31)
+    decisions = gangs.reconcile_once()
+    assert decisions["team-a/job-long"].state == "Release"
+    big = decisions["team-a/job-big"]
+    assert big.state == "WaitingForCapacity" and not big.reservation
+    assert "holds no gang back until 2026-11-21T12:02:05" in big.message, big.message
+    clock.advance(60)  # its turn to hold again: a reservation, and nothing more past it
+    assert gangs.reconcile_once()["team-a/job-big"].reservation
+
+
+def test_a_gang_running_past_its_expected_seconds_is_no_longer_believed_to_end(store: Store, api: Api) -> None:
+    """`run` said 600 s; at 700 s it still runs. The head's reservation is no longer planned on its end
+    (which already passed): it is unknown, and nothing is backfilled on that promise."""
+    clock = Clock()
+    running_cluster(store, api, clock)
+    clock.advance(700)
+    decisions = Controller(api, clock=clock, queue_policy=Policy.BACKFILL).reconcile_once()
+    assert "length unknown" in decisions["team-a/job-big"].reservation, decisions["team-a/job-big"].reservation
+    assert decisions["team-a/job-short"].state == "WaitingForCapacity"

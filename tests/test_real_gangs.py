@@ -31,8 +31,10 @@ def test_kubectl_get_gangs_shows_every_gang_and_tenants_only_read_them(stack: St
     stack.plane.apply(workloads.job("huge", namespace, 3, "64"))  # larger than any node: never fits
     try:
         wait_until(
-            lambda: gang_state(stack, namespace, "job-fits") == "Running"
-            and gang_state(stack, namespace, "job-huge") == "NeverFits",
+            lambda: (
+                gang_state(stack, namespace, "job-fits") == "Running"
+                and gang_state(stack, namespace, "job-huge") == "NeverFits"
+            ),
             "both gangs' states in their Gang objects",
             90,
         )

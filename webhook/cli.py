@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook import __version__
+from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 
 if TYPE_CHECKING:
@@ -298,6 +299,7 @@ def _controller(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         queue_policy=args.queue_policy,
         queue_depth=args.queue_depth,
+        head_of_line_seconds=args.head_of_line_seconds,
     )
     return 0
 
@@ -469,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     controller.add_argument(
         "--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill: gangs at the front that hold a reservation"
+    )
+    controller.add_argument(
+        "--head-of-line-seconds",
+        type=float,
+        default=DEFAULT_BOUND_SECONDS,
+        help="a waiting gang holds the gangs behind it back for at most this long at a time, then yields for as "
+        "long (0: no bound)",
     )
     controller.add_argument("--log-level", default="info")
     _add_gang_limit(controller)

@@ -210,6 +210,9 @@ class QueuePass:
     now: float
     eligibility: Eligibility | None = None
     depth: int = DEFAULT_DEPTH  # backfill: how many gangs at the front of the queue hold a reservation
+    # whether a waiting gang may hold others back now (a reservation, or fifo's block): a head that
+    # could not start for too long yields for a while (the caller's head-of-line bound)
+    may_hold: Callable[[str], bool] = lambda gang: True
     reservations: list[Reservation] = field(default_factory=list)
     blocked_by: str | None = None  # fifo: the first gang that waits
     position: int = 0
@@ -269,6 +272,8 @@ class QueuePass:
         such gangs get reservations, each planned around the ones before it."""
         self.position += 1
         self.positions[gang] = self.position
+        if not self.may_hold(gang):
+            return
         if self.policy == Policy.FIFO and self.blocked_by is None:
             self.blocked_by = gang
         elif self.policy == Policy.BACKFILL and len(self.reservations) < self.depth and members:

@@ -20,6 +20,7 @@ from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.events import EventRecorder
 from webhook.controller.gangobject import GANGS, GangObjects
 from webhook.controller.groups import GroupObjects, orphan_groups
+from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.informer import Informer
 from webhook.controller.kube import NODES, PODS, Api, typed_items
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Shape
@@ -28,7 +29,7 @@ from webhook.controller.release import Releaser, adjust
 from webhook.controller.report import Reporter
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
-from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, PodView, decide
+from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, PodView, decide, format_time
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
@@ -167,6 +168,7 @@ class Controller:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         queue_policy: Policy = DEFAULT_POLICY,
         queue_depth: int = DEFAULT_DEPTH,
+        head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
         opted_out: Callable[[str], bool] = lambda namespace: False,
         monotonic: Callable[[], float] | None = None,
     ) -> None:
@@ -184,6 +186,7 @@ class Controller:
         self.may_write = may_write
         self.queue_policy = Policy(queue_policy)
         self.queue_depth = queue_depth
+        self.head_of_line = HeadOfLine(head_of_line_seconds)
         # the Gang objects: what people see of each gang, and the controller's books (attempts, backoff,
         # suspensions), read back from there and never from an annotation a tenant could write
         self.gang_objects = GangObjects(api, lambda: self.informers.get((GANGS.group_version, GANGS.plural)), may_write)
@@ -230,10 +233,11 @@ class Controller:
             self.queue_policy,
             snapshot.nodes,
             snapshot.free,
-            lambda: self.endings(snapshot, seen, workloads),
+            lambda: self.endings(snapshot, seen, workloads, now),
             now.timestamp(),
             snapshot.eligibility,
             self.queue_depth,
+            lambda gang: self.head_of_line.may_hold(gang, now),
         )
         current = _Pass(snapshot, now, resync, workloads, seen, waiting, queue)
         # the queue: higher priority first, then whoever waited longest
@@ -321,6 +325,7 @@ class Controller:
         snapshot: Snapshot,
         seen: Mapping[str, tuple[tuple[tuple[str, str], ...], Resolved]],
         workloads: dict[tuple[str, str, str], Obj | None],
+        now: dt.datetime,
     ) -> list[Ending]:
         """When the capacity held by running gangs returns: from each released pod's release time plus
         its workload's expected run time (gangs whose workload does not say are never expected to end)."""
@@ -338,8 +343,13 @@ class Controller:
                 continue
             for pod in gang.pods:
                 node = pod.holds_node
-                if node is not None and pod.released_at is not None:
-                    found.append(Ending(pod.released_at.timestamp() + spec.expected_seconds, node, pod.units))
+                if node is None or pod.released_at is None:
+                    continue
+                end = pod.released_at.timestamp() + spec.expected_seconds
+                # a pod still running past the run time its workload claimed: that claim is no longer
+                # believed (its end is unknown), so no gang is backfilled on the promise of its capacity
+                if end > now.timestamp():
+                    found.append(Ending(end, node, pod.units))
         return found
 
     def related_versions(self, gang: GangView) -> list[tuple[str, str]]:
@@ -375,6 +385,7 @@ class Controller:
         live = index.gangs()
         for key in self._order.keys() - live.keys():
             del self._order[key]
+        self.head_of_line.keep_only(live)
         return Snapshot(
             nodes=index.node_list(),
             # the index's figures, shared: a pass replaces a node's figures when it promises capacity
@@ -440,6 +451,7 @@ class Controller:
         members = [Member(p.name, p.shape) for p in gang.pods if p.gated and not p.terminal]
         spread = resolved.spec.spread if resolved.spec is not None else False
         decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected)
+        self._bound_head_of_line(gang.key, decision, queue, now)
         if decision.state == GangState.RELEASE:
             if decision.reserve:
                 self._reserved[gang.key] = (now, decision.reserve)
@@ -452,6 +464,21 @@ class Controller:
             self.repair(gang, resolved, decision, now)
         self.reporter.transition(gang, resolved, decision, now)
         return decision
+
+    def _bound_head_of_line(self, key: str, decision: Decision, queue: QueuePass, now: dt.datetime) -> None:
+        if decision.state != GangState.WAITING_FOR_CAPACITY:
+            if decision.state != GangState.QUEUED:
+                self.head_of_line.done(key)
+            return
+        if decision.reservation or queue.blocked_by == key:
+            self.head_of_line.holds(key, now)
+            return
+        until = self.head_of_line.yields_until(key, now)
+        if until is not None:
+            decision.message += (
+                f"; it could not start within {self.head_of_line.bound_seconds:.0f}s at the head of the queue, so "
+                f"it holds no gang back until {format_time(until)}"
+            )
 
     def _still_valid(
         self,

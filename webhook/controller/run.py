@@ -15,6 +15,7 @@ from typing import Any
 from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.gangobject import GANGS
+from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
 from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 from webhook.controller.leader import LeaderElector
@@ -87,6 +88,7 @@ def run(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     queue_policy: str = DEFAULT_POLICY.value,
     queue_depth: int = DEFAULT_DEPTH,
+    head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
 ) -> None:
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
@@ -107,6 +109,7 @@ def run(
         max_attempts=max_attempts,
         queue_policy=Policy(queue_policy),
         queue_depth=queue_depth,
+        head_of_line_seconds=head_of_line_seconds,
         opted_out=lambda name: left_gangkeeper(namespaces, name),
         monotonic=time.monotonic,
     )
