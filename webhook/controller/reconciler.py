@@ -409,6 +409,7 @@ class Controller:
         waiting: _Waiting | None,
         queue: QueuePass,
     ) -> Decision:
+        previous = self.reporter.state_of(gang)  # before this turn writes the Gang
         free = snapshot.free
         held = self._reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
@@ -462,7 +463,7 @@ class Controller:
             self.requeuer.time_out(gang, resolved, decision, now)
         elif decision.state == GangState.REPAIR:
             self.repair(gang, resolved, decision, now)
-        self.reporter.transition(gang, resolved, decision, now)
+        self.reporter.transition(gang, resolved, decision, now, previous)
         return decision
 
     def _bound_head_of_line(self, key: str, decision: Decision, queue: QueuePass, now: dt.datetime) -> None:

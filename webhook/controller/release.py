@@ -82,7 +82,7 @@ class Releaser:
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
             return
         # the record first: a pod released without one would hold no capacity in the next pass's books
-        if not self.reporter.record_releases(gang, resolved, records, now):
+        if not self.reporter.record_releases(gang, resolved, decision, records, now):
             log.warning("release not recorded: abandoned until the next pass", extra={"gang": gang.key})
             return
         with self.reporter.recorder.deferred():

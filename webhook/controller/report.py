@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
@@ -44,6 +45,7 @@ class Reporter:
         position: int,
         books: Books,
         now: dt.datetime,
+        released: Mapping[str, Release] | None = None,
     ) -> bool:
         min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
         wanted = desired_object(gang.namespace, gang.name, backend, min_member, resolved.workload)
@@ -55,18 +57,20 @@ class Reporter:
         )
         # records of pods gone (or replaced under the same name) are dropped
         live_uids = {p.name: p.uid for p in live}
-        stale = {n: None for n, r in releases_of(current).items() if live_uids.get(n) != r.uid}
-        if stale:
-            status["released"] = stale
+        records: dict[str, Any] = {n: None for n, r in releases_of(current).items() if live_uids.get(n) != r.uid}
+        records.update(release_records(released or {}))
+        if records:
+            status["released"] = records
         return self.gang_objects.write(wanted, status) is not None
 
     def record_releases(
-        self, gang: GangView, resolved: Resolved, released: Mapping[str, Release], now: dt.datetime
+        self, gang: GangView, resolved: Resolved, decision: Decision, released: Mapping[str, Release], now: dt.datetime
     ) -> bool:
-        """Add release records to the gang's Gang object (created if need be); False when not written."""
-        min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
-        wanted = desired_object(gang.namespace, gang.name, "gate", min_member, resolved.workload)
-        return self.gang_objects.write(wanted, {"released": release_records(released)}) is not None
+        """The release recorded in the gang's Gang object (created if need be), with the decision's state in
+        the same write; False when it could not be written."""
+        books = books_of(self.gang_objects.get(gang.namespace, gang.name))
+        state, message, position = decision.state, decision.message, decision.position
+        return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
 
     def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
         """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""
@@ -80,11 +84,17 @@ class Reporter:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
         self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now)
 
-    def transition(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
-        """The Gang object brought to the decision; an event when its state changes (level-based: the
-        state is compared with the Gang's, so a workload recreated under the same name is told again)."""
+    def state_of(self, gang: GangView) -> str | None:
+        """The gang's state as its Gang object says (before this pass acts on it)."""
         current = self.gang_objects.get(gang.namespace, gang.name)
-        previous = ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
+        return ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
+
+    def transition(
+        self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime, previous: str | None
+    ) -> None:
+        """The Gang object brought to the decision; an event when its state changes from `previous`
+        (level-based: compared with the Gang's, so a workload recreated under the same name is told again)."""
+        current = self.gang_objects.get(gang.namespace, gang.name)
         self.last_state[gang.key] = decision.state
         books = books_of(current)
         if decision.state == GangState.RUNNING and (books.attempts or books.not_before):
