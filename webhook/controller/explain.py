@@ -8,7 +8,8 @@ from collections.abc import Callable
 from webhook.controller import placement
 from webhook.controller.kube import Api
 from webhook.controller.queue import DEFAULT_POLICY, Policy
-from webhook.controller.reconciler import Controller, Listing
+from webhook.controller.reconciler import Controller
+from webhook.controller.source import Listing
 
 
 class UnknownGang(LookupError):

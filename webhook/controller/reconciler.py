@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
 
 from webhook import contract
 from webhook.controller import metrics, placement
@@ -22,80 +20,19 @@ from webhook.controller.gangobject import GANGS, GangObjects
 from webhook.controller.groups import GroupObjects, orphan_groups
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.informer import Informer
-from webhook.controller.kube import NODES, PODS, Api, typed_items
-from webhook.controller.placement import Eligibility, HostPort, Member, Node, Shape
+from webhook.controller.kube import Api
+from webhook.controller.placement import Eligibility, Member
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass, take_turn
 from webhook.controller.release import Releaser, adjust
 from webhook.controller.report import Reporter
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
-from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, PodView, decide, format_time
+from webhook.controller.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
+from webhook.controller.source import ChangeSource, Listing, Source, backend_of
+from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, decide, format_time
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
-REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
-
-
-class Source(Protocol):
-    def pods(self) -> list[Obj]: ...
-    def nodes(self) -> list[Obj]: ...
-
-
-@runtime_checkable
-class ChangeSource(Source, Protocol):
-    """A source that also says what changed since it was last asked (the informers)."""
-
-    def changes(self) -> tuple[Mapping[str, Obj | None], Mapping[str, Obj | None]]: ...
-
-
-@dataclass
-class Listing:
-    """A source that lists on every pass: simple, and what `gangkeeper explain` uses."""
-
-    api: Api
-
-    def pods(self) -> list[Obj]:
-        return typed_items(self.api.list(PODS.path()))
-
-    def nodes(self) -> list[Obj]:
-        return typed_items(self.api.list(NODES.path()))
-
-
-def backend_of(pod: Obj) -> str:
-    """Which mechanism the webhook stamped on this pod."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    spec = pod.get("spec") or {}
-    if contract.VOLCANO_GROUP_ANNOTATION in annotations:
-        return "volcano"
-    if contract.COSCHEDULING_GROUP_LABEL in labels:
-        return "coscheduling"
-    if spec.get("workloadRef"):
-        return "native-1.35"
-    if spec.get("schedulingGroup"):
-        return "native"
-    return "gate"
-
-
-@dataclass
-class Snapshot:
-    """What one pass works on: nodes, a copy of the free capacity it may promise from, and the gangs."""
-
-    nodes: list[Node]
-    free: dict[str, dict[str, int]]
-    hostnames: Mapping[str, str]
-    gangs: dict[str, GangView]
-    stray_gated: list[tuple[PodView, Obj]]
-    ports: dict[str, Counter[HostPort]]
-    eligibility: Eligibility
-    index: ClusterIndex
-    grown: set[str] = field(default_factory=set)
-    _relaxed: dict[int, Mapping[str, Mapping[str, int]] | None] = field(default_factory=dict)
-
-    def without_lower_priority(self, priority: int) -> Mapping[str, Mapping[str, int]] | None:
-        if priority not in self._relaxed:
-            self._relaxed[priority] = self.index.free_without_priorities_below(priority)
-        return self._relaxed[priority]
 
 
 @dataclass
@@ -107,49 +44,8 @@ class _Pass:
     resync: bool
     workloads: dict[tuple[str, str, str], Obj | None]
     seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]]
-    waiting: dict[str, _Waiting]
+    waiting: dict[str, Waiting]
     queue: QueuePass
-
-
-@dataclass
-class _Waiting:
-    """A waiting gang's last decision and what it depended on: reused until one of those changes."""
-
-    version: int
-    resolved: tuple[object, ...]
-    nodes_epoch: int
-    avoid: frozenset[str]
-    decision: Decision
-    context: tuple[object, ...]
-    # per shape of its gated pods: how many it needs, and how many fit on each node ("": the total),
-    # updated as nodes gain room; placed again only once some shape could have enough
-    capacity: dict[Shape, tuple[int, dict[str, int]]]
-
-
-def _resolved_key(resolved: Resolved) -> tuple[object, ...]:
-    """What a decision took from the workload: the periodic resync reads it again, which must not count
-    as a change unless it is one."""
-    meta = (resolved.workload or {}).get("metadata") or {}
-    return (resolved.spec, resolved.problem, resolved.gone, meta.get("uid"), meta.get("resourceVersion"))
-
-
-def _capacity(
-    gang: GangView, eligibility: Eligibility, room: Mapping[str, Mapping[str, int]]
-) -> dict[Shape, tuple[int, dict[str, int]]]:
-    needed: dict[Shape, int] = {}
-    for pod in gang.pods:
-        if pod.gated and not pod.terminal:
-            needed[pod.shape] = needed.get(pod.shape, 0) + 1
-    found = {}
-    for shape, count in needed.items():
-        fits = {}
-        for node in eligibility(shape)[0]:
-            node_room = room.get(node.name)
-            if node_room is not None and (fit := placement.fit_count(shape, node_room)) > 0:
-                fits[node.name] = fit
-        fits[""] = sum(fits.values())
-        found[shape] = (count, fits)
-    return found
 
 
 class Controller:
@@ -203,9 +99,7 @@ class Controller:
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
         self._reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
         self.index = ClusterIndex(self.gang_objects.releases)
-        self._waiting: dict[str, _Waiting] = {}
-        # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
-        self._avoid: dict[str, dict[str, dt.datetime]] = {}
+        self._waiting: dict[str, Waiting] = {}
         self._order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
         self.replaced = 0  # decisions re-placed in the last pass (the others were reused)
 
@@ -406,7 +300,7 @@ class Controller:
         resolved: Resolved,
         snapshot: Snapshot,
         now: dt.datetime,
-        waiting: _Waiting | None,
+        waiting: Waiting | None,
         queue: QueuePass,
     ) -> Decision:
         previous = self.reporter.state_of(gang)  # before this turn writes the Gang
@@ -414,14 +308,14 @@ class Controller:
         held = self._reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
-        avoid = self._avoided(gang.key, now)
+        avoid = self.requeuer.avoided(gang.key, now)
         expected = resolved.spec.expected_seconds if resolved.spec is not None else None
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
         context = (queue.context(gang.key), room is free)
         if (
             waiting is not None
             and waiting.context == context
-            and self._still_valid(waiting, gang, resolved, snapshot, avoid, room)
+            and still_valid(self.index, waiting, gang, resolved, snapshot, avoid, room)
         ):
             decision = waiting.decision
         else:
@@ -437,14 +331,14 @@ class Controller:
             GangState.WAITING_FOR_MEMBERS,
         ) and not any(not p.gated and not p.terminal and not p.node_name for p in gang.pods):
             if waiting is None or waiting.decision is not decision:
-                waiting = _Waiting(
+                waiting = Waiting(
                     self.index.gang_versions[gang.key],
-                    _resolved_key(resolved),
+                    resolved_key(resolved),
                     self.index.nodes_epoch,
                     avoid,
                     decision,
                     context,
-                    _capacity(gang, snapshot.eligibility, room)
+                    capacity(gang, snapshot.eligibility, room)
                     if decision.state == GangState.WAITING_FOR_CAPACITY
                     else {},
                 )
@@ -462,7 +356,7 @@ class Controller:
         elif decision.state == GangState.TIMED_OUT:
             self.requeuer.time_out(gang, resolved, decision, now)
         elif decision.state == GangState.REPAIR:
-            self.repair(gang, resolved, decision, now)
+            self.requeuer.repair(gang, resolved, decision, now)
         self.reporter.transition(gang, resolved, decision, now, previous)
         return decision
 
@@ -480,50 +374,6 @@ class Controller:
                 f"; it could not start within {self.head_of_line.bound_seconds:.0f}s at the head of the queue, so "
                 f"it holds no gang back until {format_time(until)}"
             )
-
-    def _still_valid(
-        self,
-        waiting: _Waiting,
-        gang: GangView,
-        resolved: Resolved,
-        snapshot: Snapshot,
-        avoid: frozenset[str],
-        room: Mapping[str, Mapping[str, int]],
-    ) -> bool:
-        if (
-            waiting.version != self.index.gang_versions[gang.key]
-            or waiting.resolved != _resolved_key(resolved)
-            or waiting.nodes_epoch != self.index.nodes_epoch
-            or waiting.avoid != avoid
-        ):
-            return False
-        if waiting.decision.state != GangState.WAITING_FOR_CAPACITY:
-            return True  # waiting for members, or too large for the cluster: only the above changes that
-        # capacity only shrank, or grew too little where its pods could go: the gang still does not fit
-        for shape, (needed, fits) in waiting.capacity.items():
-            eligible = snapshot.eligibility.names(shape)
-            total = fits.pop("", 0)
-            for node in snapshot.grown:
-                node_room = room.get(node)
-                if node_room is not None and node in eligible:
-                    now_fits = placement.fit_count(shape, node_room)
-                    total += now_fits - fits.get(node, 0)
-                    fits[node] = now_fits
-            fits[""] = total
-            if total >= needed:
-                return False
-        return True
-
-    def _avoided(self, gang_key: str, now: dt.datetime) -> frozenset[str]:
-        nodes = self._avoid.get(gang_key)
-        if not nodes:
-            return frozenset()
-        for node, until in list(nodes.items()):
-            if until <= now:
-                del nodes[node]
-        if not nodes:
-            del self._avoid[gang_key]
-        return frozenset(nodes)
 
     def _apply_reservations(self, snapshot: Snapshot, now: dt.datetime) -> None:
         """Take the capacity kept for members to come out of what other gangs may use. A reservation ends
@@ -573,23 +423,3 @@ class Controller:
             room=room,
             ever=snapshot.index.ever if not avoid else None,
         )
-
-    def repair(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
-        """Pods pinned to a node they can no longer bind on go now, not at the timeout: their owner
-        recreates them gated, and the next pass places them around the members that stay. The nodes
-        they lost are not planned for this gang again for a while (the scheduler may disagree for a
-        reason placement does not see)."""
-        lost = {p.pinned_node for p in gang.pods if p.name in decision.evict and p.pinned_node}
-        until = now + dt.timedelta(seconds=REFUSED_NODE_SECONDS)
-        self._avoid.setdefault(gang.key, {}).update({node: until for node in lost})
-        if not self.may_write():
-            return
-        if decision.evict and self.requeuer.requeues_by_suspending(resolved):
-            # a replaced pod would count as the Job's failure: the whole gang goes back instead
-            self.requeuer.requeue_whole(gang, resolved, decision, now)
-            return
-        if decision.evict:
-            self.requeuer.evict(gang, decision.evict)
-            metrics.REPAIRS.inc(len(decision.evict))
-        message = f"gang {gang.name}: {decision.message}"
-        self.reporter.event(resolved.workload or gang.raw[0], "Warning", "GangMembersReplaced", message)

@@ -15,11 +15,12 @@ from webhook.controller.gangobject import Books, GangObjects, books_of
 from webhook.controller.kube import PODS, Api, ApiError, Resource
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved, Workloads
-from webhook.controller.state import Decision, GangState, backoff_seconds, format_time
+from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, backoff_seconds, format_time
 from webhook.controller.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
 from webhook.gangs.model import Obj
 
 DEFAULT_MAX_ATTEMPTS = 5
+REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and suspends) itself
 
 
@@ -35,6 +36,8 @@ class Requeuer:
     ) -> None:
         self.api, self.workloads, self.reporter, self.gang_objects = api, workloads, reporter, gang_objects
         self.max_attempts, self.may_write = max_attempts, may_write
+        # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
+        self._avoid: dict[str, dict[str, dt.datetime]] = {}
 
     def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         first = self.reporter.last_state.get(gang.key) != GangState.TIMED_OUT  # events on transitions only
@@ -198,6 +201,37 @@ class Requeuer:
         return True
 
     # --- group objects for the other backends -----------------------------------------------------
+
+    def avoided(self, gang_key: str, now: dt.datetime) -> frozenset[str]:
+        nodes = self._avoid.get(gang_key)
+        if not nodes:
+            return frozenset()
+        for node, until in list(nodes.items()):
+            if until <= now:
+                del nodes[node]
+        if not nodes:
+            del self._avoid[gang_key]
+        return frozenset(nodes)
+
+    def repair(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
+        """Pods pinned to a node they can no longer bind on go now, not at the timeout: their owner
+        recreates them gated, and the next pass places them around the members that stay. The nodes
+        they lost are not planned for this gang again for a while (the scheduler may disagree for a
+        reason placement does not see)."""
+        lost = {p.pinned_node for p in gang.pods if p.name in decision.evict and p.pinned_node}
+        until = now + dt.timedelta(seconds=REFUSED_NODE_SECONDS)
+        self._avoid.setdefault(gang.key, {}).update({node: until for node in lost})
+        if not self.may_write():
+            return
+        if decision.evict and self.requeues_by_suspending(resolved):
+            # a replaced pod would count as the Job's failure: the whole gang goes back instead
+            self.requeue_whole(gang, resolved, decision, now)
+            return
+        if decision.evict:
+            self.evict(gang, decision.evict)
+            metrics.REPAIRS.inc(len(decision.evict))
+        message = f"gang {gang.name}: {decision.message}"
+        self.reporter.event(resolved.workload or gang.raw[0], "Warning", "GangMembersReplaced", message)
 
 
 def _marked(when: str | None) -> Obj:

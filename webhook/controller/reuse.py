@@ -1,0 +1,112 @@
+"""What one pass works on (the snapshot), and the reuse of a waiting gang's decision: a gang that waited
+last pass is placed again only when something its decision depended on changed (its pods, its workload,
+the nodes, the queue ahead, or room where its pods could go)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from webhook.controller import placement
+from webhook.controller.cluster import ClusterIndex, GangView
+from webhook.controller.placement import Eligibility, HostPort, Node, Shape
+from webhook.controller.resolve import Resolved
+from webhook.controller.state import Decision, GangState, PodView
+from webhook.gangs.model import Obj
+
+
+@dataclass
+class Snapshot:
+    """What one pass works on: nodes, a copy of the free capacity it may promise from, and the gangs."""
+
+    nodes: list[Node]
+    free: dict[str, dict[str, int]]
+    hostnames: Mapping[str, str]
+    gangs: dict[str, GangView]
+    stray_gated: list[tuple[PodView, Obj]]
+    ports: dict[str, Counter[HostPort]]
+    eligibility: Eligibility
+    index: ClusterIndex
+    grown: set[str] = field(default_factory=set)
+    _relaxed: dict[int, Mapping[str, Mapping[str, int]] | None] = field(default_factory=dict)
+
+    def without_lower_priority(self, priority: int) -> Mapping[str, Mapping[str, int]] | None:
+        if priority not in self._relaxed:
+            self._relaxed[priority] = self.index.free_without_priorities_below(priority)
+        return self._relaxed[priority]
+
+
+@dataclass
+class Waiting:
+    """A waiting gang's last decision and what it depended on: reused until one of those changes."""
+
+    version: int
+    resolved: tuple[object, ...]
+    nodes_epoch: int
+    avoid: frozenset[str]
+    decision: Decision
+    context: tuple[object, ...]
+    # per shape of its gated pods: how many it needs, and how many fit on each node ("": the total),
+    # updated as nodes gain room; placed again only once some shape could have enough
+    capacity: dict[Shape, tuple[int, dict[str, int]]]
+
+
+def resolved_key(resolved: Resolved) -> tuple[object, ...]:
+    """What a decision took from the workload: the periodic resync reads it again, which must not count
+    as a change unless it is one."""
+    meta = (resolved.workload or {}).get("metadata") or {}
+    return (resolved.spec, resolved.problem, resolved.gone, meta.get("uid"), meta.get("resourceVersion"))
+
+
+def capacity(
+    gang: GangView, eligibility: Eligibility, room: Mapping[str, Mapping[str, int]]
+) -> dict[Shape, tuple[int, dict[str, int]]]:
+    needed: dict[Shape, int] = {}
+    for pod in gang.pods:
+        if pod.gated and not pod.terminal:
+            needed[pod.shape] = needed.get(pod.shape, 0) + 1
+    found = {}
+    for shape, count in needed.items():
+        fits = {}
+        for node in eligibility(shape)[0]:
+            node_room = room.get(node.name)
+            if node_room is not None and (fit := placement.fit_count(shape, node_room)) > 0:
+                fits[node.name] = fit
+        fits[""] = sum(fits.values())
+        found[shape] = (count, fits)
+    return found
+
+
+def still_valid(
+    index: ClusterIndex,
+    waiting: Waiting,
+    gang: GangView,
+    resolved: Resolved,
+    snapshot: Snapshot,
+    avoid: frozenset[str],
+    room: Mapping[str, Mapping[str, int]],
+) -> bool:
+    if (
+        waiting.version != index.gang_versions[gang.key]
+        or waiting.resolved != resolved_key(resolved)
+        or waiting.nodes_epoch != index.nodes_epoch
+        or waiting.avoid != avoid
+    ):
+        return False
+    if waiting.decision.state != GangState.WAITING_FOR_CAPACITY:
+        return True  # waiting for members, or too large for the cluster: only the above changes that
+    # capacity only shrank, or grew too little where its pods could go: the gang still does not fit
+    for shape, (needed, fits) in waiting.capacity.items():
+        eligible = snapshot.eligibility.names(shape)
+        total = fits.pop("", 0)
+        for node in snapshot.grown:
+            node_room = room.get(node)
+            if node_room is not None and node in eligible:
+                now_fits = placement.fit_count(shape, node_room)
+                total += now_fits - fits.get(node, 0)
+                fits[node] = now_fits
+        fits[""] = total
+        if total >= needed:
+            return False
+    return True
