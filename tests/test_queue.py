@@ -132,3 +132,19 @@ def test_a_gang_running_past_its_expected_seconds_is_no_longer_believed_to_end(s
     decisions = Controller(api, clock=clock, queue_policy=Policy.BACKFILL).reconcile_once()
     assert "length unknown" in decisions["team-a/job-big"].reservation, decisions["team-a/job-big"].reservation
     assert decisions["team-a/job-short"].state == "WaitingForCapacity"
+
+
+def test_a_message_never_names_another_tenants_gang(store: Store, api: Api) -> None:
+    """Behind a head in another namespace, a gang's state says so without naming it."""
+    clock = Clock()
+    running_cluster(store, api, clock)
+    other = b.job("theirs", parallelism=1, spec=b.pod_spec(b.container("2", "1Gi")))
+    other["metadata"]["namespace"] = "team-b"
+    store.create("batch/v1", "jobs", "team-b", other)
+    JobController(store).sync("team-b", "theirs")
+    clock.advance(5)
+    decisions = Controller(api, clock=clock, queue_policy=Policy.FIFO).reconcile_once()
+    theirs = decisions["team-b/job-theirs"]
+    assert theirs.state == "Queued" and "a gang of another namespace" in theirs.message
+    assert "job-big" not in theirs.message and "team-a" not in theirs.message
+    assert "behind gang job-big" in decisions["team-a/job-short"].message

@@ -262,7 +262,7 @@ class QueuePass:
     def may_release(self, gang: str) -> str | None:
         """None if the gang may go now; otherwise why it waits (fifo: behind the head)."""
         if self.policy == Policy.FIFO and self.blocked_by is not None and self.blocked_by != gang:
-            return f"queued behind {self.blocked_by} (strict first-in-first-out)"
+            return f"queued behind {seen_from(gang, self.blocked_by)} (strict first-in-first-out)"
         return None
 
     def waits(
@@ -302,6 +302,13 @@ class QueuePass:
         return mine.describe(clock) if mine is not None else ""
 
 
+def seen_from(viewer: str, other: str) -> str:
+    """Another gang as a message about `viewer` may name it: by name in the same namespace, else not at all
+    (events and Gang statuses are read by the viewer's tenant)."""
+    namespace, _, name = other.partition("/")
+    return f"gang {name}" if viewer.partition("/")[0] == namespace else "a gang of another namespace"
+
+
 def take_turn(
     queue: QueuePass,
     gang: str,
@@ -327,7 +334,7 @@ def take_turn(
     queue.waits(gang, members, spread, expected_seconds)
     message = decision.message
     if limited and head is not None:
-        message += f"; behind {head.gang}, it may only use what does not delay that gang's reservation"
+        message += f"; behind {seen_from(gang, head.gang)}, it may only use what does not delay that gang's reservation"
     return replace(
         decision,
         message=message,
