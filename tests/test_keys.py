@@ -163,3 +163,37 @@ def test_leaving_a_gang_and_other_pod_updates_are_allowed() -> None:
             "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
         )
         assert document["response"]["allowed"]
+
+
+@pytest.mark.parametrize(
+    ("user", "allowed"),
+    [
+        ("alice", False),  # the workload's owner: refused
+        ("system:serviceaccount:gangkeeper-system:gangkeeper-controller", True),  # gangkeeper's controller
+        ("system:serviceaccount:team-a:gangkeeper-controller", False),  # the same name in a tenant's namespace
+    ],
+)
+def test_the_controllers_marks_added_by_an_update_are_refused_unless_it_is_the_controller(
+    user: str, allowed: bool
+) -> None:
+    before = b.job("train")
+    after = json.loads(json.dumps(before))
+    after["metadata"]["annotations"] = {"gangkeeper.io/suspended": "2026-11-24T00:00:00Z"}
+    review = b.review(after, operation="UPDATE", old=before)
+    review["request"]["userInfo"] = {"username": user}
+    _, document = Handler(BackendResolver(default="gate")).handle("validate", json.dumps(review).encode())
+    response = document["response"]
+    assert response["allowed"] is allowed, response
+    if not allowed:
+        assert "metadata.annotations[gangkeeper.io/suspended]: Forbidden" in response["status"]["message"]
+
+
+def test_taking_the_suspended_mark_off_is_allowed() -> None:
+    """A user who removes gangkeeper's mark keeps the workload suspended: that is theirs to do."""
+    before = b.job("train", annotations={"gangkeeper.io/suspended": "2026-11-24T00:00:00Z"})
+    after = json.loads(json.dumps(before))
+    del after["metadata"]["annotations"]["gangkeeper.io/suspended"]
+    _, document = Handler(BackendResolver(default="gate")).handle(
+        "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
+    )
+    assert document["response"]["allowed"]

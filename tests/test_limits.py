@@ -91,6 +91,9 @@ def test_the_flag_sets_the_limit_and_refuses_zero(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         build_parser().parse_args(["controller", "--max-gang-pods", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a Gang records each released pod: its status has room for 10,000
+        build_parser().parse_args(["controller", "--max-gang-pods", "10001"])
+    assert "must be at most 10000" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("limit")

@@ -33,10 +33,12 @@ def _metrics_dir() -> Path:
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook import certs, logs
+    from webhook.admission import forgery
     from webhook.serving.supervisor import Child, check_port, supervise
 
     _metrics_dir()
     logs.setup(args.log_level)
+    forgery.set_namespace(args.namespace)  # the controller's account there is the one writer of its marks
     cert_dir = Path(args.cert_dir)
     children: list[Child] = []
     if args.cert_secret:
@@ -553,9 +555,17 @@ def _positive_int(text: str) -> int:
 def _add_gang_limit(parser: argparse.ArgumentParser) -> None:
     from webhook.gangs import limits
 
+    def gang_limit(text: str) -> int:
+        value = _positive_int(text)
+        if value > limits.CEILING:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {limits.CEILING}, not {value} (a Gang object records each released pod)"
+            )
+        return value
+
     parser.add_argument(
         limits.FLAG,
-        type=_positive_int,
+        type=gang_limit,
         default=limits.DEFAULT_MAX_GANG_PODS,
         help="pods a workload may have; larger ones are refused at admission and left by the controller "
         "(default: %(default)s)",

@@ -121,6 +121,7 @@ def admit(
     controller: ControllerHealth | None = None,
     queues: Mapping[str, str] | None = None,
     old: Obj | None = None,
+    user: str | None = None,
 ) -> Outcome:
     """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
 
@@ -135,7 +136,12 @@ def admit(
             fields = ", ".join(f"{path}: Invalid value: field is immutable" for path in moved)
             message = f"{describe(obj)} is invalid: {fields} (a pod's gang is set when it is created)"
             return Outcome(False, "gang membership changed", code=422, message=message, plan=plan)
-    written = forgery.forged(obj) if operation == "CREATE" else []
+    if operation == "CREATE":
+        written = forgery.forged(obj)
+    elif operation == "UPDATE" and old is not None and not forgery.is_controller(user):
+        written = forgery.forged_on_update(obj, old)
+    else:
+        written = []
     if written:
         message = (
             f"{describe(obj)} is forbidden: "

@@ -3,9 +3,11 @@ released, the node planned for it, a workload's suspension and backoff). A tenan
 move capacity or another gang's turn, so the validating webhook refuses any other writer.
 
 Checked on the object and on every pod template in it (pods inherit their template's annotations).
-Admission refuses them on CREATE, which no controller of gangkeeper's ever does with them; its own
-writes are PATCHes (UPDATE), where telling the controller from a tenant needs the requester's identity:
-that check is the Gang object's (open).
+Admission refuses them on CREATE, which no controller of gangkeeper's ever does with them, and refuses
+an UPDATE that adds or changes one unless it comes from gangkeeper's controller (its service account;
+it writes one of them, the `suspended` mark on a workload it suspends). Taking one off is allowed: a
+user who removes `suspended` keeps the workload suspended. The controller reads none of them back:
+its state is its Gang objects' status; refusing them keeps people from believing they mean something.
 """
 
 from __future__ import annotations
@@ -13,7 +15,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook import contract
 from webhook.admission.keys import CONTROLLER_KEYS
+
+CONTROLLER_ACCOUNT = "gangkeeper-controller"
+_controller_user = f"system:serviceaccount:{contract.SYSTEM_NAMESPACE}:{CONTROLLER_ACCOUNT}"
+
+
+def set_namespace(namespace: str) -> None:
+    """gangkeeper's namespace, set once at start: its controller's service account is the one writer."""
+    global _controller_user
+    _controller_user = f"system:serviceaccount:{namespace}:{CONTROLLER_ACCOUNT}"
+
+
+def is_controller(username: str | None) -> bool:
+    return username == _controller_user
+
 
 # a pod's gang membership: set at creation (by the webhook, or by its user for a bare pod group) and
 # never changed after, so a gang's size cannot move past validation; removing it (leaving the gang) is
@@ -50,6 +67,18 @@ def _metadata_maps(obj: Any, path: str = "", depth: int = 0) -> Iterator[tuple[s
 def forged(obj: Mapping[str, Any]) -> list[str]:
     """Field paths where `obj` carries one of the controller's state keys."""
     found = [f"{path}[{key}]" for path, written in _metadata_maps(obj) for key in sorted(STATE_KEYS) if key in written]
+    return found[:MAX_REPORTED]
+
+
+def forged_on_update(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    """Field paths where an update adds a state key, or changes its value."""
+    before = {path: written for path, written in _metadata_maps(old)}
+    found = []
+    for path, written in _metadata_maps(obj):
+        previous = before.get(path) or {}
+        found += [
+            f"{path}[{key}]" for key in sorted(STATE_KEYS) if key in written and written[key] != previous.get(key)
+        ]
     return found[:MAX_REPORTED]
 
 

@@ -77,6 +77,7 @@ class Handler:
             controller=self.resolver.controller(),
             queues=self.resolver.queues(),
             old=request.get("oldObject"),
+            user=_username(request),
         )
         gang = (
             outcome.plan.pod_gang.name
@@ -102,6 +103,12 @@ class Handler:
         if endpoint == "validate":
             return review.allow(uid), "allowed"  # warnings come once, from the mutating webhook
         return review.allow(uid, outcome.patch, outcome.warnings), "mutated" if outcome.patch else "allowed"
+
+
+def _username(request: review.AdmissionRequest) -> str | None:
+    info = request.get("userInfo")
+    name = info.get("username") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _scale(uid: str, scale: Obj, resource: str) -> review.AdmissionResponse:

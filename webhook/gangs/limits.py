@@ -10,6 +10,7 @@ from __future__ import annotations
 from webhook.gangs.model import FieldError, Plan
 
 DEFAULT_MAX_GANG_PODS = 10_000
+CEILING = 10_000  # the Gang CRD's maxProperties of status.released (charts/gangkeeper/templates/crd.yaml)
 FLAG = "--max-gang-pods"
 
 _max_gang_pods = DEFAULT_MAX_GANG_PODS
@@ -22,8 +23,11 @@ def max_gang_pods() -> int:
 def set_max_gang_pods(limit: int) -> None:
     """Set once at start, from the command line (before the webhook's workers fork)."""
     global _max_gang_pods
-    if limit < 1:
-        raise ValueError(f"{FLAG} must be at least 1, not {limit}")
+    if not 1 <= limit <= CEILING:
+        raise ValueError(
+            f"{FLAG} must be between 1 and {CEILING}, not {limit} (a Gang object records each released pod, and "
+            "the API server keeps an object to about 1.5 MiB)"
+        )
     _max_gang_pods = limit
 
 
