@@ -146,3 +146,36 @@ def test_a_forged_release_mark_on_a_pod_holds_no_capacity(store: Store, api: Api
     add_job_pods(store, add_job(store, "victim", parallelism=2, cpu="4"))
     assert Controller(api, clock=Clock()).reconcile_once()["team-a/job-victim"].state == "Release"
     assert not gated(store, "victim")
+
+
+def test_a_late_member_of_a_job_gang_is_never_evicted_alone(store: Store, api: Api) -> None:
+    """A release split by a 409 (the scheduler touched one pod between the read and the PATCH): two
+    members bind, the third is released a pass later and never binds. Evicting it alone would be the
+    Job's failure (backoffLimit 0 fails the Job, as the real Job controller did in the real tier):
+    the whole gang goes back by suspension instead, and no pod is evicted."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(store, add_job(store, "split", parallelism=3, cpu="1"))
+    clock = Clock()
+    controller = Controller(api, clock=clock, release_concurrency=1)
+    touched = {"done": False}
+
+    def touch_once(method: str, path: str) -> None:
+        if method == "PATCH" and "/pods/" in path and not touched["done"]:
+            touched["done"] = True
+            name = path.split("/pods/")[1].split("?")[0]
+            store.patch("v1", "pods", NS, name, {"metadata": {"labels": {"touched": "yes"}}})
+
+    store.fail_next.append(touch_once)  # type: ignore[arg-type]
+    controller.reconcile_once()
+    late = [p["metadata"]["name"] for p in gated(store, "split")]
+    assert len(late) == 1
+    default_scheduler(store)  # the two released members bind
+    clock.advance(5)
+    controller.reconcile_once()  # the third is released now: a later release time than the others
+    assert not gated(store, "split")
+    clock.advance(301)  # it never binds (nothing schedules it)
+    decision = controller.reconcile_once()["team-a/job-split"]
+    assert decision.state == "TimedOut"
+    assert store.get("batch/v1", "jobs", NS, "split")["spec"].get("suspend") is True
+    assert any(p["metadata"]["name"] == late[0] for p in pods(store))  # not evicted
+    assert not [m for m, path in store.requests if "eviction" in path]

@@ -207,7 +207,7 @@ def test_gate_timeout_never_fails_the_job(stack: Stack) -> None:
     while time.monotonic() < deadline:
         found = stack.plane.get("job", "spread", namespace=namespace)
         status = found.get("status") or {}
-        assert not status.get("failed"), f"the requeue counted as a failure: {status}"
+        assert not status.get("failed"), f"the requeue counted as a failure: {status}\n{stack.describe(namespace)}"
         assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions") or []), status
         requeued = requeued or bool(found["spec"].get("suspend"))
         time.sleep(1)

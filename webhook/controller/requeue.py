@@ -53,7 +53,10 @@ class Requeuer:
                     "to retry",
                 )
             return
-        if not decision.whole_gang:  # late newcomers of a running gang go back; its members stay
+        if not decision.whole_gang and not self.requeues_by_suspending(resolved):
+            # late newcomers of a running gang go back; its members stay. Not for Jobs and the kinds built
+            # on them: the late pod's eviction would be counted as the Job's failure (a Job with
+            # backoffLimit 0 fails on it, as the real Job controller showed), so the gang goes back whole
             self.evict(gang, decision.evict)
             self.reporter.event(
                 resolved.workload or gang.raw[0],
