@@ -177,3 +177,34 @@ def test_help_shows_every_default() -> None:
     result = gangkeeper("serve", "--help")
     assert "--port PORT           (default: 8443)" in result.stdout
     assert "(default: 10000)" in result.stdout and "(default: auto)" in result.stdout
+
+
+def test_explain_for_a_tenant_without_cluster_wide_read_shows_the_gang_object(
+    apiserver: object, capsys: object
+) -> None:
+    """A tenant may read its namespace only: listing every pod is forbidden, so explain prints what the
+    controller wrote in the Gang object; an unknown gang still exits 1."""
+    from tests.apiserver import Reject, TestApiServer
+    from tests.cluster import Clock, add_job, add_job_pods, node
+    from webhook.cli import main
+    from webhook.controller.kube import Api, client_from
+    from webhook.controller.reconciler import Controller
+
+    assert isinstance(apiserver, TestApiServer)
+    store = apiserver.store
+    store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    add_job_pods(store, add_job(store, parallelism=2, cpu="4"))  # one node of 4 cpus: never fits
+    Controller(Api(client_from(server=apiserver.url)), clock=Clock()).reconcile_once()
+
+    def forbid_cluster_lists(method: str, path: str) -> Reject | None:
+        if method == "GET" and path.startswith(("/api/v1/pods", "/api/v1/nodes")):
+            return Reject(403, "Forbidden", 'pods is forbidden: User "alice" cannot list resource "pods"')
+        return None
+
+    store.fail_next.extend([forbid_cluster_lists] * 4)
+    assert main(["explain", "team-a/job-train", "--server", apiserver.url]) == 0
+    shown = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "from its Gang object" in shown and "state: NeverFits" in shown, shown
+    assert "members: 2 present of minMember 2 (2 gated, 0 running)" in shown, shown
+    store.fail_next.extend([forbid_cluster_lists] * 4)
+    assert main(["explain", "team-a/job-nope", "--server", apiserver.url]) == 1

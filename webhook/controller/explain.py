@@ -6,7 +6,8 @@ import datetime as dt
 from collections.abc import Callable
 
 from webhook.controller import placement
-from webhook.controller.kube import Api
+from webhook.controller.gangobject import GANGS
+from webhook.controller.kube import Api, ApiError
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.source import Listing
@@ -65,4 +66,34 @@ def explain(
     if decision.placement is not None and decision.placement.why:
         lines.append("  what blocks the rest:")
         lines += [f"    {line}" for line in placement.summarize(decision.placement.why)]
+    return "\n".join(lines)
+
+
+def explain_from_gang(api: Api, namespace: str, gang_name: str) -> str:
+    """What a tenant with read access to its namespace only can see: the Gang object's status, as the
+    controller last wrote it (no node-by-node placement, which needs every pod and node)."""
+    try:
+        gang = api.get(GANGS.path(namespace, gang_name))
+    except ApiError as error:
+        if error.status == 404:
+            raise UnknownGang(
+                f"gang {namespace}/{gang_name}: no Gang object (kubectl get gangs -n {namespace})"
+            ) from None
+        raise
+    spec, status = gang.get("spec") or {}, gang.get("status") or {}
+    lines = [
+        f"gang {namespace}/{gang_name} (from its Gang object; placement details need cluster-wide read access)",
+        f"  backend: {spec.get('backend', '?')}; members: {status.get('present', 0)} present of minMember "
+        f"{spec.get('minMember', '?')} ({status.get('gated', 0)} gated, {status.get('running', 0)} running)",
+        f"  state: {status.get('state', 'unknown')}: {status.get('message', '')}",
+    ]
+    if status.get("queuePosition"):
+        lines.append(f"  queue: position {status['queuePosition']}")
+    if status.get("attempts"):
+        lines.append(f"  requeued: {status['attempts']} times; not before {status.get('notBefore', '-')}")
+    for condition in status.get("conditions") or []:
+        lines.append(
+            f"  condition {condition.get('type')}={condition.get('status')} since "
+            f"{condition.get('lastTransitionTime')}: {condition.get('reason')}"
+        )
     return "\n".join(lines)
