@@ -5,6 +5,8 @@ pre-delete hook lifts every gate before the webhooks and the controller go."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from tests.realcluster.stack import Stack, bound, gated, running, wait_until
 
 pytestmark = pytest.mark.cluster
 CHART = Path(__file__).resolve().parents[1] / "charts" / "gangkeeper"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 NAMESPACE = "gangkeeper-system"
 TAINT = "gangkeeper.test/system"
 VALUES = {
@@ -147,6 +150,37 @@ def test_helm_upgrade_loses_no_gang_and_refuses_no_call(cluster: tuple[Stack, He
         lease = stack.plane.kubectl("get", "lease", "-n", NAMESPACE, "-o", "yaml", check=False).stdout
         print(stack.describe(namespace), lease, stack.plane.kubectl("get", "nodes", "-o", "wide").stdout)
         raise
+
+
+def kubectl_gangkeeper(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The kubectl plugin as a user runs it: plugins/kubectl-gangkeeper found on the PATH by kubectl."""
+    kubectl = stack.plane.k8s_binary("kubectl")
+    env = {**os.environ, "PATH": f"{PLUGINS}:{kubectl.parent}:{os.environ.get('PATH', '')}"}
+    env["KUBECONFIG"] = str(stack.plane.kubeconfig)
+    return subprocess.run(
+        [str(kubectl), "gangkeeper", *args], capture_output=True, text=True, timeout=400, env=env, check=False
+    )
+
+
+def test_the_kubectl_plugin_gets_explains_and_releases(cluster: tuple[Stack, Helm]) -> None:
+    stack, _ = cluster
+    namespace = "plugin-team"
+    stack.namespace(namespace, "gate")
+    stack.plane.apply(workloads.job("toobig", namespace, 2, "64"))  # larger than any node: never fits
+    wait_until(lambda: len(gated(stack.pods(namespace, "job-name=toobig"))) == 2, "the gang gated", 60)
+    wait_until(lambda: "NeverFits" in kubectl_gangkeeper(stack, "get", "-n", namespace).stdout, "the Gang's state", 60)
+    listed = kubectl_gangkeeper(stack, "get", "-A")
+    assert listed.returncode == 0 and "job-toobig" in listed.stdout and "gate" in listed.stdout, listed
+    explained = kubectl_gangkeeper(stack, "explain", f"{namespace}/job-toobig")
+    assert explained.returncode == 0, explained.stderr
+    assert f"gang {namespace}/job-toobig (gate backend)" in explained.stdout
+    assert "workload: Job toobig" in explained.stdout and "state: NeverFits" in explained.stdout, explained.stdout
+    unknown = kubectl_gangkeeper(stack, "explain", f"{namespace}/job-nope")
+    assert unknown.returncode == 1 and "no Gang" in unknown.stderr
+    released = kubectl_gangkeeper(stack, "release")
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert not gated(stack.pods(namespace, "job-name=toobig")), "release lifted the gates"
+    stack.plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def test_helm_uninstall_lifts_every_gate_before_the_webhooks_go(cluster: tuple[Stack, Helm]) -> None:
