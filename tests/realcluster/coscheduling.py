@@ -26,7 +26,12 @@ def missing() -> str | None:
     return None if exe.exists() else f"not built: {exe} (run hack/cluster/build.sh scheduler-plugins)"
 
 
-def start(plane: ControlPlane, permit_wait_seconds: int = 30) -> Process:
+def start(
+    plane: ControlPlane, permit_wait_seconds: int = 30, scheduler_name: str = SCHEDULER_NAME, process_name: str = ""
+) -> Process:
+    """The plugin's scheduler under `scheduler_name`: a second scheduler (its documented install), or
+    `default-scheduler` in place of kube-scheduler (its production install: Coscheduling in the default
+    scheduler's profile)."""
     version = versions()["SCHEDULER_PLUGINS_VERSION"]
     source = module_dir("sigs.k8s.io/scheduler-plugins", f"v{version}")
     plane.kubectl("apply", "--server-side", "-f", str(source / "manifests" / "coscheduling" / "crd.yaml"))
@@ -35,7 +40,7 @@ def start(plane: ControlPlane, permit_wait_seconds: int = 30) -> Process:
         "the coscheduling PodGroup CRD served",
         60,
     )
-    config = plane.workdir / "coscheduling.yaml"
+    config = plane.workdir / f"coscheduling-{scheduler_name}.yaml"
     config.write_text(
         yaml.safe_dump(
             {
@@ -45,7 +50,7 @@ def start(plane: ControlPlane, permit_wait_seconds: int = 30) -> Process:
                 "clientConnection": {"kubeconfig": str(plane.kubeconfig)},
                 "profiles": [
                     {
-                        "schedulerName": SCHEDULER_NAME,
+                        "schedulerName": scheduler_name,
                         # as its manifests/coscheduling/scheduler-config.yaml: its queue sort replaces the default one
                         "plugins": {
                             "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
@@ -61,7 +66,7 @@ def start(plane: ControlPlane, permit_wait_seconds: int = 30) -> Process:
     )
     port = free_port()
     process = plane.spawn(
-        "scheduler-plugins",
+        process_name or f"scheduler-plugins ({scheduler_name})",
         [
             str(executable()),
             f"--config={config}",
