@@ -123,6 +123,16 @@ class Container:
         size = volume["emptyDir"].get("sizeLimit", "64Mi")
         return f"size={size.replace('Mi', 'm').replace('Gi', 'g')},mode=1777"
 
+    def config_map_mounts(self) -> list[tuple[str, str]]:
+        """(ConfigMap name, mount path) of each configMap volume the container mounts."""
+        volumes = {v["name"]: v for v in self.pod_spec.get("volumes") or []}
+        found = []
+        for mount in self.spec.get("volumeMounts") or []:
+            source = volumes.get(mount["name"], {}).get("configMap")
+            if source is not None:
+                found.append((source["name"], mount["mountPath"]))
+        return found
+
     def port(self, name: str) -> int:
         return int(next(p["containerPort"] for p in self.spec["ports"] if p["name"] == name))
 
@@ -156,6 +166,8 @@ class Sandbox:
     # mounts at /var/run/secrets/kubernetes.io/serviceaccount, and the API server's address and port
     service_account: Path | None = None
     api_address: tuple[str, int] | None = None
+    # the data of the ConfigMaps the container mounts (name -> file name -> text), as the kubelet projects them
+    config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         tag = f"{os.getpid() % 10000}x{self.index}"
@@ -216,6 +228,16 @@ class Sandbox:
         ]
         if not self.container.has_tmp_volume():
             steps.append("mount -o remount,ro /tmp")  # the image's own /tmp, under a read-only root
+        for config_map, path in self.container.config_map_mounts():
+            files = self.outside / f"configmap-{config_map}"
+            files.mkdir(exist_ok=True)
+            for file_name, text in self.config_maps.get(config_map, {}).items():
+                (files / file_name).write_text(text)
+                (files / file_name).chmod(0o644)
+            files.chmod(0o755)
+            steps.append(
+                f"mkdir -p {shlex.quote(path)} && mount --bind -o ro {shlex.quote(str(files))} {shlex.quote(path)}"
+            )
         access = {"KUBECONFIG": str(self.kubeconfig)}
         if self.service_account and self.api_address:
             target = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -306,7 +328,12 @@ class Cluster:
 
     def start(self, deployment: str) -> Sandbox:
         replicas = self.pods.setdefault(deployment, [])
-        sandbox = Sandbox(f"{deployment}-{len(replicas)}", container_of(self.objects, deployment), self.port)
+        container = container_of(self.objects, deployment)
+        config_maps = {
+            name: dict(find(self.objects, "ConfigMap", name).get("data") or {})
+            for name, _ in container.config_map_mounts()
+        }
+        sandbox = Sandbox(f"{deployment}-{len(replicas)}", container, self.port, config_maps=config_maps)
         replicas.append(sandbox.start())
         return sandbox
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import yaml
 
 from tests.realcluster.controlplane import binary, versions
 from tests.schemas import validate
+from webhook.cli import _commands, build_parser
+from webhook.config import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "gangkeeper"
@@ -92,10 +95,19 @@ def test_values_reach_the_objects() -> None:
     container = webhook["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GANGKEEPER_BACKEND"] == "volcano" and env["GANGKEEPER_CERT_SECRET"] == ""
-    assert "--max-gang-pods=500" in container["args"]
+    assert "--config=/etc/gangkeeper/config.yaml" in container["args"]
     assert {"name": "tls", "secret": {"secretName": "gangkeeper-webhook-tls"}} in webhook["volumes"]
     controller = objects[("Deployment", "gangkeeper-controller")]["spec"]["template"]["spec"]["containers"][0]
-    assert "--queue-policy=fifo" in controller["args"] and "--max-gang-pods=500" in controller["args"]
+    assert "--config=/etc/gangkeeper/config.yaml" in controller["args"]
+    # the values reach the Configuration, and each command reads them from it as its flags
+    configuration = objects[("ConfigMap", "gangkeeper-config")]["data"]["config.yaml"]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        file.write(configuration)
+        file.flush()
+        parser = build_parser()
+        serve = parser.parse_args(expand(["serve", "--config", file.name], _commands(parser)))
+        ctl = parser.parse_args(expand(["controller", "--config", file.name], _commands(parser)))
+    assert serve.max_gang_pods == 500 and ctl.max_gang_pods == 500 and ctl.queue_policy == "fifo"
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = objects[(kind, "gangkeeper")]["metadata"]["annotations"]
         assert annotations == {"cert-manager.io/inject-ca-from": "gangkeeper-system/gangkeeper-webhook"}

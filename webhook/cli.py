@@ -433,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info")
     _add_gang_limit(serve)
+    _add_config(serve)
     serve.set_defaults(func=_serve)
 
     mutate = command("mutate", help="show what admission does to a YAML stream, offline")
@@ -490,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     controller.add_argument("--log-level", default="info")
     _add_gang_limit(controller)
+    _add_config(controller)
     controller.set_defaults(func=_controller)
 
     release = sub.add_parser(
@@ -559,6 +561,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    from webhook import config
+
+    parser.add_argument(
+        config.FLAG,
+        default=None,
+        metavar="FILE",
+        help=f"a {config.KIND} ({config.API_VERSION}) file; flags given on the command line win over it",
+    )
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(found.choices)
+
+
 def _add_gang_limit(parser: argparse.ArgumentParser) -> None:
     from webhook.gangs import limits
 
@@ -580,7 +598,15 @@ def _add_gang_limit(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from webhook import config
+
+    parser = build_parser()
+    try:
+        argv = config.expand(sys.argv[1:] if argv is None else argv, _commands(parser))
+    except config.ConfigError as error:
+        print(f"gangkeeper: {error}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     if getattr(args, "max_gang_pods", None) is not None:
         from webhook.gangs import limits
 

@@ -174,8 +174,17 @@ class SystemNode:
         (secrets / "namespace").write_text(namespace)
         for entry in (secrets, *secrets.iterdir()):
             entry.chmod(0o755 if entry.is_dir() else 0o644)
+        config_maps = {
+            source: dict(self.core.read_namespaced_config_map(source, namespace).data or {})
+            for source, _ in container.config_map_mounts()
+        }
         sandbox = Sandbox(
-            name, container, 0, service_account=secrets, api_address=(self.plane.advertise_address, self.plane.api_port)
+            name,
+            container,
+            0,
+            service_account=secrets,
+            api_address=(self.plane.advertise_address, self.plane.api_port),
+            config_maps=config_maps,
         )
         self.sandboxes[pod.metadata.uid] = sandbox.start()
         self.ready[pod.metadata.uid] = False

@@ -73,3 +73,25 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The Configuration both components read (templates/config.yaml). */}}
+{{- define "gangkeeper.configuration" -}}
+apiVersion: gangkeeper.io/v1alpha1
+kind: Configuration
+maxGangPods: {{ .Values.maxGangPods }}
+schedulerNames:
+  volcano: {{ .Values.schedulerNames.volcano }}
+  coscheduling: {{ .Values.schedulerNames.coscheduling }}
+webhook:
+  workers: {{ .Values.webhook.workers }}
+  drainSeconds: 5
+controller:
+  queuePolicy: {{ .Values.controller.queuePolicy }}
+  headOfLineSeconds: {{ .Values.controller.headOfLineSeconds }}
+  nativeVersion: {{ .Values.controller.nativeVersion | quote }}
+{{- end }}
+
+{{/* Mounting the Configuration, and restarting pods when it changes. */}}
+{{- define "gangkeeper.configChecksum" -}}
+gangkeeper.io/config-checksum: {{ include "gangkeeper.configuration" . | sha256sum }}
+{{- end }}

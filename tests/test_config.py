@@ -1,0 +1,89 @@
+"""The configuration file: its fields become the flags they stand for, the command line wins, and any
+mistake stops the start with one line naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook.cli import _commands, build_parser, main
+from webhook.config import ConfigError, expand
+
+CHART_CONFIG = Path(__file__).resolve().parents[1] / "manifests" / "base" / "gangkeeper.yaml"
+
+
+def write(tmp_path: Path, body: dict[str, object]) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "gangkeeper.io/v1alpha1", "kind": "Configuration", **body}))
+    return str(path)
+
+
+def parsed(argv: list[str]) -> object:
+    parser = build_parser()
+    return parser.parse_args(expand(argv, _commands(parser)))
+
+
+def test_fields_become_flags_and_the_command_line_wins(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "maxGangPods": 500,
+            "controller": {"queuePolicy": "fifo", "queueDepth": 2, "headOfLineSeconds": 60},
+            "webhook": {"workers": 3},
+        },
+    )
+    controller = parsed(["controller", "--config", path])
+    assert (controller.queue_policy, controller.queue_depth, controller.max_gang_pods) == ("fifo", 2, 500)  # type: ignore[attr-defined]
+    assert controller.head_of_line_seconds == 60  # type: ignore[attr-defined]
+    serve = parsed(["serve", f"--config={path}", "--workers", "7"])
+    assert (serve.workers, serve.max_gang_pods) == (7, 500)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"controller": {"queuePolicy": "fifoo"}},
+            "controller.queuePolicy: 'fifoo' is not one of fifo, first-fit, backfill",
+        ),
+        (
+            {"controller": {"queuPolicy": "fifo"}},
+            "unknown field controller.queuPolicy; did you mean controller.queuePolicy?",
+        ),
+        ({"maxGangPods": "many"}, "maxGangPods: 'many' is not valid"),
+        ({"maxGangPods": 20000}, "maxGangPods: '20000' is not valid: must be at most 10000"),
+        ({"webhook": {"workers": [1, 2]}}, "webhook.workers: expected a single value"),
+    ],
+)
+def test_a_mistake_stops_the_start_naming_the_field(
+    tmp_path: Path, body: dict[str, object], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, body)
+    assert (
+        main(["controller", "--config", path]) == 2 if "webhook" not in body else main(["serve", "--config", path]) == 2
+    )
+    assert message in capsys.readouterr().err
+
+
+def test_a_wrong_kind_or_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\n")
+    with pytest.raises(ConfigError, match=r"expected gangkeeper\.io/v1alpha1/Configuration"):
+        parsed(["controller", "--config", str(other)])
+    with pytest.raises(ConfigError, match="cannot read it"):
+        parsed(["controller", "--config", str(tmp_path / "absent.yaml")])
+
+
+def test_the_release_manifests_configuration_is_valid() -> None:
+    """The ConfigMap the chart renders is read by both commands without an error."""
+    documents = [d for d in yaml.safe_load_all(CHART_CONFIG.read_text()) if d]
+    configmap = next(d for d in documents if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gangkeeper-config")
+    path = Path("/tmp") / f"gangkeeper-config-{id(configmap)}.yaml"
+    path.write_text(configmap["data"]["config.yaml"])
+    try:
+        assert parsed(["serve", "--config", str(path)]).max_gang_pods == 10000  # type: ignore[attr-defined]
+        assert parsed(["controller", "--config", str(path)]).queue_policy == "backfill"  # type: ignore[attr-defined]
+    finally:
+        path.unlink()

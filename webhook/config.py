@@ -1,0 +1,123 @@
+"""gangkeeper's configuration file: one `Configuration` (gangkeeper.io/v1alpha1) for the webhook and the
+controller, versioned as Kueue's is, and what the chart puts in the ConfigMap `gangkeeper-config`.
+
+Every field is one of a command's flags; the file is read before the command line, so a flag given
+there wins (the dev loop). It is checked whole at start: an unknown field (with the closest known one),
+a wrong type or a value out of its choices stops the process with one line naming the field.
+
+    apiVersion: gangkeeper.io/v1alpha1
+    kind: Configuration
+    maxGangPods: 10000
+    schedulerNames: {volcano: volcano, coscheduling: scheduler-plugins-scheduler}
+    webhook: {workers: 4, maxInFlight: 512, maxConnections: 4096, drainSeconds: 5}
+    controller: {queuePolicy: backfill, queueDepth: 4, maxAttempts: 5, headOfLineSeconds: 1800}
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+API_VERSION, KIND = "gangkeeper.io/v1alpha1", "Configuration"
+FLAG = "--config"
+
+# field path -> the flag it stands for, per command that takes it
+FIELDS: dict[str, dict[str, str]] = {
+    "backend": {"serve": "--backend"},
+    "maxGangPods": {"serve": "--max-gang-pods", "controller": "--max-gang-pods"},
+    "schedulerNames.volcano": {"serve": "--volcano-scheduler"},
+    "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
+    "webhook.workers": {"serve": "--workers"},
+    "webhook.maxInFlight": {"serve": "--max-in-flight"},
+    "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},
+    "webhook.maxConnections": {"serve": "--max-connections"},
+    "webhook.drainSeconds": {"serve": "--drain-seconds"},
+    "webhook.idleTimeoutSeconds": {"serve": "--idle-timeout"},
+    "controller.queuePolicy": {"controller": "--queue-policy"},
+    "controller.queueDepth": {"controller": "--queue-depth"},
+    "controller.maxAttempts": {"controller": "--max-attempts"},
+    "controller.headOfLineSeconds": {"controller": "--head-of-line-seconds"},
+    "controller.nativeVersion": {"controller": "--native-version"},
+    "controller.intervalSeconds": {"controller": "--interval"},
+}
+
+
+class ConfigError(ValueError):
+    """One line: the file, the field, what is wrong."""
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in document.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and any(f.startswith(f"{path}.") for f in FIELDS):
+            flat.update(_flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def load(path: str) -> dict[str, Any]:
+    """The file's fields by path (`controller.queuePolicy`), checked for shape; values are checked by
+    `to_flags` against the flags they stand for."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read it: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{path}: expected a {KIND} object")
+    if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
+        found = f"{document.get('apiVersion')}/{document.get('kind')}"
+        raise ConfigError(f"{path}: apiVersion/kind is {found}, expected {API_VERSION}/{KIND}")
+    fields = _flatten({k: v for k, v in document.items() if k not in ("apiVersion", "kind")})
+    for field in fields:
+        if field not in FIELDS:
+            close = difflib.get_close_matches(field, list(FIELDS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(FIELDS))}"
+            raise ConfigError(f"{path}: unknown field {field}{hint}")
+    return fields
+
+
+def to_flags(path: str, fields: Mapping[str, Any], command: str, parser: argparse.ArgumentParser) -> list[str]:
+    """The command's flags the file sets, each value checked as its flag would check it."""
+    actions = {option: action for action in parser._actions for option in action.option_strings}
+    flags = []
+    for field, value in fields.items():
+        flag = FIELDS[field].get(command)
+        if flag is None:
+            continue  # the other component's
+        if isinstance(value, Mapping | list) or value is None:
+            raise ConfigError(f"{path}: {field}: expected a single value, not {type(value).__name__}")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        action = actions[flag]
+        try:
+            checked = action.type(text) if callable(action.type) else text
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as error:
+            raise ConfigError(f"{path}: {field}: {text!r} is not valid: {error}") from None
+        if action.choices is not None and checked not in action.choices:
+            raise ConfigError(f"{path}: {field}: {text!r} is not one of {', '.join(map(str, action.choices))}")
+        flags.append(f"{flag}={text}")
+    return flags
+
+
+def expand(argv: Sequence[str], commands: Mapping[str, argparse.ArgumentParser]) -> list[str]:
+    """argv with the file's flags put before the command line's own (which therefore win)."""
+    if not argv or argv[0] not in commands:
+        return list(argv)
+    path = None
+    for index, token in enumerate(argv):
+        if token == FLAG and index + 1 < len(argv):
+            path = argv[index + 1]
+        elif token.startswith(f"{FLAG}="):
+            path = token.split("=", 1)[1]
+    if path is None:
+        return list(argv)
+    command = argv[0]
+    return [command, *to_flags(path, load(path), command, commands[command]), *argv[1:]]
