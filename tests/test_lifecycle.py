@@ -185,9 +185,15 @@ def gang_pods(store: Store) -> list[dict[str, Any]]:
 
 
 def test_a_late_replacement_never_evicts_the_running_members(store: Store, api: Api) -> None:
+    """A Job whose podFailurePolicy ignores evictions (DisruptionTarget): only its late newcomer goes back.
+    (Without such a rule the gang is requeued whole: test_convergence.py.)"""
     install_admission(store, "gate")
     store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3, spec=b.pod_spec(b.container("2", "1Gi"))))
+    job = b.job("train", parallelism=3, spec=b.pod_spec(b.container("2", "1Gi")))
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
+    store.create("batch/v1", "jobs", NS, job)
     jobs, clock = JobController(store), Clock()
     gangs = Controller(api, clock=clock)
     jobs.sync(NS, "train")

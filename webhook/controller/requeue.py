@@ -53,10 +53,13 @@ class Requeuer:
                     "to retry",
                 )
             return
-        if not decision.whole_gang and not self.requeues_by_suspending(resolved):
-            # late newcomers of a running gang go back; its members stay. Not for Jobs and the kinds built
-            # on them: the late pod's eviction would be counted as the Job's failure (a Job with
-            # backoffLimit 0 fails on it, as the real Job controller showed), so the gang goes back whole
+        if not decision.whole_gang and (
+            not self.requeues_by_suspending(resolved) or ignores_disruptions(resolved.workload)
+        ):
+            # late newcomers of a running gang go back; its members stay. For a Job only when its
+            # podFailurePolicy ignores evictions (DisruptionTarget): otherwise the late pod's eviction would
+            # be counted as the Job's failure (a Job with backoffLimit 0 fails on it, as the real Job
+            # controller showed), and the gang goes back whole by suspension instead
             self.evict(gang, decision.evict)
             self.reporter.event(
                 resolved.workload or gang.raw[0],
@@ -235,6 +238,23 @@ class Requeuer:
             metrics.REPAIRS.inc(len(decision.evict))
         message = f"gang {gang.name}: {decision.message}"
         self.reporter.event(resolved.workload or gang.raw[0], "Warning", "GangMembersReplaced", message)
+
+
+def ignores_disruptions(workload: Obj | None) -> bool:
+    """Whether a Job's podFailurePolicy ignores pods that fail with a DisruptionTarget condition (what the
+    Eviction API sets): then the Job controller counts gangkeeper's eviction of a pod as no failure
+    (pkg/controller/job/pod_failure_policy.go)."""
+    if workload is None or workload.get("kind") != "Job":
+        return False
+    rules = ((workload.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    for rule in rules if isinstance(rules, list) else []:
+        if not isinstance(rule, dict) or rule.get("action") != "Ignore":
+            continue
+        for pattern in rule.get("onPodConditions") or []:
+            disruption = isinstance(pattern, dict) and pattern.get("type") == "DisruptionTarget"
+            if disruption and pattern.get("status", "True") == "True":
+                return True
+    return False
 
 
 def _marked(when: str | None) -> Obj:
