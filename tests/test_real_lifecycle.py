@@ -4,6 +4,8 @@ Eviction API, and the controller's leader handover. Assertions read what the clu
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -185,3 +187,39 @@ def test_removing_the_opt_in_label_lifts_the_gates(stack: Stack) -> None:
     stack.plane.kubectl("label", "namespace", namespace, "gangkeeper.io/enabled-")
     wait_until(lambda: (p := stack.pods(namespace)) and not gated(p), "every gate lifted", 60)
     wait_until(lambda: len(running(stack.pods(namespace))) == 1, "one pod Running, as without gangkeeper", 60)
+
+
+def test_an_eviction_a_jobs_pod_failure_policy_ignores_is_no_failure(stack: Stack) -> None:
+    """What gangkeeper relies on to evict a Job's late member alone: the real Eviction API marks the pod
+    DisruptionTarget, and a podFailurePolicy rule `Ignore` on that condition makes the real Job
+    controller count no failure (backoffLimit 0 would fail the Job on one) and replace the pod."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("evict-ignored", "gate")
+    job = workloads.job("tolerant", namespace, 2, "1")
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
+    stack.plane.apply(job)
+    first = wait_until(
+        lambda: len(running(stack.pods(namespace))) == 2 and running(stack.pods(namespace)), "both Running", 90
+    )
+    victim = first[0]["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": namespace}}
+    stack.plane.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{victim}/eviction",
+        "-f",
+        "-",
+        stdin=json.dumps(eviction),
+    )
+    wait_until(
+        lambda: (
+            victim not in {p["metadata"]["name"] for p in stack.pods(namespace)}
+            and len(running(stack.pods(namespace))) == 2
+        ),
+        "the evicted pod replaced and running",
+        90,
+    )
+    status = stack.plane.get("job", "tolerant", namespace=namespace)["status"]
+    assert not status.get("failed") and not any(c["type"] == "Failed" for c in status.get("conditions") or []), status
