@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 from functools import cache
@@ -173,3 +174,76 @@ def test_the_image_target_builds_or_says_why_not() -> None:
     result = subprocess.run(["make", "-s", "image"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert result.stdout.strip().startswith("image: skipped, no Docker engine on this machine")
+
+
+# each alert: input series (promtool's expanding notation, one sample a minute), and when it must fire
+ALERT_CASES: dict[str, tuple[dict[str, str], str]] = {
+    "GangkeeperWebhookErrors": ({'gangkeeper_admission_requests_total{outcome="error"}': "0+6x40"}, "20m"),
+    "GangkeeperWebhookSlow": (
+        {
+            'gangkeeper_admission_duration_seconds_bucket{le="0.5"}': "0x40",
+            'gangkeeper_admission_duration_seconds_bucket{le="1"}': "0+60x40",
+            'gangkeeper_admission_duration_seconds_bucket{le="+Inf"}': "0+60x40",
+        },
+        "25m",
+    ),
+    "GangkeeperWebhookOverloaded": ({'gangkeeper_http_refused_requests_total{code="429"}': "0+30x40"}, "20m"),
+    "GangkeeperGangsTimingOut": ({"gangkeeper_gang_timeouts_total": "0 0 0 1 1 1 1 1 1 1"}, "5m"),
+    "GangkeeperGangsGaveUp": ({'gangkeeper_gangs{state="GaveUp"}': "1x40"}, "20m"),
+    "GangkeeperControllerPassesFailing": ({"gangkeeper_controller_pass_failures_total": "0+1x40"}, "20m"),
+    "GangkeeperGangReconcileFailing": ({"gangkeeper_gang_failures_total": "0 0 2 2 2 2 2 2"}, "5m"),
+    "GangkeeperNoLeader": ({"gangkeeper_controller_leader": "0x40"}, "20m"),
+    "GangkeeperLeaseLost": ({"gangkeeper_controller_lease_lost_total": "0 0 1 1 1 1 1"}, "5m"),
+}
+QUIET = {  # what a healthy gangkeeper exports: no alert fires
+    'gangkeeper_admission_requests_total{outcome="error"}': "0x40",
+    'gangkeeper_admission_duration_seconds_bucket{le="0.5"}': "0+60x40",
+    'gangkeeper_admission_duration_seconds_bucket{le="1"}': "0+60x40",
+    'gangkeeper_admission_duration_seconds_bucket{le="+Inf"}': "0+60x40",
+    'gangkeeper_http_refused_requests_total{code="429"}': "0x40",
+    "gangkeeper_gang_timeouts_total": "0x40",
+    'gangkeeper_gangs{state="GaveUp"}': "0x40",
+    "gangkeeper_controller_pass_failures_total": "0x40",
+    "gangkeeper_gang_failures_total": "0x40",
+    "gangkeeper_controller_leader": "1x40",
+    "gangkeeper_controller_lease_lost_total": "0x40",
+}
+
+
+def test_each_alert_fires_on_its_series_and_none_on_a_healthy_one(tmp_path: Path) -> None:
+    """promtool (built from Prometheus' Go module) evaluates the chart's alert rules on recorded series:
+    each alert fires on what its problem exports, and none on what a healthy gangkeeper exports."""
+    from tests.realcluster.controlplane import binary, versions
+
+    promtool = binary("promtool", versions()["PROMETHEUS_MODULE_VERSION"], "promtool")
+    if not promtool.exists():
+        pytest.skip(f"not built: {promtool} (run hack/cluster/build.sh promtool)")
+    rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} == set(ALERT_CASES), "every alert has a case"
+    tests = []
+    for rule in rules:
+        series, fires_at = ALERT_CASES[rule["alert"]]
+        expected = {"exp_labels": dict(rule["labels"]), "exp_annotations": dict(rule["annotations"])}
+        tests.append(
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "alert_rule_test": [{"eval_time": fires_at, "alertname": rule["alert"], "exp_alerts": [expected]}],
+            }
+        )
+    quiet = [{"eval_time": "30m", "alertname": r["alert"], "exp_alerts": []} for r in rules]
+    tests.append(
+        {
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in QUIET.items()],
+            "alert_rule_test": quiet,
+        }
+    )
+    shutil.copy(CHART / "files" / "alerts.yaml", tmp_path / "alerts.yaml")
+    (tmp_path / "alerts_test.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["alerts.yaml"], "evaluation_interval": "1m", "tests": tests})
+    )
+    result = subprocess.run(
+        [str(promtool), "test", "rules", "alerts_test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

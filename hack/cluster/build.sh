@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -69,7 +69,7 @@ targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
     default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset volcano helm ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
@@ -86,6 +86,9 @@ for t in "${targets[@]}"; do
              for b in scheduler controller-manager webhook-manager; do rename "$GK_CACHE/bin/volcano-$VOLCANO_VERSION" "$b" "vc-$b"; done ;;
     helm) build helm helm.sh/helm/v3 "v$HELM_VERSION" "" "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
             helm.sh/helm/v3/cmd/helm ;;
+    # checks the chart's alert rules (tests/test_metrics_files.py): promtool test rules
+    promtool) build promtool github.com/prometheus/prometheus "v$PROMETHEUS_MODULE_VERSION" "" "" \
+            github.com/prometheus/prometheus/cmd/promtool ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done
