@@ -104,6 +104,5 @@ def test_coscheduling_in_the_default_schedulers_profile(as_default_scheduler: St
     except AssertionError:
         # the same upstream skew as the second-scheduler case above (v0.34.7 against 1.36): it started
         # whole in some runs and cycled at Permit in others; what gangkeeper does is asserted above
-        pytest.xfail(
-            f"scheduler-plugins v0.34.7 against 1.36 left the released gang cycling at Permit: {bound(stack.pods(namespace))}"
-        )
+        placed = len(bound(stack.pods(namespace)))
+        pytest.xfail(f"scheduler-plugins v0.34.7 against 1.36 left the gang cycling at Permit ({placed} of 4 bound)")
