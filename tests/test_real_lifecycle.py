@@ -223,3 +223,44 @@ def test_an_eviction_a_jobs_pod_failure_policy_ignores_is_no_failure(stack: Stac
     )
     status = stack.plane.get("job", "tolerant", namespace=namespace)["status"]
     assert not status.get("failed") and not any(c["type"] == "Failed" for c in status.get("conditions") or []), status
+
+
+def test_statefulset_parallel_scale_down_then_up_keeps_its_members_running(stack: Stack) -> None:
+    """A Parallel StatefulSet of 3 scaled to 1 (the real controller deletes two), then back to 3: the
+    member that stays is never touched, the Gang follows the size, and the new pods start."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("sts-down", "gate")
+    stack.plane.apply(workloads.statefulset("db", namespace, 3, "1"))
+    wait_until(lambda: len(running(stack.pods(namespace))) == 3, "three pods Running", 90)
+    first = stack.plane.get("pod", "db-0", namespace=namespace)["metadata"]["uid"]
+    stack.plane.kubectl("-n", namespace, "scale", "statefulset/db", "--replicas=1")
+    wait_until(lambda: len(stack.pods(namespace)) == 1, "two pods gone after the scale-down", 90)
+    wait_until(
+        lambda: (stack.plane.get("gang", "sts-db", namespace=namespace) or {}).get("spec", {}).get("minMember") == 1,
+        "the Gang's minMember following the scale-down",
+        60,
+    )
+    stack.plane.kubectl("-n", namespace, "scale", "statefulset/db", "--replicas=3")
+    wait_until(lambda: len(running(stack.pods(namespace))) == 3, "three pods Running after the scale-up", 120)
+    assert stack.plane.get("pod", "db-0", namespace=namespace)["metadata"]["uid"] == first  # never restarted
+
+
+def test_a_jobset_restart_releases_its_new_generation(stack: Stack) -> None:
+    """A JobSet (failurePolicy maxRestarts 1) whose workers fail: the real JobSet controller recreates
+    every child Job; gangkeeper releases the new generation as a gang (its workers run and fail again),
+    and the JobSet ends Failed after its one restart, nothing left gated."""
+    stack.replace_workers(2)
+    namespace = stack.namespace("jobset-restart", "gate")
+    jobset = workloads.job_set("flaky", namespace, "1", workers=2)
+    jobset["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        annotation = {"gangkeeper.test/fail-after": "3s"} if replicated["name"] == "workers" else {}
+        replicated["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = annotation
+    stack.plane.apply(jobset)
+    done = wait_until(
+        lambda: (j := stack.plane.get("jobset", "flaky", namespace=namespace)) and condition(j, "Failed") and j,
+        "the JobSet Failed after its restart",
+        180,
+    )
+    assert done["status"].get("restarts") == 1, done["status"]
+    assert not gated(stack.pods(namespace)), stack.describe(namespace)
