@@ -259,6 +259,15 @@ def bench_release() -> None:
             decision = controller.reconcile_once()["team-a/job-big"]
             release, cpu = time.perf_counter() - started, time.process_time() - cpu
             server_cpu = process_cpu(server.pid) - server_cpu
+            # the pass after: the informers hand over every released pod's change
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(
+                (p.get("spec") or {}).get("schedulingGates") for p in informers[0].items()
+            ):
+                time.sleep(0.05)
+            started = time.perf_counter()
+            controller.reconcile_once()
+            after = time.perf_counter() - started
             for informer in informers:
                 informer.stop()
             controller.recorder.flush()  # the release's events are sent after it: not during the floor
@@ -270,6 +279,7 @@ def bench_release() -> None:
                 f"http.client: {floor * 1000:7.1f} ms{'  (target < 1 s)' if size == 1000 else ''}"
             )
             print(f"         API writes: {dict(sorted(writes.items()))}")
+            print(f"         the pass after, taking the {size} released pods in: {after * 1000:.1f} ms")
         finally:
             server.terminate()
             server.wait(timeout=10)

@@ -177,6 +177,7 @@ class GangObjects:
         self.api, self._informer, self.may_write, self.monotonic = api, informer, may_write, monotonic
         self._written: dict[str, tuple[float, Obj | None]] = {}  # namespace/name -> (when, object; None: deleted)
         self._listed: dict[str, Obj] | None = None  # without a watch: every Gang, listed once
+        self._parsed: dict[str, tuple[Obj, Mapping[str, Release]]] = {}  # gang -> (the object, its records)
 
     def _watched(self) -> Informer | None:
         informer = self._informer()
@@ -212,8 +213,25 @@ class GangObjects:
     def books(self, namespace: str, name: str) -> Books:
         return books_of(self.get(namespace, name))
 
-    def releases(self, namespace: str, name: str) -> dict[str, Release]:
-        return releases_of(self.get(namespace, name))
+    def releases(self, namespace: str, name: str) -> Mapping[str, Release]:
+        """The gang's release records, parsed once per version of its Gang object: the index asks for
+        them on every change of every member (a 1,000-pod release is 1,000 changes)."""
+        gang = self.get(namespace, name)
+        key = f"{namespace}/{name}"
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] is gang:
+            return cached[1]
+        found = releases_of(gang)
+        if gang is None:
+            self._parsed.pop(key, None)
+        else:
+            self._parsed[key] = (gang, found)  # the object is kept with its parse, so `is` stays meaningful
+        return found
+
+    def keep_only(self, gangs: set[str]) -> None:
+        """Forget the parsed records of gangs no longer present (namespace/name)."""
+        for key in self._parsed.keys() - gangs:
+            del self._parsed[key]
 
     def suspended(self) -> list[Obj]:
         """The Gang objects whose books say gangkeeper suspended their workload."""

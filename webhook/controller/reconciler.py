@@ -280,6 +280,7 @@ class Controller:
         for key in self._order.keys() - live.keys():
             del self._order[key]
         self.head_of_line.keep_only(live)
+        self.gang_objects.keep_only(set(live))
         return Snapshot(
             nodes=index.node_list(),
             # the index's figures, shared: a pass replaces a node's figures when it promises capacity

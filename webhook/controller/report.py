@@ -17,7 +17,6 @@ from webhook.controller.gangobject import (
     desired_object,
     desired_status,
     release_records,
-    releases_of,
 )
 from webhook.controller.resolve import Resolved
 from webhook.controller.state import Decision, GangState, Release
@@ -57,7 +56,10 @@ class Reporter:
         )
         # records of pods gone (or replaced under the same name) are dropped
         live_uids = {p.name: p.uid for p in live}
-        records: dict[str, Any] = {n: None for n, r in releases_of(current).items() if live_uids.get(n) != r.uid}
+        recorded = ((current or {}).get("status") or {}).get("released") or {}
+        records: dict[str, Any] = {
+            n: None for n, r in recorded.items() if not isinstance(r, dict) or live_uids.get(n) != r.get("uid")
+        }
         records.update(release_records(released or {}))
         if records:
             status["released"] = records
