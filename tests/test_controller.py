@@ -285,7 +285,7 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
 
     job = add_job(server.store, parallelism=4, cpu="1")
     add_job_pods(server.store, job, backend="volcano")
-    controller = Controller(api, clock=Clock(), resync_every=1)
+    controller = Controller(api, clock=Clock(), resync_seconds=0)
     controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
     validate(group)
@@ -302,7 +302,7 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
 
 def test_a_quiet_cluster_costs_no_api_calls_between_resyncs(server: TestApiServer, api: Api) -> None:
     add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"), backend="volcano")
-    controller = Controller(api, clock=Clock(), resync_every=5)
+    controller = Controller(api, clock=Clock(), resync_seconds=1e9)
     controller.reconcile_once()
     server.store.requests.clear()
     for _ in range(3):
@@ -377,7 +377,7 @@ def test_orphaned_group_of_bare_pods_is_deleted(server: TestApiServer, api: Api)
             f"mpi-{i}", labels={"gangkeeper.io/group-name": "mpi"}, annotations={"gangkeeper.io/group-size": "2"}
         )
         server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("volcano"), "team-a").mutated)
-    controller = Controller(api, clock=Clock(), orphan_every=1)
+    controller = Controller(api, clock=Clock(), orphan_seconds=0)
     controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "pg-mpi")
     assert "ownerReferences" not in group["metadata"]  # nobody would garbage-collect it
@@ -394,7 +394,7 @@ def test_watched_group_object_deleted_is_recreated_at_once(server: TestApiServer
     add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"), backend="volcano")
     podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
     controller = Controller(
-        api, clock=Clock(), resync_every=1000, informers={("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
+        api, clock=Clock(), resync_seconds=1e9, informers={("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
     )
     podgroups.relist()
     controller.reconcile_once()

@@ -179,3 +179,21 @@ def test_a_late_member_of_a_job_gang_is_never_evicted_alone(store: Store, api: A
     assert store.get("batch/v1", "jobs", NS, "split")["spec"].get("suspend") is True
     assert any(p["metadata"]["name"] == late[0] for p in pods(store))  # not evicted
     assert not [m for m, path in store.requests if "eviction" in path]
+
+
+def test_a_timeout_is_counted_once_while_its_pods_are_on_their_way_out(store: Store, api: Api) -> None:
+    """Between the suspension and the Job controller deleting the pods, every look sees the same timed-out
+    release: it is requeued once, not once per pass (which spent the whole budget in 40 ms)."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(store, add_job(store, "slow", parallelism=2, cpu="1"))
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-slow"].state == "Release"
+    clock.advance(301)
+    for _ in range(4):  # the pods are still there: nothing deletes them in this test
+        assert controller.reconcile_once()["team-a/job-slow"].state == "TimedOut"
+        clock.advance(1)
+    assert gang_status(store, "job-slow")["attempts"] == 1
+    assert store.get("batch/v1", "jobs", NS, "slow")["spec"]["suspend"] is True
+    requeued = [e for e in store.list("v1", "events", NS)[0] if e.get("reason") == "GangRequeued"]
+    assert len(requeued) == 1

@@ -260,7 +260,7 @@ def exercise_controller(server: TestApiServer) -> None:
             annotations={"gangkeeper.io/group-size": "1"},
         )
         store.create("v1", "pods", "team-a", admit(bare, "CREATE", make(backend), "team-a").mutated)
-    controller = Controller(api, clock=clock, orphan_every=1, resync_every=1)
+    controller = Controller(api, clock=clock, orphan_seconds=0, resync_seconds=0)
     controller.reconcile_once()
     for backend in ("volcano", "coscheduling", "native"):
         store.patch("batch/v1", "jobs", "team-a", backend, {"spec": {"parallelism": 3}})

@@ -461,7 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     controller.add_argument("--server", default=None, help="API server URL without credentials (tests)")
     controller.add_argument("--namespace", default="gangkeeper-system", help="where the leader Lease lives")
-    controller.add_argument("--interval", type=float, default=1.0, help="seconds between passes without events")
+    controller.add_argument(
+        "--interval",
+        type=float,
+        default=10.0,
+        help="longest wait between passes when nothing changes and no gang's deadline falls due (seconds)",
+    )
     controller.add_argument(
         "--native-version",
         choices=("auto", *KUBERNETES_VERSIONS),

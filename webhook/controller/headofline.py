@@ -40,6 +40,13 @@ class HeadOfLine:
         cycles = (now - since).total_seconds() // period + 1
         return since + dt.timedelta(seconds=cycles * period)
 
+    def next_change(self, now: dt.datetime) -> dt.datetime | None:
+        """The next moment a gang that holds others back starts to yield, or one that yields holds again."""
+        if self.bound_seconds <= 0 or not self._since:
+            return None
+        bound = dt.timedelta(seconds=self.bound_seconds)
+        return min(since + ((now - since) // bound + 1) * bound for since in self._since.values())
+
     def done(self, gang: str) -> None:
         """The gang started (or left the queue): its next wait starts afresh."""
         self._since.pop(gang, None)

@@ -39,6 +39,7 @@ class LeaderElector:
         retry_seconds: float = 2.0,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        changed: threading.Event | None = None,
     ) -> None:
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.lease_seconds, self.renew_deadline, self.retry = lease_seconds, renew_deadline_seconds, retry_seconds
@@ -47,7 +48,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # last successful acquire or renew, while leading
         self._stop = threading.Event()
-        self.changed = threading.Event()  # set when leadership is gained or lost
+        self.changed = changed or threading.Event()  # set when leadership is gained or lost
 
     def leading(self) -> bool:
         """True while the last renewal is within the renew deadline: checked before every batch of writes."""

@@ -86,9 +86,20 @@ class Requeuer:
             decision.message = f"{decision.message}; left to Kueue (its waitForPodsReady requeues the workload)"
             self.reporter.event(workload, "Warning", "GangLeftToKueue", f"gang {gang.name}: {decision.message}")
             return
-        attempts = self.gang_objects.books(gang.namespace, gang.name).attempts + 1
+        books = self.gang_objects.books(gang.namespace, gang.name)
         kind = str((workload or {}).get("kind", ""))
         suspend = SUSPEND_PATHS.get(kind) if workload is not None else None
+        if already_requeued(gang, books, self.max_attempts):
+            # this release was requeued (or given up on) already: its pods are on their way out (the Job
+            # controller deletes a suspended Job's pods, evictions take a grace period); counting it again
+            # on every look until they are gone would spend the whole budget on one timeout
+            if books.attempts > self.max_attempts:
+                decision.state = GangState.GAVE_UP
+                decision.message = f"{decision.message}; requeued {self.max_attempts} times, gave up"
+            elif not suspend:
+                self.evict(gang, decision.evict)  # again: an eviction refused for now (a PDB's 429) is retried
+            return
+        attempts = books.attempts + 1
         if attempts > self.max_attempts:
             decision.state = GangState.GAVE_UP
             how = "it stays suspended; set its suspend field to false" if suspend else "no more evictions; recreate it"
@@ -158,9 +169,11 @@ class Requeuer:
             except ApiError as error:
                 metrics.API_ERRORS.labels("evict", str(error.status)).inc()
 
-    def resume_due(self, now: dt.datetime) -> None:
+    def resume_due(self, now: dt.datetime) -> float | None:
         """Resume the workloads gangkeeper suspended (its Gang books say so) once their backoff has passed.
-        A workload whose user took gangkeeper's mark off, or resumed it, is theirs: the books let it go."""
+        A workload whose user took gangkeeper's mark off, or resumed it, is theirs: the books let it go.
+        Returns when the next backoff left ends (the moment to look again)."""
+        pending: list[float] = []
         for gang_object in self.gang_objects.suspended():
             books = books_of(gang_object)
             ref = (gang_object.get("spec") or {}).get("workload") or {}
@@ -181,6 +194,7 @@ class Requeuer:
                 and _get(target, SUSPEND_PATHS[kind]) is True
             )
             if still_ours and books.not_before is not None and now < books.not_before:
+                pending.append(books.not_before.timestamp())
                 continue
             if target is not None and still_ours:
                 if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
@@ -192,6 +206,7 @@ class Requeuer:
                     f"{kind} {meta.get('name')} resumed after its backoff; its pods come back gated",
                 )
             self.gang_objects.write(gang_object, {"suspendedAt": None})
+        return min(pending, default=None)
 
     def _patch_workload(self, workload: Obj, patch: Mapping[str, Any]) -> bool:
         meta = workload.get("metadata") or {}
@@ -207,6 +222,10 @@ class Requeuer:
         return True
 
     # --- group objects for the other backends -----------------------------------------------------
+
+    def avoid_ends(self, gang_key: str) -> dt.datetime | None:
+        """When the first node this gang avoids may be planned for it again."""
+        return min((self._avoid.get(gang_key) or {}).values(), default=None)
 
     def avoided(self, gang_key: str, now: dt.datetime) -> frozenset[str]:
         nodes = self._avoid.get(gang_key)
@@ -267,3 +286,14 @@ def _get(obj: Obj, path: tuple[str, ...]) -> Any:
     for key in path:
         obj = obj.get(key) if isinstance(obj, dict) else None  # type: ignore[assignment]
     return obj
+
+
+def already_requeued(gang: GangView, books: Books, max_attempts: int) -> bool:
+    """Whether the gang's current release was requeued already: a backoff set after its pods were released
+    (a new release comes only once the backoff has passed), or the attempt budget spent."""
+    released = [p.released_at for p in gang.pods if p.released_at is not None and not p.terminal]
+    if not released:
+        return False
+    if books.attempts > max_attempts:
+        return True
+    return books.not_before is not None and books.not_before > max(released)

@@ -81,7 +81,7 @@ class Probes:
 def run(
     api_client: Any,
     namespace: str,
-    interval: float = 1.0,
+    interval: float = 10.0,
     native_version: str = "auto",
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
@@ -100,7 +100,7 @@ def run(
     nodes = Informer(api, NODES, transform=trim_node, changed=changed)
     namespaces = Informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
     identity = f"{socket.gethostname()}_{os.getpid()}"
-    elector = LeaderElector(api, namespace, "gangkeeper-controller", identity)
+    elector = LeaderElector(api, namespace, "gangkeeper-controller", identity, changed=changed)
     controller = Controller(
         api,
         InformerSource(pods, nodes),
@@ -137,11 +137,19 @@ def run(
                 log.exception("reconcile pass failed")
                 metrics.PASS_FAILURES.inc()
                 probes.failed_in_a_row += 1
-        changed.wait(interval)
+        # until something changes (a watch event, leadership) or the earliest deadline of any gang;
+        # `interval` bounds the sleep, a safety net for a deadline nothing announced
+        changed.wait(seconds_to_sleep(controller, interval))
         changed.clear()
     elector.stop()
     for informer in watched:
         informer.stop()
+
+
+def seconds_to_sleep(controller: Controller, interval: float) -> float:
+    if controller.next_wake is None:
+        return interval
+    return min(interval, max(0.0, controller.next_wake - controller.clock().timestamp()))
 
 
 def trim_namespace(namespace: dict[str, Any]) -> dict[str, Any]:

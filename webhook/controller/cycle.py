@@ -1,0 +1,195 @@
+"""The release cycle of the gate gangs: one turn per gang in queue order, sharing the nodes' capacity.
+
+A turn decides for one gang (`state.decide`, with the queue's room and reservations, `queue.take_turn`)
+and acts: release, requeue on timeout, repair. The controller runs the cycle after each gang's own
+reconciliation, and `gangkeeper explain` and the simulator run the same controller, so what they say is
+what the cycle does. Waiting decisions are reused while nothing they depend on changed (`reuse`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+from webhook.controller import placement
+from webhook.controller.cluster import ClusterIndex, GangView
+from webhook.controller.gangobject import GangObjects
+from webhook.controller.headofline import HeadOfLine
+from webhook.controller.placement import Eligibility, Member
+from webhook.controller.queue import QueuePass, take_turn
+from webhook.controller.release import Releaser, adjust
+from webhook.controller.report import Reporter
+from webhook.controller.requeue import Requeuer
+from webhook.controller.resolve import Resolved
+from webhook.controller.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
+from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, decide, format_time
+
+
+class ReleaseCycle:
+    def __init__(
+        self,
+        index: ClusterIndex,
+        gang_objects: GangObjects,
+        reporter: Reporter,
+        releaser: Releaser,
+        requeuer: Requeuer,
+        head_of_line: HeadOfLine,
+    ) -> None:
+        self.index, self.gang_objects, self.reporter = index, gang_objects, reporter
+        self.releaser, self.requeuer, self.head_of_line = releaser, requeuer, head_of_line
+        # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
+        self.reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
+        self.waiting: dict[str, Waiting] = {}  # decisions of gangs that wait, reused while nothing changed
+        self.order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
+        self.replaced = 0  # decisions re-placed in the last cycle (the others were reused)
+        self.judged_now: dt.datetime | None = None  # the pass's time as the clock guard accepts it
+
+    def keep_only(self, live: Mapping[str, GangView]) -> None:
+        for key in self.order.keys() - live.keys():
+            del self.order[key]
+        self.head_of_line.keep_only(live)
+
+    def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
+        """Where a gang stands in the queue: its priority (the highest of its pods'), then its arrival
+        (its oldest pod's creation), remembered until the gang's pods change."""
+        version = self.index.gang_versions[gang.key]
+        cached = self.order.get(gang.key)
+        if cached is None or cached[0] != version:
+            live = [p for p in gang.pods if not p.terminal] or gang.pods
+            key = (-max(p.priority for p in live), min((p.created_at or now for p in live), default=now))
+            cached = self.order[gang.key] = (version, key)
+        return cached[1]
+
+    def step(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        waiting: Waiting | None,
+        queue: QueuePass,
+    ) -> Decision:
+        previous = self.reporter.state_of(gang)  # before this turn writes the Gang
+        free = snapshot.free
+        held = self.reserved.get(gang.key)
+        if held is not None:  # what was kept for this gang's members to come is theirs to use
+            adjust(free, held[1], +1)
+        avoid = self.requeuer.avoided(gang.key, now)
+        expected = resolved.spec.expected_seconds if resolved.spec is not None else None
+        room = queue.room_for(now.timestamp() + expected if expected is not None else None)
+        context = (queue.context(gang.key), room is free)
+        if (
+            waiting is not None
+            and waiting.context == context
+            and still_valid(self.index, waiting, gang, resolved, snapshot, avoid, room)
+        ):
+            decision = waiting.decision
+        else:
+            decision = self.decide_for(gang, resolved, snapshot, now, avoid, room=None if room is free else room)
+            self.replaced += 1
+        if held is not None:
+            adjust(free, held[1], -1)
+        # nothing in a waiting decision depends on the clock while no released pod waits to bind: reuse it
+        # until the gang, its workload, the nodes, the queue ahead, or the room it could use change
+        if decision.state in (
+            GangState.WAITING_FOR_CAPACITY,
+            GangState.NEVER_FITS,
+            GangState.WAITING_FOR_MEMBERS,
+        ) and not any(not p.gated and not p.terminal and not p.node_name for p in gang.pods):
+            if waiting is None or waiting.decision is not decision:
+                waiting = Waiting(
+                    self.index.gang_versions[gang.key],
+                    resolved_key(resolved),
+                    self.index.nodes_epoch,
+                    avoid,
+                    decision,
+                    context,
+                    capacity(gang, snapshot.eligibility, room)
+                    if decision.state == GangState.WAITING_FOR_CAPACITY
+                    else {},
+                )
+            self.waiting[gang.key] = waiting
+        members = [Member(p.name, p.shape) for p in gang.pods if p.gated and not p.terminal]
+        spread = resolved.spec.spread if resolved.spec is not None else False
+        decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected)
+        self.bound_head_of_line(gang.key, decision, queue, now)
+        if decision.state == GangState.RELEASE:
+            if decision.reserve:
+                self.reserved[gang.key] = (now, decision.reserve)
+                adjust(free, decision.reserve, -1)
+            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
+            queue.released()
+        elif decision.state == GangState.TIMED_OUT:
+            self.requeuer.time_out(gang, resolved, decision, now)
+        elif decision.state == GangState.REPAIR:
+            self.requeuer.repair(gang, resolved, decision, now)
+        self.reporter.transition(gang, resolved, decision, now, previous)
+        return decision
+
+    def bound_head_of_line(self, key: str, decision: Decision, queue: QueuePass, now: dt.datetime) -> None:
+        if decision.state != GangState.WAITING_FOR_CAPACITY:
+            if decision.state != GangState.QUEUED:
+                self.head_of_line.done(key)
+            return
+        if decision.reservation or queue.blocked_by == key:
+            self.head_of_line.holds(key, now)
+            return
+        until = self.head_of_line.yields_until(key, now)
+        if until is not None:
+            decision.message += (
+                f"; it could not start within {self.head_of_line.bound_seconds:.0f}s at the head of the queue, so "
+                f"it holds no gang back until {format_time(until)}"
+            )
+
+    def apply_reservations(self, snapshot: Snapshot, now: dt.datetime) -> float | None:
+        """Take the capacity kept for members to come out of what other gangs may use. A reservation ends
+        when those members are released (they then hold capacity as pods), when the gang is gone, or after the
+        default timeout (a driver that never asks for its executors must not hold them forever). Returns
+        when the first reservation left runs out."""
+        ends = []
+        for key, (since, reserve) in list(self.reserved.items()):
+            gang = snapshot.gangs.get(key)
+            # members beyond the first that were released: from then on they hold capacity as pods
+            arrived = sum(1 for view in gang.pods if not view.terminal and not view.gated) - 1 if gang else 0
+            expected = sum(units.get(placement.PODS, 0) for units in reserve.values())  # one `pods` each
+            expired = (now - since).total_seconds() > DEFAULT_TIMEOUT_SECONDS
+            if gang is None or expired or arrived >= expected:
+                del self.reserved[key]
+                snapshot.grown.update(reserve)  # room again for the gangs that wait
+                continue
+            adjust(snapshot.free, reserve, -1)
+            ends.append(since.timestamp() + DEFAULT_TIMEOUT_SECONDS + 0.001)
+        return min(ends, default=None)
+
+    def decide_for(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        avoid: frozenset[str] = frozenset(),
+        room: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> Decision:
+        """The decision for one gang, with its workload's backoff: what the pass acts on and what
+        `gangkeeper explain` prints."""
+        if resolved.spec is None:
+            return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
+        not_before = self.gang_objects.books(gang.namespace, gang.name).not_before
+        nodes = snapshot.nodes
+        eligibility: Eligibility | None = snapshot.eligibility
+        if avoid:
+            nodes, eligibility = [n for n in nodes if n.name not in avoid], None
+        judged = self.judged_now if self.judged_now is not None and self.judged_now <= now else now
+        return decide(
+            gang.pods,
+            resolved.spec,
+            nodes,
+            snapshot.free,
+            judged,
+            not_before,
+            used_ports=snapshot.ports,
+            eligibility=eligibility,
+            without_lower_priority=snapshot.without_lower_priority,
+            room=room,
+            ever=snapshot.index.ever if not avoid else None,
+        )
