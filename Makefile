@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image plugin-archive
 
 PORT ?= 8443
 # the interpreter the venv was made with: another one (a new Python) rebuilds it from scratch
@@ -68,6 +68,10 @@ image:
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
 	  docker build -t $(IMAGE) . ; \
 	else echo "image: skipped, no Docker engine on this machine (docker build -t $(IMAGE) . where one runs)"; fi
+
+# build/kubectl-gangkeeper.tar.gz, the krew archive, and its sha256 in plugins/krew/gangkeeper.yaml
+plugin-archive:
+	bash hack/plugin-archive.sh
 
 # manifests/base/gangkeeper.yaml (the release manifest) rendered from charts/gangkeeper
 manifests:

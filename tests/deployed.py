@@ -172,7 +172,8 @@ class Sandbox:
     def __post_init__(self) -> None:
         tag = f"{os.getpid() % 10000}x{self.index}"
         self.netns, self.host_if, self.pod_if = f"gk{tag}", f"gkh{tag}", f"gkp{tag}"
-        octet = 200 + os.getpid() % 50
+        # another process's sandboxes (a `make cluster` beside the test session) take other subnets
+        octet = int(os.environ.get("GK_SANDBOX_OCTET") or 200 + os.getpid() % 50)
         self.host_ip, self.pod_ip = f"10.{octet}.{self.index}.1", f"10.{octet}.{self.index}.2"
         # what a run killed before its clean-up may have left under these names
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)

@@ -4,7 +4,9 @@
 
 Starts the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
 from hack/cluster/build.sh's binaries, deploys gangkeeper with `kubectl apply -k manifests/overlays/OVERLAY`,
-adds fake nodes, prints the kubeconfig to use, and runs until Ctrl-C, then removes everything.
+adds fake nodes, writes WORKDIR/env (KUBECONFIG, and kubectl and the kubectl-gangkeeper plugin on the
+PATH: `. WORKDIR/env` in another shell) once it is up, and runs until Ctrl-C or SIGTERM, then removes
+everything.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="state and logs (default: a new temp dir)")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gangkeeper-cluster-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = workdir / "env"
+    env.unlink(missing_ok=True)  # written again once this cluster is up: waiting for it means waiting for that
     plane = ControlPlane(workdir, kubernetes_version=args.kubernetes)
     reason = plane.missing()
     if reason:
@@ -46,16 +51,19 @@ def main() -> int:
                 operator().install(plane)
         stack.replace_workers(args.nodes)
         kubectl = plane.k8s_binary("kubectl")
+        plugins = Path(__file__).resolve().parents[2] / "plugins"
+        env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
         print(f"cluster v{args.kubernetes} with gangkeeper ({args.overlay}) up in {time.monotonic() - started:.0f}s")
-        print(f"  export KUBECONFIG={plane.kubeconfig}")
-        print(f"  alias kubectl={kubectl}")
-        print("  kubectl apply -k manifests/examples   # the seeds' scenarios, commented")
-        print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything")
+        print(f"  . {env}    # KUBECONFIG={plane.kubeconfig}; kubectl and kubectl-gangkeeper on the PATH")
+        print("  kubectl apply -f manifests/examples/00-namespace.yaml -f manifests/examples/01-all-fit.yaml")
+        print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything", flush=True)
         try:
             while all(p.alive() for p in plane.processes):
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+        finally:
+            env.unlink(missing_ok=True)
     return 0
 
 
