@@ -537,3 +537,95 @@ def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestA
 
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
     assert not events(server, "GangResumed")
+
+
+def test_a_volcano_podgroup_is_made_from_the_workload_before_any_pod(server: TestApiServer, api: Api) -> None:
+    """Volcano's pod admission refuses a pod whose PodGroup does not exist yet (admit_pod.go checkPG, seen
+    on the real webhook-manager): the PodGroup must come from the Job, before the Job controller's first pod."""
+    from tests.schemas import validate
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Resource
+
+    job = b.job("train", parallelism=3, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    stamped = admit(job, "CREATE", make("volcano"), "team-a").mutated
+    assert stamped is not None
+    created = server.store.create("batch/v1", "jobs", "team-a", stamped)
+    jobs = Informer(api, Resource("batch/v1", "jobs"), watch_seconds=1)
+    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
+    informers = {("batch/v1", "jobs"): jobs, ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
+    jobs.relist()
+    podgroups.relist()
+    Controller(api, clock=Clock(), informers=informers).reconcile_once()
+    group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
+    validate(group)
+    assert group["spec"]["minMember"] == 3
+    assert group["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+
+
+def test_an_operators_own_volcano_group_is_not_made_ahead(server: TestApiServer, api: Api) -> None:
+    from webhook.controller.groups import volcano_groups_in
+
+    own = {"spec": {"template": {"metadata": {"annotations": {"scheduling.k8s.io/group-name": "theirs"}}, "spec": {}}}}
+    assert volcano_groups_in(own) == set()
+    hostile = {"spec": {"template": {"metadata": "not a map", "spec": {}}, "deep": [[[[[[[[[[[[[[{}]]]]]]]]]]]]]]}}
+    assert volcano_groups_in(hostile) == set()
+
+
+def test_leaderworkerset_groups_get_podgroups_ahead_unless_lws_makes_its_own(server: TestApiServer, api: Api) -> None:
+    """An LWS's pods get their Volcano group one by one, so its PodGroups come from the set; a group whose
+    PodGroup LWS's own Volcano provider made (labelled with the set's name and group index) keeps LWS's
+    alone: gangkeeper's, still empty, is deleted."""
+    from tests.realcluster import workloads
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Resource
+
+    lws = workloads.leader_worker_set("lws", "team-a", 4, "1")
+    lws["spec"]["replicas"] = 2
+    stamped = admit(lws, "CREATE", make("volcano"), "team-a").mutated
+    assert stamped is not None
+    server.store.served["leaderworkerset.x-k8s.io/v1"] = {"leaderworkersets"}
+    server.store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "team-a", stamped)
+    sets = Informer(api, Resource("leaderworkerset.x-k8s.io/v1", "leaderworkersets"), watch_seconds=1)
+    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
+    informers = {
+        ("leaderworkerset.x-k8s.io/v1", "leaderworkersets"): sets,
+        ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups,
+    }
+    sets.relist()
+    podgroups.relist()
+    controller = Controller(api, clock=Clock(), informers=informers)
+    controller.reconcile_once()
+    names = group_names(server)
+    assert names == ["lws-lws-0", "lws-lws-1"]
+    # LWS's own provider made group 1's PodGroup (as lws volcano_provider.go labels it)
+    server.store.create(
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        "team-a",
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "lws-1-abc",
+                "labels": {"leaderworkerset.sigs.k8s.io/name": "lws", "leaderworkerset.sigs.k8s.io/group-index": "1"},
+            },
+            "spec": {"minMember": 4},
+        },
+    )
+    server.store.patch("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "team-a", "lws", {"status": {"replicas": 2}})
+    podgroups.relist()
+    sets.relist()
+    controller.reconcile_once()
+    names = group_names(server)
+    assert names == ["lws-1-abc", "lws-lws-0"]
+
+
+def group_names(server: TestApiServer) -> list[str]:
+    return sorted(
+        g["metadata"]["name"] for g in server.store.list("scheduling.volcano.sh/v1beta1", "podgroups", "team-a")[0]
+    )

@@ -264,3 +264,46 @@ def test_a_jobset_restart_releases_its_new_generation(stack: Stack) -> None:
     )
     assert done["status"].get("restarts") == 1, done["status"]
     assert not gated(stack.pods(namespace)), stack.describe(namespace)
+
+
+def test_cronjob_runs_that_overlap_are_gangs_of_their_own(stack: Stack) -> None:
+    """The real CronJob controller, every minute, concurrencyPolicy Allow, each run a gang of 3 that
+    fits only alone (4.5 CPUs of 8, one node): the first run starts whole, the second, created
+    while the first still runs, waits whole behind it (never 1 of its 3 started beside the first) and
+    starts whole once the first ends. Each run has its own Gang object, owned by its own Job."""
+    stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("cron", "gate")
+    template = workloads.job("unused", namespace, 3, "1500m", pod_annotations={"gangkeeper.test/run-for": "100s"})
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": namespace},
+        "spec": {
+            "schedule": "* * * * *",
+            "concurrencyPolicy": "Allow",
+            "jobTemplate": {"spec": template["spec"]},
+        },
+    }
+    stack.plane.apply(cron)
+
+    def runs() -> list[str]:
+        return sorted(j["metadata"]["name"] for j in stack.plane.get("jobs", namespace=namespace))
+
+    two = wait_until(lambda: len(runs()) >= 2 and runs(), "two runs of the CronJob", 200, every=2)
+    first, second = two[0], two[1]
+
+    def members(job: str) -> list[dict[str, object]]:
+        return stack.pods(namespace, f"batch.kubernetes.io/job-name={job}")
+
+    # while the first runs, the second waits whole: none of its pods bound
+    wait_until(lambda: len(members(second)) == 3, "the second run's 3 pods", 60)
+    assert len(running(members(first))) == 3, stack.describe(namespace)
+    assert len(gated(members(second))) == 3, stack.describe(namespace)
+    # the first ends (100 s); the second then starts whole
+    wait_until(lambda: len(running(members(second))) == 3, "the second run started whole", 150, every=1)
+    gangs = {g["metadata"]["name"]: g for g in stack.plane.get("gangs.gangkeeper.io", namespace=namespace)}
+    for job in (first, second):
+        owner = gangs[f"job-{job}"]["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("Job", job)
+    assert gangs[f"job-{second}"]["status"]["state"] == "Running"
+    stack.plane.kubectl("-n", namespace, "delete", "cronjob", "nightly")

@@ -12,6 +12,14 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/versions.env"
 GK_CACHE="${GK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangkeeper}"
 PROXY="${GOPROXY_URL:-https://proxy.golang.org}"
+# one build at a time per cache (a `make cluster` started during another build must wait, not share its
+# work directories); the nested calls below inherit the lock
+if [[ -z "${GK_BUILD_LOCKED:-}" ]]; then
+  mkdir -p "$GK_CACHE"
+  exec 9>"$GK_CACHE/.build.lock"
+  flock 9
+  export GK_BUILD_LOCKED=1
+fi
 export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 log() { printf '[build %s] %s\n' "$(date +%T)" "$*" >&2; }

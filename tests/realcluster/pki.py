@@ -105,3 +105,19 @@ def create(directory: Path, api_addresses: list[str]) -> Pki:
         signing.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def serving(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
+    """A CA of its own and a serving certificate for these DNS names: (ca.crt, tls.crt, tls.key), as a
+    webhook's Secret carries them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    pem = serialization.Encoding.PEM
+    ca_key, ca_cert = make_ca(now)
+    key, cert = _issue(ca_key, ca_cert, names[0], None, ExtendedKeyUsageOID.SERVER_AUTH, names, now)
+    paths = directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
+    paths[0].write_bytes(ca_cert.public_bytes(pem))
+    paths[1].write_bytes(cert.public_bytes(pem))
+    paths[2].write_bytes(_pem_key(key))
+    paths[2].chmod(0o600)
+    return paths

@@ -9,17 +9,22 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from webhook import backends, contract
+from webhook import backends, contract, gangs
 from webhook.backends import NamespaceInfo
 from webhook.controller import metrics
 from webhook.controller.cluster import GangView
+from webhook.controller.informer import Informer
 from webhook.controller.kube import Api, ApiError, Resource
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.workloads import group_resource
+from webhook.gangs import lws
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
+LWS_KIND = "LeaderWorkerSet"
+LWS_NAME_LABEL = lws.NAME_LABEL
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # GroupIndexLabelKey
 
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
 # v1alpha2 `+k8s:immutable`; a PodGroup cannot be replaced either while pods name it: its
@@ -31,6 +36,7 @@ class GroupObjects:
     def __init__(self, api: Api, workloads: Workloads, reporter: Reporter, native_version: str) -> None:
         self.api, self.workloads, self.reporter, self.native_version = api, workloads, reporter, native_version
         self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
+        self._looked_at: dict[str, str] = {}  # workload uid -> resourceVersion create_ahead last saw
 
     def resources(self) -> list[Resource]:
         from webhook.backends.native import GENERATIONS
@@ -59,7 +65,7 @@ class GroupObjects:
                 continue
             if current is None:
                 refused = self._write("create", self.api.create, resource.path(gang.namespace), desired)
-                self._report_refusal(gang, resolved, desired, refused)
+                self._report_refusal(gang.key, resolved.workload or gang.raw[0], desired, refused)
                 continue
             if ((current.get("metadata") or {}).get("labels") or {}).get(contract.GROUP_LABEL) is None:
                 continue  # someone else's object of the same name: never a second owner
@@ -79,23 +85,133 @@ class GroupObjects:
             return error
         return None
 
-    def _report_refusal(self, gang: GangView, resolved: Resolved, desired: Obj, error: ApiError | None) -> None:
+    def create_ahead_of_pods(self, informers: Iterable[Informer], opted_out: Callable[[str], bool]) -> None:
+        """`create_ahead` for every watched workload that changed since it was last looked at."""
+        looked_at: dict[str, str] = {}
+        for informer in informers:
+            for workload in informer.items():
+                meta = workload.get("metadata") or {}
+                uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+                looked_at[uid] = version
+                if self._looked_at.get(uid) == version or opted_out(str(meta.get("namespace", ""))):
+                    continue
+                try:
+                    self.create_ahead(workload)
+                except Exception:  # one workload's failure is logged and counted; the others go on
+                    log.exception("group object ahead of pods failed", extra={"workload": meta.get("name")})
+                    metrics.GANG_FAILURES.inc()
+                    looked_at.pop(uid)  # looked at again next pass
+        self._looked_at = looked_at
+
+    def create_ahead(self, workload: Obj) -> None:
+        """Volcano's admission refuses a pod that names a PodGroup that does not exist yet (volcano
+        pkg/webhooks/admission/pods/validate/admit_pod.go, checkPG): a gang whose PodGroup were made from its
+        pods would never get a pod. So for a workload whose pods gangkeeper puts in Volcano groups, the
+        PodGroups are made from the workload itself, before its owner creates the first pod; the pods' own
+        sync keeps them in step afterwards. A LeaderWorkerSet group that LWS's own Volcano provider manages
+        (its PodGroup labelled with the set's name and the group's index, lws
+        pkg/schedulerprovider/volcano_provider.go) keeps LWS's alone: gangkeeper's is removed while empty."""
+        wanted = volcano_groups_in(workload)
+        is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload)
+        if not wanted and not is_lws:
+            return
+        meta = workload.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        for gang in gangs.analyze(workload).gangs:
+            if gang.name not in wanted and not is_lws:
+                continue
+            desired = backends.make("volcano").group_objects([gang], NamespaceInfo())[0]
+            resource = group_resource(desired["apiVersion"], desired["kind"])
+            name = desired["metadata"]["name"]
+            try:
+                current = self.workloads.read(resource, namespace, name)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                continue
+            if is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name):
+                ours = ((current or {}).get("metadata") or {}).get("labels") or {}
+                if current is not None and contract.GROUP_LABEL in ours and not self._has_members(current):
+                    self._write("delete", lambda path, _: self.api.delete(path), resource.path(namespace, name), {})
+                continue
+            if current is not None:
+                continue
+            refused = self._write("create", self.api.create, resource.path(namespace), desired)
+            self._report_refusal(f"{namespace}/{gang.name}", workload, desired, refused)
+
+    def _lws_manages(self, resource: Resource, namespace: str, set_name: str, gang_name: str) -> bool:
+        """Whether LWS's own Volcano provider made a PodGroup for this group (gang `lws-NAME-INDEX`)."""
+        index = gang_name.rsplit("-", 1)[-1]
+        informer = self.workloads.informers.get((resource.group_version, resource.plural))
+        for group in informer.items() if informer is not None else []:
+            meta = group.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if (
+                meta.get("namespace") == namespace
+                and contract.GROUP_LABEL not in labels
+                and labels.get(LWS_NAME_LABEL) == set_name
+                and labels.get(LWS_GROUP_INDEX_LABEL) == index
+            ):
+                return True
+        return False
+
+    @staticmethod
+    def _has_members(group: Obj) -> bool:
+        status = group.get("status") or {}
+        return any(int(status.get(key) or 0) > 0 for key in ("running", "succeeded", "failed"))
+
+    def _report_refusal(self, key: str, subject: Obj, desired: Obj, error: ApiError | None) -> None:
         """A group object the API refused (Volcano's admission refuses a PodGroup whose queue is missing
         or closed) leaves the pods Pending: say so on the workload, once per distinct refusal."""
         refusal = (
             _refusal_text(error) if error is not None and 400 <= error.status < 500 and error.status != 409 else ""
         )
-        if self._refusals.get(gang.key, "") == refusal:
+        if self._refusals.get(key, "") == refusal:
             return
         if refusal:
-            self._refusals[gang.key] = refusal
+            self._refusals[key] = refusal
             kind, name = desired["kind"], desired["metadata"]["name"]
-            log.warning("group object refused", extra={"gang": gang.key, "status": error.status if error else 0})
-            self.reporter.event(
-                resolved.workload or gang.raw[0], "Warning", "GroupObjectRefused", f"{kind} {name}: {refusal}"
-            )
+            log.warning("group object refused", extra={"gang": key, "status": error.status if error else 0})
+            self.reporter.event(subject, "Warning", "GroupObjectRefused", f"{kind} {name}: {refusal}")
         else:
-            self._refusals.pop(gang.key, None)
+            self._refusals.pop(key, None)
+
+
+def volcano_scheduled(workload: Obj) -> bool:
+    """A LeaderWorkerSet whose templates gangkeeper gave Volcano's scheduler (its pods get their group
+    names one by one, so no template carries one)."""
+    template = ((workload.get("spec") or {}).get("leaderWorkerTemplate")) or {}
+    if not isinstance(template, dict):
+        return False
+    scheduler = backends.make("volcano").scheduler_name
+    return any(
+        isinstance(t, dict) and isinstance(t.get("spec"), dict) and t["spec"].get("schedulerName") == scheduler
+        for t in (template.get("leaderTemplate"), template.get("workerTemplate"))
+    )
+
+
+def volcano_groups_in(workload: Obj, depth: int = 12) -> set[str]:
+    """The Volcano group names on the pod templates gangkeeper stamped inside a workload (a template
+    carries gangkeeper's workload stamp beside the group annotation; an operator's own groups do not)."""
+    found: set[str] = set()
+
+    def walk(node: Any, level: int) -> None:
+        if level > depth:
+            return
+        if isinstance(node, dict):
+            meta = node.get("metadata") if "spec" in node else None
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            if isinstance(annotations, dict) and contract.WORKLOAD_ANNOTATION in annotations:
+                group = annotations.get(contract.VOLCANO_GROUP_ANNOTATION)
+                if isinstance(group, str) and group:
+                    found.add(group)
+            for value in node.values():
+                walk(value, level + 1)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, level + 1)
+
+    walk(workload.get("spec"), 0)
+    return found
 
 
 def _refusal_text(error: ApiError) -> str:

@@ -37,11 +37,13 @@ from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
 from webhook.controller.source import ChangeSource, Listing, Source, backend_of
 from webhook.controller.state import Decision, GangState
+from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
 _T = TypeVar("_T")
+VOLCANO_PODGROUPS = group_resource("scheduling.volcano.sh/v1beta1", "PodGroup")
 
 
 @dataclass
@@ -134,6 +136,9 @@ class Controller:
         if self.may_write():
             # a gate on a pod that is in no gang (its label removed, a stray template) holds it forever
             self.releaser.lift_gates(snapshot.stray_gated, "it belongs to no gang", now)
+            if (VOLCANO_PODGROUPS.group_version, VOLCANO_PODGROUPS.plural) in self.informers:
+                watched = [self.informers.get((r.group_version, r.plural)) for r in all_workload_resources()]
+                self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
         seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
         wakes.append(self.cycle.apply_reservations(snapshot, now))
         waiting, self.cycle.waiting = self.cycle.waiting, {}
