@@ -629,3 +629,50 @@ def group_names(server: TestApiServer) -> list[str]:
     return sorted(
         g["metadata"]["name"] for g in server.store.list("scheduling.volcano.sh/v1beta1", "podgroups", "team-a")[0]
     )
+
+
+def test_an_operators_own_podgroup_for_its_workload_keeps_gangkeepers_away(server: TestApiServer, api: Api) -> None:
+    """training-operator with --gang-scheduler-name=volcano makes a PodGroup controlled by the PyTorchJob
+    and puts the pods in it: gangkeeper's PodGroup, made ahead from the stamped templates, goes while empty
+    (an empty PodGroup let Inqueue would hold the queue's resources)."""
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Resource
+
+    job = b.job("train", parallelism=2, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    stamped = admit(job, "CREATE", make("volcano"), "team-a").mutated
+    assert stamped is not None
+    created = server.store.create("batch/v1", "jobs", "team-a", stamped)
+    jobs = Informer(api, Resource("batch/v1", "jobs"), watch_seconds=1)
+    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
+    informers = {("batch/v1", "jobs"): jobs, ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
+    jobs.relist()
+    podgroups.relist()
+    controller = Controller(api, clock=Clock(), informers=informers)
+    controller.reconcile_once()
+    assert group_names(server) == ["job-train"]
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "train",
+        "uid": created["metadata"]["uid"],
+        "controller": True,
+    }
+    server.store.create(
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        "team-a",
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train", "ownerReferences": [owner]},
+            "spec": {"minMember": 2},
+        },
+    )
+    server.store.patch("batch/v1", "jobs", "team-a", "train", {"status": {"active": 2}})
+    podgroups.relist()
+    jobs.relist()
+    controller.reconcile_once()
+    assert group_names(server) == ["train"]

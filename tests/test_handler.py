@@ -135,7 +135,7 @@ def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
 @pytest.mark.parametrize(
     ("queue", "warning"),
     [
-        ("nosuch", "Volcano queue 'nosuch' does not exist: Volcano refuses PodGroup job-train"),
+        ("nosuch", "Volcano queue 'nosuch' does not exist: Volcano refuses the pods of PodGroup job-train"),
         ("closed", "Volcano queue 'closed' is Closed: PodGroup job-train waits until it opens"),
         ("default", None),
     ],

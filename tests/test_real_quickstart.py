@@ -43,6 +43,8 @@ def test_the_readme_quick_start_runs_command_by_command(tmp_path: Path) -> None:
             ["bash", "-c", "\n".join(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
         )
     finally:
+        # a block that stopped before its `kill %1` leaves the cluster running: stopped as Ctrl-C would
+        subprocess.run(["pkill", "-TERM", "-f", f"up.py --workdir {workdir}"], check=False)
         log = Path("/tmp/gangkeeper-demo.log")
         cluster_log = log.read_text()[-3000:] if log.exists() else "(no log)"
     output = result.stdout + result.stderr

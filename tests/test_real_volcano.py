@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.realcluster import operators, volcano, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
@@ -127,3 +128,41 @@ def test_lws_own_volcano_gang_wins_over_gangkeepers(lws_makes_volcano_gangs: Sta
     groups = podgroups(stack, namespace)
     assert [g["metadata"]["name"] for g in groups] == sorted(names), "one PodGroup, LWS's"
     assert groups[0]["spec"]["minMember"] == 4
+
+
+def test_a_missing_queue_is_a_warning_at_apply_and_the_jobs_pods_are_refused_by_volcano(vc: Stack) -> None:
+    """The webhook sees Volcano's queues: kubectl prints the warning; Volcano's own pod admission then
+    refuses each pod (the Job controller's FailedCreate event names the queue); creating the queue lets
+    the gang start whole, with no change to the Job."""
+    stack = vc
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-no-queue", "volcano")
+    job = workloads.job("train", namespace, 3, "100m", annotations={"gangkeeper.io/queue": "research"})
+    applied = wait_until(
+        lambda: (
+            (r := stack.plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job), check=False)).returncode == 0 and r
+        ),
+        "Job admitted",
+        90,
+        every=5,
+    )
+    assert "Warning: Volcano queue 'research' does not exist" in applied.stderr, applied.stderr
+
+    def refused() -> bool:
+        events = stack.plane.get("events", namespace=namespace)
+        return any(e.get("reason") == "FailedCreate" and "research" in e.get("message", "") for e in events)
+
+    wait_until(refused, "Volcano refusing the pods (FailedCreate naming the queue)", 90)
+    assert stack.pods(namespace) == []
+    stack.plane.apply(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 1},
+        }
+    )
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "the gang Running", 240, every=2
+    )
+    assert len({p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods}) == 1

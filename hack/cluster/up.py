@@ -55,7 +55,8 @@ def main() -> int:
         env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
         print(f"cluster v{args.kubernetes} with gangkeeper ({args.overlay}) up in {time.monotonic() - started:.0f}s")
         print(f"  . {env}    # KUBECONFIG={plane.kubeconfig}; kubectl and kubectl-gangkeeper on the PATH")
-        print("  kubectl apply -f manifests/examples/00-namespace.yaml -f manifests/examples/01-all-fit.yaml")
+        print("  kubectl apply -f manifests/examples/00-namespace.yaml")
+        print("  kubectl apply -n gang-demo -f manifests/examples/01-all-fit.yaml")
         print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything", flush=True)
         try:
             while all(p.alive() for p in plane.processes):

@@ -56,6 +56,8 @@ class Stack:
                 if self.overlay:
                     self.deploy()
                 yield self
+            except (KeyboardInterrupt, SystemExit):  # asked to stop (Ctrl-C, SIGTERM): nothing to diagnose
+                raise
             except BaseException:
                 print(self.diagnostics())
                 raise

@@ -91,8 +91,9 @@ def _queue_not_allowed(plan: Plan, backend: Backend, namespace: NamespaceInfo, n
 
 
 def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list[str]:
-    """Volcano's admission refuses a PodGroup whose queue is missing or not open: the pods would stay
-    Pending. Said at apply time, when the webhook can see the queues (a warning: the queue may come next)."""
+    """Volcano's pod admission refuses a pod whose PodGroup's queue is missing or not Open (volcano
+    pkg/webhooks/admission/pods/validate/admit_pod.go, checkPGQueueState): the workload would get no pods.
+    Said at apply time, when the webhook can see the queues (a warning: the queue may come next)."""
     warnings = []
     for group in group_objects:
         if group.get("apiVersion") != VOLCANO_API:
@@ -101,8 +102,8 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
         state = queues.get(queue)
         if state is None:
             warnings.append(
-                f"Volcano queue {queue!r} does not exist: Volcano refuses PodGroup {group['metadata']['name']} "
-                "and its pods stay Pending until it does (kubectl get queues)"
+                f"Volcano queue {queue!r} does not exist: Volcano refuses the pods of PodGroup "
+                f"{group['metadata']['name']} until it does (kubectl get queues)"
             )
         elif state != "Open":
             warnings.append(

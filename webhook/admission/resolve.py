@@ -65,6 +65,7 @@ def _trim(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
+FIRST_LIST_SECONDS = 2.0
 
 
 class WatchedQueues:
@@ -86,6 +87,9 @@ class WatchedQueues:
         if not self._started:
             self._started = True
             self._informer.start()
+            # the first review that needs them waits for the first list, briefly, rather than pass
+            # without the warning (found on the real tier: the first Job after Volcano came got none)
+            self._informer.synced.wait(FIRST_LIST_SECONDS)
         if not self._informer.synced.is_set():
             return None
         return {

@@ -108,9 +108,10 @@ class GroupObjects:
         pkg/webhooks/admission/pods/validate/admit_pod.go, checkPG): a gang whose PodGroup were made from its
         pods would never get a pod. So for a workload whose pods gangkeeper puts in Volcano groups, the
         PodGroups are made from the workload itself, before its owner creates the first pod; the pods' own
-        sync keeps them in step afterwards. A LeaderWorkerSet group that LWS's own Volcano provider manages
-        (its PodGroup labelled with the set's name and the group's index, lws
-        pkg/schedulerprovider/volcano_provider.go) keeps LWS's alone: gangkeeper's is removed while empty."""
+        sync keeps them in step afterwards. A gang whose operator makes its own PodGroup keeps the
+        operator's alone, gangkeeper's removed while empty: a LeaderWorkerSet group that LWS's Volcano
+        provider manages (its PodGroup labelled with the set's name and the group's index, lws
+        pkg/schedulerprovider/volcano_provider.go), a workload another PodGroup is controlled by."""
         wanted = volcano_groups_in(workload)
         is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload)
         if not wanted and not is_lws:
@@ -128,7 +129,9 @@ class GroupObjects:
             except ApiError as error:
                 metrics.API_ERRORS.labels("get", str(error.status)).inc()
                 continue
-            if is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name):
+            if (is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name)) or (
+                not is_lws and self._operator_manages(resource, namespace, str(meta.get("uid", "")))
+            ):
                 ours = ((current or {}).get("metadata") or {}).get("labels") or {}
                 if current is not None and contract.GROUP_LABEL in ours and not self._has_members(current):
                     self._write("delete", lambda path, _: self.api.delete(path), resource.path(namespace, name), {})
@@ -151,6 +154,18 @@ class GroupObjects:
                 and labels.get(LWS_NAME_LABEL) == set_name
                 and labels.get(LWS_GROUP_INDEX_LABEL) == index
             ):
+                return True
+        return False
+
+    def _operator_manages(self, resource: Resource, namespace: str, uid: str) -> bool:
+        """Whether the workload's operator made a PodGroup of its own for it (training-operator with
+        --gang-scheduler-name=volcano, mpi-operator, KubeRay: controlled by the workload, not gangkeeper's)."""
+        informer = self.workloads.informers.get((resource.group_version, resource.plural))
+        for group in informer.items() if informer is not None and uid else []:
+            meta = group.get("metadata") or {}
+            if meta.get("namespace") != namespace or contract.GROUP_LABEL in (meta.get("labels") or {}):
+                continue
+            if any(ref.get("uid") == uid and ref.get("controller") for ref in meta.get("ownerReferences") or []):
                 return True
         return False
 
