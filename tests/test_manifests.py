@@ -325,6 +325,11 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     while time.monotonic() < deadline and queues.states() is None:
         time.sleep(0.05)
     assert queues.states() == {"default": "Open"}
+    store.create("scheduling.volcano.sh/v1beta1", "queues", "", {"metadata": {"name": "research"}})
+    deadline = time.monotonic() + 10  # only the watch can bring this one
+    while time.monotonic() < deadline and "research" not in (queues.states() or {}):
+        time.sleep(0.05)
+    assert queues.states() == {"default": "Open", "research": "Open"}
     assert client and certs
 
 
