@@ -82,7 +82,11 @@ class Process:
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
-        self.popen = subprocess.Popen(self.argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        # a session of its own: Ctrl-C or `kill %1` in the terminal of `make cluster` reaches the Python that
+        # owns it, which stops the components in order, not the API server under a kubelet still syncing
+        self.popen = subprocess.Popen(
+            self.argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         return self
 
     def alive(self) -> bool:
