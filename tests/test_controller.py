@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -543,22 +545,9 @@ def test_a_volcano_podgroup_is_made_from_the_workload_before_any_pod(server: Tes
     """Volcano's pod admission refuses a pod whose PodGroup does not exist yet (admit_pod.go checkPG, seen
     on the real webhook-manager): the PodGroup must come from the Job, before the Job controller's first pod."""
     from tests.schemas import validate
-    from webhook.admission.decide import admit
-    from webhook.backends import make
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
 
-    job = b.job("train", parallelism=3, spec=b.pod_spec(b.container("1", "1Gi")))
-    job["metadata"]["namespace"] = "team-a"
-    stamped = admit(job, "CREATE", make("volcano"), "team-a").mutated
-    assert stamped is not None
-    created = server.store.create("batch/v1", "jobs", "team-a", stamped)
-    jobs = Informer(api, Resource("batch/v1", "jobs"), watch_seconds=1)
-    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
-    informers = {("batch/v1", "jobs"): jobs, ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
-    jobs.relist()
-    podgroups.relist()
-    Controller(api, clock=Clock(), informers=informers).reconcile_once()
+    created, controller, _ = volcano_job_watched(server, api, parallelism=3)
+    controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
     validate(group)
     assert group["spec"]["minMember"] == 3
@@ -635,22 +624,7 @@ def test_an_operators_own_podgroup_for_its_workload_keeps_gangkeepers_away(serve
     """training-operator with --gang-scheduler-name=volcano makes a PodGroup controlled by the PyTorchJob
     and puts the pods in it: gangkeeper's PodGroup, made ahead from the stamped templates, goes while empty
     (an empty PodGroup let Inqueue would hold the queue's resources)."""
-    from webhook.admission.decide import admit
-    from webhook.backends import make
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
-
-    job = b.job("train", parallelism=2, spec=b.pod_spec(b.container("1", "1Gi")))
-    job["metadata"]["namespace"] = "team-a"
-    stamped = admit(job, "CREATE", make("volcano"), "team-a").mutated
-    assert stamped is not None
-    created = server.store.create("batch/v1", "jobs", "team-a", stamped)
-    jobs = Informer(api, Resource("batch/v1", "jobs"), watch_seconds=1)
-    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
-    informers = {("batch/v1", "jobs"): jobs, ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
-    jobs.relist()
-    podgroups.relist()
-    controller = Controller(api, clock=Clock(), informers=informers)
+    created, controller, relist = volcano_job_watched(server, api, parallelism=2)
     controller.reconcile_once()
     assert group_names(server) == ["job-train"]
     owner = {
@@ -672,7 +646,33 @@ def test_an_operators_own_podgroup_for_its_workload_keeps_gangkeepers_away(serve
         },
     )
     server.store.patch("batch/v1", "jobs", "team-a", "train", {"status": {"active": 2}})
-    podgroups.relist()
-    jobs.relist()
+    relist()
     controller.reconcile_once()
     assert group_names(server) == ["train"]
+
+
+def volcano_job_watched(
+    server: TestApiServer, api: Api, parallelism: int
+) -> tuple[dict[str, Any], Controller, Callable[[], None]]:
+    """A Job admitted under Volcano (its templates stamped), stored, and a controller watching Jobs and
+    Volcano PodGroups: (the Job, the controller, a relist of both caches)."""
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Resource
+
+    job = b.job("train", parallelism=parallelism, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    stamped = admit(job, "CREATE", make("volcano"), "team-a").mutated
+    assert stamped is not None
+    created = server.store.create("batch/v1", "jobs", "team-a", stamped)
+    jobs = Informer(api, Resource("batch/v1", "jobs"), watch_seconds=1)
+    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
+    informers = {("batch/v1", "jobs"): jobs, ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups}
+
+    def relist() -> None:
+        jobs.relist()
+        podgroups.relist()
+
+    relist()
+    return created, Controller(api, clock=Clock(), informers=informers), relist

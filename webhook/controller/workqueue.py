@@ -61,9 +61,6 @@ class GangQueue:
     def backing_off(self, key: str, now: float) -> bool:
         return self._retry_at.get(key, float("-inf")) > now
 
-    def failures(self, key: str) -> int:
-        return self._failures.get(key, 0)
-
     def forget(self, key: str) -> None:
         """The gang reconciled: its next failure starts the backoff afresh."""
         self._failures.pop(key, None)
