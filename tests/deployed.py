@@ -175,8 +175,13 @@ class Sandbox:
         # another process's sandboxes (a `make cluster` beside the test session) take other subnets
         octet = int(os.environ.get("GK_SANDBOX_OCTET") or 200 + os.getpid() % 50)
         self.host_ip, self.pod_ip = f"10.{octet}.{self.index}.1", f"10.{octet}.{self.index}.2"
-        # what a run killed before its clean-up may have left under these names
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
+        # what a run killed before its clean-up may have left under these names, or on this subnet (the
+        # same octet from another process id): its route would swallow this sandbox's packets
+        holders = subprocess.run(
+            ["ip", "-o", "-4", "addr", "show", "to", f"{self.host_ip[:-2]}.0/30"], capture_output=True, text=True
+        ).stdout.split()
+        for stale in {self.host_if, *(holders[1:2])}:
+            subprocess.run(["ip", "link", "del", stale.split("@")[0]], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
         for command in (
             ["ip", "netns", "add", self.netns],

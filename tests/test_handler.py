@@ -190,3 +190,39 @@ def test_a_namespace_may_name_the_volcano_queues_its_gangs_use(
         assert response["status"]["code"] == 403
         assert "Forbidden: Volcano queue" in response["status"]["message"]
         assert "(gangkeeper.io/volcano-queues: shared, team-a)" in response["status"]["message"]
+
+
+def generate_named(obj: dict) -> dict:
+    meta = obj["metadata"]
+    meta["generateName"] = meta.pop("name") + "-"
+    return obj
+
+
+def test_a_generate_name_job_under_volcano_is_named_so_its_podgroup_can_come_first() -> None:
+    """The gang, the template's group annotation and the PodGroup all carry the name admission chose."""
+    job = generate_named(b.job())
+    response = handle(Handler(BackendResolver(default="volcano", namespaces=namespaces())), job)
+    patched = b.patched(job, response)
+    validate(patched)
+    name = patched["metadata"]["name"]
+    assert name.startswith("train-") and len(name) == len("train-") + 5
+    assert set(name[len("train-") :]) <= set("bcdfghjklmnpqrstvwxz2456789")
+    template = patched["spec"]["template"]
+    assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == f"job-{name}"
+    assert template["spec"]["schedulerName"] == "volcano"
+
+
+@pytest.mark.parametrize("backend", ["gate", "coscheduling"])
+def test_a_generate_name_job_elsewhere_keeps_the_api_servers_name(backend: str) -> None:
+    """Only Volcano needs the gang's object before the pods; elsewhere each pod names its gang."""
+    job = generate_named(b.job())
+    resolver = BackendResolver(default=backend, namespaces=namespaces())
+    patched = b.patched(job, handle(Handler(resolver), job))
+    assert "name" not in patched["metadata"] and patched["metadata"]["generateName"] == "train-"
+
+
+def test_a_long_generate_name_is_cut_as_the_api_server_cuts_it() -> None:
+    from webhook.naming import generated_name
+
+    name = generated_name("x" * 80)
+    assert len(name) == 63 and name.startswith("x" * 58)

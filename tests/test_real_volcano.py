@@ -5,6 +5,7 @@ PodGroup in the `default` queue, and Volcano's gang plugin binds the group whole
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import Watch, assert_started_together, hold_pending
 
 pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +100,37 @@ def test_volcano_gang_larger_than_the_cluster_never_starts_part(vc: Stack) -> No
     assert not bound(stack.pods(namespace))
 
 
+def test_a_generate_name_job_gets_its_podgroup_before_its_pods(vc: Stack) -> None:
+    """`kubectl create` of a Job with only generateName: Volcano's pod admission refuses a pod whose
+    PodGroup does not exist, so the PodGroup must come from the Job, by a name known at admission. The
+    webhook names the Job (as the API server would), its controller makes the PodGroup, the gang starts."""
+    stack = vc
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-generate-name", "volcano")
+    job = workloads.job("train", namespace, 3, "1")
+    job["metadata"]["generateName"] = job["metadata"].pop("name") + "-"
+    created = wait_until(
+        lambda: (
+            (
+                r := stack.plane.kubectl("create", "-o", "name", "-f", "-", stdin=yaml.safe_dump(job), check=False)
+            ).returncode
+            == 0
+            and r
+        ),
+        "Job admitted",
+        90,
+        every=5,
+    )
+    name = created.stdout.strip().rsplit("/", 1)[-1]
+    assert name.startswith("train-") and len(name) == len("train-") + 5, name
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "the gang Running", 120, every=2
+    )
+    assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods} == {f"job-{name}"}
+    assert_started_together(pods, 3)
+    assert [g["metadata"]["name"] for g in podgroups(stack, namespace)] == [f"job-{name}"]
+
+
 @pytest.fixture
 def lws_makes_volcano_gangs(vc: Stack) -> Iterator[Stack]:
     """LWS with `gangSchedulingManagement.schedulerProvider: volcano`: its pod webhook names each group's
@@ -166,3 +200,64 @@ def test_a_missing_queue_is_a_warning_at_apply_and_the_jobs_pods_are_refused_by_
         lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "the gang Running", 240, every=2
     )
     assert len({p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods}) == 1
+
+
+def upstream_example(path: str, namespace: str) -> dict[str, Any]:
+    """A manifest from ../shared/examples, as released upstream, placed in the test's namespace."""
+    (manifest,) = [o for o in yaml.safe_load_all((EXAMPLES / path).read_text()) if o]
+    manifest["metadata"]["namespace"] = namespace
+    return dict(manifest)
+
+
+@pytest.fixture
+def operator_making_volcano_gangs(vc: Stack, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    operator = {"kuberay": operators.kuberay, "training-operator": operators.training_operator}[request.param]()
+    reason = operator.missing()
+    if reason:
+        pytest.skip(reason)
+    operator.install(vc.plane)
+    yield vc
+    operator.uninstall(vc.plane)
+
+
+def only_the_operators_gang(stack: Stack, namespace: str, size: int, group: str) -> None:
+    """All `size` pods Running in the operator's PodGroup `group` and in no other: gangkeeper's stamp
+    came off every pod and the PodGroup it made ahead of them is gone."""
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == size and p, "the gang Running", 180, every=2
+    )
+    assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods} == {group}
+    assert {p["spec"]["schedulerName"] for p in pods} == {volcano.SCHEDULER_NAME}
+    assert not [p for p in pods if "gangkeeper.io/group" in (p["metadata"].get("labels") or {})]
+    assert_started_together(pods, size)
+    groups = wait_until(
+        lambda: (g := podgroups(stack, namespace)) and len(g) == 1 and g, "one PodGroup, the operator's", 60
+    )
+    assert groups[0]["metadata"]["name"] == group and groups[0]["spec"]["minMember"] == size
+
+
+@pytest.mark.parametrize("operator_making_volcano_gangs", ["kuberay"], indirect=True)
+def test_kuberays_own_volcano_gang_wins_over_gangkeepers(operator_making_volcano_gangs: Stack) -> None:
+    """KubeRay with `--batch-scheduler=volcano` and the upstream sample RayCluster (head and 3 workers,
+    no gang label: KubeRay's Volcano plugin makes the group for every cluster)."""
+    stack = operator_making_volcano_gangs
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-kuberay", "volcano")
+    cluster = upstream_example("ray/raycluster-sample.yaml", namespace)
+    workers = cluster["spec"]["workerGroupSpecs"][0]
+    workers["replicas"] = workers["minReplicas"] = 3
+    admitted(stack, cluster)
+    only_the_operators_gang(stack, namespace, 4, f"ray-{cluster['metadata']['name']}-pg")
+
+
+@pytest.mark.parametrize("operator_making_volcano_gangs", ["training-operator"], indirect=True)
+def test_training_operators_own_volcano_gang_wins_over_gangkeepers(operator_making_volcano_gangs: Stack) -> None:
+    """training-operator v1 with `--gang-scheduler-name=volcano` and the upstream simple PyTorchJob (a
+    master and 3 workers)."""
+    stack = operator_making_volcano_gangs
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-pytorch", "volcano")
+    job = upstream_example("kubeflow/pytorchjob-simple.yaml", namespace)
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
+    admitted(stack, job)
+    only_the_operators_gang(stack, namespace, 4, job["metadata"]["name"])

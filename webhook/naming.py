@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 
 MAX_NAME = 63
 _HASH_LEN = 10
@@ -60,3 +61,16 @@ def gang_name(kind: str, name: str, *parts: str | int) -> str:
     """`<kind tag>-<name>[-<part>...]`, e.g. `lws-vllm-0` for group 0 of LeaderWorkerSet vllm."""
     tag = KIND_TAGS.get(kind, kind.lower())
     return dns_label("-".join([tag, name, *(str(p) for p in parts)]))
+
+
+# k8s.io/apiserver pkg/storage/names/generate.go: the API server's own name generator, which it runs only
+# when admission left metadata.name empty: 5 random characters without vowels after the prefix, the prefix
+# cut so the name fits 63 characters.
+_GENERATED_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_GENERATED_SUFFIX = 5
+
+
+def generated_name(prefix: str) -> str:
+    """A name for an object created with only `metadata.generateName`, made as the API server makes it."""
+    head = prefix[: MAX_NAME - _GENERATED_SUFFIX]
+    return head + "".join(secrets.choice(_GENERATED_ALPHABET) for _ in range(_GENERATED_SUFFIX))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -77,7 +77,7 @@ targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
     default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset volcano helm ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
@@ -97,6 +97,12 @@ for t in "${targets[@]}"; do
     # checks the chart's alert rules (tests/test_metrics_files.py): promtool test rules
     promtool) build promtool github.com/prometheus/prometheus "v$PROMETHEUS_MODULE_VERSION" "" "" \
             github.com/prometheus/prometheus/cmd/promtool ;;
+    # the operators that make Volcano gangs of their own (issue 20): gangkeeper must leave those alone
+    kuberay) build kuberay github.com/ray-project/kuberay/ray-operator "v$KUBERAY_VERSION" "" "" \
+               github.com/ray-project/kuberay/ray-operator ;;
+    training-operator) build training-operator github.com/kubeflow/training-operator "v$TRAINING_OPERATOR_VERSION" "" "" \
+               github.com/kubeflow/training-operator/cmd/training-operator.v1
+             rename "$GK_CACHE/bin/training-operator-$TRAINING_OPERATOR_VERSION" training-operator.v1 training-operator ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,77 +41,55 @@ def module_dir(module: str, version: str) -> Path:
 
 @dataclass
 class Operator:
-    name: str  # lws, jobset
+    name: str  # lws, jobset, training-operator, kuberay
     module: str
     version: str
-    api_group: str  # of its Configuration
     namespace: str
     executable: str
+    # configured by a Configuration file of this API group (LWS, JobSet), or by `flags` when None
+    api_group: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    # flags given the webhook and health ports: (port, health) -> argv tail
+    flags: Callable[[int, int], list[str]] | None = None
+    kustomization: str = "config/default"
+    secret: str | None = None  # the Secret its cert controller writes; default <name>-webhook-server-cert
     # where its cert controller expects the Secret mounted, when it does not follow its configuration
     fixed_cert_dir: Path | None = None
+    # that fixed directory is shared with another operator's (JobSet's and training-operator's are the
+    # same path): the process then runs in a mount namespace of its own, a pod's private filesystem
+    private_mounts: bool = False
     process: Process | None = None
 
     def install(self, plane: ControlPlane) -> Operator:
         source = module_dir(self.module, f"v{self.version}")
-        rendered = plane.kubectl("kustomize", str(source / "config" / "default")).stdout
+        rendered = plane.kubectl("kustomize", str(source / self.kustomization)).stdout
         objects = [o for o in yaml.safe_load_all(rendered) if o]
-        service = next(o for o in objects if o["kind"] == "Service" and "webhook" in o["metadata"]["name"])
-        kept = [o for o in objects if o["kind"] != "Deployment"]
-        service["spec"].pop("selector", None)  # its endpoint is the process below, not a pod
-        plane.apply(kept)
+        plane.apply([o for o in objects if o["kind"] != "Deployment"])
         port, health = free_port(), free_port()
         workdir = plane.workdir / self.name
         workdir.mkdir(exist_ok=True)
-        cert_dir = self.fixed_cert_dir or workdir / "certs"
-        configuration = {
-            "apiVersion": f"{self.api_group}/v1alpha1",
-            "kind": "Configuration",
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": True},
-            "webhook": {"port": port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-            **self.settings,
-        }
-        config_file = workdir / "config.yaml"
-        config_file.write_text(yaml.safe_dump(configuration))
-        plane.apply(
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": service["metadata"]["name"],
-                    "namespace": service["metadata"]["namespace"],
-                    "labels": {
-                        "kubernetes.io/service-name": service["metadata"]["name"],
-                        "endpointslice.kubernetes.io/managed-by": "gangkeeper-tests",
-                    },
-                },
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [plane.advertise_address], "conditions": {"ready": True}}],
-                "ports": [
-                    {"name": p.get("name", ""), "port": port, "protocol": "TCP"} for p in service["spec"]["ports"]
-                ],
-            }
-        )
-        secret = f"{self.name}-webhook-server-cert"  # the released configuration's default
-        threading.Thread(target=self._mount_secret, args=(plane, secret, cert_dir), daemon=True).start()
-        exe = binary(self.name, self.version, self.executable)
-        names = [
-            (o["kind"].lower(), o["metadata"]["name"]) for o in objects if o["kind"].endswith("WebhookConfiguration")
+        cert_dir = workdir / "certs" if self.private_mounts or not self.fixed_cert_dir else self.fixed_cert_dir
+        configurations = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+        if configurations:
+            self._serve_webhooks(plane, objects, configurations, port, cert_dir)
+        argv = [
+            "env",
+            f"KUBECONFIG={plane.kubeconfig}",
+            f"MY_POD_NAMESPACE={self.namespace}",
+            str(binary(self.name, self.version, self.executable)),
+            *self._arguments(workdir, port, health, cert_dir),
         ]
-        assert names, f"{self.name} has no webhook configuration"
+        if self.private_mounts and self.fixed_cert_dir:
+            argv = private_mount(self.fixed_cert_dir, cert_dir, argv)
         # Its cert controller (open-policy-agent/cert-controller) can lose a write race on the Secret at
         # start and then wait for good; the pod's restart is what brings it back, so it is restarted here.
         for attempt in range(3):
-            self.process = plane.spawn(
-                f"{self.name}-{attempt}", [str(exe), f"--config={config_file}", f"--kubeconfig={plane.kubeconfig}"]
-            )
+            self.process = plane.spawn(f"{self.name}-{attempt}", argv)
             try:
                 # ready: its CA in its webhook configurations and its webhook server listening, as the
                 # readiness probe of its Deployment waits for
-                for kind, name in names:
+                for configuration in configurations:
+                    kind, name = configuration["kind"].lower(), configuration["metadata"]["name"]
                     wait_until(
                         lambda k=kind, n=name: all(
                             w["clientConfig"].get("caBundle") for w in plane.get(k, n)["webhooks"]
@@ -126,6 +105,69 @@ class Operator:
                 self.process.stop()
                 plane.processes.remove(self.process)
         return self
+
+    def uninstall(self, plane: ControlPlane) -> None:
+        """Stop it and take its webhooks out of the admission chain (its CRDs and their objects stay)."""
+        for process in [p for p in plane.processes if p.name.rsplit("-", 1)[0] == self.name]:
+            process.stop()
+            plane.processes.remove(process)
+        source = module_dir(self.module, f"v{self.version}")
+        rendered = plane.kubectl("kustomize", str(source / self.kustomization)).stdout
+        for o in yaml.safe_load_all(rendered):
+            if o and o["kind"].endswith("WebhookConfiguration"):
+                plane.kubectl("delete", o["kind"].lower(), o["metadata"]["name"], "--ignore-not-found")
+
+    def _arguments(self, workdir: Path, port: int, health: int, cert_dir: Path) -> list[str]:
+        if self.flags is not None:
+            return self.flags(port, health)
+        configuration = {
+            "apiVersion": f"{self.api_group}/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": True},
+            "webhook": {"port": port, "certDir": str(cert_dir)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+            **self.settings,
+        }
+        config_file = workdir / "config.yaml"
+        config_file.write_text(yaml.safe_dump(configuration))
+        return [f"--config={config_file}"]
+
+    def _serve_webhooks(
+        self,
+        plane: ControlPlane,
+        objects: list[dict[str, Any]],
+        configurations: list[dict[str, Any]],
+        port: int,
+        cert_dir: Path,
+    ) -> None:
+        """Its webhook Service's endpoint is this process: an EndpointSlice naming the host address."""
+        (service_name,) = {w["clientConfig"]["service"]["name"] for c in configurations for w in c["webhooks"]}
+        service = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == service_name)
+        service["spec"].pop("selector", None)  # its endpoint is the process, not a pod
+        plane.apply(service)
+        plane.apply(
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": service_name,
+                    "namespace": service["metadata"]["namespace"],
+                    "labels": {
+                        "kubernetes.io/service-name": service_name,
+                        "endpointslice.kubernetes.io/managed-by": "gangkeeper-tests",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [plane.advertise_address], "conditions": {"ready": True}}],
+                "ports": [
+                    {"name": p.get("name", ""), "port": port, "protocol": "TCP"} for p in service["spec"]["ports"]
+                ],
+            }
+        )
+        secret = self.secret or f"{self.name}-webhook-server-cert"  # the released configuration's default
+        threading.Thread(target=self._mount_secret, args=(plane, secret, cert_dir), daemon=True).start()
 
     def _mount_secret(self, plane: ControlPlane, secret: str, directory: Path) -> None:
         """The kubelet's secret volume: the Secret its cert controller writes, kept in its cert dir."""
@@ -150,6 +192,12 @@ def _ok(url: str) -> bool:
         return int(answer.status) == 200
 
 
+def private_mount(target: Path, source: Path, argv: list[str]) -> list[str]:
+    """argv run in a mount namespace of its own where `source` is seen at `target` (we are root)."""
+    script = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(target), str(source), *argv]
+
+
 def replace_running(plane: ControlPlane, operator: Operator) -> Operator:
     """Stop the running processes of the operator's name and install it afresh with its settings."""
     for process in [p for p in plane.processes if p.name.rsplit("-", 1)[0] == operator.name]:
@@ -164,10 +212,10 @@ def lws(gang_provider: str | None = None) -> Operator:
         "lws",
         "sigs.k8s.io/lws",
         versions()["LWS_VERSION"],
-        "config.lws.x-k8s.io",
         "lws-system",
         "lws-manager",
-        settings,
+        api_group="config.lws.x-k8s.io",
+        settings=settings,
     )
 
 
@@ -177,8 +225,52 @@ def jobset() -> Operator:
         "jobset",
         "sigs.k8s.io/jobset",
         versions()["JOBSET_VERSION"],
-        "config.jobset.x-k8s.io",
         "jobset-system",
         "jobset",
+        api_group="config.jobset.x-k8s.io",
         fixed_cert_dir=Path("/tmp/k8s-webhook-server/serving-certs"),
+    )
+
+
+def training_operator(gang_scheduler: str = "volcano") -> Operator:
+    """Kubeflow training-operator v1 with `--gang-scheduler-name`: it creates each job's PodGroup, named
+    after the job and controlled by it, and holds the pods until Volcano has taken the group in; each pod
+    names it (training-operator pkg/controller.v1/control/podgroup_control.go, common/pod.go)."""
+    return Operator(
+        "training-operator",
+        "github.com/kubeflow/training-operator",
+        versions()["TRAINING_OPERATOR_VERSION"],
+        "kubeflow",
+        "training-operator",
+        flags=lambda port, health: [
+            f"--gang-scheduler-name={gang_scheduler}",
+            f"--webhook-server-port={port}",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            "--metrics-bind-address=0",
+        ],
+        kustomization="manifests/overlays/standalone",
+        secret="training-operator-webhook-cert",
+        # pkg/cert/cert.go: a constant, the same as JobSet's
+        fixed_cert_dir=Path("/tmp/k8s-webhook-server/serving-certs"),
+        private_mounts=True,
+    )
+
+
+def kuberay(batch_scheduler: str = "volcano") -> Operator:
+    """KubeRay's operator with `--batch-scheduler`: with Volcano it makes a PodGroup `ray-<cluster>-pg`
+    for every RayCluster, controlled by it, and annotates each pod with it (kuberay ray-operator
+    controllers/ray/batchscheduler/volcano/volcano_scheduler.go). Its webhook is off by default."""
+    return Operator(
+        "kuberay",
+        "github.com/ray-project/kuberay/ray-operator",
+        versions()["KUBERAY_VERSION"],
+        "default",
+        "ray-operator",
+        flags=lambda _port, health: [
+            f"--batch-scheduler={batch_scheduler}",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            "--metrics-addr=0",
+            "--enable-leader-election=false",
+        ],
+        kustomization="config/crd",
     )

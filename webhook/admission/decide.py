@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import contract, gangs
+from webhook import contract, gangs, naming
 from webhook.admission import forgery, keys
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
@@ -112,6 +112,26 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
     return warnings
 
 
+def _named_ahead(obj: Obj, operation: str, backend: Backend | Unavailable) -> Obj:
+    """A workload created with only `generateName` has no name at admission, so its gang cannot be named
+    and, under Volcano, no PodGroup made ahead of its pods, which Volcano's pod admission then refuses
+    (volcano pkg/webhooks/admission/pods/validate/admit_pod.go, checkPG). The name is chosen here, as the
+    API server would choose it (it generates one only when admission left metadata.name empty)."""
+    meta = obj.get("metadata")
+    if (
+        operation != "CREATE"
+        or isinstance(backend, Unavailable)
+        or backend.name != "volcano"
+        or obj.get("kind") == "Pod"  # a pod's gang comes from its owner's labels, not its own name
+        or not isinstance(meta, dict)
+        or meta.get("name")
+        or not isinstance(meta.get("generateName"), str)
+        or not meta["generateName"]
+    ):
+        return obj
+    return {**obj, "metadata": {**meta, "name": naming.generated_name(meta["generateName"])}}
+
+
 def admit(
     obj: Obj,
     operation: str,
@@ -129,6 +149,7 @@ def admit(
     `controller` is what is known of gangkeeper's controller (None: unknown, as offline); a pod is
     never gated when no controller has run, since nothing would lift its gate.
     """
+    received, obj = obj, _named_ahead(obj, operation, backend) if mutate else obj
     plan = gangs.analyze(_with_namespace(obj, namespace))
     plan.warnings[:0] = keys.object_warnings(obj)
     if operation == "UPDATE" and old is not None and obj.get("kind") == "Pod":
@@ -156,9 +177,9 @@ def admit(
     if plan.skip:
         outcome = Outcome(True, plan.skip, warnings=plan.warnings, plan=plan)
         if plan.unstamp and operation == "CREATE" and mutate:
-            outcome.mutated = json_copy(obj)
+            outcome.mutated = json_copy(received)
             remove_stamp(outcome.mutated)
-            outcome.patch = diff(obj, outcome.mutated)
+            outcome.patch = diff(received, outcome.mutated)
         return outcome
     if isinstance(backend, Unavailable):
         return Outcome(
@@ -215,7 +236,7 @@ def admit(
         if isinstance(template, dict):
             backend.stamp(Target(template, stamp.shape), stamp.gang, is_pod=False)
     outcome.mutated = mutated
-    outcome.patch = diff(obj, mutated)
+    outcome.patch = diff(received, mutated)
     if not outcome.patch:
         outcome.reason = "already stamped"
     return outcome
