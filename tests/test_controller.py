@@ -676,3 +676,65 @@ def volcano_job_watched(
 
     relist()
     return created, Controller(api, clock=Clock(), informers=informers), relist
+
+
+def refused_by_the_scheduler(server: TestApiServer, namespace: str = "team-a") -> None:
+    for pod in pods(server.store, namespace):
+        status = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+        server.store.patch("v1", "pods", namespace, pod["metadata"]["name"], {"status": status})
+
+
+def woken_at(server: TestApiServer) -> str | None:
+    from webhook.controller.wakeup import WAKE_ANNOTATION
+
+    group = server.store.get("scheduling.x-k8s.io/v1alpha1", "podgroups", "team-a", "job-train")
+    return ((group.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION)
+
+
+def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(server: TestApiServer, api: Api) -> None:
+    """Coscheduling retries the pods it rejected only on a PodGroup update (wakeup.py): the pinch holds
+    (no touch), the taint goes, the model sees the four fit and the PodGroup is touched, then not again
+    before WAKE_INTERVAL_SECONDS."""
+    from tests.schemas import validate
+    from webhook.controller.wakeup import WAKE_INTERVAL_SECONDS
+
+    seed_cluster(server)  # room for one 4-cpu pod of four
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"), backend="coscheduling")
+    refused_by_the_scheduler(server)
+    clock = Clock()
+    controller = Controller(api, clock=clock, resync_seconds=0)
+    controller.reconcile_once()
+    assert woken_at(server) is None  # it does not fit: no retry is worth its cost
+    for name in ("worker1", "worker2"):
+        server.store.patch("v1", "nodes", "", name, {"spec": {"taints": []}})
+    clock.advance(1)
+    controller.reconcile_once()
+    first = woken_at(server)
+    assert first == clock.now.isoformat()
+    validate(server.store.get("scheduling.x-k8s.io/v1alpha1", "podgroups", "team-a", "job-train"))
+    clock.advance(WAKE_INTERVAL_SECONDS / 2)
+    controller.reconcile_once()
+    assert woken_at(server) == first
+    clock.advance(WAKE_INTERVAL_SECONDS)
+    controller.reconcile_once()
+    assert woken_at(server) == clock.now.isoformat()
+
+
+def test_a_coscheduling_gang_partly_bound_or_not_refused_is_left_to_the_scheduler(
+    server: TestApiServer, api: Api
+) -> None:
+    seed_cluster(server)
+    for name in ("worker1", "worker2"):
+        server.store.patch("v1", "nodes", "", name, {"spec": {"taints": []}})
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend="coscheduling")
+    controller = Controller(api, clock=Clock(), resync_seconds=0)
+    controller.reconcile_once()
+    assert woken_at(server) is None  # not refused yet: the scheduler is still trying
+    refused_by_the_scheduler(server)
+    first = pods(server.store)[0]["metadata"]["name"]
+    server.store.bind("team-a", first, "worker3")
+    controller.reconcile_once()
+    assert woken_at(server) is None  # Permit counts the bound one; the others are retried on their own

@@ -4,6 +4,7 @@ deleted when the bare pod group they stood for is gone."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from webhook.controller.informer import Informer
 from webhook.controller.kube import Api, ApiError, Resource
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved, Workloads
+from webhook.controller.wakeup import WAKE_ANNOTATION
 from webhook.controller.workloads import group_resource
 from webhook.gangs import lws
 from webhook.gangs.model import Obj
@@ -75,6 +77,25 @@ class GroupObjects:
                 # the API refuses any change (422); admission refuses the gangs that would need one
                 continue
             self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
+
+    def wake(self, resolved: Resolved, now: dt.datetime) -> None:
+        """Touch the gang's coscheduling PodGroup (gangkeeper's own only): kube-scheduler then retries the
+        pods Coscheduling rejected (webhook/controller/wakeup.py says why)."""
+        if resolved.gang is None:
+            return
+        for desired in backends.make("coscheduling").group_objects([resolved.gang], NamespaceInfo()):
+            resource = group_resource(desired["apiVersion"], desired["kind"])
+            namespace = desired["metadata"].get("namespace") or resolved.gang.namespace
+            name = desired["metadata"]["name"]
+            try:
+                current = self.workloads.read(resource, namespace, name)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                continue
+            if current is None or contract.GROUP_LABEL not in ((current.get("metadata") or {}).get("labels") or {}):
+                continue
+            touch = {"metadata": {"annotations": {WAKE_ANNOTATION: now.isoformat()}}}
+            self._write("wake", self.api.merge_patch, resource.path(namespace, name), touch)
 
     def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> ApiError | None:
         try:

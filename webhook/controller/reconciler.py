@@ -37,6 +37,7 @@ from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
 from webhook.controller.source import ChangeSource, Listing, Source, backend_of
 from webhook.controller.state import Decision, GangState
+from webhook.controller.wakeup import Waker, waiting_gang_fits
 from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
 from webhook.gangs.model import Obj
@@ -112,6 +113,7 @@ class Controller:
         self.cycle = ReleaseCycle(
             self.index, self.gang_objects, self.reporter, self.releaser, self.requeuer, HeadOfLine(head_of_line_seconds)
         )
+        self.waker = Waker()
 
     @property
     def replaced(self) -> int:
@@ -229,10 +231,24 @@ class Controller:
             if fresh and self.may_write():
                 self.groups.sync(gang, resolved, backend)
                 self.reporter.report_other(gang, resolved, backend, now)
+            if backend == "coscheduling" and self.may_write():
+                self._wake_if_it_fits(gang, resolved, current)
             return None
         if resolved.gone and self.may_write():
             self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
         return resolved
+
+    def _wake_if_it_fits(self, gang: GangView, resolved: Resolved, current: _Pass) -> None:
+        """A coscheduling gang the scheduler stopped retrying, woken when the model sees it fit (wakeup.py)."""
+        stamp = current.now.timestamp()
+        if resolved.spec is None or not self.waker.due(gang.key, stamp):
+            return
+        if waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot):
+            self.waker.woken(gang.key, stamp)
+            log.info(
+                "coscheduling gang fits: its PodGroup touched for the scheduler to retry it", extra={"gang": gang.key}
+            )
+            self.groups.wake(resolved, current.now)
 
     def _release_turn(self, gang: GangView, resolved: Resolved, current: _Pass) -> Decision:
         """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""
@@ -315,6 +331,7 @@ class Controller:
         self.cycle.keep_only(live)
         self.work.keep_only(live)
         self.gang_objects.keep_only(set(live))
+        self.waker.keep_only(set(live))
         return Snapshot(
             nodes=index.node_list(),
             # the index's figures, shared: a pass replaces a node's figures when it promises capacity

@@ -1,0 +1,61 @@
+"""Waking a coscheduling gang that kube-scheduler would not retry.
+
+scheduler-plugins' Coscheduling asks kube-scheduler to retry the pods it rejected only when a pod is
+added or a PodGroup is added or updated (pkg/coscheduling/coscheduling.go, EventsToRegister). A gang
+that waited while the cluster was full ends with every pod rejected by Coscheduling itself (Permit's
+"optimistic rejection in PostFilter", "rejection in Unreserve"), so a node freeing up or losing a taint
+retries none of them until the scheduler's unschedulable flush, 5 minutes by default (on the real tier:
+`"Event is not making pod schedulable" ... event="NodeUpdateNodeTaint"` for each pod of the gang).
+When gangkeeper's own placement model sees the whole waiting gang fit, it touches the gang's PodGroup:
+the update is the event Coscheduling waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from webhook.controller import placement
+from webhook.controller.reuse import Snapshot
+from webhook.controller.state import PodView
+
+WAKE_ANNOTATION = "gangkeeper.io/woken-at"
+# at most this often per gang: each wake-up costs the scheduler a round of attempts on every member
+WAKE_INTERVAL_SECONDS = 30.0
+
+
+def waiting_gang_fits(pods: Sequence[PodView], min_member: int, snapshot: Snapshot) -> bool:
+    """Whether a coscheduling gang, none of it bound and at least `min_member` pods refused by the
+    scheduler, now fits whole on the free capacity gangkeeper models (kube-scheduler's filters)."""
+    live = [p for p in pods if not p.finished]
+    if any(p.node_name for p in live):
+        return False  # partly running: Coscheduling's Permit counts the bound ones and retries the rest
+    refused = [p for p in live if p.unschedulable and not p.gated]
+    if len(refused) < min_member:
+        return False
+    result = placement.place(
+        [placement.Member(p.name, p.shape) for p in refused],
+        snapshot.nodes,
+        snapshot.free,
+        used_ports=snapshot.ports,
+        eligibility=snapshot.eligibility,
+    )
+    return len(result.assignments) >= min_member
+
+
+@dataclass
+class Waker:
+    """When each gang was last woken, so a gang that fits in the model but not in the scheduler (what
+    the model does not see) is woken every WAKE_INTERVAL_SECONDS, not every pass."""
+
+    last: dict[str, float] = field(default_factory=dict)
+
+    def due(self, key: str, now: float) -> bool:
+        return now - self.last.get(key, float("-inf")) >= WAKE_INTERVAL_SECONDS
+
+    def woken(self, key: str, now: float) -> None:
+        self.last[key] = now
+
+    def keep_only(self, live: set[str]) -> None:
+        for key in set(self.last) - live:
+            del self.last[key]
