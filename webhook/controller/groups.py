@@ -60,10 +60,8 @@ class GroupObjects:
             resource = group_resource(desired["apiVersion"], desired["kind"])
             meta = desired["metadata"]
             path = resource.path(meta.get("namespace") or gang.namespace, meta["name"])
-            try:
-                current = self.workloads.read(resource, meta.get("namespace") or gang.namespace, meta["name"])
-            except ApiError as error:
-                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            readable, current = self._read(resource, meta.get("namespace") or gang.namespace, meta["name"])
+            if not readable:
                 continue
             if current is None:
                 refused = self._write("create", self.api.create, resource.path(gang.namespace), desired)
@@ -87,15 +85,24 @@ class GroupObjects:
             resource = group_resource(desired["apiVersion"], desired["kind"])
             namespace = desired["metadata"].get("namespace") or resolved.gang.namespace
             name = desired["metadata"]["name"]
-            try:
-                current = self.workloads.read(resource, namespace, name)
-            except ApiError as error:
-                metrics.API_ERRORS.labels("get", str(error.status)).inc()
-                continue
-            if current is None or contract.GROUP_LABEL not in ((current.get("metadata") or {}).get("labels") or {}):
+            readable, current = self._read(resource, namespace, name)
+            if (
+                not readable
+                or current is None
+                or contract.GROUP_LABEL not in ((current.get("metadata") or {}).get("labels") or {})
+            ):
                 continue
             touch = {"metadata": {"annotations": {WAKE_ANNOTATION: now.isoformat()}}}
             self._write("wake", self.api.merge_patch, resource.path(namespace, name), touch)
+
+    def _read(self, resource: Resource, namespace: str, name: str) -> tuple[bool, Obj | None]:
+        """(False, None) when the API could not say (counted; the caller skips the object this pass),
+        else (True, the object or None when it does not exist)."""
+        try:
+            return True, self.workloads.read(resource, namespace, name)
+        except ApiError as error:
+            metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            return False, None
 
     def _write(self, action: str, call: Callable[[str, Obj], Any], path: str, body: Obj) -> ApiError | None:
         try:
@@ -145,10 +152,8 @@ class GroupObjects:
             desired = backends.make("volcano").group_objects([gang], NamespaceInfo())[0]
             resource = group_resource(desired["apiVersion"], desired["kind"])
             name = desired["metadata"]["name"]
-            try:
-                current = self.workloads.read(resource, namespace, name)
-            except ApiError as error:
-                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            readable, current = self._read(resource, namespace, name)
+            if not readable:
                 continue
             if (is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name)) or (
                 not is_lws and self._operator_manages(resource, namespace, str(meta.get("uid", "")))
