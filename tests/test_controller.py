@@ -699,7 +699,7 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
     (no touch), the taint goes, the model sees the four fit and the PodGroup is touched, then not again
     before WAKE_INTERVAL_SECONDS."""
     from tests.schemas import validate
-    from webhook.controller.wakeup import WAKE_INTERVAL_SECONDS
+    from webhook.controller.wakeup import CHECK_INTERVAL_SECONDS, WAKE_INTERVAL_SECONDS
 
     seed_cluster(server)  # room for one 4-cpu pod of four
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"), backend="coscheduling")
@@ -711,6 +711,9 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
     for name in ("worker1", "worker2"):
         server.store.patch("v1", "nodes", "", name, {"spec": {"taints": []}})
     clock.advance(1)
+    controller.reconcile_once()
+    assert woken_at(server) is None  # the model is asked at most every CHECK_INTERVAL_SECONDS
+    clock.advance(CHECK_INTERVAL_SECONDS)
     controller.reconcile_once()
     first = woken_at(server)
     assert first == clock.now.isoformat()

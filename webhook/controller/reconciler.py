@@ -243,8 +243,9 @@ class Controller:
         stamp = current.now.timestamp()
         if resolved.spec is None or not self.waker.due(gang.key, stamp):
             return
-        if waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot):
-            self.waker.woken(gang.key, stamp)
+        fits = waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot)
+        self.waker.checked(gang.key, stamp, woken=fits)
+        if fits:
             log.info(
                 "coscheduling gang fits: its PodGroup touched for the scheduler to retry it", extra={"gang": gang.key}
             )

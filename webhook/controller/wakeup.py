@@ -22,6 +22,9 @@ from webhook.controller.state import PodView
 WAKE_ANNOTATION = "gangkeeper.io/woken-at"
 # at most this often per gang: each wake-up costs the scheduler a round of attempts on every member
 WAKE_INTERVAL_SECONDS = 30.0
+# and the model asked at most this often per waiting gang: a placement per pass per gang would be the
+# pass's largest cost on a big cluster with many waiting gangs
+CHECK_INTERVAL_SECONDS = 5.0
 
 
 def waiting_gang_fits(pods: Sequence[PodView], min_member: int, snapshot: Snapshot) -> bool:
@@ -45,17 +48,26 @@ def waiting_gang_fits(pods: Sequence[PodView], min_member: int, snapshot: Snapsh
 
 @dataclass
 class Waker:
-    """When each gang was last woken, so a gang that fits in the model but not in the scheduler (what
-    the model does not see) is woken every WAKE_INTERVAL_SECONDS, not every pass."""
+    """When each gang was last checked against the model and last woken: a gang that fits in the model
+    but not in the scheduler (what the model does not see) is woken every WAKE_INTERVAL_SECONDS, not
+    every pass."""
 
-    last: dict[str, float] = field(default_factory=dict)
+    checked_at: dict[str, float] = field(default_factory=dict)
+    woken_at: dict[str, float] = field(default_factory=dict)
 
     def due(self, key: str, now: float) -> bool:
-        return now - self.last.get(key, float("-inf")) >= WAKE_INTERVAL_SECONDS
+        never = float("-inf")
+        return (
+            now - self.checked_at.get(key, never) >= CHECK_INTERVAL_SECONDS
+            and now - self.woken_at.get(key, never) >= WAKE_INTERVAL_SECONDS
+        )
 
-    def woken(self, key: str, now: float) -> None:
-        self.last[key] = now
+    def checked(self, key: str, now: float, woken: bool) -> None:
+        self.checked_at[key] = now
+        if woken:
+            self.woken_at[key] = now
 
     def keep_only(self, live: set[str]) -> None:
-        for key in set(self.last) - live:
-            del self.last[key]
+        for times in (self.checked_at, self.woken_at):
+            for key in set(times) - live:
+                del times[key]
