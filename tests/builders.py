@@ -102,8 +102,14 @@ def pod(
     owner: tuple[str, str, str] | None = None,
     spec: dict[str, Any] | None = None,
     namespace: str = "team-a",
+    owned: bool = True,
 ) -> dict[str, Any]:
+    """A pod; one with the Job controller's label is owned by that Job, as the Job controller makes it
+    (`owned=False`: a pod that only copies the label)."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    job_name = (labels or {}).get("batch.kubernetes.io/job-name")
+    if owner is None and owned and job_name:
+        owner = ("batch/v1", "Job", job_name)
     if labels:
         meta["labels"] = dict(labels)
     if annotations:

@@ -116,6 +116,37 @@ def test_values_reach_the_objects() -> None:
     assert ("ServiceMonitor", "gangkeeper") in objects and ("PrometheusRule", "gangkeeper") in objects
 
 
+def webhook_grants(variant: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the webhook's ClusterRole and Role grant in a variant."""
+    return {
+        (group, resource, verb)
+        for obj in render(variant)
+        if obj["kind"] in ("ClusterRole", "Role") and obj["metadata"]["name"] == "gangkeeper-webhook"
+        for rule in obj["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_under_cert_manager_the_webhook_may_write_neither_its_configurations_nor_secrets() -> None:
+    """Only mode self injects the CA bundle (and has the policy that limits that patch to it): under
+    cert-manager a compromised webhook pod must not be able to widen its own rules or fail open."""
+    self_mode, cert_manager = webhook_grants("defaults"), webhook_grants("everything")
+    writes = {
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch"),
+        ("", "secrets", "create"),
+        ("", "secrets", "patch"),
+    }
+    assert writes <= self_mode
+    assert not writes & cert_manager and not any(
+        group == "admissionregistration.k8s.io" for group, _, _ in cert_manager
+    )
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in render("defaults")}
+    assert ("ValidatingAdmissionPolicy", "gangkeeper-webhook-ca-bundle-only") in kinds
+
+
 def test_helm_install_into_its_own_namespace_skips_it_by_name() -> None:
     """`helm install --create-namespace` makes the namespace without gangkeeper.io/system: the webhooks
     then keep out of it by name, wherever it is installed."""

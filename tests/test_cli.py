@@ -87,6 +87,7 @@ def test_invalid_yaml_is_a_clear_error() -> None:
 def test_mutate_defaults_to_auto_which_offline_is_the_gate() -> None:
     pod = (
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: train-abc\n  labels: {batch.kubernetes.io/job-name: train}\n"
+        "  ownerReferences: [{apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}]\n"
         "spec:\n  containers: [{name: t, image: busybox}]\n"
     )
     result = gangkeeper("mutate", "-f", "-", stdin=pod)

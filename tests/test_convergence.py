@@ -81,6 +81,45 @@ def test_a_forward_clock_jump_times_no_gang_out(store: Store, api: Api) -> None:
     assert controller.reconcile_once()["team-a/job-steady"].state == "TimedOut"
 
 
+def test_a_backward_clock_jump_delays_no_timeout(store: Store, api: Api) -> None:
+    """The wall clock steps an hour back while a release waits: its real timeout (300 s of time that
+    passed) still ends it, not an hour later."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(store, add_job(store, "steady", parallelism=2, cpu="1"))
+    clock, ticks = Clock(), {"now": 0.0}
+    controller = Controller(api, clock=clock, monotonic=lambda: ticks["now"])
+    assert controller.reconcile_once()["team-a/job-steady"].state == "Release"
+    clock.advance(-3600)
+    ticks["now"] += 1
+    assert controller.reconcile_once()["team-a/job-steady"].state == "Releasing"
+    clock.advance(300)
+    ticks["now"] += 300
+    assert controller.reconcile_once()["team-a/job-steady"].state == "TimedOut"
+
+
+def test_a_forward_clock_jump_ends_no_backoff_early(store: Store, api: Api) -> None:
+    """A requeued gang's backoff (30 s) is time that must pass: a 360 s jump does not end it."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(
+        store, add_job(store, "steady", parallelism=2, cpu="1", annotations={"gangkeeper.io/timeout-seconds": "10"})
+    )
+    clock, ticks = Clock(), {"now": 0.0}
+    controller = Controller(api, clock=clock, monotonic=lambda: ticks["now"])
+    assert controller.reconcile_once()["team-a/job-steady"].state == "Release"
+    clock.advance(11)
+    ticks["now"] += 11
+    assert controller.reconcile_once()["team-a/job-steady"].state == "TimedOut"
+    assert store.get("batch/v1", "jobs", NS, "steady")["spec"]["suspend"] is True
+    clock.advance(360)
+    ticks["now"] += 1
+    controller.reconcile_once()
+    assert store.get("batch/v1", "jobs", NS, "steady")["spec"]["suspend"] is True  # still within its backoff
+    clock.advance(30)
+    ticks["now"] += 30
+    controller.reconcile_once()
+    assert store.get("batch/v1", "jobs", NS, "steady")["spec"]["suspend"] is False
+
+
 def test_a_tenants_annotations_are_never_the_controllers_books(store: Store, api: Api) -> None:
     """A Job that carries `not-before` far ahead, an attempts count and the suspended mark (written past
     admission, as an UPDATE by its owner could) is released as any other; its books stay empty."""

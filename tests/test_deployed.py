@@ -38,7 +38,7 @@ def namespace(store: Store, name: str, **labels: str) -> None:
 
 
 def bare_pod(store: Store, ns: str, name: str) -> dict[str, Any]:
-    pod = b.pod(name or "worker", labels={JOB_LABEL: "train"}, namespace=ns)
+    pod = b.pod(name or "worker", labels={JOB_LABEL: "train"}, namespace=ns, owner=("batch/v1", "Job", "train"))
     if not name:
         del pod["metadata"]["name"]
         pod["metadata"]["generateName"] = "worker-"

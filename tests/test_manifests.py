@@ -24,7 +24,7 @@ from webhook.controller.informer import Informer
 from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, client_from
 from webhook.controller.leader import LeaderElector
 from webhook.controller.reconciler import Controller
-from webhook.controller.workloads import WORKLOAD_RESOURCES
+from webhook.controller.workloads import SUSPEND_PATHS, WORKLOAD_RESOURCES
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 KUSTOMIZATIONS = [
@@ -351,11 +351,16 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
     assert missing == [], f"calls the RBAC does not allow: {missing}"
     used = {(g, r, v) for g, r, v, _ in calls}
     declared = set()
-    if account == "gangkeeper-controller":  # workload kinds the code reads (and annotates), exercised or not
+    if account == "gangkeeper-controller":  # workload kinds the code reads, exercised or not
         declared = {
             (r.group_version.rpartition("/")[0], r.plural, verb)
             for r in WORKLOAD_RESOURCES.values()
-            for verb in ("get", "list", "watch", "patch")
+            for verb in ("get", "list", "watch")
+        }
+        # patched only where it suspends and resumes a workload (requeue.py, uninstall.py)
+        declared |= {
+            (WORKLOAD_RESOURCES[kind].group_version.rpartition("/")[0], WORKLOAD_RESOURCES[kind].plural, "patch")
+            for kind in SUSPEND_PATHS
         }
         # used by the API server on our behalf: blockOwnerDeletion on group objects owned by workloads
         declared |= {

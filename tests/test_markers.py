@@ -86,7 +86,9 @@ def _stamped_lws_worker() -> dict:
     labels = {"leaderworkerset.sigs.k8s.io/name": "x", "leaderworkerset.sigs.k8s.io/group-index": "0"}
     labels["leaderworkerset.sigs.k8s.io/worker-index"] = "1"
     annotations = {"leaderworkerset.sigs.k8s.io/size": "4"}
-    pod = b.pod(name="x-0-1", labels=labels, annotations=annotations, owner=("v1", "Pod", "x-0"))
+    pod = b.pod(
+        name="x-0-1", labels=labels, annotations=annotations, owner=("apps/v1", "StatefulSet", "x-0")
+    )  # the worker StatefulSet makes it
     stamped = b.patched(pod, handle(b.review(pod)))
     assert stamped["metadata"]["labels"].get("gangkeeper.io/group"), "gangkeeper stamps an LWS worker"
     return stamped

@@ -21,10 +21,29 @@ def test_release_all_lifts_gates_and_resumes_only_what_gangkeeper_suspended(apis
     held = b.pod("held", labels={"gangkeeper.io/group": "job-train"})
     held["spec"]["schedulingGates"] = [{"name": "gangkeeper.io/gang-gate"}, {"name": "example.com/hold"}]
     store.create("v1", "pods", "team-a", held)
-    ours = b.job("held-by-gangkeeper", suspend=True, annotations={"gangkeeper.io/suspended": "2026-01-01T00:00:00Z"})
+    mark = {"gangkeeper.io/suspended": "2026-01-01T00:00:00Z"}
+    ours = b.job("held-by-gangkeeper", suspend=True, annotations=mark)
     theirs = b.job("held-by-its-user", suspend=True)
-    for workload in (ours, theirs):
+    # the mark alone (no Gang records it): a Job Kueue holds, or a mark left by hand, is not gangkeeper's
+    kueues = b.job("held-by-kueue", suspend=True, annotations=mark)
+    for workload in (ours, theirs, kueues):
         store.create("batch/v1", "jobs", "team-a", workload)
+    store.create(
+        "gangkeeper.io/v1alpha1",
+        "gangs",
+        "team-a",
+        {
+            "apiVersion": "gangkeeper.io/v1alpha1",
+            "kind": "Gang",
+            "metadata": {"name": "job-held-by-gangkeeper", "namespace": "team-a"},
+            "spec": {
+                "backend": "gate",
+                "minMember": 4,
+                "workload": {"apiVersion": "batch/v1", "kind": "Job", "name": ours["metadata"]["name"]},
+            },
+            "status": {"suspendedAt": "2026-01-01T00:00:00Z", "attempts": 1},
+        },
+    )
 
     done = release_all(api)
     again = release_all(api)
@@ -35,6 +54,7 @@ def test_release_all_lifts_gates_and_resumes_only_what_gangkeeper_suspended(apis
     resumed = store.get("batch/v1", "jobs", "team-a", "held-by-gangkeeper")
     assert resumed["spec"]["suspend"] is False and "gangkeeper.io/suspended" not in resumed["metadata"]["annotations"]
     assert store.get("batch/v1", "jobs", "team-a", "held-by-its-user")["spec"]["suspend"] is True
+    assert store.get("batch/v1", "jobs", "team-a", "held-by-kueue")["spec"]["suspend"] is True
     assert done.resumed == ["Job team-a/held-by-gangkeeper"]
     assert (again.gates, again.resumed, again.failed) == ([], [], [])  # safe to run twice
     for pod in pods(store):

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from webhook import __version__
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
+from webhook.gangs.common import MAX_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from webhook.admission.resolve import BackendResolver
@@ -286,6 +288,13 @@ def _release_all(args: argparse.Namespace) -> int:
     return 1 if done.failed else 0
 
 
+def _recovery_seconds(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_TIMEOUT_SECONDS} seconds")
+    return value
+
+
 def _controller(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.controller.kube import client_from
@@ -299,6 +308,7 @@ def _controller(args: argparse.Namespace) -> int:
         args.native_version,
         args.metrics_port,
         max_attempts=args.max_attempts,
+        recovery_seconds=args.recovery_timeout,
         queue_policy=args.queue_policy,
         queue_depth=args.queue_depth,
         head_of_line_seconds=args.head_of_line_seconds,
@@ -476,6 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument("--metrics-port", type=int, default=8080)
     controller.add_argument(
         "--max-attempts", type=int, default=5, help="times a timed-out gang is requeued before it gives up"
+    )
+    controller.add_argument(
+        "--recovery-timeout",
+        type=_recovery_seconds,
+        default=DEFAULT_RECOVERY_SECONDS,
+        help="seconds a gang that ran whole may run short of a member before it is requeued whole "
+        "(a gang's gangkeeper.io/recovery-timeout-seconds wins; %(default)s)",
     )
     controller.add_argument(
         "--queue-policy",

@@ -41,6 +41,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.queuePolicy": {"controller": "--queue-policy"},
     "controller.queueDepth": {"controller": "--queue-depth"},
     "controller.maxAttempts": {"controller": "--max-attempts"},
+    "controller.recoveryTimeoutSeconds": {"controller": "--recovery-timeout"},
     "controller.headOfLineSeconds": {"controller": "--head-of-line-seconds"},
     "controller.nativeVersion": {"controller": "--native-version"},
     "controller.intervalSeconds": {"controller": "--interval"},

@@ -19,6 +19,8 @@ GROUP_SIZE_ANNOTATION: Final = f"{PREFIX}/group-size"
 MIN_MEMBER_ANNOTATION: Final = f"{PREFIX}/min-member"
 QUEUE_ANNOTATION: Final = f"{PREFIX}/queue"
 TIMEOUT_ANNOTATION: Final = f"{PREFIX}/timeout-seconds"
+# how long a gang that ran whole may run short of minMember (a member lost) before it is requeued whole
+RECOVERY_ANNOTATION: Final = f"{PREFIX}/recovery-timeout-seconds"
 GROUP_LABEL: Final = f"{PREFIX}/group"
 # how long a workload runs once started: lets the queue plan when capacity returns (backfill)
 EXPECTED_SECONDS_ANNOTATION: Final = f"{PREFIX}/expected-seconds"

@@ -21,6 +21,7 @@ from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
 from webhook.backends.volcano import API_VERSION as VOLCANO_API
 from webhook.gangs.model import Gang, Obj, Plan, get_path
+from webhook.gangs.pod import unowned_member
 
 _OWN_SCHEDULERS = {"", "default-scheduler"}
 
@@ -171,6 +172,12 @@ def admit(
             + ": only gangkeeper's controller writes its state; remove these annotations"
         )
         return Outcome(False, "controller state written by a client", code=403, message=message, plan=plan)
+    impostor = unowned_member(obj, plan.pod_gang) if operation == "CREATE" and plan.pod_gang is not None else None
+    if impostor:  # at CREATE only: an owner a later update removes (orphaning) is not refused
+        message = f"{describe(obj)} is forbidden: metadata.ownerReferences: Forbidden: {impostor}"
+        return Outcome(
+            False, "a gang's labels on a pod its workload does not own", code=403, message=message, plan=plan
+        )
     if plan.errors:
         message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
         return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)

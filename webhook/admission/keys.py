@@ -32,6 +32,7 @@ OBJECT_ANNOTATIONS = frozenset(
         contract.MIN_MEMBER_ANNOTATION,
         contract.QUEUE_ANNOTATION,
         contract.TIMEOUT_ANNOTATION,
+        contract.RECOVERY_ANNOTATION,
         contract.EXPECTED_SECONDS_ANNOTATION,
         contract.PLACEMENT_ANNOTATION,
         contract.WORKLOAD_ANNOTATION,

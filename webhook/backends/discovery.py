@@ -29,7 +29,8 @@ HOW_TO_ENABLE = {
     "native": "enable the feature gates GenericWorkload and GangScheduling (1.35, 1.36; 1.37 merged "
     "GangScheduling into GenericWorkload) on the API server and kube-scheduler, without which pods are "
     "scheduled one by one, and serve the API with --runtime-config=scheduling.k8s.io/v1alpha1=true (1.35), "
-    "v1alpha2 (1.36) or v1beta1 (1.37)",
+    "v1alpha2 (1.36) or v1beta1 (1.37); for whole-gang preemption by priority also WorkloadAwarePreemption "
+    "on 1.36 (1.37 has it in GenericWorkload)",
 }
 
 

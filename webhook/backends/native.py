@@ -22,12 +22,23 @@ GROUP = "scheduling.k8s.io"
 class Generation:
     kubernetes: str
     version: str
+    # a gang preempted whole, never a member alone, in this generation's words (k8s.io/api
+    # scheduling/<version>/types.go, DisruptionMode): None where the API has no such field
+    whole_gang_disruption: object = None
+    # what must be on for kube-scheduler to preempt whole gangs by priority (pkg/features/kube_features.go)
+    preemption_gates: tuple[str, ...] = ()
 
 
 GENERATIONS = {
     "1.35": Generation("1.35", "v1alpha1"),
-    "1.36": Generation("1.36", "v1alpha2"),
-    "1.37": Generation("1.37", "v1beta1"),
+    # 1.36: DisruptionMode "Pod" | "PodGroup" and priorityClassName, alpha behind WorkloadAwarePreemption
+    # (which needs GangScheduling); with the gate off the API server drops both fields
+    # (pkg/registry/scheduling/podgroup/strategy.go, dropDisabledPodGroupSpecFields)
+    "1.36": Generation(
+        "1.36", "v1alpha2", "PodGroup", ("GenericWorkload", "GangScheduling", "WorkloadAwarePreemption")
+    ),
+    # 1.37: DisruptionMode is a union, {single: {}} (the default) or {all: {}}; part of the beta API
+    "1.37": Generation("1.37", "v1beta1", {"all": {}}, ("GenericWorkload",)),
 }
 # pod groups (1.35) or pod group templates (1.36, 1.37) one Workload may hold: k8s.io/api
 # scheduling/v1alpha2/types.go WorkloadMaxPodGroupTemplates, `+k8s:maxItems=8` in every generation
@@ -112,7 +123,8 @@ class Native:
             if self.generation.version == "v1alpha1":
                 templates.setdefault(gang.id.template, {"name": gang.id.template, "policy": policy})
             else:
-                templates.setdefault(gang.id.template, {"name": gang.id.template, "schedulingPolicy": policy})
+                template = {"name": gang.id.template, "schedulingPolicy": policy, **self.preemption(gang)}
+                templates.setdefault(gang.id.template, template)
         key = "podGroups" if self.generation.version == "v1alpha1" else "podGroupTemplates"
         spec: Obj = {key: list(templates.values())}
         if first.owner:
@@ -130,6 +142,16 @@ class Native:
             }
         else:
             spec["workloadRef"] = {"workloadName": gang.id.native_workload, "templateName": gang.id.template}
-        if gang.priority_class:
-            spec["priorityClassName"] = gang.priority_class
+        spec.update(self.preemption(gang))
         return {"apiVersion": self.api_version, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}
+
+    def preemption(self, gang: Gang) -> Obj:
+        """The fields by which kube-scheduler's workload-aware preemption (KEP-5710) treats the gang as
+        one: its priority class (the admission plugin resolves `priority` from it) and a disruption mode
+        that evicts it whole, never a member alone."""
+        fields: Obj = {}
+        if self.generation.whole_gang_disruption is not None:
+            fields["disruptionMode"] = self.generation.whole_gang_disruption
+        if gang.priority_class:
+            fields["priorityClassName"] = gang.priority_class
+        return fields

@@ -1,44 +1,45 @@
-"""Timeouts that a wall-clock jump cannot trip.
+"""The controller's clock: wall time as of its start, advanced by the monotonic clock.
 
-Release times are wall-clock marks (they outlive the process), so a forward jump of the clock (an NTP
-step, a VM resumed) would make every released gang look late at once. The guard compares the wall
-clock with the monotonic one between passes: what the wall gained beyond the monotonic time is a jump,
-and the `now` that timeouts are judged by is taken back by it. A gang released just after a jump then
-waits up to the jump longer; none is ever timed out early. Jumps are forgotten after `memory` seconds.
+Release times, backoffs and recovery clocks are wall-clock marks (they outlive the process, in the Gang
+objects), but every deadline is judged within a process by the time that really passed: a forward jump
+of the wall clock (an NTP step, a VM resumed) would otherwise time out every healthy release at once and
+requeue its gang, and a backward jump would delay a real timeout by the jump. `SteadyClock` starts equal
+to the wall clock and then moves only with the monotonic one, so neither jump moves any deadline. A
+jump is still seen (the wall and the steady clock part) and counted, so an operator knows the marks a
+restart reads back were written in the other frame.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from webhook.controller import metrics
 
-TOLERANCE_SECONDS = 5.0  # scheduling noise between two passes is not a jump
+log = logging.getLogger("gangkeeper.controller")
+TOLERANCE_SECONDS = 5.0  # scheduling noise between two readings is not a jump
 
 
 @dataclass
-class ClockGuard:
+class SteadyClock:
+    wall: Callable[[], dt.datetime]
     monotonic: Callable[[], float]
-    memory: float = 3600.0
-    _last: tuple[dt.datetime, float] | None = None
-    _jumps: list[tuple[float, float]] = field(default_factory=list)  # (monotonic when seen, seconds)
+    _anchor: tuple[dt.datetime, float] | None = None
+    _drift: float = 0.0  # how far the wall clock had moved from this one at the last reading (seconds)
 
-    def judge(self, now: dt.datetime) -> dt.datetime:
-        """The time timeouts are judged by at wall time `now`."""
-        tick = self.monotonic()
-        if self._last is not None:
-            wall_gain = (now - self._last[0]).total_seconds()
-            jump = wall_gain - (tick - self._last[1])
-            if jump > TOLERANCE_SECONDS:
-                self._jumps.append((tick, jump))
-                metrics.CLOCK_JUMPS.inc()
-        self._last = (now, tick)
-        self._jumps = [(seen, size) for seen, size in self._jumps if tick - seen < self.memory]
-        return now - dt.timedelta(seconds=sum(size for _, size in self._jumps))
-
-
-def no_guard(now: dt.datetime) -> dt.datetime:
-    """Tests that drive the clock by hand: every step of it is real time."""
-    return now
+    def __call__(self) -> dt.datetime:
+        tick, wall = self.monotonic(), self.wall()
+        if self._anchor is None:
+            self._anchor = (wall, tick)
+        steady = self._anchor[0] + dt.timedelta(seconds=tick - self._anchor[1])
+        drift = (wall - steady).total_seconds()
+        if abs(drift - self._drift) > TOLERANCE_SECONDS:
+            metrics.CLOCK_JUMPS.inc()
+            log.warning(
+                "the wall clock jumped; deadlines keep to the time that really passed",
+                extra={"jump_seconds": round(drift - self._drift, 1)},
+            )
+            self._drift = drift
+        return steady

@@ -42,7 +42,6 @@ class ReleaseCycle:
         self.waiting: dict[str, Waiting] = {}  # decisions of gangs that wait, reused while nothing changed
         self.order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
         self.replaced = 0  # decisions re-placed in the last cycle (the others were reused)
-        self.judged_now: dt.datetime | None = None  # the pass's time as the clock guard accepts it
 
     def keep_only(self, live: Mapping[str, GangView]) -> None:
         for key in self.order.keys() - live.keys():
@@ -80,6 +79,7 @@ class ReleaseCycle:
         context = (queue.context(gang.key), room is free)
         if (
             waiting is not None
+            and not waiting.decision.short  # a short gang's recovery clock runs: decided afresh
             and waiting.context == context
             and still_valid(self.index, waiting, gang, resolved, snapshot, avoid, room)
         ):
@@ -174,22 +174,22 @@ class ReleaseCycle:
         `gangkeeper explain` prints."""
         if resolved.spec is None:
             return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
-        not_before = self.gang_objects.books(gang.namespace, gang.name).not_before
+        books = self.gang_objects.books(gang.namespace, gang.name)
         nodes = snapshot.nodes
         eligibility: Eligibility | None = snapshot.eligibility
         if avoid:
             nodes, eligibility = [n for n in nodes if n.name not in avoid], None
-        judged = self.judged_now if self.judged_now is not None and self.judged_now <= now else now
         return decide(
             gang.pods,
             resolved.spec,
             nodes,
             snapshot.free,
-            judged,
-            not_before,
+            now,
+            books.not_before,
             used_ports=snapshot.ports,
             eligibility=eligibility,
             without_lower_priority=snapshot.without_lower_priority,
             room=room,
             ever=snapshot.index.ever if not avoid else None,
+            history=books.history,
         )

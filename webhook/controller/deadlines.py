@@ -13,16 +13,22 @@ from collections.abc import Iterable, Sequence
 
 from webhook.controller.state import GangSpec, PodView
 
-# a deadline that has passed but is judged by the guarded clock (after a wall-clock jump) is looked at
-# again this much later rather than at once: no busy loop on a moment the judge does not accept yet
+# a deadline that has passed is looked at again this much later rather than at once: no busy loop on a
+# moment a pass could not act on yet
 MIN_REQUEUE_SECONDS = 1.0
 
 
 def gang_deadline(
-    pods: Sequence[PodView], spec: GangSpec | None, not_before: dt.datetime | None, now: dt.datetime
+    pods: Sequence[PodView],
+    spec: GangSpec | None,
+    not_before: dt.datetime | None,
+    now: dt.datetime,
+    short_since: dt.datetime | None = None,
 ) -> dt.datetime | None:
     """The next moment the decision for this gang changes with time alone; None if it never does."""
     moments: list[dt.datetime] = []
+    if spec is not None and short_since is not None:  # a gang short of a member is requeued (recover)
+        moments.append(short_since + dt.timedelta(seconds=spec.recovery_seconds, milliseconds=1))
     if spec is not None:
         for pod in pods:  # a released pod still unbound times out (rule 1)
             if not pod.terminal and not pod.gated and not pod.node_name and pod.released_at is not None:

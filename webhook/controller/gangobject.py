@@ -21,7 +21,7 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.informer import Informer
 from webhook.controller.kube import Api, ApiError, Resource
-from webhook.controller.state import Release, format_time, parse_time
+from webhook.controller.state import History, Release, format_time, parse_time
 
 log = logging.getLogger("gangkeeper.controller")
 
@@ -38,15 +38,23 @@ class Books:
     attempts: int = 0
     not_before: dt.datetime | None = None
     suspended_at: dt.datetime | None = None  # gangkeeper suspended the workload then, and resumes it
+    ran_with: int = 0  # members running when it last ran whole (0: not since it was last requeued)
+    short_since: dt.datetime | None = None  # it ran whole, and has had fewer running since then
+
+    @property
+    def history(self) -> History:
+        return History(self.ran_with, self.short_since)
 
 
 def books_of(gang: Mapping[str, Any] | None) -> Books:
     status = (gang or {}).get("status") or {}
-    attempts = status.get("attempts")
+    attempts, ran_with = status.get("attempts"), status.get("ranWith")
     return Books(
         attempts if isinstance(attempts, int) and attempts > 0 else 0,
         parse_time(status.get("notBefore")),
         parse_time(status.get("suspendedAt")),
+        ran_with if isinstance(ran_with, int) and ran_with > 0 else 0,
+        parse_time(status.get("shortSince")),
     )
 
 
@@ -79,6 +87,8 @@ def books_status(books: Books) -> Obj:
         "attempts": books.attempts or None,
         "notBefore": format_time(books.not_before) if books.not_before else None,
         "suspendedAt": format_time(books.suspended_at) if books.suspended_at else None,
+        "ranWith": books.ran_with or None,
+        "shortSince": format_time(books.short_since) if books.short_since else None,
     }
 
 

@@ -69,8 +69,8 @@ class GroupObjects:
                 continue
             if ((current.get("metadata") or {}).get("labels") or {}).get(contract.GROUP_LABEL) is None:
                 continue  # someone else's object of the same name: never a second owner
-            if current.get("spec") == desired["spec"]:
-                continue
+            if contains(current.get("spec"), desired["spec"]):
+                continue  # what the API server adds (defaults, a resolved priority) is no difference
             if resource.group_version in IMMUTABLE_GROUP_SPECS:
                 # the API refuses any change (422); admission refuses the gangs that would need one
                 continue
@@ -285,3 +285,11 @@ def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterab
             except ApiError:
                 pass
     return deleted
+
+
+def contains(current: object, wanted: object) -> bool:
+    """Whether `current` holds every field of `wanted` with the same value (objects compared field by
+    field, anything else exactly)."""
+    if isinstance(wanted, dict):
+        return isinstance(current, dict) and all(contains(current.get(key), value) for key, value in wanted.items())
+    return current == wanted

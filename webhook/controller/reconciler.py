@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from webhook import contract
 from webhook.controller import metrics
-from webhook.controller.clockguard import ClockGuard, no_guard
+from webhook.controller.clockguard import SteadyClock
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.cycle import ReleaseCycle
 from webhook.controller.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
@@ -36,7 +36,7 @@ from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
 from webhook.controller.source import ChangeSource, Listing, Source, backend_of
-from webhook.controller.state import Decision, GangState
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, Decision, GangState
 from webhook.controller.wakeup import Waker, waiting_gang_fits
 from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
@@ -74,6 +74,7 @@ class Controller:
         informers: Mapping[tuple[str, str], Informer] | None = None,
         may_write: Callable[[], bool] = lambda: True,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        recovery_seconds: int = DEFAULT_RECOVERY_SECONDS,
         queue_policy: Policy = DEFAULT_POLICY,
         queue_depth: int = DEFAULT_DEPTH,
         head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
@@ -83,12 +84,15 @@ class Controller:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
         self.opted_out = opted_out
-        self.native_version, self.clock, self.component = native_version, clock, component
+        # every deadline is judged by the time that really passed: a wall-clock jump moves none of them
+        # (tests that drive the wall clock by hand pass no monotonic clock: their steps are real time)
+        self.clock = SteadyClock(clock, monotonic) if monotonic is not None else clock
+        self.native_version, self.component = native_version, component
         self.passes, self.orphan_seconds, self.resync_seconds = 0, orphan_seconds, resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
         self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
-        self.recorder = EventRecorder(api, component, clock)
+        self.recorder = EventRecorder(api, component, self.clock)
         self.decisions: dict[str, Decision] = {}
         # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
         # must not release a gang another replica is deciding about
@@ -98,13 +102,11 @@ class Controller:
         # the Gang objects: what people see of each gang, and the controller's books (attempts, backoff,
         # suspensions), read back from there and never from an annotation a tenant could write
         self.gang_objects = GangObjects(api, lambda: self.informers.get((GANGS.group_version, GANGS.plural)), may_write)
-        self.workloads = Workloads(api, self.informers)
+        self.workloads = Workloads(api, self.informers, recovery_seconds)
         self.reporter = Reporter(self.recorder, self.gang_objects, may_write)
         self.releaser = Releaser(api, self.reporter, may_write, release_concurrency)
         self.requeuer = Requeuer(api, self.workloads, self.reporter, self.gang_objects, max_attempts, may_write)
         self.groups = GroupObjects(api, self.workloads, self.reporter, native_version)
-        # timeouts are judged by a clock a wall-clock jump cannot move forward (none in tests that drive it)
-        self.judge = ClockGuard(monotonic).judge if monotonic is not None else no_guard
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
@@ -126,7 +128,6 @@ class Controller:
             return self._reconcile(self.clock())
 
     def _reconcile(self, now: dt.datetime) -> dict[str, Decision]:
-        self.cycle.judged_now = self.judge(now)
         stamp = now.timestamp()
         due = self.work.take_due(stamp)
         wakes: list[float | None] = []
@@ -255,8 +256,11 @@ class Controller:
         """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""
         now = current.now
         decision = self.cycle.step(gang, resolved, current.snapshot, now, current.waiting.get(gang.key), current.queue)
-        not_before = self.gang_objects.books(gang.namespace, gang.name).not_before
-        moments = [gang_deadline(gang.pods, resolved.spec, not_before, now), self.requeuer.avoid_ends(gang.key)]
+        books = self.gang_objects.books(gang.namespace, gang.name)
+        moments = [
+            gang_deadline(gang.pods, resolved.spec, books.not_before, now, books.short_since),
+            self.requeuer.avoid_ends(gang.key),
+        ]
         if decision.state == GangState.RELEASE and resolved.spec is not None:  # the pods just released
             moments.append(now + dt.timedelta(seconds=resolved.spec.timeout_seconds, milliseconds=1))
         deadline = min((moment for moment in moments if moment is not None), default=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.controller import metrics, placement
@@ -99,8 +100,14 @@ class Reporter:
         current = self.gang_objects.get(gang.namespace, gang.name)
         self.last_state[gang.key] = decision.state
         books = books_of(current)
-        if decision.state == GangState.RUNNING and (books.attempts or books.not_before):
-            books = Books(suspended_at=books.suspended_at)  # a gang that runs gets its whole budget back
+        if decision.state == GangState.RUNNING:
+            # a gang that runs gets its whole budget back, and is whole with the members it runs now
+            running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
+            books = replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)
+        elif decision.short and decision.state != GangState.TIMED_OUT:
+            books = replace(books, short_since=books.short_since or now)  # the recovery clock starts
+        elif not decision.short:
+            books = replace(books, short_since=None)
         if self.may_write():
             self.save_books(gang, resolved, decision, books, now)
         if previous == decision.state:

@@ -11,7 +11,7 @@ from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
 from webhook.controller.informer import Informer
 from webhook.controller.kube import Api, ApiError, Resource
-from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, GangSpec
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIMEOUT_SECONDS, GangSpec
 from webhook.controller.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES
 from webhook.gangs.model import Gang, Obj
 
@@ -45,8 +45,14 @@ class Resolved:
 class Workloads:
     """Reads workloads and group objects: from the watch cache of their resource when there is one."""
 
-    def __init__(self, api: Api, informers: Mapping[tuple[str, str], Informer]) -> None:
+    def __init__(
+        self,
+        api: Api,
+        informers: Mapping[tuple[str, str], Informer],
+        recovery_seconds: int = DEFAULT_RECOVERY_SECONDS,
+    ) -> None:
         self.api, self.informers = api, informers
+        self.recovery_seconds = recovery_seconds  # the Configuration's default, for gangs that do not say
 
     def read(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """From the watch cache of that resource when there is one, else from the API; None: not found."""
@@ -110,8 +116,7 @@ class Workloads:
             return Resolved(None, None, workload, f"{kind} {workload_name} has no gang {gang.name}{why}")
         return Resolved(self.spec_of(found, evictable=True, workload=workload), found, workload)
 
-    @staticmethod
-    def spec_of(gang: Gang, evictable: bool, workload: Obj | None = None) -> GangSpec:
+    def spec_of(self, gang: Gang, evictable: bool, workload: Obj | None = None) -> GangSpec:
         later = tuple(
             placement.Shape.from_requests(members.requests) for members in gang.later for _ in range(members.count)
         )
@@ -125,4 +130,5 @@ class Workloads:
             later,
             spread,
             expected_seconds(workload),
+            gang.recovery_seconds or self.recovery_seconds,
         )

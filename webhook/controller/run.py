@@ -22,6 +22,7 @@ from webhook.controller.leader import LeaderElector
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
 from webhook.controller.workloads import all_workload_resources
 
 log = logging.getLogger("gangkeeper.controller")
@@ -86,6 +87,7 @@ def run(
     metrics_port: int = 8080,
     stop: threading.Event | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    recovery_seconds: int = DEFAULT_RECOVERY_SECONDS,
     queue_policy: str = DEFAULT_POLICY.value,
     queue_depth: int = DEFAULT_DEPTH,
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
@@ -107,6 +109,7 @@ def run(
         native_version=served_native_version(api) if native_version == "auto" else native_version,
         may_write=elector.leading,
         max_attempts=max_attempts,
+        recovery_seconds=recovery_seconds,
         queue_policy=Policy(queue_policy),
         queue_depth=queue_depth,
         head_of_line_seconds=head_of_line_seconds,

@@ -23,6 +23,9 @@ from webhook.controller.placement import Eligibility, HostPort, Member, Node, Pl
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_TIMEOUT_SECONDS = 300  # what the native gang scheduler waits at Permit
+# how long a gang that ran whole may run short of minMember before it is requeued whole (the role of
+# Kueue's waitForPodsReady.recoveryTimeout, apis/config/v1beta1/configuration_types.go)
+DEFAULT_RECOVERY_SECONDS = 120
 
 
 def parse_time(text: str | None) -> dt.datetime | None:
@@ -102,6 +105,7 @@ class PodView:
     priority: int = 0  # spec.priority, resolved from priorityClassName at admission
     unschedulable: bool = False  # PodScheduled=False, reason Unschedulable: the scheduler refused it
     planned_node: str | None = None  # where its release promised it capacity (the Gang's record)
+    succeeded: bool = False  # phase Succeeded: its work is done (a Job's wave ends), not lost
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None) -> PodView:
@@ -140,6 +144,7 @@ class PodView:
                 for c in status.get("conditions") or []
             ),
             planned_node=mine.node if mine is not None else None,
+            succeeded=status.get("phase") == "Succeeded",
         )
 
     @property
@@ -174,6 +179,16 @@ class GangSpec:
     later: tuple[Shape, ...] = ()  # members created once the first run (Spark executors): must fit too
     spread: bool = False  # serving replicas: one pod per node in turn rather than packed
     expected_seconds: float | None = None  # how long it runs once started, when the workload says
+    recovery_seconds: int = DEFAULT_RECOVERY_SECONDS  # how long it may run short after it ran whole
+
+
+@dataclass(frozen=True)
+class History:
+    """What the gang's Gang object remembers of its run: how many members ran when it last ran whole
+    (0: not since it was last requeued), and since when fewer have been running (a member lost)."""
+
+    ran_with: int = 0
+    short_since: dt.datetime | None = None
 
 
 class GangState(StrEnum):
@@ -207,6 +222,7 @@ class Decision:
     preempt_nodes: tuple[str, ...] = ()  # where lower-priority pods would have to go for the gang to fit
     position: int = 0  # place among the gangs waiting in the queue (1: the head), 0 when not waiting
     reservation: str = ""  # the head of the queue: where and from when it is expected to fit
+    short: bool = False  # the gang ran whole and has fewer than minMember members running now
 
 
 def _overcommitted(free: Mapping[str, int] | None) -> bool:
@@ -214,6 +230,79 @@ def _overcommitted(free: Mapping[str, int] | None) -> bool:
 
 
 def decide(
+    pods: Sequence[PodView],
+    spec: GangSpec,
+    nodes: Sequence[Node],
+    free: Mapping[str, Mapping[str, int]],
+    now: dt.datetime,
+    not_before: dt.datetime | None = None,
+    *,
+    used_ports: Mapping[str, Iterable[HostPort]] | None = None,
+    eligibility: Eligibility | None = None,
+    without_lower_priority: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
+    room: Mapping[str, Mapping[str, int]] | None = None,
+    ever: Callable[[Sequence[Member]], Placement] | None = None,
+    history: History = History(),
+) -> Decision:
+    """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
+    decision = start_decision(
+        pods,
+        spec,
+        nodes,
+        free,
+        now,
+        not_before,
+        used_ports=used_ports,
+        eligibility=eligibility,
+        without_lower_priority=without_lower_priority,
+        room=room,
+        ever=ever,
+    )
+    return recover(decision, pods, spec, history, now)
+
+
+# decisions that already act on a short gang (its replacement released, bound or thrown back): the
+# recovery clock keeps running under them, but they are not overruled
+_ACTING = frozenset({GangState.RELEASE, GangState.RELEASING, GangState.TIMED_OUT, GangState.REPAIR})
+
+
+def recover(
+    decision: Decision, pods: Sequence[PodView], spec: GangSpec, history: History, now: dt.datetime
+) -> Decision:
+    """A gang that ran whole and now has fewer than minMember members running (one preempted, its node
+    lost, OOM-killed) is short. A replacement that fits is released as any gated member; a gang still
+    short `recovery_seconds` after it first was is requeued whole (`whole_gang`), never left partly
+    running: the failure gangs exist to prevent (Kueue's waitForPodsReady.recoveryTimeout, Volcano's
+    PodEvicted -> RestartJob)."""
+    live = [p for p in pods if not p.terminal]
+    running = sum(1 for p in live if p.node_name)
+    # members that ran and never left keep it whole: a scale-up's newcomers that wait are not a loss
+    # (they go back alone at their timeout), nor is a Job's next wave once members succeeded
+    whole = min(spec.min_member, history.ran_with)
+    if running >= whole or any(p.succeeded for p in pods) or decision.state in (GangState.RUNNING, GangState.GAVE_UP):
+        return decision
+    decision.short = True
+    since = history.short_since or now
+    elapsed = max(0.0, (now - since).total_seconds())
+    lost = f"lost a member: {running} of {whole} running"
+    if elapsed < spec.recovery_seconds:
+        if decision.state != GangState.RELEASE:
+            left = spec.recovery_seconds - elapsed
+            decision.message = f"{lost}, requeued whole in {left:.0f}s unless it is whole again; {decision.message}"
+        return decision
+    if decision.state == GangState.TIMED_OUT and decision.whole_gang:
+        return decision
+    return Decision(
+        GangState.TIMED_OUT,
+        f"{lost} for {elapsed:.0f}s (recovery timeout {spec.recovery_seconds}s): the whole gang is requeued",
+        evict=[p.name for p in live] if spec.evictable else [],
+        present=len(live),
+        whole_gang=True,
+        short=True,
+    )
+
+
+def start_decision(
     pods: Sequence[PodView],
     spec: GangSpec,
     nodes: Sequence[Node],

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import contract
+from webhook.controller.gangobject import GANGS, books_of
 from webhook.controller.kube import PODS, Api, ApiError, Resource
+from webhook.controller.requeue import KUEUE_QUEUE_LABEL
 from webhook.controller.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
 
 log = logging.getLogger("gangkeeper.uninstall")
@@ -31,16 +33,55 @@ def release_all(api: Api) -> Released:
     done = Released()
     for pod in _listed(api, PODS, contract.GROUP_LABEL):
         _lift_gate(api, pod, done)
-    for kind, path in SUSPEND_PATHS.items():
-        resource = WORKLOAD_RESOURCES[kind]
-        for workload in _listed(api, resource, None):
-            meta = workload.get("metadata") or {}
-            if SUSPENDED_ANNOTATION not in (meta.get("annotations") or {}):
-                continue  # suspended by its user or by Kueue: theirs to resume
-            patch = {**nested(path, False), "metadata": {"annotations": {SUSPENDED_ANNOTATION: None}}}
-            what = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
-            _write(api, resource.path(meta.get("namespace"), meta.get("name")), patch, what, done.resumed, done)
+    # what gangkeeper suspended is what its Gang objects' books say (the controller's alone to write);
+    # a workload's own annotation is never enough: a Job Kueue holds, or one its user suspended, stays
+    for gang in _listed(api, GANGS, None):
+        if books_of(gang).suspended_at is None:
+            continue
+        target = _suspended_workload(api, gang)
+        if target is None:
+            continue
+        kind, workload = target
+        meta = workload.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        if SUSPENDED_ANNOTATION not in annotations or KUEUE_QUEUE_LABEL in labels:
+            continue  # its user took gangkeeper's mark off, or Kueue admits it: theirs to resume
+        patch = {**nested(SUSPEND_PATHS[kind], False), "metadata": {"annotations": {SUSPENDED_ANNOTATION: None}}}
+        what = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
+        path = WORKLOAD_RESOURCES[kind].path(meta.get("namespace"), meta.get("name"))
+        _write(api, path, patch, what, done.resumed, done)
     return done
+
+
+def _suspended_workload(api: Api, gang: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(kind, object) of the workload a Gang's books say gangkeeper suspended: the Gang's workload, or
+    for a TrainJob's JobSet the TrainJob (whose suspend Kubeflow Trainer copies to the JobSet)."""
+    namespace = str((gang.get("metadata") or {}).get("namespace", ""))
+    ref = (gang.get("spec") or {}).get("workload") or {}
+    kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+    workload = _read(api, kind, namespace, name)
+    owner = next(
+        (r for r in ((workload or {}).get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None
+    )
+    if kind == "JobSet" and owner is not None and owner.get("kind") == "TrainJob":
+        kind, workload = "TrainJob", _read(api, "TrainJob", namespace, str(owner.get("name", "")))
+    if workload is None or kind not in SUSPEND_PATHS:
+        return None
+    if ref.get("uid") and kind == ref.get("kind") and (workload.get("metadata") or {}).get("uid") != ref["uid"]:
+        return None  # another workload of the same name: not the one suspended
+    return kind, workload
+
+
+def _read(api: Api, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    resource = WORKLOAD_RESOURCES.get(kind)
+    if resource is None or not name:
+        return None
+    try:
+        return dict(api.get(resource.path(namespace, name)))
+    except ApiError as error:
+        if error.status != 404:
+            log.warning("could not read a suspended workload", extra={"object": f"{kind} {namespace}/{name}"})
+        return None
 
 
 def _lift_gate(api: Api, pod: dict[str, Any], done: Released) -> None:

@@ -85,6 +85,15 @@ register(
         identity=sts_identity,
         pod_rule=statefulset_pod,
         generic_owner=True,
+        pod_owners=frozenset({"StatefulSet"}),
     )
 )
-register(Kind(group="apps", kind="Deployment", analyze=analyze_deployment, identity=deployment_identity))
+register(
+    Kind(
+        group="apps",
+        kind="Deployment",
+        analyze=analyze_deployment,
+        identity=deployment_identity,
+        pod_owners=frozenset({"ReplicaSet"}),
+    )
+)

@@ -110,5 +110,16 @@ def job_pod(pod: Obj) -> GangId | str | None:
     return None
 
 
-register(Kind(group="batch", kind="Job", analyze=analyze_job, identity=identity, pod_rule=job_pod, generic_owner=True))
-register(Kind(group="batch", kind="CronJob", analyze=analyze_cronjob, identity=identity))
+JOBS = frozenset({"Job"})
+register(
+    Kind(
+        group="batch",
+        kind="Job",
+        analyze=analyze_job,
+        identity=identity,
+        pod_rule=job_pod,
+        generic_owner=True,
+        pod_owners=JOBS,
+    )
+)
+register(Kind(group="batch", kind="CronJob", analyze=analyze_cronjob, identity=identity, pod_owners=JOBS))

@@ -101,7 +101,13 @@ def min_member(obj: Mapping[str, Any], default: int, total: int, what: str, erro
     return value
 
 
-def positive_int_annotation(obj: Mapping[str, Any], key: str, errors: list[FieldError]) -> int | None:
+# a day: a longer timeout is no timeout, and a value past int32 would be refused by the group objects
+MAX_TIMEOUT_SECONDS = 86_400
+
+
+def positive_int_annotation(
+    obj: Mapping[str, Any], key: str, errors: list[FieldError], most: int = MAX_TIMEOUT_SECONDS
+) -> int | None:
     raw = annotations_of(obj).get(key)
     if raw is None:
         return None
@@ -110,7 +116,10 @@ def positive_int_annotation(obj: Mapping[str, Any], key: str, errors: list[Field
     except ValueError:
         value = 0
     if value < 1:
-        errors.append(FieldError(f"metadata.annotations[{key}]", raw, "must be a positive whole number"))
+        errors.append(FieldError(f"metadata.annotations[{key}]", raw, "must be a positive whole number of seconds"))
+        return None
+    if value > most:
+        errors.append(FieldError(f"metadata.annotations[{key}]", raw, f"must be at most {most} seconds (a day)"))
         return None
     return value
 
@@ -137,6 +146,7 @@ def build_gang(
         queue=annotations_of(obj).get(contract.QUEUE_ANNOTATION),
         priority_class=spec.get("priorityClassName"),
         timeout_seconds=positive_int_annotation(obj, contract.TIMEOUT_ANNOTATION, plan.errors),
+        recovery_seconds=positive_int_annotation(obj, contract.RECOVERY_ANNOTATION, plan.errors),
     )
 
 

@@ -82,5 +82,23 @@ def analyze_trainjob(obj: Obj) -> Plan:
     return plan
 
 
-register(Kind(group="jobset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))
-register(Kind(group="trainer.kubeflow.org", kind="TrainJob", analyze=analyze_trainjob, identity=identity))
+# a JobSet's pods (and a TrainJob's, through its JobSet) are its child Jobs' pods
+register(
+    Kind(
+        group="jobset.x-k8s.io",
+        kind=KIND,
+        analyze=analyze,
+        identity=identity,
+        pod_rule=from_pod,
+        pod_owners=frozenset({"Job"}),
+    )
+)
+register(
+    Kind(
+        group="trainer.kubeflow.org",
+        kind="TrainJob",
+        analyze=analyze_trainjob,
+        identity=identity,
+        pod_owners=frozenset({"Job"}),
+    )
+)

@@ -23,6 +23,10 @@ class Kind:
     # Pods of operator kinds also look like pods of the built-in kinds they use (a JobSet's pods
     # belong to Jobs): specific rules (0) are checked before generic owners (1).
     generic_owner: bool = False
+    # the kinds whose objects create this kind's member pods, as each pod's controller ownerReference
+    # shows at CREATE (a Job's pods: Job; a LeaderWorkerSet's: its StatefulSets); None where an owner
+    # may be set after creation (the Spark operator's driver pods), so membership cannot be checked
+    pod_owners: frozenset[str] | None = None
 
 
 REGISTRY: dict[tuple[str, str], Kind] = {}

@@ -92,5 +92,7 @@ for _kind in REPLICA_SPECS:
             analyze=make_analyze(_kind),
             identity=make_identity(_kind),
             pod_rule=from_pod if _kind == "PyTorchJob" else None,
+            # training-operator makes each replica's pods itself; an MPIJob's launcher may be a Job
+            pod_owners=frozenset({_kind, "Job"} if _kind == "MPIJob" else {_kind}),
         )
     )

@@ -73,4 +73,14 @@ def from_pod(pod: Obj) -> GangId | str | None:
     return identity(name, index) if index is not None else WAIT
 
 
-register(Kind(group="leaderworkerset.x-k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))
+# the leader StatefulSet makes the leaders, each group's worker StatefulSet its workers
+register(
+    Kind(
+        group="leaderworkerset.x-k8s.io",
+        kind=KIND,
+        analyze=analyze,
+        identity=identity,
+        pod_rule=from_pod,
+        pod_owners=frozenset({"StatefulSet"}),
+    )
+)

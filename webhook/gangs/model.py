@@ -60,6 +60,7 @@ class Gang:
     queue: str | None = None
     priority_class: str | None = None
     timeout_seconds: int | None = None
+    recovery_seconds: int | None = None  # gangkeeper.io/recovery-timeout-seconds, when set
     schedule_timeout_seconds: int | None = None
     # Members the workload creates only once the first ones run (a Spark driver asks for its executors):
     # not waited for, but their resources count, and the gate releases only when they would fit too.

@@ -106,6 +106,28 @@ def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
     return replace(gang, owner=None)
 
 
+def unowned_member(pod: Obj, gid: GangId) -> str | None:
+    """Why the pod cannot be a member of the workload gang `gid`: a gang's members are the pods its
+    workload's controllers create, each with a controller ownerReference of a kind that creates them. A
+    pod that only carries the gang's labels (a copied pod YAML) would be counted as a member and
+    released in a gang that does not fit. None when it is owned as members are (or cannot be checked)."""
+    kind = kinds.by_name(gid.workload_kind)
+    if kind is None or kind.pod_owners is None or gid.workload_kind == KIND:
+        return None
+    owner = common.controller_of(pod)
+    owner_kind = str((owner or {}).get("kind", ""))
+    if owner_kind in kind.pod_owners:
+        return None
+    creators = " or ".join(sorted(kind.pod_owners))
+    found = f"its controller is a {owner_kind}" if owner else "it has no controller ownerReference"
+    return (
+        f"gang {gid.name} ({gid.workload_kind} {gid.workload_name}) counts only the pods its {creators} creates, "
+        f"and {found}: remove the gang's labels and annotations ({contract.GROUP_LABEL}, "
+        f"{contract.WORKLOAD_ANNOTATION} and the workload's own pod labels) to run it on its own, or use "
+        f"{contract.GROUP_NAME_LABEL} for a group of bare pods"
+    )
+
+
 def analyze(pod: Obj) -> Plan:
     plan = Plan(kind=KIND)
     labels = common.labels_of(pod)

@@ -91,5 +91,15 @@ def from_pod(pod: Obj) -> GangId | str | None:
     return cluster_identity(cluster)
 
 
-register(Kind(group="ray.io", kind="RayCluster", analyze=analyze_cluster, identity=cluster_identity, pod_rule=from_pod))
-register(Kind(group="ray.io", kind="RayJob", analyze=analyze_rayjob, identity=rayjob_identity))
+RAY_CLUSTERS = frozenset({"RayCluster"})  # KubeRay's pods, a RayJob's through the RayCluster it makes
+register(
+    Kind(
+        group="ray.io",
+        kind="RayCluster",
+        analyze=analyze_cluster,
+        identity=cluster_identity,
+        pod_rule=from_pod,
+        pod_owners=RAY_CLUSTERS,
+    )
+)
+register(Kind(group="ray.io", kind="RayJob", analyze=analyze_rayjob, identity=rayjob_identity, pod_owners=RAY_CLUSTERS))

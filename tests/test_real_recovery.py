@@ -1,0 +1,124 @@
+"""No gang left partly running, on the real control plane (tests/realcluster/): the real kube-scheduler
+preempts a member of a running gate gang for a higher-priority pod, the real Job controller replaces it,
+and gangkeeper requeues the gang whole once its recovery timeout passes; it then runs whole again.
+Membership by ownership: a pod that only copies a gang's labels is refused by the real API server's
+call to the webhook. Every assertion reads what the cluster reports."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.realcluster import workloads
+from tests.realcluster.stack import Stack, bound, running, wait_until
+from tests.test_real_seeds import assert_started_together
+
+pytestmark = pytest.mark.cluster
+URGENT = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "gangkeeper-test-urgent"},
+    "value": 1000000,
+    "preemptionPolicy": "PreemptLowerPriority",
+}
+
+
+def urgent_pod(namespace: str, cpu: str) -> dict[str, object]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "urgent", "namespace": namespace},
+        "spec": {"priorityClassName": URGENT["metadata"]["name"], "containers": [workloads.container(cpu)]},  # type: ignore[index]
+    }
+    return pod
+
+
+def job_events(stack: Stack, namespace: str) -> str:
+    return str(stack.plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
+
+
+def test_a_preempted_member_requeues_the_gang_whole_and_it_runs_whole_again(stack: Stack) -> None:
+    nodes = stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("recovery", "gate")
+    other = stack.namespace("recovery-vip", None, opted_in=False)
+    stack.plane.apply(URGENT)
+    annotations = {"gangkeeper.io/recovery-timeout-seconds": "10", "gangkeeper.io/timeout-seconds": "30"}
+    stack.plane.apply(workloads.job("train", namespace, 4, "2", annotations=annotations, backoffLimit=6))
+    first = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running", 90)
+    assert {p["spec"]["nodeName"] for p in first} == set(nodes)
+    # the real scheduler preempts one member for the urgent pod; the Job controller replaces it, gated
+    stack.plane.apply(urgent_pod(other, "2"))
+    wait_until(lambda: (p := stack.plane.get("pod", "urgent", namespace=other)) and bound([p]), "urgent bound", 90)
+    suspended = wait_until(
+        lambda: (job := stack.plane.get("job", "train", namespace=namespace)) and job["spec"].get("suspend") and job,
+        "the Job suspended by gangkeeper (the gang requeued whole)",
+        60,
+    )
+    assert "gangkeeper.io/suspended" in suspended["metadata"]["annotations"]
+    events = job_events(stack, namespace)
+    assert "GangRequeued" in events and "lost a member: 3 of 4 running" in events, events[-3000:]
+    wait_until(lambda: not stack.pods(namespace) or not bound(stack.pods(namespace)), "the gang's pods gone", 60)
+    # room again: the urgent pod ends; after its backoff the gang is resumed and starts whole
+    stack.plane.kubectl("delete", "pod", "urgent", "-n", other, "--wait=true", timeout=60)
+    again = wait_until(
+        lambda: (
+            (
+                p := [
+                    x
+                    for x in stack.pods(namespace)
+                    if x["metadata"]["uid"] not in {y["metadata"]["uid"] for y in first}
+                ]
+            )
+            and len(running(p)) == 4
+            and p
+        ),
+        "the gang Running whole again",
+        150,
+    )
+    assert_started_together(again, 4)
+    job = stack.plane.get("job", "train", namespace=namespace)
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"].get("conditions") or [])
+    gang = stack.plane.get("gang", "job-train", namespace=namespace)
+    assert gang["status"]["state"] == "Running" and "shortSince" not in gang["status"], gang["status"]
+
+
+def test_a_replacement_that_fits_is_released_without_a_requeue(stack: Stack) -> None:
+    """A member lost while room remains elsewhere: the replacement is released at once, the gang whole again."""
+    stack.replace_workers(2, cpu="8")
+    namespace = stack.namespace("recovery-fits", "gate")
+    stack.plane.apply(workloads.job("train", namespace, 4, "2", annotations={"gangkeeper.io/placement": "pack"}))
+    first = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running", 90)
+    victim = first[0]["metadata"]["name"]
+    stack.plane.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+    wait_until(
+        lambda: (
+            (p := stack.pods(namespace)) and victim not in {x["metadata"]["name"] for x in p} and len(running(p)) == 4
+        ),
+        "a replacement Running",
+        60,
+    )
+    time.sleep(3)
+    job = stack.plane.get("job", "train", namespace=namespace)
+    assert not job["spec"].get("suspend")
+    assert "GangRequeued" not in job_events(stack, namespace)
+
+
+def test_a_copied_pod_with_a_gangs_labels_is_refused(stack: Stack) -> None:
+    stack.replace_workers(1)
+    namespace = stack.namespace("membership", "gate")
+    copy = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "copy",
+            "namespace": namespace,
+            "labels": {"gangkeeper.io/group": "job-train", "batch.kubernetes.io/job-name": "train"},
+            "annotations": {"gangkeeper.io/workload": "Job/train"},
+        },
+        "spec": {"containers": [workloads.container("100m")]},
+    }
+    result = stack.plane.kubectl("apply", "-f", "-", stdin=__import__("yaml").safe_dump(copy), check=False)
+    assert result.returncode != 0
+    assert "metadata.ownerReferences: Forbidden: gang job-train (Job train)" in result.stderr, result.stderr
+    assert not stack.pods(namespace)

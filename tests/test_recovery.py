@@ -1,0 +1,199 @@
+"""A gang that ran whole and lost a member (preempted, its node gone, OOM-killed) is never left partly
+running: a replacement that fits is released, and a gang still short after its recovery timeout is
+requeued whole (state.recover), on the controller against the test API server and as a pure rule."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
+from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
+from webhook.admission.decide import admit
+from webhook.backends import make
+from webhook.controller.kube import Api
+from webhook.controller.placement import Shape
+from webhook.controller.reconciler import Controller
+from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover
+
+RECOVERY = {"gangkeeper.io/recovery-timeout-seconds": "60"}
+
+
+@pytest.fixture
+def server(apiserver: TestApiServer) -> TestApiServer:
+    return apiserver
+
+
+def running_gang(server: TestApiServer, api: Api, clock: Clock) -> Controller:
+    """A 4-pod Job gang of 2 CPUs each, running whole on one 8-CPU node."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=RECOVERY))
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 4
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    assert gang_status(server.store, "job-train")["ranWith"] == 4
+    return controller
+
+
+def preempt_one(server: TestApiServer) -> None:
+    """A higher-priority pod of another tenant takes one member's place; the Job makes a replacement."""
+    victim = pods(server.store)[0]["metadata"]["name"]
+    server.store.delete("v1", "pods", "team-a", victim)
+    server.store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vip"}})
+    preemptor = b.pod("urgent", spec=b.pod_spec(b.container("2", "1Gi")), namespace="vip")
+    server.store.create("v1", "pods", "vip", preemptor)
+    server.store.bind("vip", "urgent", "worker1")
+    add_job_pods(server.store, server.store.get("batch/v1", "jobs", "team-a", "train"), count=1)
+
+
+def test_a_gang_short_of_a_member_past_its_recovery_timeout_is_requeued_whole(server: TestApiServer, api: Api) -> None:
+    clock = Clock()
+    controller = running_gang(server, api, clock)
+    preempt_one(server)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "WaitingForCapacity"
+    assert "lost a member: 3 of 4 running, requeued whole in 60s" in decision.message
+    status = gang_status(server.store, "job-train")
+    assert status["shortSince"] and "requeued whole in 60s" in status["message"]
+    clock.advance(30)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "WaitingForCapacity" and "requeued whole in 30s" in decision.message
+    assert controller.next_wake is not None and controller.next_wake <= clock.now.timestamp() + 30.01
+    clock.advance(31)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "TimedOut", decision.message
+    assert "lost a member: 3 of 4 running for 61s (recovery timeout 60s)" in decision.message
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert job["spec"]["suspend"] is True  # requeued whole by suspension: the Job counts no failure
+    status = gang_status(server.store, "job-train")
+    assert status["attempts"] == 1 and status["notBefore"] and "ranWith" not in status and "shortSince" not in status
+    assert events(server, "GangRequeued")
+
+
+def test_a_replacement_that_fits_in_time_is_released_and_the_clock_stops(server: TestApiServer, api: Api) -> None:
+    clock = Clock()
+    controller = running_gang(server, api, clock)
+    preempt_one(server)
+    assert controller.reconcile_once()["team-a/job-train"].state == "WaitingForCapacity"
+    clock.advance(40)
+    server.store.delete("v1", "pods", "vip", "urgent")  # the preemptor ends: room for the replacement
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 1
+    clock.advance(40)  # past the recovery timeout since the loss, but whole again
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    status = gang_status(server.store, "job-train")
+    assert "shortSince" not in status and status["ranWith"] == 4
+    assert not server.store.get("batch/v1", "jobs", "team-a", "train")["spec"].get("suspend")
+
+
+def test_a_bare_pod_gang_that_lost_a_member_is_told_not_evicted(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    for i in range(2):
+        pod = b.pod(
+            f"mpi-{i}",
+            labels={"gangkeeper.io/group-name": "mpi"},
+            annotations={"gangkeeper.io/group-size": "2", **RECOVERY},
+        )
+        server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/pg-mpi"].state == "Release"
+    default_scheduler(server.store)
+    assert controller.reconcile_once()["team-a/pg-mpi"].state == "Running"
+    server.store.delete("v1", "pods", "team-a", "mpi-1")
+    decision = controller.reconcile_once()["team-a/pg-mpi"]
+    assert "lost a member: 1 of 2 running, requeued whole in 60s" in decision.message
+    clock.advance(61)
+    decision = controller.reconcile_once()["team-a/pg-mpi"]
+    assert decision.state == "TimedOut" and "lost a member: 1 of 2 running" in decision.message
+    assert [p["metadata"]["name"] for p in pods(server.store)] == ["mpi-0"]  # nobody would recreate it
+    assert events(server, "GangTimedOut")
+    assert gang_status(server.store, "pg-mpi")["state"] == "TimedOut"
+
+
+# --- the rule itself ------------------------------------------------------------------------------
+NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
+
+
+def view(name: str, bound: bool = True, gated: bool = False, phase: str = "Running") -> PodView:
+    return PodView(
+        namespace="team-a",
+        name=name,
+        uid=name,
+        group="job-train",
+        gated=gated,
+        node_name="worker1" if bound else None,
+        pinned_node=None,
+        released_at=None,
+        created_at=NOW,
+        terminal=phase in ("Succeeded", "Failed"),
+        finished=phase in ("Succeeded", "Failed"),
+        shape=Shape(requests=(("cpu", 1000),)),
+        owner=None,
+        resource_version="1",
+        succeeded=phase == "Succeeded",
+    )
+
+
+def waiting() -> Decision:
+    return Decision(GangState.WAITING_FOR_CAPACITY, "0 of 1 pods fit on free capacity")
+
+
+LOST = [view("a"), view("b"), view("c"), view("d", bound=False, gated=True)]
+SPEC = GangSpec(min_member=4, recovery_seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("case", "pods_", "spec", "history", "state", "requeued"),
+    [
+        ("never ran whole: the first start's rules alone", LOST, SPEC, History(0, None), "WaitingForCapacity", False),
+        ("lost one, clock just started", LOST, SPEC, History(4, None), "WaitingForCapacity", False),
+        (
+            "lost one, within the timeout",
+            LOST,
+            SPEC,
+            History(4, NOW - dt.timedelta(seconds=59)),
+            "WaitingForCapacity",
+            False,
+        ),
+        ("lost one, past the timeout", LOST, SPEC, History(4, NOW - dt.timedelta(seconds=61)), "TimedOut", True),
+        (
+            "a scale-up's newcomer waits: the members that ran are all running",
+            [*LOST[:3], view("d", bound=False, gated=True)],
+            GangSpec(min_member=4, recovery_seconds=60),
+            History(3, NOW - dt.timedelta(seconds=600)),
+            "WaitingForCapacity",
+            False,
+        ),
+        (
+            "a Job's next wave once members succeeded",
+            [view("a", phase="Succeeded"), view("e", bound=False, gated=True)],
+            GangSpec(min_member=1, recovery_seconds=60),
+            History(4, NOW - dt.timedelta(seconds=600)),
+            "WaitingForCapacity",
+            False,
+        ),
+    ],
+)
+def test_recover(case: str, pods_: list[PodView], spec: GangSpec, history: History, state: str, requeued: bool) -> None:
+    decision = recover(waiting(), pods_, spec, history, NOW)
+    assert decision.state == state, case
+    assert decision.whole_gang is requeued, case
+    if requeued:
+        assert sorted(decision.evict) == sorted(p.name for p in pods_ if not p.terminal)
+
+
+def test_a_release_of_the_replacement_is_never_overruled_within_the_timeout() -> None:
+    release = Decision(GangState.RELEASE, "releasing 1 pods on 1 nodes", release={"d": "worker1"})
+    decision = recover(release, LOST, SPEC, History(4, NOW - dt.timedelta(seconds=10)), NOW)
+    assert decision.state == "Release" and decision.short and decision.message == "releasing 1 pods on 1 nodes"
+
+
+def test_a_late_replacement_past_the_recovery_timeout_requeues_the_whole_gang() -> None:
+    late = Decision(GangState.TIMED_OUT, "1 newly released pods not scheduled", evict=["d"])
+    decision = recover(late, LOST, SPEC, History(4, NOW - dt.timedelta(seconds=61)), NOW)
+    assert decision.state == "TimedOut" and decision.whole_gang and len(decision.evict) == 4
