@@ -234,5 +234,6 @@ def test_a_timeout_is_counted_once_while_its_pods_are_on_their_way_out(store: St
         clock.advance(1)
     assert gang_status(store, "job-slow")["attempts"] == 1
     assert store.get("batch/v1", "jobs", NS, "slow")["spec"]["suspend"] is True
+    controller.recorder.flush()  # events are sent in the background
     requeued = [e for e in store.list("v1", "events", NS)[0] if e.get("reason") == "GangRequeued"]
     assert len(requeued) == 1

@@ -269,6 +269,10 @@ def exercise_controller(server: TestApiServer) -> None:
     clock.advance(10)
     controller.reconcile_once()
     controller.recorder.flush()
+    # whole-gang preemption reads the victims' PodDisruptionBudgets before any pod goes
+    from webhook.controller.preemption import Victim
+
+    assert not controller.cycle.preemptor._protected(Victim("team-a/x", False, 0, ()), controller.snapshot(), {})
     # the chart's pre-delete hook runs `gangkeeper release-all` with the controller's account
     from webhook.controller.uninstall import release_all
 

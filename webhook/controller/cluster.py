@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from webhook import contract
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape, Units
+from webhook.controller.preemption import Victim
 from webhook.controller.state import HOSTNAME_LABEL, PodView, Release, ever_placement, shape_of
 from webhook.gangs.model import Obj
 
@@ -43,6 +44,7 @@ class _Hold:
     units: tuple[tuple[str, int], ...]
     ports: tuple[HostPort, ...]
     priority: int
+    going: bool = False  # being deleted: its capacity is on its way back
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class ClusterIndex:
         self.nodes_epoch = 0  # changes whenever a node does: static fits must be checked again
         self._grown: set[str] = set()  # nodes with more room than at the last take_grown()
         self._holds: dict[str, _Hold] = {}
+        self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods holding it (preemption's candidates)
         self._members: dict[str, dict[str, tuple[PodView, Obj]]] = {}
         self.gang_versions: dict[str, int] = {}
         self._gang_views: dict[str, tuple[int, GangView]] = {}
@@ -141,8 +144,9 @@ class ClusterIndex:
         view = PodView.from_api(pod, release)
         node = view.holds_node
         if node is not None:
-            hold = self._holds[key] = _Hold(node, view.shape.requests, view.shape.host_ports, view.priority)
-            self._take(hold, +1)
+            going = bool(meta.get("deletionTimestamp"))
+            hold = self._holds[key] = _Hold(node, view.shape.requests, view.shape.host_ports, view.priority, going)
+            self._take(hold, +1, key)
         gated = view.gated and not view.terminal
         if gated:
             self.gated += 1
@@ -163,14 +167,16 @@ class ClusterIndex:
                 shape = shape_of(spec)
             except ValueError:
                 shape = Shape(requests=(("pods", 1),))
-            hold = self._holds[key] = _Hold(node, shape.requests, shape.host_ports, int(spec.get("priority") or 0))
-            self._take(hold, +1)
+            going = bool(meta.get("deletionTimestamp"))
+            priority = int(spec.get("priority") or 0)
+            hold = self._holds[key] = _Hold(node, shape.requests, shape.host_ports, priority, going)
+            self._take(hold, +1, key)
         self.pods[key] = _Seen(meta.get("resourceVersion", ""), "", False, False)
 
     def _forget(self, key: str, old: _Seen) -> None:
         hold = self._holds.pop(key, None)
         if hold is not None:
-            self._take(hold, -1)
+            self._take(hold, -1, key)
         if old.gated:
             self.gated -= 1
         if old.gang:
@@ -183,9 +189,14 @@ class ClusterIndex:
         if old.stray:
             self.stray_gated.pop(key, None)
 
-    def _take(self, hold: _Hold, sign: int) -> None:
+    def _take(self, hold: _Hold, sign: int, key: str) -> None:
         """sign +1: the pod holds its node now; -1: it no longer does."""
         _add(self.held.setdefault(hold.node, {}), hold.units, sign)
+        on_node = self._on_node.setdefault(hold.node, set())
+        if sign > 0:
+            on_node.add(key)
+        else:
+            on_node.discard(key)
         _add(self.held_by_priority.setdefault(hold.priority, {}).setdefault(hold.node, {}), hold.units, sign)
         free = self.free.get(hold.node)
         if free is not None:
@@ -255,6 +266,31 @@ class ClusterIndex:
         """Nodes that gained room since the last call: only gangs that could use them are placed again."""
         grown, self._grown = self._grown, set()
         return grown
+
+    def victims_below(self, priority: int, nodes: Iterable[str], gate_gang: Callable[[str], bool]) -> list[Victim]:
+        """Preemption units holding capacity on these nodes, of lower priority: whole gangs the gate
+        releases (`gate_gang`), and pods in no gang. A unit with a pod already being deleted is going
+        anyway and is left out, as are pods of other mechanisms' gangs (their scheduler preempts them)."""
+        units: dict[str, Victim | None] = {}
+        for node in nodes:
+            for key in self._on_node.get(node, ()):
+                hold, seen = self._holds.get(key), self.pods.get(key)
+                if hold is None or seen is None or hold.priority >= priority:
+                    continue
+                unit = seen.gang or key
+                if unit in units:
+                    continue
+                if not seen.gang:
+                    units[unit] = None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
+                    continue
+                members = [self._holds.get(k) for k in self._members.get(seen.gang, {})]
+                held = [h for h in members if h is not None]
+                rank = max(h.priority for h in held)  # a gang is as important as its most important pod
+                if not gate_gang(seen.gang) or any(h.going for h in held) or rank >= priority:
+                    units[unit] = None
+                    continue
+                units[unit] = Victim(unit, True, rank, tuple((h.node, h.units) for h in held))
+        return [v for v in units.values() if v is not None]
 
     def free_without_priorities_below(self, priority: int) -> dict[str, Units] | None:
         """Each node's free capacity if every pod of lower priority were gone; None when there are none."""

@@ -16,6 +16,7 @@ from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.gangobject import GangObjects
 from webhook.controller.headofline import HeadOfLine
 from webhook.controller.placement import Eligibility, Member
+from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import QueuePass, take_turn
 from webhook.controller.release import Releaser, adjust
 from webhook.controller.report import Reporter
@@ -34,7 +35,9 @@ class ReleaseCycle:
         releaser: Releaser,
         requeuer: Requeuer,
         head_of_line: HeadOfLine,
+        preemptor: Preemptor | None = None,
     ) -> None:
+        self.preemptor = preemptor  # whole-gang preemption for gangs that wait on lower-priority pods
         self.index, self.gang_objects, self.reporter = index, gang_objects, reporter
         self.releaser, self.requeuer, self.head_of_line = releaser, requeuer, head_of_line
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
@@ -113,6 +116,8 @@ class ReleaseCycle:
         spread = resolved.spec.spread if resolved.spec is not None else False
         decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected)
         self.bound_head_of_line(gang.key, decision, queue, now)
+        if self.preemptor is not None and decision.state == GangState.WAITING_FOR_CAPACITY:
+            decision = self.preemptor.consider(gang, resolved, decision, snapshot, now)
         if decision.state == GangState.RELEASE:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)

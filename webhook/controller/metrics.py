@@ -13,6 +13,9 @@ RELEASE_LATENCY = Histogram(
 )
 TIMEOUTS = Counter("gangkeeper_gang_timeouts", "Released gangs not fully scheduled within their timeout")
 EVICTIONS = Counter("gangkeeper_evicted_pods", "Pods evicted so their owners recreate them gated")
+PREEMPTIONS = Counter(
+    "gangkeeper_preemption_victims", "Lower-priority gangs and lone pods preempted whole for a waiting gate gang"
+)
 API_ERRORS = Counter("gangkeeper_api_errors", "Kubernetes API calls that failed", ["verb", "code"])
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
 REPAIRS = Counter(

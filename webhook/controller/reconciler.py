@@ -29,6 +29,7 @@ from webhook.controller.groups import GroupObjects, orphan_groups
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.informer import Informer
 from webhook.controller.kube import Api
+from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass
 from webhook.controller.release import Releaser
 from webhook.controller.report import Reporter
@@ -113,7 +114,13 @@ class Controller:
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
         self.index = ClusterIndex(self.gang_objects.releases)
         self.cycle = ReleaseCycle(
-            self.index, self.gang_objects, self.reporter, self.releaser, self.requeuer, HeadOfLine(head_of_line_seconds)
+            self.index,
+            self.gang_objects,
+            self.reporter,
+            self.releaser,
+            self.requeuer,
+            HeadOfLine(head_of_line_seconds),
+            Preemptor(api, self.requeuer, may_write),
         )
         self.waker = Waker()
 

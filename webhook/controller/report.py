@@ -100,7 +100,15 @@ class Reporter:
         current = self.gang_objects.get(gang.namespace, gang.name)
         self.last_state[gang.key] = decision.state
         books = books_of(current)
-        if decision.state == GangState.RUNNING:
+        # pods still running from a release that was requeued since (preempted whole, their Job just
+        # suspended): the requeue's books stand until they are gone
+        released = [p.released_at for p in gang.pods if p.released_at is not None and not p.terminal]
+        requeued = books.suspended_at is not None or (
+            books.not_before is not None and (not released or books.not_before > max(released))
+        )
+        if decision.state == GangState.RUNNING and requeued:
+            pass
+        elif decision.state == GangState.RUNNING:
             # a gang that runs gets its whole budget back, and is whole with the members it runs now
             running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
             books = replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)

@@ -106,6 +106,7 @@ class PodView:
     unschedulable: bool = False  # PodScheduled=False, reason Unschedulable: the scheduler refused it
     planned_node: str | None = None  # where its release promised it capacity (the Gang's record)
     succeeded: bool = False  # phase Succeeded: its work is done (a Job's wave ends), not lost
+    preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None) -> PodView:
@@ -145,6 +146,7 @@ class PodView:
             ),
             planned_node=mine.node if mine is not None else None,
             succeeded=status.get("phase") == "Succeeded",
+            preempts=spec.get("preemptionPolicy") != "Never",
         )
 
     @property

@@ -1,0 +1,211 @@
+"""Whole-gang preemption on the gate backend: victim choice as a rule (preemption.choose_victims), and the
+controller acting on it against the test API server (preemptor.Preemptor)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import builders as b
+from tests.apiserver import Store, TestApiServer
+from tests.cluster import Clock, add_job_pods, default_scheduler, gang_status, node, pods
+from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
+from webhook.controller.kube import Api
+from webhook.controller.placement import Member, Node, Shape
+from webhook.controller.preemption import Victim, budget_blocks, choose_victims
+from webhook.controller.reconciler import Controller
+
+CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))
+
+
+def nodes(*names: str, cpu: int = 4) -> list[Node]:
+    return [Node(name=n, allocatable={"cpu": cpu * 1000, "pods": 110}) for n in names]
+
+
+def victim(key: str, priority: int, *on: str, gang: bool = True) -> Victim:
+    return Victim(key, gang, priority, tuple((n, (("cpu", 1000), ("pods", 1))) for n in on))
+
+
+def full(victims: list[Victim], cluster: list[Node]) -> dict[str, dict[str, int]]:
+    free = {n.name: dict(n.allocatable) for n in cluster}
+    for v in victims:
+        for node_name, units in v.holds:
+            for resource, amount in units:
+                free[node_name][resource] -= amount
+    return free
+
+
+GANG = [Member(f"m{i}", CPU) for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("case", "victims", "priority", "chosen"),
+    [
+        (
+            "one whole gang of lower priority makes room: exactly it",
+            [victim("a/low", 0, "n1", "n1", "n1", "n1"), victim("a/mid", 50, "n2", "n2", "n2", "n2")],
+            100,
+            ["a/low"],
+        ),
+        (
+            "never part of two gangs: the one that suffices alone",
+            [victim("a/low2", 0, "n1", "n1", "n2", "n2"), victim("a/low", 0, "n1", "n1", "n1", "n1")],
+            100,
+            ["a/low"],
+        ),
+        (
+            "lowest priority first",
+            [victim("a/mid", 50, "n1", "n1", "n1", "n1"), victim("a/low", 10, "n2", "n2", "n2", "n2")],
+            100,
+            ["a/low"],
+        ),
+        (
+            "equal or higher priority is never a victim",
+            [victim("a/same", 100, "n1", "n1", "n1", "n1"), victim("a/high", 200, "n2", "n2", "n2", "n2")],
+            100,
+            None,
+        ),
+        (
+            "lone pods and a gang together when neither alone suffices",
+            [
+                victim("a/p1", 0, "n1", gang=False),
+                victim("a/p2", 0, "n1", gang=False),
+                victim("a/small", 5, "n1", "n1"),
+                victim("a/other", 90, "n2", "n2", "n2", "n2"),
+            ],
+            100,
+            ["a/p1", "a/p2", "a/small"],
+        ),
+    ],
+)
+def test_choose_victims(case: str, victims: list[Victim], priority: int, chosen: list[str] | None) -> None:
+    cluster = nodes("n1", "n2")
+    found = choose_victims(GANG, cluster, full(victims, cluster), victims, priority, ["n1", "n2"])
+    assert (sorted(v.key for v in found) if found is not None else None) == chosen, case
+
+
+def test_a_victim_the_gang_fits_without_is_given_back() -> None:
+    """The lone pod (lowest priority) is taken first, then the gang; with the gang gone the pod's room
+    is not needed, so the pod is given back."""
+    cluster = nodes("n1", "n2", cpu=8)
+    high = [victim("a/high", 200, *["n1"] * 3, *["n2"] * 8)]
+    victims = [victim("a/p1", 0, "n1", gang=False), victim("a/big", 1, "n1", "n1", "n1", "n1")]
+    found = choose_victims(GANG, cluster, full(victims + high, cluster), victims + high, 100, ["n1", "n2"])
+    assert found is not None and [v.key for v in found] == ["a/big"]
+
+
+def test_a_protected_victim_is_skipped_for_the_next() -> None:
+    cluster = nodes("n1", "n2")
+    victims = [victim("a/guarded", 0, "n1", "n1", "n1", "n1"), victim("a/open", 10, "n2", "n2", "n2", "n2")]
+    found = choose_victims(
+        GANG, cluster, full(victims, cluster), victims, 100, ["n1", "n2"], protected=lambda v: v.key == "a/guarded"
+    )
+    assert found is not None and [v.key for v in found] == ["a/open"]
+
+
+@pytest.mark.parametrize(
+    ("allowed", "labels", "blocks"),
+    [
+        (0, [{"app": "db"}], True),
+        (1, [{"app": "db"}, {"app": "db"}], True),  # the whole gang goes: two disruptions, one allowed
+        (2, [{"app": "db"}, {"app": "db"}], False),
+        (0, [{"app": "web"}], False),  # not selected
+    ],
+)
+def test_a_disruption_budget_blocks_a_victim_it_cannot_afford(
+    allowed: int, labels: list[dict[str, str]], blocks: bool
+) -> None:
+    budget = {"spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": allowed}}
+    assert budget_blocks([budget], labels) is blocks
+
+
+# --- the controller -----------------------------------------------------------------------------
+@pytest.fixture
+def server(apiserver: TestApiServer) -> TestApiServer:
+    return apiserver
+
+
+def job_of_priority(store: Store, name: str, priority: int, namespace: str = "team-a", **pod: Any) -> dict[str, Any]:
+    spec = b.pod_spec(b.container("2", "1Gi"), priority=priority, **pod)
+    job = b.job(name, parallelism=4, spec=spec)
+    job["metadata"]["namespace"] = namespace
+    created = store.create("batch/v1", "jobs", namespace, job)
+    add_job_pods(store, created)
+    return created
+
+
+def running_low_gang(server: TestApiServer, api: Api) -> Controller:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job_of_priority(server.store, "low", 0)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    controller.reconcile_once()
+    assert default_scheduler(server.store) == 4
+    controller.reconcile_once()
+    clock.advance(120)  # past the grace after its release
+    return controller
+
+
+def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(server: TestApiServer, api: Api) -> None:
+    controller = running_low_gang(server, api)
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert decision.state == "WaitingForCapacity"
+    assert "preempting gang team-a/job-low (priority 0)" in decision.message
+    low = server.store.get("batch/v1", "jobs", "team-a", "low")
+    assert low["spec"]["suspend"] is True  # requeued whole: no pod of it evicted alone, no failure counted
+    assert gang_status(server.store, "job-low")["attempts"] == 1
+    assert events(server, "GangPreempting") and events(server, "GangPreempted")
+    # the Job controller removes the suspended Job's pods; the high gang is released whole
+    for pod in pods(server.store):
+        if pod["metadata"]["labels"].get("gangkeeper.io/group") == "job-low":
+            server.store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    assert controller.reconcile_once()["team-a/job-high"].state == "Release"
+
+
+def test_preemption_policy_never_waits(server: TestApiServer, api: Api) -> None:
+    controller = running_low_gang(server, api)
+    job_of_priority(server.store, "polite", 1000, preemptionPolicy="Never")
+    decision = controller.reconcile_once()["team-a/job-polite"]
+    assert decision.state == "WaitingForCapacity" and "preemptionPolicy Never" in decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
+
+
+def test_a_victim_a_disruption_budget_protects_is_skipped(server: TestApiServer, api: Api) -> None:
+    controller = running_low_gang(server, api)
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-low", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/job-name": "low"}}, "minAvailable": 4},
+        "status": {"disruptionsAllowed": 0},
+    }
+    server.store.create("policy/v1", "poddisruptionbudgets", "team-a", budget)
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert "PodDisruptionBudget" in decision.message, decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
+
+
+def test_a_gang_released_within_the_grace_is_nobodys_victim(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job_of_priority(server.store, "low", 0)
+    controller = Controller(api, clock=Clock())
+    controller.reconcile_once()
+    default_scheduler(server.store)
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert "no whole lower-priority gangs" in decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
+
+
+def test_a_victim_in_another_namespace_is_not_named(server: TestApiServer, api: Api) -> None:
+    controller = running_low_gang(server, api)
+    server.store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vip"}})
+    job_of_priority(server.store, "high", 1000, namespace="vip")
+    decision = controller.reconcile_once()["vip/job-high"]
+    assert "preempting a gang of priority 0 in another namespace" in decision.message
+    assert "team-a" not in decision.message
+    preempted = events(server, "GangPreempted")
+    assert preempted and "vip" not in preempted[0]["message"]
