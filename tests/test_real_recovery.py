@@ -7,6 +7,7 @@ call to the webhook. Every assertion reads what the cluster reports."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -61,21 +62,19 @@ def test_a_preempted_member_requeues_the_gang_whole_and_it_runs_whole_again(stac
     wait_until(lambda: not stack.pods(namespace) or not bound(stack.pods(namespace)), "the gang's pods gone", 60)
     # room again: the urgent pod ends; after its backoff the gang is resumed and starts whole
     stack.plane.kubectl("delete", "pod", "urgent", "-n", other, "--wait=true", timeout=60)
-    again = wait_until(
-        lambda: (
-            (
-                p := [
-                    x
-                    for x in stack.pods(namespace)
-                    if x["metadata"]["uid"] not in {y["metadata"]["uid"] for y in first}
-                ]
-            )
-            and len(running(p)) == 4
-            and p
-        ),
-        "the gang Running whole again",
-        150,
-    )
+    before = {y["metadata"]["uid"] for y in first}
+    try:
+        again = wait_until(
+            lambda: (
+                (p := [x for x in stack.pods(namespace) if x["metadata"]["uid"] not in before])
+                and len(running(p)) == 4
+                and p
+            ),
+            "the gang Running whole again",
+            150,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
     assert_started_together(again, 4)
     job = stack.plane.get("job", "train", namespace=namespace)
     assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"].get("conditions") or [])
@@ -122,3 +121,74 @@ def test_a_copied_pod_with_a_gangs_labels_is_refused(stack: Stack) -> None:
     assert result.returncode != 0
     assert "metadata.ownerReferences: Forbidden: gang job-train (Job train)" in result.stderr, result.stderr
     assert not stack.pods(namespace)
+
+
+def priority_class(name: str, value: int, policy: str = "PreemptLowerPriority") -> dict[str, object]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "preemptionPolicy": policy,
+    }
+
+
+def with_priority(job: dict[str, Any], name: str) -> dict[str, Any]:
+    job["spec"]["template"]["spec"]["priorityClassName"] = name
+    return job
+
+
+def gang_pods(stack: Stack, namespace: str, job: str) -> list[dict[str, Any]]:
+    return stack.pods(namespace, selector=f"batch.kubernetes.io/job-name={job}")
+
+
+def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(stack: Stack) -> None:
+    """Two low-priority gangs fill two nodes; a PodDisruptionBudget guards one. A gang whose PriorityClass
+    says preemptionPolicy Never waits; a high-priority gang preempts exactly the unguarded gang, whole
+    (its Job suspended, never failed), and runs whole; once it is gone the victim runs whole again."""
+    stack.replace_workers(2, cpu="8")
+    namespace = stack.namespace("preemption", "gate")
+    stack.plane.apply(
+        [priority_class("gangkeeper-test-high", 1000), priority_class("gangkeeper-test-polite", 1000, "Never")]
+    )
+    stack.plane.apply(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guard-low-a", "namespace": namespace},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"batch.kubernetes.io/job-name": "low-a"}}},
+        }
+    )
+    for name in ("low-a", "low-b"):
+        stack.plane.apply(workloads.job(name, namespace, 4, "2", annotations={"gangkeeper.io/placement": "pack"}))
+    wait_until(lambda: len(running(stack.pods(namespace))) == 8, "both low gangs Running", 120)
+    time.sleep(62)  # a gang released within the last minute is nobody's victim (preemptor.GRACE_SECONDS)
+    stack.plane.apply(with_priority(workloads.job("polite", namespace, 4, "2"), "gangkeeper-test-polite"))
+    wait_until(lambda: len(gang_pods(stack, namespace, "polite")) == 4, "the polite gang's pods", 60)
+    time.sleep(10)
+    assert len(running(stack.pods(namespace))) == 8 and not bound(gang_pods(stack, namespace, "polite"))
+    gang = stack.plane.get("gang", "job-polite", namespace=namespace)
+    assert "preemptionPolicy Never" in gang["status"]["message"], gang["status"]
+    stack.plane.kubectl("delete", "job", "polite", "-n", namespace, "--cascade=foreground", "--wait=true", timeout=90)
+
+    stack.plane.apply(with_priority(workloads.job("high", namespace, 4, "2"), "gangkeeper-test-high"))
+    high = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "high")) and len(running(p)) == 4 and p, "the high gang Running", 120
+    )
+    assert_started_together(high, 4)
+    low_a, low_b = (stack.plane.get("job", n, namespace=namespace) for n in ("low-a", "low-b"))
+    assert not low_a["spec"].get("suspend") and len(running(gang_pods(stack, namespace, "low-a"))) == 4
+    assert low_b["spec"].get("suspend") is True  # the whole unguarded gang went, by suspension
+    assert not bound(gang_pods(stack, namespace, "low-b"))
+    for job in (low_a, low_b):
+        assert not any(c["type"] == "Failed" for c in (job.get("status") or {}).get("conditions") or [])
+    events = job_events(stack, namespace)
+    assert "GangPreempting" in events and "GangPreempted" in events
+    # the high gang ends; the victim is resumed after its backoff and runs whole again
+    stack.plane.kubectl("delete", "job", "high", "-n", namespace, "--wait=false")
+    again = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "low-b")) and len(running(p)) == 4 and p,
+        "the preempted gang Running whole again",
+        150,
+    )
+    assert_started_together(again, 4)

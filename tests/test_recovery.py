@@ -197,3 +197,41 @@ def test_a_late_replacement_past_the_recovery_timeout_requeues_the_whole_gang() 
     late = Decision(GangState.TIMED_OUT, "1 newly released pods not scheduled", evict=["d"])
     decision = recover(late, LOST, SPEC, History(4, NOW - dt.timedelta(seconds=61)), NOW)
     assert decision.state == "TimedOut" and decision.whole_gang and len(decision.evict) == 4
+
+
+def test_a_release_patch_that_failed_while_its_node_was_taken_requeues_the_whole_gang(
+    server: TestApiServer, api: Api
+) -> None:
+    """One release PATCH answered 500 and another pod took that node meanwhile: 3 of 4 run, 1 stays
+    gated. After the gang's timeout it is requeued whole, never left partly running."""
+    from tests.apiserver import Reject
+
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(
+        server.store,
+        add_job(server.store, parallelism=4, cpu="2", annotations={"gangkeeper.io/timeout-seconds": "30"}),
+    )
+    failed: list[str] = []
+
+    def refuse_one_release(method: str, path: str) -> Reject | None:
+        if method == "PATCH" and "/pods/" in path and not failed:
+            failed.append(path)
+            return Reject(500, "InternalError", "etcd timeout")
+        return None
+
+    server.store.fail_next.append(refuse_one_release)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert failed
+    thief = b.pod("thief", spec=b.pod_spec(b.container("2", "1Gi")), namespace="team-a")
+    server.store.create("v1", "pods", "team-a", thief)
+    server.store.bind("team-a", "thief", "worker1")
+    assert default_scheduler(server.store) == 3
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "WaitingForCapacity", decision.message
+    clock.advance(31)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "TimedOut" and decision.whole_gang, decision.message
+    assert "still gated after 30s" in decision.message
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True

@@ -82,7 +82,7 @@ class ReleaseCycle:
         context = (queue.context(gang.key), room is free)
         if (
             waiting is not None
-            and not waiting.decision.short  # a short gang's recovery clock runs: decided afresh
+            and not waiting.decision.timed  # a recovery or stranded clock runs: decided afresh
             and waiting.context == context
             and still_valid(self.index, waiting, gang, resolved, snapshot, avoid, room)
         ):
@@ -197,4 +197,5 @@ class ReleaseCycle:
             room=room,
             ever=snapshot.index.ever if not avoid else None,
             history=books.history,
+            records=self.gang_objects.releases(gang.namespace, gang.name),
         )

@@ -9,9 +9,9 @@ bound, a promised run time's end) and sleeps until the earliest, never on a fixe
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from webhook.controller.state import GangSpec, PodView
+from webhook.controller.state import GangSpec, PodView, Release, stranded_since
 
 # a deadline that has passed is looked at again this much later rather than at once: no busy loop on a
 # moment a pass could not act on yet
@@ -24,12 +24,16 @@ def gang_deadline(
     not_before: dt.datetime | None,
     now: dt.datetime,
     short_since: dt.datetime | None = None,
+    records: Mapping[str, Release] | None = None,
 ) -> dt.datetime | None:
     """The next moment the decision for this gang changes with time alone; None if it never does."""
     moments: list[dt.datetime] = []
     if spec is not None and short_since is not None:  # a gang short of a member is requeued (recover)
         moments.append(short_since + dt.timedelta(seconds=spec.recovery_seconds, milliseconds=1))
     if spec is not None:
+        stranded = stranded_since([p for p in pods if not p.terminal], spec, records or {})  # rule 1b
+        if stranded is not None:
+            moments.append(stranded + dt.timedelta(seconds=spec.timeout_seconds, milliseconds=1))
         for pod in pods:  # a released pod still unbound times out (rule 1)
             if not pod.terminal and not pod.gated and not pod.node_name and pod.released_at is not None:
                 moments.append(pod.released_at + dt.timedelta(seconds=spec.timeout_seconds, milliseconds=1))

@@ -265,7 +265,14 @@ class Controller:
         decision = self.cycle.step(gang, resolved, current.snapshot, now, current.waiting.get(gang.key), current.queue)
         books = self.gang_objects.books(gang.namespace, gang.name)
         moments = [
-            gang_deadline(gang.pods, resolved.spec, books.not_before, now, books.short_since),
+            gang_deadline(
+                gang.pods,
+                resolved.spec,
+                books.not_before,
+                now,
+                books.short_since,
+                self.gang_objects.releases(gang.namespace, gang.name),
+            ),
             self.requeuer.avoid_ends(gang.key),
         ]
         if decision.state == GangState.RELEASE and resolved.spec is not None:  # the pods just released

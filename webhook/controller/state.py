@@ -44,6 +44,7 @@ def format_time(moment: dt.datetime) -> str:
 
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_RECORDS: Mapping[str, Release] = MappingProxyType({})
 # (id of canonical containers (interning), the other fields placement reads) -> their shape
 _SHAPES: dict[tuple[int, str], Shape] = {}
 # besides the containers, what Shape.from_pod_spec reads: two pods with the same containers and
@@ -225,6 +226,7 @@ class Decision:
     position: int = 0  # place among the gangs waiting in the queue (1: the head), 0 when not waiting
     reservation: str = ""  # the head of the queue: where and from when it is expected to fit
     short: bool = False  # the gang ran whole and has fewer than minMember members running now
+    timed: bool = False  # it changes with time alone (a recovery or stranded clock runs): never reused
 
 
 def _overcommitted(free: Mapping[str, int] | None) -> bool:
@@ -245,6 +247,7 @@ def decide(
     room: Mapping[str, Mapping[str, int]] | None = None,
     ever: Callable[[Sequence[Member]], Placement] | None = None,
     history: History = History(),
+    records: Mapping[str, Release] = _EMPTY_RECORDS,
 ) -> Decision:
     """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
     decision = start_decision(
@@ -259,7 +262,10 @@ def decide(
         without_lower_priority=without_lower_priority,
         room=room,
         ever=ever,
+        records=records,
     )
+    if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
+        decision.timed = True
     return recover(decision, pods, spec, history, now)
 
 
@@ -283,7 +289,7 @@ def recover(
     whole = min(spec.min_member, history.ran_with)
     if running >= whole or any(p.succeeded for p in pods) or decision.state in (GangState.RUNNING, GangState.GAVE_UP):
         return decision
-    decision.short = True
+    decision.short = decision.timed = True
     since = history.short_since or now
     elapsed = max(0.0, (now - since).total_seconds())
     lost = f"lost a member: {running} of {whole} running"
@@ -301,6 +307,7 @@ def recover(
         present=len(live),
         whole_gang=True,
         short=True,
+        timed=True,
     )
 
 
@@ -317,6 +324,7 @@ def start_decision(
     without_lower_priority: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None = None,
     room: Mapping[str, Mapping[str, int]] | None = None,
     ever: Callable[[Sequence[Member]], Placement] | None = None,
+    records: Mapping[str, Release] = _EMPTY_RECORDS,
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity.
 
@@ -324,7 +332,8 @@ def start_decision(
     in order (the first that applies decides):
     1. timeout, per released pod: one released more than `timeout_seconds` ago and still unbound has
        timed out. When members released earlier are bound (the gang has run) only those late pods go
-       back; otherwise the whole gang is requeued.
+       back; otherwise the whole gang is requeued. 1b: members a release left gated (its PATCH failed)
+       for `timeout_seconds` while the gang cannot run without them: the whole gang is requeued.
     2. steal: a pod pinned to a node whose capacity pods bound since have overcommitted (or that is gone),
        or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced.
     3. nothing gated: Running once minMember pods are bound, else Releasing.
@@ -365,6 +374,17 @@ def start_decision(
             GangState.TIMED_OUT,
             f"{len(released) - len(bound)} of {len(released)} released pods not scheduled within "
             f"{spec.timeout_seconds}s",
+            evict=[p.name for p in live] if spec.evictable else [],
+            present=present,
+            whole_gang=True,
+        )
+    stranded = stranded_since(live, spec, records)
+    if stranded is not None and (now - stranded).total_seconds() > spec.timeout_seconds:  # rule 1b
+        return Decision(
+            GangState.TIMED_OUT,
+            f"{len(gated)} members of the release at {format_time(stranded)} are still gated after "
+            f"{spec.timeout_seconds}s (their release was refused or lost) and {len(released)} of "
+            f"{spec.min_member} run without them",
             evict=[p.name for p in live] if spec.evictable else [],
             present=present,
             whole_gang=True,
@@ -462,6 +482,19 @@ def start_decision(
                 "gated pods never trigger preemption, so it waits for them to end"
             )
     return Decision(GangState.WAITING_FOR_CAPACITY, message, placement=result, present=present, preempt_nodes=preempt)
+
+
+def stranded_since(live: Sequence[PodView], spec: GangSpec, records: Mapping[str, Release]) -> dt.datetime | None:
+    """When a release left members behind: pods whose release was recorded (`records`, the Gang's; the
+    record comes before the PATCH) are still gated, that PATCH answered 500, 429 or never answered and
+    the node perhaps taken since, while the gang cannot run without them. None when no release stranded
+    anyone; pods never released (a scale-up's, a lost member's replacement) are not stranded."""
+    stranded = [
+        record.at for p in live if p.gated and (record := records.get(p.name)) is not None and record.uid == p.uid
+    ]
+    if not stranded or sum(1 for p in live if not p.gated) >= spec.min_member:
+        return None
+    return min(stranded)
 
 
 def ever_placement(
