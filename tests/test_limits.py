@@ -46,8 +46,20 @@ def test_a_million_leaderworkerset_groups_are_refused_naming_replicas() -> None:
     assert plan.gangs == []
     assert response["allowed"] is False and response["status"]["code"] == 422
     message = response["status"]["message"]
-    assert 'spec.replicas: Invalid value: "1000000": makes 4000000 pods' in message
-    assert "limit of 10000 (--max-gang-pods)" in message and "lower spec.replicas" in message
+    assert 'spec.replicas: Invalid value: "1000000": makes 1000000 groups and 4000000 pods' in message
+    assert "bound of 10000 groups and 100000 pods per LeaderWorkerSet: split it" in message
+
+
+def test_a_serving_leaderworkerset_of_many_small_groups_is_capped_per_group() -> None:
+    """Each group is a gang of its own: 5,001 groups of 2 pods is 10,002 pods, none of its gangs above
+    the per-gang limit, and is admitted; one group larger than the limit is refused naming the size."""
+    many = b.lws(size=2, replicas=5_001)
+    assert len(analyze(many).gangs) == 5_001
+    assert review_response(many)["allowed"] is True
+    huge = b.lws(size=10_001, replicas=1)
+    message = review_response(huge)["status"]["message"]
+    assert 'spec.leaderWorkerTemplate.size: Invalid value: "10001": makes 10001 pods' in message
+    assert "limit of 10000 (--max-gang-pods)" in message
 
 
 def test_two_billion_spark_executors_are_refused_naming_the_executor() -> None:

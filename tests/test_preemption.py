@@ -209,3 +209,13 @@ def test_a_victim_in_another_namespace_is_not_named(server: TestApiServer, api: 
     assert "team-a" not in decision.message
     preempted = events(server, "GangPreempted")
     assert preempted and "vip" not in preempted[0]["message"]
+
+
+def test_the_controllers_trimmed_pod_keeps_the_preemption_policy() -> None:
+    """The informer keeps only what the controller reads: a PriorityClass's preemptionPolicy Never must
+    survive it (the real tier caught it dropped)."""
+    from webhook.controller.informer import trim_pod
+    from webhook.controller.state import PodView
+
+    pod = b.pod("p", labels={"gangkeeper.io/group": "job-train"}, spec=b.pod_spec(preemptionPolicy="Never"))
+    assert PodView.from_api(trim_pod(pod)).preempts is False

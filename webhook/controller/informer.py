@@ -48,6 +48,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             "schedulerName",
             "priorityClassName",
             "priority",
+            "preemptionPolicy",  # Never: the gang preempts nothing (preemptor.py)
             "hostNetwork",
             "resourceClaims",
             # the native gang link: which mechanism the pod was stamped for (reconciler.backend_of)

@@ -10,6 +10,11 @@ from __future__ import annotations
 from webhook.gangs.model import FieldError, Plan
 
 DEFAULT_MAX_GANG_PODS = 10_000
+# A workload of many gangs (a LeaderWorkerSet's groups) is bounded on its own: each gang is capped by
+# the limit above, and the whole workload by these, so serving 5,001 groups of 2 is fine while a
+# million groups is refused before one gang is built (each is a group object the controller writes).
+MAX_WORKLOAD_GANGS = 10_000
+MAX_WORKLOAD_PODS = 100_000
 CEILING = 10_000  # the Gang CRD's maxProperties of status.released (charts/gangkeeper/templates/crd.yaml)
 FLAG = "--max-gang-pods"
 

@@ -51,10 +51,20 @@ def analyze(obj: Obj) -> Plan:
         plan.templates.append(TemplateStamp(path=path, gang=None, shape="crd"))  # the group index is per pod
     plan.templates.sort(key=lambda t: t.path)
     pods = max(replicas, 0) * max(size, 1)
-    if pods > limits.max_gang_pods():
-        # checked before one gang per group is built: the count is the tenant's to write
-        fix = "lower spec.replicas or leaderWorkerTemplate.size"
-        plan.errors.append(limits.too_many("spec.replicas", replicas, pods, fix))
+    # checked before one gang per group is built: the counts are the tenant's to write. Each group is a
+    # gang of its own, so the per-gang limit is on the size; the workload as a whole has its own bounds
+    if size > limits.max_gang_pods():
+        fix = "lower leaderWorkerTemplate.size (each group is one gang)"
+        plan.errors.append(limits.too_many("spec.leaderWorkerTemplate.size", size, size, fix))
+    elif replicas > limits.MAX_WORKLOAD_GANGS or pods > limits.MAX_WORKLOAD_PODS:
+        plan.errors.append(
+            FieldError(
+                "spec.replicas",
+                replicas,
+                f"makes {replicas} groups and {pods} pods, above gangkeeper's bound of {limits.MAX_WORKLOAD_GANGS} "
+                f"groups and {limits.MAX_WORKLOAD_PODS} pods per LeaderWorkerSet: split it into several",
+            )
+        )
     elif name:
         for index in range(replicas):
             gang = common.build_gang(

@@ -88,6 +88,7 @@ webhook:
 controller:
   queuePolicy: {{ .Values.controller.queuePolicy }}
   headOfLineSeconds: {{ .Values.controller.headOfLineSeconds }}
+  recoveryTimeoutSeconds: {{ .Values.controller.recoveryTimeoutSeconds }}
   nativeVersion: {{ .Values.controller.nativeVersion | quote }}
 {{- end }}
 
