@@ -192,3 +192,80 @@ def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(stack: Stack
         150,
     )
     assert_started_together(again, 4)
+
+
+def test_native_workload_aware_preemption_moves_a_whole_gang(stack: Stack) -> None:
+    """The native backend: gangkeeper's PodGroups carry the priority class and ask to be disrupted whole
+    (1.36 disruptionMode PodGroup, 1.37 {all: {}}), so the real kube-scheduler's workload-aware
+    preemption (KEP-5710) evicts the whole lower-priority gang for a higher one, never one member."""
+    if stack.plane.minor == "1.35":
+        pytest.skip("1.35 has no workload-aware preemption")
+    stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("native-preemption", "native")
+    stack.plane.apply(priority_class("gangkeeper-test-high", 1000))
+    stack.plane.apply(workloads.job("low", namespace, 4, "2", backoffLimit=20))
+    low = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "low")) and len(running(p)) == 4 and p, "the low gang Running", 120
+    )
+    first = {p["metadata"]["uid"] for p in low}
+    stack.plane.apply(with_priority(workloads.job("high", namespace, 4, "2"), "gangkeeper-test-high"))
+    try:
+        high = wait_until(
+            lambda: (p := gang_pods(stack, namespace, "high")) and len(running(p)) == 4 and p,
+            "the high gang Running",
+            180,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
+    assert_started_together(high, 4)
+    survivors = [p for p in gang_pods(stack, namespace, "low") if p["metadata"]["uid"] in first and bound([p])]
+    assert survivors == [], [p["metadata"]["name"] for p in survivors]  # the whole gang went, not one member
+    group = stack.plane.get("podgroups.scheduling.k8s.io", "job-high", namespace=namespace)
+    assert group["spec"]["priorityClassName"] == "gangkeeper-test-high" and group["spec"]["priority"] == 1000
+    assert group["spec"]["disruptionMode"] in ("PodGroup", {"all": {}})
+
+
+def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stack) -> None:
+    """RBAC lets the controller patch any pod; the ValidatingAdmissionPolicy the chart renders lets it
+    only take its own gate off and pin the node. Asked of the real API server, as the controller."""
+    stack.replace_workers(1)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "held", "namespace": namespace},
+        "spec": {
+            "schedulingGates": [{"name": "gangkeeper.io/gang-gate"}, {"name": "example.com/hold"}],
+            "containers": [workloads.container("100m")],
+        },
+    }
+    unopted = stack.namespace("controller-patches-plain", None, opted_in=False)
+    pod["metadata"]["namespace"] = unopted  # type: ignore[index]
+    stack.plane.apply(pod)
+    as_controller = ["--as=system:serviceaccount:gangkeeper-system:gangkeeper-controller", "-n", unopted]
+
+    def patch(body: str) -> Any:
+        return stack.plane.kubectl("patch", "pod", "held", *as_controller, "--type=merge", "-p", body, check=False)
+
+    refused = {
+        "a label": '{"metadata":{"labels":{"gangkeeper.io/group":"elsewhere"}}}',
+        "another controller's gate": '{"spec":{"schedulingGates":[{"name":"gangkeeper.io/gang-gate"}]}}',
+        "a foreign nodeSelector": '{"spec":{"nodeSelector":{"disk":"ssd"}}}',
+    }
+    for what, body in refused.items():
+        result = patch(body)
+        assert result.returncode != 0 and "gangkeeper-controller-pod-release-only" in result.stderr, (
+            what,
+            result.stderr,
+        )
+    allowed = patch(
+        '{"spec":{"schedulingGates":[{"name":"example.com/hold"}],"nodeSelector":{"kubernetes.io/hostname":"x"}}}'
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    held = stack.plane.get("pod", "held", namespace=unopted)
+    assert held["spec"]["schedulingGates"] == [{"name": "example.com/hold"}]
+    assert (
+        stack.plane.kubectl(
+            "auth", "can-i", "patch", "deployments", "-n", "kube-system", *as_controller[:1], check=False
+        ).stdout.strip()
+        == "no"
+    )

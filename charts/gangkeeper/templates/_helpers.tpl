@@ -96,3 +96,26 @@ controller:
 {{- define "gangkeeper.configChecksum" -}}
 gangkeeper.io/config-checksum: {{ include "gangkeeper.configuration" . | sha256sum }}
 {{- end }}
+
+{{/* Egress both components need: the API server, and the cluster DNS only. */}}
+{{- define "gangkeeper.networkEgress" -}}
+{{- $np := .Values.networkPolicy -}}
+- ports:
+    - port: 443
+      protocol: TCP
+    - port: 6443
+      protocol: TCP
+  {{- if $np.apiServerCIDRs }}
+  to:
+    {{- range $np.apiServerCIDRs }}
+    - ipBlock: {cidr: {{ . | quote }}}
+    {{- end }}
+  {{- end }}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+  to:
+    {{- toYaml $np.dns | nindent 4 }}
+{{- end }}
