@@ -232,7 +232,7 @@ def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stac
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "held", "namespace": namespace},
+        "metadata": {"name": "held"},
         "spec": {
             "schedulingGates": [{"name": "gangkeeper.io/gang-gate"}, {"name": "example.com/hold"}],
             "containers": [workloads.container("100m")],
