@@ -14,6 +14,7 @@ from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
 from webhook.gangs.common import MAX_TIMEOUT_SECONDS
+from webhook.gangs.topology import DEFAULT_LEVELS, label_key_problem
 
 if TYPE_CHECKING:
     from webhook.admission.resolve import BackendResolver
@@ -199,6 +200,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
             default=args.backend,
             volcano_scheduler=args.volcano_scheduler,
             coscheduling_scheduler=args.coscheduling_scheduler,
+            topology_levels=_levels_of(args),
         )
     api = Api(api_client)
     namespaces = WatchedNamespaces(api)
@@ -218,6 +220,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
         queues=queues.states,
         volcano_scheduler=args.volcano_scheduler,
         coscheduling_scheduler=args.coscheduling_scheduler,
+        topology_levels=_levels_of(args),
     )
 
 
@@ -286,6 +289,24 @@ def _release_all(args: argparse.Namespace) -> int:
     for what in done.failed:
         print(f"  not released: {what}", file=sys.stderr)
     return 1 if done.failed else 0
+
+
+def _topology_levels(text: str) -> str:
+    """Comma-separated node label keys, each valid and named once."""
+    levels = [level.strip() for level in text.split(",") if level.strip()]
+    if not levels or len(levels) > 16:
+        raise argparse.ArgumentTypeError("expected 1 to 16 node label keys, comma-separated")
+    for level in levels:
+        problem = label_key_problem(level)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{level!r} is not a node label key: {problem}")
+    if len(set(levels)) != len(levels):
+        raise argparse.ArgumentTypeError("each level once")
+    return ",".join(levels)
+
+
+def _levels_of(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(str(getattr(args, "topology_levels", None) or ",".join(DEFAULT_LEVELS)).split(","))
 
 
 def _recovery_seconds(text: str) -> int:
@@ -406,6 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--volcano-scheduler", default="volcano")
     serve.add_argument("--coscheduling-scheduler", default="scheduler-plugins-scheduler")
+    serve.add_argument(
+        "--topology-levels",
+        type=_topology_levels,
+        default=",".join(DEFAULT_LEVELS),
+        help="the cluster's node label keys of topology domains, broadest first, comma-separated "
+        "(like Kueue's Topology levels): a gang's topology key is checked against them, and they map to "
+        "Volcano's HyperNode tiers (%(default)s)",
+    )
     serve.add_argument("--kubeconfig", default=None)
     # Two processes per core: each runs one event loop, and the kernel hashes connections over their
     # sockets; with the API server's handful of kept-alive connections, one process per core often

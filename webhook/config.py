@@ -32,6 +32,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "maxGangPods": {"serve": "--max-gang-pods", "controller": "--max-gang-pods"},
     "schedulerNames.volcano": {"serve": "--volcano-scheduler"},
     "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
+    "topologyLevels": {"serve": "--topology-levels"},
     "webhook.workers": {"serve": "--workers"},
     "webhook.maxInFlight": {"serve": "--max-in-flight"},
     "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},
@@ -94,6 +95,8 @@ def to_flags(path: str, fields: Mapping[str, Any], command: str, parser: argpars
         flag = FIELDS[field].get(command)
         if flag is None:
             continue  # the other component's
+        if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+            value = ",".join(value)  # a list of names is its flag's comma-separated form
         if isinstance(value, Mapping | list) or value is None:
             raise ConfigError(f"{path}: {field}: expected a single value, not {type(value).__name__}")
         text = str(value).lower() if isinstance(value, bool) else str(value)

@@ -26,6 +26,10 @@ GROUP_LABEL: Final = f"{PREFIX}/group"
 EXPECTED_SECONDS_ANNOTATION: Final = f"{PREFIX}/expected-seconds"
 # `pack` or `spread`: how the gate controller places a gang's pods (serving kinds spread by default)
 PLACEMENT_ANNOTATION: Final = f"{PREFIX}/placement"
+# a node label key all of a gang's pods must share a value of (one rack, one zone), or should as far as
+# capacity allows (webhook/gangs/topology.py reads these and Kueue's and KAI's equivalents)
+TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{PREFIX}/topology-required"
+TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/topology-preferred"
 GATE: Final = f"{PREFIX}/gang-gate"
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.

@@ -20,8 +20,10 @@ from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
 from webhook.backends.volcano import API_VERSION as VOLCANO_API
+from webhook.gangs import topology
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 from webhook.gangs.pod import unowned_member
+from webhook.gangs.topology import DEFAULT_LEVELS
 
 _OWN_SCHEDULERS = {"", "default-scheduler"}
 
@@ -113,6 +115,23 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
     return warnings
 
 
+def _topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """A required topology the backend cannot honour is refused (the gang would start scattered, the
+    one thing its author ruled out); a preferred one, or one the backend only partly honours, is warned
+    about; a key that is none of the cluster's levels is warned about on every backend."""
+    intent = next((gang.topology for gang in plan.gangs if gang.topology is not None), None)
+    if intent is None:
+        return None, []
+    warnings = [warning] if (warning := topology.level_warning(intent, levels)) else []
+    gap = backend.topology_gap(intent)
+    if gap is None:
+        return None, warnings
+    said = f"{intent.field}: {intent.word} topology {intent.key!r} on the {backend.name} backend: {gap.why}"
+    if intent.required and gap.refuse:
+        return f"{intent.field}: Invalid value: {intent.key!r}: {gap.why}", warnings
+    return None, [*warnings, said]
+
+
 def _named_ahead(obj: Obj, operation: str, backend: Backend | Unavailable) -> Obj:
     """A workload created with only `generateName` has no name at admission, so its gang cannot be named
     and, under Volcano, no PodGroup made ahead of its pods, which Volcano's pod admission then refuses
@@ -144,6 +163,7 @@ def admit(
     queues: Mapping[str, str] | None = None,
     old: Obj | None = None,
     user: str | None = None,
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
 ) -> Outcome:
     """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
 
@@ -212,6 +232,12 @@ def admit(
             return Outcome(
                 False, "no native gang can hold it", code=422, plan=plan, message=f"{describe(obj)}: {problem}"
             )
+    refused, topology_warnings = _topology_verdict(plan, backend, topology_levels)
+    if refused:
+        return Outcome(
+            False, "topology not honoured", code=422, plan=plan, message=f"{describe(obj)} is invalid: {refused}"
+        )
+    plan.warnings.extend(topology_warnings)
     foreign = _foreign_scheduler(obj, plan, backend)
     if foreign:
         warning = (

@@ -78,6 +78,7 @@ class Handler:
             queues=self.resolver.queues(),
             old=request.get("oldObject"),
             user=_username(request),
+            topology_levels=self.resolver.topology_levels,
         )
         gang = (
             outcome.plan.pod_gang.name

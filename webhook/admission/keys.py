@@ -35,6 +35,8 @@ OBJECT_ANNOTATIONS = frozenset(
         contract.RECOVERY_ANNOTATION,
         contract.EXPECTED_SECONDS_ANNOTATION,
         contract.PLACEMENT_ANNOTATION,
+        contract.TOPOLOGY_REQUIRED_ANNOTATION,
+        contract.TOPOLOGY_PREFERRED_ANNOTATION,
         contract.WORKLOAD_ANNOTATION,
         contract.SIZE_ANNOTATION,
         *CONTROLLER_KEYS,

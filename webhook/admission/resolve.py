@@ -12,6 +12,7 @@ from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
 from webhook.controller.kube import NAMESPACES, Api, Resource
+from webhook.gangs.topology import DEFAULT_LEVELS
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,13 @@ class BackendResolver:
         offline_version: str = "1.37",
         controller: Callable[[], ControllerHealth | None] = lambda: None,
         queues: Callable[[], dict[str, str] | None] = lambda: None,
+        topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
-        self._cache: dict[tuple[str, str, str | None], Backend] = {}
+        self._cache: dict[tuple[str, str, str | None, bool], Backend] = {}
+        self.topology_levels = topology_levels
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
 
@@ -147,11 +150,15 @@ class BackendResolver:
         return self._backend(choice, scheduler)
 
     def _backend(self, choice: Choice, scheduler: str | None) -> Backend:
-        key = (choice.backend, choice.kubernetes_version, scheduler)
+        key = (choice.backend, choice.kubernetes_version, scheduler, choice.network_topology)
         if key not in self._cache:
             if len(self._cache) >= MAX_CACHED_BACKENDS:  # scheduler names are tenant input: bound the cache
                 self._cache.clear()
             self._cache[key] = backends.make(
-                choice.backend, scheduler_name=scheduler, kubernetes_version=choice.kubernetes_version
+                choice.backend,
+                scheduler_name=scheduler,
+                kubernetes_version=choice.kubernetes_version,
+                network_topology=choice.network_topology,
+                topology_levels=self.topology_levels,
             )
         return self._cache[key]

@@ -7,15 +7,23 @@ from webhook.backends.coscheduling import Coscheduling
 from webhook.backends.gate import Gate
 from webhook.backends.native import Native
 from webhook.backends.volcano import Volcano
+from webhook.gangs.topology import DEFAULT_LEVELS
 
 NAMES = ("volcano", "coscheduling", "native", "gate")
 
 __all__ = ["NAMES", "Backend", "Coscheduling", "Gate", "NamespaceInfo", "Native", "Target", "Volcano", "make"]
 
 
-def make(name: str, *, scheduler_name: str | None = None, kubernetes_version: str = "1.37") -> Backend:
+def make(
+    name: str,
+    *,
+    scheduler_name: str | None = None,
+    kubernetes_version: str = "1.37",
+    network_topology: bool = False,
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
+) -> Backend:
     if name == "volcano":
-        return Volcano(scheduler_name or "volcano")
+        return Volcano(scheduler_name or "volcano", network_topology, topology_levels)
     if name == "coscheduling":
         return Coscheduling(scheduler_name or "scheduler-plugins-scheduler")
     if name == "native":

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook import contract
-from webhook.gangs.model import Gang, GangId, Obj
+from webhook.gangs.model import Gang, GangId, Obj, Topology
 from webhook.gangs.pod import workload_stamp
 
 
@@ -71,6 +71,25 @@ class Backend(Protocol):
 
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         """The group objects the mechanism needs for these gangs, ready to create."""
+
+    def topology_gap(self, topology: Topology) -> Gap | None:
+        """What of this topology intent the mechanism would not honour (None: all of it)."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A topology intent a mechanism does not honour: `why`, and whether a required one is refused at
+    apply (else a warning: the gang still starts whole, just not inside one domain)."""
+
+    why: str
+    refuse: bool = True
+
+
+# who keeps a gang inside one domain, for the messages that send users elsewhere
+TOPOLOGY_BACKENDS = (
+    "gate (any cluster), native on Kubernetes 1.36 and later (feature gate TopologyAwareWorkloadScheduling), "
+    "Volcano 1.11 and later (HyperNodes)"
+)
 
 
 def stamp_common(target: Target, gang: GangId | None) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from webhook import contract, resources
-from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
-from webhook.gangs.model import Gang, GangId, Obj
+from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 
@@ -32,3 +32,8 @@ class Coscheduling:
                 spec["scheduleTimeoutSeconds"] = gang.timeout_seconds
             objects.append({"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec})
         return objects
+
+    def topology_gap(self, topology: Topology) -> Gap | None:
+        # scheduler-plugins' PodGroup (apis/scheduling/v1alpha1/types.go) has no topology field, and
+        # Coscheduling only waits at Permit: each pod is still placed alone
+        return Gap(f"scheduler-plugins coscheduling has no topology constraint; the gangs of {TOPOLOGY_BACKENDS} do")

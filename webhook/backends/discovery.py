@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 VOLCANO_GV, VOLCANO_RESOURCE = "scheduling.volcano.sh/v1beta1", "podgroups"
 COSCHEDULING_GV, COSCHEDULING_RESOURCE = "scheduling.x-k8s.io/v1alpha1", "podgroups"
+# Volcano serves HyperNodes from the release whose PodGroup has spec.networkTopology (v1.11,
+# pkg/apis/topology/v1alpha1 in volcano-sh/apis): the one tells of the other
+VOLCANO_TOPOLOGY_GV, VOLCANO_TOPOLOGY_RESOURCE = "topology.volcano.sh/v1alpha1", "hypernodes"
 AUTO_ORDER = ("volcano", "coscheduling", "native", "gate")
 
 HOW_TO_ENABLE = {
@@ -30,7 +33,8 @@ HOW_TO_ENABLE = {
     "GangScheduling into GenericWorkload) on the API server and kube-scheduler, without which pods are "
     "scheduled one by one, and serve the API with --runtime-config=scheduling.k8s.io/v1alpha1=true (1.35), "
     "v1alpha2 (1.36) or v1beta1 (1.37); for whole-gang preemption by priority also WorkloadAwarePreemption "
-    "on 1.36 (1.37 has it in GenericWorkload)",
+    "on 1.36 (1.37 has it in GenericWorkload); for gangs kept in one topology domain also "
+    "TopologyAwareWorkloadScheduling (alpha in 1.36 and 1.37)",
 }
 
 
@@ -63,6 +67,7 @@ class Served:
 class Choice:
     backend: str
     kubernetes_version: str = "1.37"  # native generation, when backend is native
+    network_topology: bool = False  # Volcano places gangs by HyperNode tiers (PodGroup networkTopology)
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def choose(requested: str, served: Served | None, offline_version: str = "1.37")
     candidates = AUTO_ORDER if requested == "auto" else (requested,)
     for name in candidates:
         if name == "volcano" and served.has(VOLCANO_GV, VOLCANO_RESOURCE):
-            return Choice(name)
+            return Choice(name, network_topology=served.has(VOLCANO_TOPOLOGY_GV, VOLCANO_TOPOLOGY_RESOURCE))
         if name == "coscheduling" and served.has(COSCHEDULING_GV, COSCHEDULING_RESOURCE):
             return Choice(name)
         if name == "native":
@@ -147,7 +152,12 @@ class DiscoveryCache:
 def fetch_from_cluster(api: Any) -> Served:
     """Which of the group-versions gangkeeper cares about the API server serves (GET /apis, then each
     wanted /apis/<group>/<version>), through the controller's REST access (webhook.controller.kube.Api)."""
-    wanted = {VOLCANO_GV, COSCHEDULING_GV, *(f"{native.GROUP}/{v}" for v in native.VERSIONS_BEST_FIRST)}
+    wanted = {
+        VOLCANO_GV,
+        VOLCANO_TOPOLOGY_GV,
+        COSCHEDULING_GV,
+        *(f"{native.GROUP}/{v}" for v in native.VERSIONS_BEST_FIRST),
+    }
     groups = api.get("/apis")
     docs = []
     for group in groups.get("groups") or []:

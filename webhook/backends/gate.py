@@ -4,8 +4,8 @@ has found room for the whole gang. The default scheduler keeps the pods; no grou
 from __future__ import annotations
 
 from webhook import contract
-from webhook.backends.base import NamespaceInfo, Target, stamp_common
-from webhook.gangs.model import Gang, GangId, Obj
+from webhook.backends.base import Gap, NamespaceInfo, Target, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 
 class Gate:
@@ -25,3 +25,6 @@ class Gate:
 
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         return []
+
+    def topology_gap(self, topology: Topology) -> Gap | None:
+        return None  # the controller places the whole gang in one domain itself

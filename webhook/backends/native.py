@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook import contract
-from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
-from webhook.gangs.model import Gang, GangId, Obj
+from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 GROUP = "scheduling.k8s.io"
 
@@ -123,7 +123,12 @@ class Native:
             if self.generation.version == "v1alpha1":
                 templates.setdefault(gang.id.template, {"name": gang.id.template, "policy": policy})
             else:
-                template = {"name": gang.id.template, "schedulingPolicy": policy, **self.preemption(gang)}
+                template = {
+                    "name": gang.id.template,
+                    "schedulingPolicy": policy,
+                    **self.preemption(gang),
+                    **self.constraints(gang),
+                }
                 templates.setdefault(gang.id.template, template)
         key = "podGroups" if self.generation.version == "v1alpha1" else "podGroupTemplates"
         spec: Obj = {key: list(templates.values())}
@@ -143,6 +148,7 @@ class Native:
         else:
             spec["workloadRef"] = {"workloadName": gang.id.native_workload, "templateName": gang.id.template}
         spec.update(self.preemption(gang))
+        spec.update(self.constraints(gang))
         return {"apiVersion": self.api_version, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}
 
     def preemption(self, gang: Gang) -> Obj:
@@ -155,3 +161,29 @@ class Native:
         if gang.priority_class:
             fields["priorityClassName"] = gang.priority_class
         return fields
+
+    def constraints(self, gang: Gang) -> Obj:
+        """A required topology as the PodGroup's (and its template's) schedulingConstraints: k8s.io/api
+        scheduling/v1alpha2 and v1beta1 PodGroupSchedulingConstraints, one TopologyConstraint{key}.
+        kube-scheduler's TopologyPlacement honours it with TopologyAwareWorkloadScheduling on; with the
+        gate off the API server drops the field (pkg/registry/scheduling/podgroup/strategy.go,
+        dropDisabledSchedulingConstraintsFields)."""
+        if gang.topology is None or not gang.topology.required or self.generation.version == "v1alpha1":
+            return {}
+        return {"schedulingConstraints": {"topology": [{"key": gang.topology.key}]}}
+
+    def topology_gap(self, topology: Topology) -> Gap | None:
+        if self.generation.version == "v1alpha1":
+            return Gap(
+                "Kubernetes 1.35's scheduling.k8s.io/v1alpha1 Workload has no topology constraint (it came in "
+                f"1.36): the gang starts whole but anywhere; the gangs of {TOPOLOGY_BACKENDS} keep it in one domain",
+                refuse=False,
+            )
+        if not topology.required:
+            return Gap(
+                "the native PodGroup's topology constraint is required only (k8s.io/api scheduling "
+                f"{self.generation.version} TopologyConstraint): a preferred key is not honoured here; make it "
+                "required, or use the gate backend",
+                refuse=False,
+            )
+        return None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from webhook import contract, resources
-from webhook.backends.base import NamespaceInfo, Target, object_meta, stamp_common
-from webhook.gangs.model import Gang, GangId, Obj
+from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.gangs.model import Gang, GangId, Obj, Topology
+from webhook.gangs.topology import DEFAULT_LEVELS, HOSTNAME
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
 
@@ -12,8 +13,33 @@ API_VERSION = "scheduling.volcano.sh/v1beta1"
 class Volcano:
     name = "volcano"
 
-    def __init__(self, scheduler_name: str = "volcano") -> None:
+    def __init__(
+        self, scheduler_name: str = "volcano", network_topology: bool = False, levels: tuple[str, ...] = DEFAULT_LEVELS
+    ) -> None:
         self.scheduler_name: str | None = scheduler_name
+        self.network_topology, self.levels = network_topology, levels
+
+    def tier(self, key: str) -> int | None:
+        """The HyperNode tier a topology key stands for: the configured levels, broadest first, end at
+        the node; tier 1 is the HyperNodes right above nodes (Volcano docs, network topology aware
+        scheduling), so the level just above hostname is tier 1, the next 2. None: no tier."""
+        if key not in self.levels or key == HOSTNAME:
+            return None
+        above_nodes = [level for level in self.levels if level != HOSTNAME]
+        return len(above_nodes) - above_nodes.index(key)
+
+    def topology_gap(self, topology: Topology) -> Gap | None:
+        if not self.network_topology:
+            return Gap(
+                "this cluster's Volcano serves no HyperNodes (topology.volcano.sh), so its PodGroups have no "
+                f"networkTopology (Volcano 1.11 and later); the gangs of {TOPOLOGY_BACKENDS} do"
+            )
+        if self.tier(topology.key) is None:
+            return Gap(
+                f"Volcano keeps gangs within HyperNode tiers, and {topology.key!r} is not a level above the node "
+                f"in this cluster's topology levels ({', '.join(self.levels)}): use one of those, or another backend"
+            )
+        return None
 
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         target.set_scheduler_name(self.scheduler_name or "volcano")
@@ -34,4 +60,8 @@ class Volcano:
             spec["queue"] = queue
         if gang.priority_class:
             spec["priorityClassName"] = gang.priority_class
+        tier = self.tier(gang.topology.key) if gang.topology is not None and self.network_topology else None
+        if gang.topology is not None and tier is not None:
+            # hard: never across a HyperNode above that tier; soft: as low a tier as it can get
+            spec["networkTopology"] = {"mode": "hard" if gang.topology.required else "soft", "highestTierAllowed": tier}
         return {"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}

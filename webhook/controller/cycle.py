@@ -114,7 +114,8 @@ class ReleaseCycle:
             self.waiting[gang.key] = waiting
         members = [Member(p.name, p.shape) for p in gang.pods if p.gated and not p.terminal]
         spread = resolved.spec.spread if resolved.spec is not None else False
-        decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected)
+        domains = resolved.spec.domains() if resolved.spec is not None else None
+        decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected, domains)
         self.bound_head_of_line(gang.key, decision, queue, now)
         if self.preemptor is not None and decision.state == GangState.WAITING_FOR_CAPACITY:
             decision = self.preemptor.consider(gang, resolved, decision, snapshot, now)
@@ -195,7 +196,7 @@ class ReleaseCycle:
             eligibility=eligibility,
             without_lower_priority=snapshot.without_lower_priority,
             room=room,
-            ever=snapshot.index.ever if not avoid else None,
+            ever=snapshot.index.ever if not avoid and resolved.spec.topology is None else None,
             history=books.history,
             records=self.gang_objects.releases(gang.namespace, gang.name),
         )

@@ -40,6 +40,7 @@ class Books:
     suspended_at: dt.datetime | None = None  # gangkeeper suspended the workload then, and resumes it
     ran_with: int = 0  # members running when it last ran whole (0: not since it was last requeued)
     short_since: dt.datetime | None = None  # it ran whole, and has had fewer running since then
+    domain: str | None = None  # the topology domain(s) its release chose (a gang with a topology)
 
     @property
     def history(self) -> History:
@@ -55,10 +56,12 @@ def books_of(gang: Mapping[str, Any] | None) -> Books:
         parse_time(status.get("suspendedAt")),
         ran_with if isinstance(ran_with, int) and ran_with > 0 else 0,
         parse_time(status.get("shortSince")),
+        str(status["domain"])[:MAX_DOMAIN] if isinstance(status.get("domain"), str) else None,
     )
 
 
 MAX_RELEASES = 10_000  # the CRD's maxProperties of status.released
+MAX_DOMAIN = 253  # the CRD's maxLength of status.domain
 
 
 def releases_of(gang: Mapping[str, Any] | None) -> dict[str, Release]:
@@ -89,6 +92,7 @@ def books_status(books: Books) -> Obj:
         "suspendedAt": format_time(books.suspended_at) if books.suspended_at else None,
         "ranWith": books.ran_with or None,
         "shortSince": format_time(books.short_since) if books.short_since else None,
+        "domain": books.domain[:MAX_DOMAIN] if books.domain else None,
     }
 
 

@@ -13,8 +13,8 @@ one node's failure takes as few as possible).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from webhook.controller.shapes import (
     ANY_IP as ANY_IP,
@@ -60,6 +60,17 @@ from webhook.controller.shapes import (
 )
 
 
+@dataclass(frozen=True)
+class Domains:
+    """A gang's topology for one placement: all its pods in one domain of the node label `key`
+    (`required`), else in as few as capacity allows; `near` are the nodes its running members hold, whose
+    domain a replacement returns to (as Kueue's TAS places a replaced pod with its gang)."""
+
+    key: str
+    required: bool
+    near: frozenset[str] = frozenset()
+
+
 class Eligibility:
     """The nodes a shape may ever use, by the static filters, remembered per shape until the nodes
     change: a cluster's nodes change far less often than its pods, so a pass checks each pair once."""
@@ -68,7 +79,9 @@ class Eligibility:
         self.nodes = list(nodes)
         self._cache: dict[Shape, tuple[list[Node], dict[str, str]]] = {}
         self._names: dict[Shape, frozenset[str]] = {}
-        self._on_empty: dict[tuple[tuple[Shape, ...], bool], list[str] | None] = {}
+        self._on_empty: dict[tuple[tuple[Shape, ...], bool, Domains | None], list[str] | None] = {}
+        self._domains: dict[tuple[Shape, str], dict[str, list[Node]]] = {}
+        self._domain_of: dict[str, dict[str, str]] = {}
 
     def __call__(self, shape: Shape) -> tuple[list[Node], dict[str, str]]:
         found = self._cache.get(shape)
@@ -89,16 +102,37 @@ class Eligibility:
             names = self._names[shape] = frozenset(node.name for node in self(shape)[0])
         return names
 
-    def on_empty_cluster(self, members: Sequence[Member], spread: bool = False) -> list[str] | None:
+    def by_domain(self, shape: Shape, key: str) -> dict[str, list[Node]]:
+        """The shape's eligible nodes by their value of the label `key` (nodes without it in none)."""
+        found = self._domains.get((shape, key))
+        if found is None:
+            found = {}
+            for node in self(shape)[0]:
+                value = node.labels.get(key)
+                if value is not None:
+                    found.setdefault(value, []).append(node)
+            self._domains[(shape, key)] = found
+        return found
+
+    def domain_of(self, key: str) -> dict[str, str]:
+        """Node name -> its value of the label `key`."""
+        found = self._domain_of.get(key)
+        if found is None:
+            found = self._domain_of[key] = {n.name: n.labels[key] for n in self.nodes if key in n.labels}
+        return found
+
+    def on_empty_cluster(
+        self, members: Sequence[Member], spread: bool = False, domains: Domains | None = None
+    ) -> list[str] | None:
         """The node of each member (in order) on the cluster emptied of every pod, or None if the gang
         could never fit: a queue's reservation when nothing says when running work ends. It depends
         on the nodes only, so it is remembered as long as they are."""
-        key = (tuple(member.shape for member in members), spread)
+        key = (tuple(member.shape for member in members), spread, domains)
         if key not in self._on_empty:
             if len(self._on_empty) >= 1024:
                 self._on_empty.clear()
             empty = {node.name: node.allocatable for node in self.nodes}
-            result = place(members, self.nodes, empty, spread=spread, eligibility=self)
+            result = place(members, self.nodes, empty, spread=spread, eligibility=self, domains=domains)
             # place() fills members in order within each shape, so the answer holds for any names
             self._on_empty[key] = [result.assignments[m.name] for m in members] if result.complete else None
         return self._on_empty[key]
@@ -115,6 +149,9 @@ class Placement:
     complete: bool
     why: dict[str, Why]  # node name -> why more pods do not go there (only when incomplete)
     unmodelled: tuple[str, ...] = ()
+    # with a topology: the domain(s) chosen ("rack-3"), or why no domain holds the whole gang
+    domain: str | None = None
+    domain_note: str | None = None
 
     @functools.cached_property
     def reasons(self) -> dict[str, str]:
@@ -140,13 +177,110 @@ def place(
     used_ports: Mapping[str, Iterable[HostPort]] | None = None,
     spread: bool = False,
     eligibility: Eligibility | None = None,
+    domains: Domains | None = None,
 ) -> Placement:
     """Nodes for every member, or the reasons why the whole gang does not fit now.
 
     `free` is each node's allocatable minus the requests of the pods bound or promised to it, and
-    `used_ports` the host ports those pods take. `spread` puts one pod per node in turn instead of packing.
+    `used_ports` the host ports those pods take. `spread` puts one pod per node in turn instead of packing;
+    `domains` keeps the gang inside one domain of a node label (topology).
     """
     eligibility = eligibility or Eligibility(nodes)
+    if domains is None:
+        return _place(members, free, used_ports, spread, eligibility)
+    return _place_in_domains(members, free, used_ports, spread, eligibility, domains)
+
+
+Candidates = Callable[[Shape], tuple[list[Node], Mapping[str, str]]]
+
+
+def _place_in_domains(
+    members: Sequence[Member],
+    free: Mapping[str, Mapping[str, int]],
+    used_ports: Mapping[str, Iterable[HostPort]] | None,
+    spread: bool,
+    eligibility: Eligibility,
+    domains: Domains,
+) -> Placement:
+    """The whole gang in one domain of `domains.key`: the domain its running members hold if any, else
+    the tightest that fits (the least room for the gang's pods, so large domains stay free for large
+    gangs). Preferred and no single domain fits: the fewest domains, the roomiest first, then packed
+    tightest-first within them; nodes without the label are left for last."""
+    key = domains.key
+    shapes = {member.shape for member in members}
+    values = sorted({value for shape in shapes for value in eligibility.by_domain(shape, key)})
+    near = {eligibility.domain_of(key).get(node) for node in domains.near} - {None}
+
+    def within(chosen: Iterable[str]) -> Candidates:
+        chosen = set(chosen)
+
+        def candidates(shape: Shape) -> tuple[list[Node], Mapping[str, str]]:
+            groups = eligibility.by_domain(shape, key)
+            return [node for value in sorted(chosen) for node in groups.get(value, ())], {}
+
+        return candidates
+
+    def room(value: str) -> int:  # how many of the gang's pods the domain could take, by its biggest shape
+        biggest = max(shapes, key=lambda s: sorted((a for n, a in s.requests if n != PODS), reverse=True))
+        return sum(
+            fit_count(biggest, free.get(n.name, n.allocatable))
+            for n in eligibility.by_domain(biggest, key).get(value, ())
+        )
+
+    rooms = {value: room(value) for value in values}
+    order = [v for v in sorted(values, key=lambda v: (rooms[v], v)) if v in near] if near else []
+    order += [
+        v for v in sorted(values, key=lambda v: (rooms[v], v)) if v not in order and (not near or not domains.required)
+    ]
+    best: tuple[int, str, Placement] | None = None
+    for value in order:
+        if rooms[value] == 0 and best is not None:
+            continue
+        result = _place(members, free, used_ports, spread, eligibility, within([value]))
+        if result.complete:
+            return replace(result, domain=value)
+        if best is None or len(result.assignments) > best[0]:
+            best = (len(result.assignments), value, result)
+        if near and value in near and domains.required:
+            break  # a running gang's replacements go back to its domain, or wait for it
+    if not domains.required:
+        chosen: list[str] = []
+        enough = 0
+        for value in sorted(values, key=lambda v: (-rooms[v], v)):
+            if enough >= len(members):
+                break
+            chosen.append(value)
+            enough += rooms[value]
+        if chosen and enough >= len(members):
+            result = _place(members, free, used_ports, spread, eligibility, within(chosen))
+            if result.complete:
+                used = sorted({eligibility.domain_of(key).get(node, "") for node in result.assignments.values()})
+                return replace(result, domain=", ".join(used))
+        result = _place(members, free, used_ports, spread, eligibility)
+        if result.complete:
+            used = sorted({eligibility.domain_of(key).get(node, "(none)") for node in result.assignments.values()})
+            return replace(result, domain=", ".join(used))
+        return replace(result, domain_note=_no_domain(key, len(members), best))
+    if best is None:
+        note = f"no node has the label {key}"
+        return Placement({}, False, {n.name: note for n in eligibility.nodes}, (), None, note)
+    return replace(best[2], domain_note=_no_domain(key, len(members), best))
+
+
+def _no_domain(key: str, wanted: int, best: tuple[int, str, Placement] | None) -> str:
+    if best is None:
+        return f"no node has the label {key}"
+    return f"no {key} domain has room for all {wanted} pods; the best, {best[1]}, has room for {best[0]}"
+
+
+def _place(
+    members: Sequence[Member],
+    free: Mapping[str, Mapping[str, int]],
+    used_ports: Mapping[str, Iterable[HostPort]] | None,
+    spread: bool,
+    eligibility: Eligibility,
+    candidates_of: Candidates | None = None,
+) -> Placement:
     by_shape: dict[Shape, list[str]] = {}
     for member in members:
         by_shape.setdefault(member.shape, []).append(member.name)
@@ -163,7 +297,7 @@ def place(
         names = by_shape[shape]
         unmodelled.update(shape.unmodelled)
         candidates: list[tuple[int, str]] = []
-        eligible, static = eligibility(shape)
+        eligible, static = (candidates_of or eligibility)(shape)
         base: dict[str, Mapping[str, int]] = {}
         for node_name, reason in static.items():
             reasons.setdefault(node_name, reason)

@@ -69,6 +69,7 @@ def choose_victims(
     *,
     spread: bool = False,
     eligibility: Eligibility | None = None,
+    domains: placement.Domains | None = None,
     protected: Callable[[Victim], bool] = lambda victim: False,
 ) -> tuple[Victim, ...] | None:
     """The victims whose going lets the whole gang fit, or None when no allowed set of them does."""
@@ -83,7 +84,9 @@ def choose_victims(
     )[:MAX_CANDIDATES]
 
     def fits(chosen: Sequence[Victim]) -> bool:
-        result = placement.place(members, nodes, _freed(free, chosen), spread=spread, eligibility=eligibility)
+        result = placement.place(
+            members, nodes, _freed(free, chosen), spread=spread, eligibility=eligibility, domains=domains
+        )
         return result.complete
 
     chosen: list[Victim] = []

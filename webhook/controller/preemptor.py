@@ -77,6 +77,7 @@ class Preemptor:
             decision.preempt_nodes,
             spread=resolved.spec.spread,
             eligibility=snapshot.eligibility,
+            domains=resolved.spec.domains(),
             protected=lambda victim: self._protected(victim, snapshot, budgets),
         )
         if chosen is None:

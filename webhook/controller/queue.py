@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from webhook.controller.placement import Eligibility, Member, Node, Shape, fit_count, place
+from webhook.controller.placement import Domains, Eligibility, Member, Node, Shape, fit_count, place
 from webhook.controller.state import Decision, GangState, format_time
 
 
@@ -86,6 +86,7 @@ def reserve(
     eligibility: Eligibility | None = None,
     spread: bool = False,
     expected_seconds: float | None = None,
+    domains: Domains | None = None,
 ) -> Reservation:
     """The earliest time, and where, the gang fits as the running work ends in its expected order.
     When it does not fit even once all work of known length ended, the nodes it would take on the
@@ -93,10 +94,10 @@ def reserve(
     eligibility = eligibility or Eligibility(nodes)
     ordered = sorted(endings, key=lambda e: e.at)
     if ordered:
-        found = _earliest(gang, members, nodes, free, ordered, now, eligibility, spread, expected_seconds)
+        found = _earliest(gang, members, nodes, free, ordered, now, eligibility, spread, expected_seconds, domains)
         if found is not None:
             return found
-    where = eligibility.on_empty_cluster(members, spread)
+    where = eligibility.on_empty_cluster(members, spread, domains)
     if where is None:
         return Reservation(gang, None, {})
     return Reservation(gang, None, _units_of(members, {m.name: node for m, node in zip(members, where, strict=True)}))
@@ -112,6 +113,7 @@ def _earliest(
     eligibility: Eligibility,
     spread: bool,
     expected_seconds: float | None,
+    domains: Domains | None = None,
 ) -> Reservation | None:
     later: dict[str, dict[str, int]] = {name: dict(units) for name, units in free.items()}
     # a cheap necessary condition first: for each shape, the pods of that shape the nodes could hold
@@ -141,7 +143,7 @@ def _earliest(
             index += 1
         if any(totals[shape] < count for shape, count in wanted.items()):
             continue
-        result = place(members, nodes, later, spread=spread, eligibility=eligibility)
+        result = place(members, nodes, later, spread=spread, eligibility=eligibility, domains=domains)
         if result.complete:
             at = max(moment, now)
             ends = at + expected_seconds if expected_seconds is not None else None
@@ -266,7 +268,12 @@ class QueuePass:
         return None
 
     def waits(
-        self, gang: str, members: Sequence[Member], spread: bool = False, expected_seconds: float | None = None
+        self,
+        gang: str,
+        members: Sequence[Member],
+        spread: bool = False,
+        expected_seconds: float | None = None,
+        domains: Domains | None = None,
     ) -> None:
         """A gang that does not fit now: with fifo it blocks those behind; with backfill the first `depth`
         such gangs get reservations, each planned around the ones before it."""
@@ -288,6 +295,7 @@ class QueuePass:
                 self.eligibility,
                 spread=spread,
                 expected_seconds=expected_seconds,
+                domains=domains,
             )
             self.reservations.append(reservation)
             self._signatures.append(reservation.signature())
@@ -317,6 +325,7 @@ def take_turn(
     spread: bool,
     limited: bool,
     expected_seconds: float | None = None,
+    domains: Domains | None = None,
 ) -> Decision:
     """The queue's say on one gang's decision: a gang that fits may still have to wait its turn (fifo);
     a gang that waits takes its place in the queue, and the first one gets the reservation (backfill)."""
@@ -331,7 +340,7 @@ def take_turn(
     if decision.state != GangState.WAITING_FOR_CAPACITY:
         return decision
     head = queue.head
-    queue.waits(gang, members, spread, expected_seconds)
+    queue.waits(gang, members, spread, expected_seconds, domains)
     message = decision.message
     if limited and head is not None:
         message += f"; behind {seen_from(gang, head.gang)}, it may only use what does not delay that gang's reservation"

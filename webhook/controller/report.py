@@ -116,6 +116,11 @@ class Reporter:
             books = replace(books, short_since=books.short_since or now)  # the recovery clock starts
         elif not decision.short:
             books = replace(books, short_since=None)
+        chosen = decision.placement.domain if decision.placement is not None else None
+        if decision.state == GangState.RELEASE and chosen:
+            books = replace(books, domain=chosen)  # shown by `kubectl get gangs -o wide`
+        elif decision.whole_gang:
+            books = replace(books, domain=None)
         if self.may_write():
             self.save_books(gang, resolved, decision, books, now)
         if previous == decision.state:

@@ -131,4 +131,5 @@ class Workloads:
             spread,
             expected_seconds(workload),
             gang.recovery_seconds or self.recovery_seconds,
+            gang.topology,
         )

@@ -20,6 +20,7 @@ from typing import Any
 from webhook import contract
 from webhook.controller import interning, placement
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape
+from webhook.gangs.model import Topology
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_TIMEOUT_SECONDS = 300  # what the native gang scheduler waits at Permit
@@ -183,6 +184,13 @@ class GangSpec:
     spread: bool = False  # serving replicas: one pod per node in turn rather than packed
     expected_seconds: float | None = None  # how long it runs once started, when the workload says
     recovery_seconds: int = DEFAULT_RECOVERY_SECONDS  # how long it may run short after it ran whole
+    topology: Topology | None = None  # all its pods in one domain of a node label (required or preferred)
+
+    def domains(self, near: Iterable[str] = ()) -> placement.Domains | None:
+        """The topology for a placement of this gang, with the nodes its running members hold."""
+        if self.topology is None:
+            return None
+        return placement.Domains(self.topology.key, self.topology.required, frozenset(near))
 
 
 @dataclass(frozen=True)
@@ -418,6 +426,7 @@ def start_decision(
     # members still to come are placed alongside (never released: they do not exist yet), so the driver
     # of a Spark application starts only where its executors will fit too
     phantoms = [Member(f"(later {i})", shape) for i, shape in enumerate(spec.later)] if not released else []
+    domains = spec.domains(node for p in released if (node := p.holds_node) is not None)
     result = placement.place(
         members + phantoms,
         nodes,
@@ -425,6 +434,7 @@ def start_decision(
         used_ports=used_ports,
         spread=spec.spread,
         eligibility=eligibility,
+        domains=domains,
     )
     active = len(released)
     later_fit = all(m.name in result.assignments for m in phantoms)
@@ -436,9 +446,10 @@ def start_decision(
             node_units = reserve.setdefault(result.assignments[phantom.name], {})
             for resource, amount in phantom.shape.requests:
                 node_units[resource] = node_units.get(resource, 0) + amount
+        where = f" in {spec.topology.key} {result.domain}" if spec.topology is not None and result.domain else ""
         return Decision(  # rule 6
             GangState.RELEASE,
-            f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes",
+            f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes{where}",
             release=dict(chosen),
             placement=result,
             present=present,
@@ -446,23 +457,29 @@ def start_decision(
             reserve=reserve,
         )
     # "ever": on the empty cluster, with taints lifted and cordons undone, which admins do routinely
-    empty = ever(members) if ever is not None else ever_placement(members, nodes, eligibility)
+    empty = ever(members) if ever is not None else ever_placement(members, nodes, eligibility, domains)
     if not empty.complete and len(empty.assignments) + active < spec.min_member:
+        inside = (
+            f" inside one {spec.topology.key} domain" if spec.topology is not None and spec.topology.required else ""
+        )
         return Decision(  # rule 7
             GangState.NEVER_FITS,
             f"the gang needs {spec.min_member} pods and the cluster could hold "
-            f"{len(empty.assignments) + active} even if empty",
+            f"{len(empty.assignments) + active}{inside} even if empty"
+            + (f" ({empty.domain_note})" if empty.domain_note else ""),
             placement=empty,
             present=present,
         )
     fit = len(result.assignments) + active
     message = f"{fit} of {spec.min_member} pods fit on free capacity"
+    if result.domain_note and spec.topology is not None and spec.topology.required:
+        message = f"{spec.topology.word} topology: {result.domain_note}"
     priority = max(p.priority for p in gated)
     relaxed = without_lower_priority(priority) if without_lower_priority is not None else None
     preempt: tuple[str, ...] = ()
     if relaxed is not None:
         # where the gang would go if every lower-priority pod were gone, and which of those nodes need it
-        hoped = placement.place(members, nodes, relaxed, spread=spec.spread, eligibility=eligibility)
+        hoped = placement.place(members, nodes, relaxed, spread=spec.spread, eligibility=eligibility, domains=domains)
         if hoped.complete:
             wanted: dict[str, dict[str, int]] = {}
             for member in members:
@@ -498,13 +515,20 @@ def stranded_since(live: Sequence[PodView], spec: GangSpec, records: Mapping[str
 
 
 def ever_placement(
-    members: Sequence[Member], nodes: Sequence[Node], eligibility: Eligibility | None = None
+    members: Sequence[Member],
+    nodes: Sequence[Node],
+    eligibility: Eligibility | None = None,
+    domains: placement.Domains | None = None,
 ) -> Placement:
     """Where the gang would go on the empty cluster, with taints lifted and cordons undone (which admins
-    do routinely): if it does not fit even there, it never will."""
+    do routinely): if it does not fit even there, it never will. A running gang's domain counts as
+    free of it: on the emptied cluster the whole gang could move."""
     if any(n.taints or n.unschedulable for n in nodes):
         nodes, eligibility = [replace(n, taints=(), unschedulable=False) for n in nodes], None
-    return placement.place(members, nodes, {n.name: n.allocatable for n in nodes}, eligibility=eligibility)
+    if domains is not None:
+        domains = replace(domains, near=frozenset())
+    empty = {n.name: n.allocatable for n in nodes}
+    return placement.place(members, nodes, empty, eligibility=eligibility, domains=domains)
 
 
 def release_patch(pod: PodView, node: str | None, gates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

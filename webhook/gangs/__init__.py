@@ -5,8 +5,10 @@ Importing the package registers every workload kind (one module each).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook import contract
-from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, shape, spark  # noqa: F401
+from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, shape, spark, topology  # noqa: F401
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
 
 # Operators whose gang takes in the pods of the workloads they create: those children are never
@@ -66,10 +68,28 @@ def analyze(obj: Obj) -> Plan:
         detail = f"does not have the shape of a {kind_name} ({type(error).__name__}: {error}); check it against its CRD"
         return Plan(kind=kind_name, errors=[FieldError("spec", "...", detail)])
     limits.refuse_oversized(plan)
+    _with_topology(obj, plan)
     marked = _marked_template(obj, plan)
     if marked:
         plan = Plan(kind=kind_name, skip=marked, warnings=plan.warnings)
     return plan
+
+
+def _with_topology(obj: Obj, plan: Plan) -> None:
+    """Every gang of the plan with the workload's topology intent (topology.py), or its field errors."""
+    if not plan.gangs:
+        return
+    templates = []
+    for stamp in plan.templates:
+        template = get_path(obj, stamp.path)
+        if isinstance(template, dict):
+            where = ".".join(str(p) for p in stamp.path)
+            held = template.get("annotations") if stamp.shape == "spark" else common.annotations_of(template)
+            templates.append((where, held if isinstance(held, dict) else {}))
+    intent, errors = topology.read(common.annotations_of(obj), templates)
+    plan.errors.extend(errors)
+    if intent is not None:
+        plan.gangs = [replace(gang, topology=intent) for gang in plan.gangs]
 
 
 def _marked_template(obj: Obj, plan: Plan) -> str | None:

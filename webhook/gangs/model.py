@@ -51,6 +51,20 @@ class Members:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """All of the gang's pods on nodes sharing one value of the label `key`: always (required), or as far
+    as capacity allows, in the fewest domains (preferred). `field` is where the user said so."""
+
+    key: str
+    required: bool
+    field: str
+
+    @property
+    def word(self) -> str:
+        return "required" if self.required else "preferred"
+
+
+@dataclass(frozen=True)
 class Gang:
     id: GangId
     namespace: str
@@ -61,6 +75,7 @@ class Gang:
     priority_class: str | None = None
     timeout_seconds: int | None = None
     recovery_seconds: int | None = None  # gangkeeper.io/recovery-timeout-seconds, when set
+    topology: Topology | None = None  # one domain of a node label for all its pods (topology.py)
     schedule_timeout_seconds: int | None = None
     # Members the workload creates only once the first ones run (a Spark driver asks for its executors):
     # not waited for, but their resources count, and the gate releases only when they would fit too.

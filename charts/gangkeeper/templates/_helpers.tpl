@@ -82,6 +82,8 @@ maxGangPods: {{ .Values.maxGangPods }}
 schedulerNames:
   volcano: {{ .Values.schedulerNames.volcano }}
   coscheduling: {{ .Values.schedulerNames.coscheduling }}
+topologyLevels:
+{{- toYaml .Values.topologyLevels | nindent 2 }}
 webhook:
   workers: {{ .Values.webhook.workers }}
   drainSeconds: 5

@@ -1,0 +1,324 @@
+"""Topology-aware gangs: the intent read from every dialect, and the gate's domain placement (tables and
+a property), without a cluster. The real scheduler's side is tests/test_real_topology.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook import gangs
+from webhook.controller import placement
+from webhook.controller.placement import Domains, Member, Node, Shape
+from webhook.controller.state import GangSpec, GangState, PodView, decide
+from webhook.gangs import topology
+from webhook.gangs.model import Topology
+
+RACK = "example.com/rack"
+BLOCK = "example.com/block"
+
+
+def job(
+    annotations: dict[str, str] | None = None, template_annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    if template_annotations:
+        template["metadata"] = {"annotations": template_annotations}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "annotations": annotations or {}},
+        "spec": {"parallelism": 4, "template": template},
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotations", "template_annotations", "expected"),
+    [
+        ({"gangkeeper.io/topology-required": RACK}, None, (RACK, True)),
+        ({"gangkeeper.io/topology-preferred": RACK}, None, (RACK, False)),
+        (None, {"kueue.x-k8s.io/podset-required-topology": BLOCK}, (BLOCK, True)),
+        (None, {"kueue.x-k8s.io/podset-preferred-topology": BLOCK}, (BLOCK, False)),
+        ({"kueue.x-k8s.io/podset-required-topology": BLOCK}, None, (BLOCK, True)),
+        ({"kai.scheduler/topology-required-placement": RACK}, None, (RACK, True)),
+        ({"kai.scheduler/topology-preferred-placement": RACK}, None, (RACK, False)),
+        # the same intent in two dialects is one intent
+        ({"gangkeeper.io/topology-required": RACK}, {"kueue.x-k8s.io/podset-required-topology": RACK}, (RACK, True)),
+        (None, None, None),
+    ],
+)
+def test_the_intent_is_read_from_every_dialect(
+    annotations: dict[str, str] | None, template_annotations: dict[str, str] | None, expected: tuple[str, bool] | None
+) -> None:
+    plan = gangs.analyze(job(annotations, template_annotations))
+    assert plan.errors == []
+    intent = plan.gangs[0].topology
+    assert (None if intent is None else (intent.key, intent.required)) == expected
+
+
+@pytest.mark.parametrize(
+    ("annotations", "template_annotations", "field", "says"),
+    [
+        (
+            {"gangkeeper.io/topology-required": "Rack Label"},
+            None,
+            "metadata.annotations[gangkeeper.io/topology-required]",
+            "must be a node label key",
+        ),
+        (
+            {"gangkeeper.io/topology-required": "Example.COM/rack"},
+            None,
+            "metadata.annotations[gangkeeper.io/topology-required]",
+            "prefix must be a DNS subdomain",
+        ),
+        (
+            {"gangkeeper.io/topology-required": RACK, "gangkeeper.io/topology-preferred": RACK},
+            None,
+            "metadata.annotations[gangkeeper.io/topology-preferred]",
+            "either required or preferred",
+        ),
+        (
+            {"gangkeeper.io/topology-required": RACK},
+            {"kueue.x-k8s.io/podset-required-topology": BLOCK},
+            "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]",
+            "one required topology key",
+        ),
+    ],
+)
+def test_an_invalid_or_ambiguous_intent_is_refused_naming_the_field(
+    annotations: dict[str, str], template_annotations: dict[str, str] | None, field: str, says: str
+) -> None:
+    plan = gangs.analyze(job(annotations, template_annotations))
+    assert [e.path for e in plan.errors] == [field]
+    assert says in plan.errors[0].detail
+
+
+def test_a_key_that_is_not_a_configured_level_is_warned_about() -> None:
+    intent = Topology(RACK, True, "metadata.annotations[gangkeeper.io/topology-required]")
+    warning = topology.level_warning(intent, topology.DEFAULT_LEVELS)
+    assert warning is not None and "topologyLevels" in warning and RACK in warning
+    assert topology.level_warning(intent, (BLOCK, RACK, topology.HOSTNAME)) is None
+
+
+# --- placement ------------------------------------------------------------------------------------
+
+CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))
+
+
+def racks(
+    free_per_rack: dict[str, list[int]], block_of: dict[str, str] | None = None
+) -> tuple[list[Node], dict[str, dict[str, int]]]:
+    """Nodes of 8 CPUs, by rack, with the given free CPUs each."""
+    nodes, free = [], {}
+    for rack, frees in free_per_rack.items():
+        for i, cpus in enumerate(frees):
+            name = f"{rack}-n{i}"
+            labels = {RACK: rack, "kubernetes.io/hostname": name}
+            if block_of:
+                labels[BLOCK] = block_of[rack]
+            nodes.append(Node(name, {"cpu": 8000, "pods": 110}, labels))
+            free[name] = {"cpu": cpus * 1000, "pods": 110}
+    return nodes, free
+
+
+def members(count: int) -> list[Member]:
+    return [Member(f"p{i}", CPU) for i in range(count)]
+
+
+def rack_of(node: str) -> str:
+    return node.rpartition("-n")[0]
+
+
+@pytest.mark.parametrize(
+    ("free_per_rack", "pods", "required", "domain", "complete"),
+    [
+        # the tightest rack that holds the whole gang: r2 (8 free) rather than r1 (16 free)
+        ({"r1": [8, 8], "r2": [4, 4], "r3": [2, 2]}, 8, True, "r2", True),
+        # fits in aggregate (12 free) but in no rack: a required gang waits
+        ({"r1": [4, 2], "r2": [4, 2]}, 8, True, None, False),
+        # preferred, the same cluster: the fewest racks, both
+        ({"r1": [4, 2], "r2": [4, 2]}, 8, False, "r1, r2", True),
+        # preferred that fits one rack is in one rack
+        ({"r1": [8, 8], "r2": [4, 4]}, 8, False, "r2", True),
+        # preferred over three racks takes the two roomiest, not all three
+        ({"r1": [4, 2], "r2": [4, 2], "r3": [1, 1]}, 10, False, "r1, r2", True),
+    ],
+)
+def test_domain_choice(
+    free_per_rack: dict[str, list[int]], pods: int, required: bool, domain: str | None, complete: bool
+) -> None:
+    nodes, free = racks(free_per_rack)
+    result = placement.place(members(pods), nodes, free, domains=Domains(RACK, required))
+    assert result.complete is complete
+    assert result.domain == domain
+    if complete:
+        assert ", ".join(sorted({rack_of(n) for n in result.assignments.values()})) == domain
+    else:
+        assert result.domain_note == f"no {RACK} domain has room for all {pods} pods; the best, r1, has room for 6"
+
+
+def test_a_replacement_returns_to_the_domain_its_gang_runs_in() -> None:
+    nodes, free = racks({"r1": [1, 0], "r2": [8, 8]})
+    near = frozenset({"r1-n1"})  # the running members' node
+    result = placement.place(members(1), nodes, free, domains=Domains(RACK, True, near))
+    assert result.complete and result.domain == "r1" and result.assignments == {"p0": "r1-n0"}
+    # no room left in its rack: it waits there, never joins another
+    free["r1-n0"]["cpu"] = 0
+    result = placement.place(members(1), nodes, free, domains=Domains(RACK, True, near))
+    assert not result.complete and result.assignments == {}
+
+
+def test_nodes_without_the_label_never_take_a_required_gang() -> None:
+    nodes = [Node(f"n{i}", {"cpu": 8000, "pods": 110}, {}) for i in range(4)]
+    free = {n.name: dict(n.allocatable) for n in nodes}
+    result = placement.place(members(2), nodes, free, domains=Domains(RACK, True))
+    assert not result.complete and result.domain_note == f"no node has the label {RACK}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 8), min_size=1, max_size=4), min_size=1, max_size=5),
+    st.integers(1, 20),
+)
+def test_every_required_placement_is_inside_one_domain(frees: list[list[int]], pods: int) -> None:
+    nodes, free = racks({f"r{i}": rack for i, rack in enumerate(frees)})
+    result = placement.place(members(pods), nodes, free, domains=Domains(RACK, True))
+    fits_one_rack = any(sum(rack) >= pods for rack in frees)
+    assert result.complete is fits_one_rack
+    if result.complete:
+        assert len({rack_of(n) for n in result.assignments.values()}) == 1
+
+
+# --- the decision ---------------------------------------------------------------------------------
+
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
+
+
+def gated(name: str) -> PodView:
+    return PodView(
+        namespace="team-a",
+        name=name,
+        uid=name,
+        group="train",
+        gated=True,
+        node_name=None,
+        pinned_node=None,
+        released_at=None,
+        created_at=NOW,
+        terminal=False,
+        finished=False,
+        shape=CPU,
+        owner=None,
+        resource_version="1",
+    )
+
+
+def test_a_required_gang_that_fits_in_aggregate_but_no_rack_waits_saying_which_rack_is_closest() -> None:
+    nodes, free = racks({"r1": [4, 2], "r2": [4, 1]})
+    spec = GangSpec(8, topology=Topology(RACK, True, "f"))
+    decision = decide([gated(f"p{i}") for i in range(8)], spec, nodes, free, NOW)
+    assert decision.state == GangState.WAITING_FOR_CAPACITY
+    assert (
+        decision.message == f"required topology: no {RACK} domain has room for all 8 pods; the best, r1, has room for 6"
+    )
+    free["r2-n1"]["cpu"] = 4000
+    decision = decide([gated(f"p{i}") for i in range(8)], spec, nodes, free, NOW)
+    assert decision.state == GangState.RELEASE and decision.message.endswith(f"in {RACK} r2")
+    assert {rack_of(n) for n in decision.release.values()} == {"r2"}
+
+
+def test_a_required_gang_larger_than_every_rack_never_fits() -> None:
+    nodes, free = racks({"r1": [8], "r2": [8]})
+    spec = GangSpec(12, topology=Topology(RACK, True, "f"))
+    decision = decide([gated(f"p{i}") for i in range(12)], spec, nodes, free, NOW)
+    assert decision.state == GangState.NEVER_FITS
+    assert f"inside one {RACK} domain" in decision.message
+
+
+# --- each mechanism's dialect, at apply -----------------------------------------------------------
+
+
+def rack_job(word: str = "required", key: str = RACK) -> dict[str, Any]:
+    from tests import builders as b
+
+    job = b.job(spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["annotations"] = {f"gangkeeper.io/topology-{word}": key}
+    return job
+
+
+LEVELS = ("topology.kubernetes.io/zone", BLOCK, RACK, "kubernetes.io/hostname")
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_native_group_objects_carry_a_required_topology_in_that_versions_shape(version: str) -> None:
+    from tests.schemas import validate
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    outcome = admit(rack_job(), "CREATE", make("native", kubernetes_version=version), "team-a", topology_levels=LEVELS)
+    assert outcome.allowed and outcome.warnings == []
+    for obj in outcome.group_objects:
+        validate(obj, version)
+    workload = next(o for o in outcome.group_objects if o["kind"] == "Workload")
+    group = next(o for o in outcome.group_objects if o["kind"] == "PodGroup")
+    for fields in (workload["spec"]["podGroupTemplates"][0], group["spec"]):
+        assert fields["schedulingConstraints"] == {"topology": [{"key": RACK}]}
+
+
+@pytest.mark.parametrize(
+    ("backend", "word", "allowed", "says"),
+    [
+        (("native", "1.35"), "required", True, "1.35's scheduling.k8s.io/v1alpha1 Workload has no topology"),
+        (("native", "1.36"), "preferred", True, "required only"),
+        (("coscheduling", ""), "required", False, "coscheduling has no topology constraint"),
+        (("coscheduling", ""), "preferred", True, "coscheduling has no topology constraint"),
+        (("volcano", ""), "required", False, "serves no HyperNodes"),
+        (("volcano", ""), "preferred", True, "serves no HyperNodes"),
+    ],
+)
+def test_a_topology_a_backend_cannot_honour_is_refused_when_required_and_warned_about_when_preferred(
+    backend: tuple[str, str], word: str, allowed: bool, says: str
+) -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    name, version = backend
+    chosen = make(name, kubernetes_version=version) if version else make(name)
+    outcome = admit(rack_job(word), "CREATE", chosen, "team-a", topology_levels=LEVELS)
+    assert outcome.allowed is allowed
+    said = outcome.message if not allowed else " ".join(outcome.warnings)
+    assert says in said and f"gangkeeper.io/topology-{word}" in said
+    if not allowed:
+        assert outcome.code == 422 and "gate (any cluster)" in said
+        for obj in outcome.group_objects:
+            assert "schedulingConstraints" not in str(obj)
+
+
+@pytest.mark.parametrize(
+    ("word", "key", "mode", "tier"), [("required", RACK, "hard", 1), ("preferred", BLOCK, "soft", 2)]
+)
+def test_volcano_with_hypernodes_gets_network_topology_by_tier(word: str, key: str, mode: str, tier: int) -> None:
+    from tests.schemas import validate
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    volcano = make("volcano", network_topology=True, topology_levels=LEVELS)
+    outcome = admit(rack_job(word, key), "CREATE", volcano, "team-a", topology_levels=LEVELS)
+    assert outcome.allowed and outcome.warnings == []
+    (group,) = outcome.group_objects
+    validate(group)
+    assert group["spec"]["networkTopology"] == {"mode": mode, "highestTierAllowed": tier}
+
+
+def test_the_gate_honours_any_key_and_warns_about_one_that_is_not_a_level() -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    outcome = admit(rack_job(key="example.com/row"), "CREATE", make("gate"), "team-a", topology_levels=LEVELS)
+    assert outcome.allowed
+    assert any("not one of this cluster's topology levels" in w for w in outcome.warnings)
+    outcome = admit(rack_job(), "CREATE", make("gate"), "team-a", topology_levels=LEVELS)
+    assert outcome.allowed and outcome.warnings == []
