@@ -62,13 +62,16 @@ NATIVE: dict[str, NativeGang] = {
     "1.35": NativeGang(("GenericWorkload", "GangScheduling"), "scheduling.k8s.io/v1alpha1=true"),
     # 1.36: both gates alpha (GangScheduling depends on GenericWorkload), API v1alpha2 (Workload + PodGroup);
     # WorkloadAwarePreemption (alpha, needs GangScheduling) has kube-scheduler preempt whole PodGroups
+    # TopologyAwareWorkloadScheduling (alpha) adds the TopologyPlacement plugins to the default profile
+    # (pkg/scheduler/apis/config/v1/default_plugins.go) and lets PodGroups keep schedulingConstraints
     "1.36": NativeGang(
-        ("GenericWorkload", "GangScheduling", "WorkloadAwarePreemption"), "scheduling.k8s.io/v1alpha2=true"
+        ("GenericWorkload", "GangScheduling", "WorkloadAwarePreemption", "TopologyAwareWorkloadScheduling"),
+        "scheduling.k8s.io/v1alpha2=true",
     ),
     # 1.37: GenericWorkload is beta (still off by default) and GangScheduling is gone, merged into it, as
     # is workload-aware preemption (no gate of its own in 1.37.2's kube_features.go); the API is served
     # as v1beta1 (and v1alpha3), a beta API that --runtime-config must turn on
-    "1.37": NativeGang(("GenericWorkload",), "scheduling.k8s.io/v1beta1=true"),
+    "1.37": NativeGang(("GenericWorkload", "TopologyAwareWorkloadScheduling"), "scheduling.k8s.io/v1beta1=true"),
 }
 
 

@@ -103,7 +103,13 @@ class Stack:
 
     # --- fake nodes -----------------------------------------------------------------------------
     def replace_workers(
-        self, count: int, cpu: str = "8", memory: str = "32Gi", gpus: int = 0, prefix: str = "worker"
+        self,
+        count: int,
+        cpu: str = "8",
+        memory: str = "32Gi",
+        gpus: int = 0,
+        prefix: str = "worker",
+        labels: Callable[[int], dict[str, str]] = lambda index: {},
     ) -> list[str]:
         """A clean slate for one test: the last tests' namespaces and fake nodes deleted (PodGC removes
         pods left on deleted nodes), and `count` new Ready nodes under names never used before."""
@@ -122,11 +128,11 @@ class Stack:
                 "metadata": {
                     "name": n,
                     "annotations": dict(FAKE),
-                    "labels": {"kubernetes.io/hostname": n, "kubernetes.io/os": "linux", "type": "kwok"},
+                    "labels": {"kubernetes.io/hostname": n, "kubernetes.io/os": "linux", "type": "kwok", **labels(i)},
                 },
                 "status": {"capacity": capacity, "allocatable": capacity},
             }
-            for n in self.workers
+            for i, n in enumerate(self.workers)
         ]
         wait_until(lambda: not any(self.plane.get("node", n) for n in self.workers), "old nodes to go", 60)
         if nodes:
