@@ -117,6 +117,25 @@ def store(apiserver: TestApiServer) -> Store:
     return apiserver.store
 
 
+@pytest.fixture(autouse=True)
+def no_gang_left_partly_bound(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every real-tier test: no gate gang was seen partly bound for longer than a recovery takes
+    (tests/realcluster/partial.py watches the whole cluster while the tier runs)."""
+    yield
+    from tests.realcluster.stack import Stack
+
+    for name in request.fixturenames:
+        if name in ("request", "no_gang_left_partly_bound"):
+            continue
+        try:
+            value = request.getfixturevalue(name)
+        except Exception:  # a fixture that failed or was skipped: nothing to watch
+            continue
+        if isinstance(value, Stack) and value.watch is not None:
+            seen = value.watch.take()
+            assert not seen, f"gangs left partly bound: {seen}"
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The real cluster (tests/realcluster/), started once for every test of the tier that asks for it."""

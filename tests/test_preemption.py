@@ -219,3 +219,16 @@ def test_the_controllers_trimmed_pod_keeps_the_preemption_policy() -> None:
 
     pod = b.pod("p", labels={"gangkeeper.io/group": "job-train"}, spec=b.pod_spec(preemptionPolicy="Never"))
     assert PodView.from_api(trim_pod(pod)).preempts is False
+
+
+def test_a_workload_naming_a_missing_priority_class_is_warned_about_at_apply() -> None:
+    from tests import builders as b
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    job = b.job(spec=b.pod_spec(b.container("1", "1Gi"), priorityClassName="batch-hihg"))
+    outcome = admit(job, "CREATE", make("gate"), "team-a", priority_classes=frozenset({"batch-high"}))
+    assert outcome.allowed
+    assert any("'batch-hihg': no such PriorityClass" in w for w in outcome.warnings), outcome.warnings
+    outcome = admit(job, "CREATE", make("gate"), "team-a", priority_classes=frozenset({"batch-hihg"}))
+    assert not any("PriorityClass" in w for w in outcome.warnings)

@@ -269,3 +269,12 @@ def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stac
         ).stdout.strip()
         == "no"
     )
+
+
+def test_a_missing_priority_class_is_warned_about_at_apply(stack: Stack) -> None:
+    """The webhook watches PriorityClasses: kubectl shows the warning the real API server relays."""
+    stack.replace_workers(1)
+    namespace = stack.namespace("priority-typo", "gate")
+    job = with_priority(workloads.job("typo", namespace, 2, "100m"), "gangkeeper-test-no-such-class")
+    result = stack.plane.kubectl("apply", "-f", "-", stdin=__import__("yaml").safe_dump(job))
+    assert "'gangkeeper-test-no-such-class': no such PriorityClass" in result.stderr, result.stderr

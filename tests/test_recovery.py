@@ -5,6 +5,7 @@ requeued whole (state.recover), on the controller against the test API server an
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -235,3 +236,20 @@ def test_a_release_patch_that_failed_while_its_node_was_taken_requeues_the_whole
     assert decision.state == "TimedOut" and decision.whole_gang, decision.message
     assert "still gated after 30s" in decision.message
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+
+
+def test_the_real_tiers_watch_sees_a_gang_partly_bound() -> None:
+    from tests.realcluster.partial import partly_bound
+
+    def pod(name: str, node: str | None, gated: bool, group: str = "job-a", phase: str = "Pending") -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "ns", "labels": {"gangkeeper.io/group": group}},
+            "spec": {"nodeName": node, "schedulingGates": [{"name": "gangkeeper.io/gang-gate"}] if gated else []},
+            "status": {"phase": phase},
+        }
+
+    assert partly_bound([pod("a", "n1", False), pod("b", None, True)]) == {"ns/job-a"}
+    assert partly_bound([pod("a", "n1", False), pod("b", "n2", False)]) == set()
+    assert partly_bound([pod("a", None, True), pod("b", None, True)]) == set()
+    assert partly_bound([pod("a", "n1", False, phase="Succeeded"), pod("b", None, True)]) == set()
+    assert partly_bound([pod("a", "n1", False, group="x"), pod("b", None, True)]) == set()

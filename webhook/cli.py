@@ -190,7 +190,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     """Namespace labels and served APIs for this process; with `wait`, only once both are known, so a
     worker never answers from an empty cache (it opens its socket after this returns)."""
     from webhook.admission.controller_lease import LeaseWatch
-    from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedQueues
+    from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
     from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
     from webhook.controller.kube import Api
 
@@ -210,6 +210,8 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     lease = LeaseWatch(api, args.namespace)
     lease.start()
     queues = WatchedQueues(api, lambda: discovery.served)
+    priority_classes = WatchedPriorityClasses(api)
+    priority_classes.start()
     while wait and not (namespaces.synced.wait(10) and discovery.wait(10) and lease.tried.wait(10)):
         print("gangkeeper: waiting for the namespace list, API discovery and the controller's Lease", file=sys.stderr)
     return BackendResolver(
@@ -218,6 +220,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
         served=lambda: discovery.served,
         controller=lease.health,
         queues=queues.states,
+        priority_classes=priority_classes.names,
         volcano_scheduler=args.volcano_scheduler,
         coscheduling_scheduler=args.coscheduling_scheduler,
         topology_levels=_levels_of(args),

@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.realcluster.controlplane import ControlPlane
 from tests.realcluster.kubelet import SYSTEM_NODES, SystemNode
+from tests.realcluster.partial import PartialWatch, pods_lister
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 FAKE = {"kwok.x-k8s.io/node": "fake"}
@@ -47,11 +48,14 @@ class Stack:
     workers: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     generation: int = 0
+    watch: PartialWatch | None = None  # no gate gang partly bound for long (tests/conftest.py asserts it)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Stack]:
         with self.plane, contextlib.ExitStack() as nodes:
             self.system = [nodes.enter_context(SystemNode(self.plane, name)) for name in SYSTEM_NODES]
+            self.watch = PartialWatch(pods_lister(self.plane.kubectl))
+            self.watch.start()
             try:
                 if self.overlay:
                     self.deploy()
@@ -61,6 +65,8 @@ class Stack:
             except BaseException:
                 print(self.diagnostics())
                 raise
+            finally:
+                self.watch.stop()
 
     def deploy(self) -> None:
         self.plane.kubectl("apply", "-k", str(MANIFESTS / "overlays" / str(self.overlay)))

@@ -115,6 +115,17 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
     return warnings
 
 
+def _priority_warnings(gangs: list[Gang], known: frozenset[str]) -> list[str]:
+    """A gang whose PriorityClass does not exist: the API server refuses each of its pods (Priority
+    admission), so it would never start. Said at apply (a warning: the class may be created next)."""
+    missing = sorted({g.priority_class for g in gangs if g.priority_class and g.priority_class not in known})
+    return [
+        f"priorityClassName {name!r}: no such PriorityClass; the API server refuses this workload's pods until "
+        "it exists (kubectl get priorityclasses), and its gang never starts"
+        for name in missing[:3]
+    ]
+
+
 def _topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> tuple[str | None, list[str]]:
     """A required topology the backend cannot honour is refused (the gang would start scattered, the
     one thing its author ruled out); a preferred one, or one the backend only partly honours, is warned
@@ -164,6 +175,7 @@ def admit(
     old: Obj | None = None,
     user: str | None = None,
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
+    priority_classes: frozenset[str] | None = None,
 ) -> Outcome:
     """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
 
@@ -259,6 +271,8 @@ def admit(
     outcome.group_objects = backend.group_objects(plan.gangs, namespace_info or NamespaceInfo())
     if queues is not None:
         outcome.warnings = [*outcome.warnings, *_queue_warnings(outcome.group_objects, queues)]
+    if priority_classes is not None:
+        outcome.warnings = [*outcome.warnings, *_priority_warnings(plan.gangs, priority_classes)]
     if not mutate:
         return outcome
     mutated: Obj = json_copy(obj)

@@ -79,6 +79,7 @@ class Handler:
             old=request.get("oldObject"),
             user=_username(request),
             topology_levels=self.resolver.topology_levels,
+            priority_classes=self.resolver.priority_classes(),
         )
         gang = (
             outcome.plan.pod_gang.name

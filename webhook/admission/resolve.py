@@ -66,6 +66,7 @@ def _trim(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
 FIRST_LIST_SECONDS = 2.0
 
 
@@ -102,6 +103,29 @@ def _trim_queue(queue: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": (queue.get("metadata") or {}).get("name", "")}, "status": queue.get("status") or {}}
 
 
+class WatchedPriorityClasses:
+    """The cluster's PriorityClass names: a workload naming one that does not exist is admitted (it may
+    come next) with a warning, since the API server's Priority admission refuses each of its pods."""
+
+    def __init__(self, api: Api) -> None:
+        from webhook.controller.informer import Informer
+
+        self._informer = Informer(api, PRIORITY_CLASSES, transform=_trim_name)
+
+    def start(self) -> None:
+        self._informer.start()
+
+    def names(self) -> frozenset[str] | None:
+        """None until listed."""
+        if not self._informer.synced.is_set():
+            return None
+        return frozenset(str(c["metadata"]["name"]) for c in self._informer.items())
+
+
+def _trim_name(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": (obj.get("metadata") or {}).get("name", "")}}
+
+
 class BackendResolver:
     def __init__(
         self,
@@ -114,12 +138,14 @@ class BackendResolver:
         controller: Callable[[], ControllerHealth | None] = lambda: None,
         queues: Callable[[], dict[str, str] | None] = lambda: None,
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
+        priority_classes: Callable[[], frozenset[str] | None] = lambda: None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
         self._cache: dict[tuple[str, str, str | None, bool], Backend] = {}
         self.topology_levels = topology_levels
+        self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
 

@@ -1,0 +1,75 @@
+"""A watch over the whole real tier: no gate gang may stay partly bound (some members bound, others
+still behind gangkeeper's gate) for longer than a lost member's recovery takes. Partly bound for ever is
+the failure gang scheduling exists to prevent; tests/conftest.py asserts after every real-tier test that
+this watch saw none."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+GATE = "gangkeeper.io/gang-gate"
+# the default recovery timeout (120 s, webhook/controller/state.py) plus a few passes: the longest a
+# gang may legitimately run short while its replacement waits (a tighter bound holds for each release)
+LIMIT_SECONDS = 150.0
+EVERY_SECONDS = 3.0
+
+
+def partly_bound(pods: list[dict[str, Any]]) -> set[str]:
+    """namespace/group of the gangs with live members both bound and gated."""
+    seen: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        group = (meta.get("labels") or {}).get("gangkeeper.io/group")
+        if not group or meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        key = f"{meta['namespace']}/{group}"
+        is_gated = any(g.get("name") == GATE for g in spec.get("schedulingGates") or [])
+        bound_count, gated_count = seen.get(key, (0, 0))
+        seen[key] = (bound_count + bool(spec.get("nodeName")), gated_count + is_gated)
+    return {key for key, (bound_count, gated_count) in seen.items() if bound_count and gated_count}
+
+
+class PartialWatch:
+    def __init__(self, list_pods: Callable[[], list[dict[str, Any]]]) -> None:
+        self._list = list_pods
+        self._since: dict[str, float] = {}
+        self.violations: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="partial-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def take(self) -> list[str]:
+        found, self.violations = self.violations, []
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(EVERY_SECONDS):
+            try:
+                now_partial = partly_bound(self._list())
+            except Exception:  # the API settling, a namespace going: the next look decides
+                continue
+            now = time.monotonic()
+            for key in list(self._since):
+                if key not in now_partial:
+                    del self._since[key]
+            for key in now_partial:
+                since = self._since.setdefault(key, now)
+                if now - since > LIMIT_SECONDS and not any(v.startswith(key + " ") for v in self.violations):
+                    self.violations.append(f"{key} partly bound for {now - since:.0f}s")
+
+
+def pods_lister(kubectl: Callable[..., Any]) -> Callable[[], list[dict[str, Any]]]:
+    def list_pods() -> list[dict[str, Any]]:
+        result = kubectl("get", "pods", "-A", "-l", "gangkeeper.io/group", "-o", "json", check=False)
+        return list(json.loads(result.stdout or '{"items": []}')["items"])
+
+    return list_pods
