@@ -6,11 +6,13 @@ workload-aware preemption (KEP-5710) do for their gangs: a victim is a whole gat
 in no gang, always of lower priority than the gang that waits; never part of a gang, never a pod of
 equal or higher priority. Pure: the candidates come from the cluster index, the caller acts.
 
-The choice, in order: lowest priority first, then the smallest victim (fewest pods), then the name (a
-stable order); victims are added until the gang fits, then any victim it would fit without is given
-back (newest first), so no victim is taken in vain. Only victims holding capacity on the nodes the
-gang would need (where it would fit with every lower-priority pod gone) are considered, at most
-MAX_CANDIDATES of them: the cost of a decision is bounded however large the cluster.
+The choice: the gang is placed as if the allowed victims of the lowest priorities that suffice were
+gone (a band of priorities at a time); what each of those nodes
+lacks now is covered by victims in order (lowest priority first, then the smallest, fewest pods, then
+the name: a stable order), then any victim the cover holds without is given back (newest first), so no
+victim is taken in vain, and one placement with exactly those gone confirms it. Only victims holding
+capacity on the nodes the gang would need are considered, at most MAX_CANDIDATES of them: two
+placements and arithmetic per candidate, however large the cluster (bench/controller.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from webhook.controller import placement
 from webhook.controller.placement import Eligibility, Member, Node
 
-MAX_CANDIDATES = 64
+MAX_CANDIDATES = 4096  # the choice is arithmetic per candidate
+MAX_BANDS = 8  # placements trying the lowest priorities first
 
 
 @dataclass(frozen=True)
@@ -83,24 +86,76 @@ def choose_victims(
         key=lambda v: (v.priority, v.size, v.key),
     )[:MAX_CANDIDATES]
 
-    def fits(chosen: Sequence[Victim]) -> bool:
-        result = placement.place(
-            members, nodes, _freed(free, chosen), spread=spread, eligibility=eligibility, domains=domains
+    # where the gang would go with the allowed victims of the lowest priorities that suffice gone (a band
+    # at a time, at most MAX_BANDS placements), and what each of those nodes lacks now
+    levels = sorted({v.priority for v in allowed})
+    if len(levels) > MAX_BANDS:
+        step = len(levels) / MAX_BANDS
+        levels = sorted({levels[min(len(levels) - 1, int(step * (i + 1)) - 1)] for i in range(MAX_BANDS)})
+    hoped = None
+    for level in levels:
+        band = [v for v in allowed if v.priority <= level]
+        hoped = placement.place(
+            members, nodes, _freed(free, band), spread=spread, eligibility=eligibility, domains=domains
         )
-        return result.complete
-
+        if hoped.complete:
+            allowed = band
+            break
+    if hoped is None or not hoped.complete:
+        return None
+    shape_of = {m.name: m.shape for m in members}
+    deficit: dict[str, dict[str, int]] = {}
+    for name, node in hoped.assignments.items():
+        for resource, amount in shape_of[name].requests:
+            deficit.setdefault(node, {})[resource] = deficit.get(node, {}).get(resource, 0) + amount
+    for node, units in deficit.items():
+        for resource in list(units):
+            units[resource] -= max(free.get(node, {}).get(resource, 0), 0)
+    # victims in order until every lack is covered: arithmetic, however many candidates
     chosen: list[Victim] = []
     for victim in allowed:
-        chosen.append(victim)
-        if fits(chosen):
+        if not _lacking(deficit):
             break
-    else:
+        if _covers(victim, deficit):
+            chosen.append(victim)
+            _give(victim, deficit, -1)
+    if _lacking(deficit):
         return None
     for victim in reversed(list(chosen)):  # give back every victim the gang fits without
-        rest = [v for v in chosen if v is not victim]
-        if rest and fits(rest):
-            chosen = rest
-    return tuple(chosen)
+        _give(victim, deficit, +1)
+        if _lacking(deficit):
+            _give(victim, deficit, -1)
+        else:
+            chosen.remove(victim)
+    # one full placement confirms the choice (the cover is per node, the placement's own)
+    confirmed = placement.place(
+        members, nodes, _freed(free, chosen), spread=spread, eligibility=eligibility, domains=domains
+    )
+    return tuple(chosen) if confirmed.complete else None
+
+
+def _lacking(deficit: Mapping[str, Mapping[str, int]]) -> bool:
+    return any(amount > 0 for units in deficit.values() for amount in units.values())
+
+
+def _covers(victim: Victim, deficit: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether the victim frees something a node of the gang still lacks."""
+    return any(
+        amount > 0 and deficit.get(node, {}).get(resource, 0) > 0
+        for node, units in victim.holds
+        for resource, amount in units
+    )
+
+
+def _give(victim: Victim, deficit: dict[str, dict[str, int]], sign: int) -> None:
+    """The victim's capacity taken from (-1: it goes) or put back into (+1) the nodes' lack."""
+    for node, units in victim.holds:
+        lack = deficit.get(node)
+        if lack is None:
+            continue
+        for resource, amount in units:
+            if resource in lack:
+                lack[resource] += sign * amount
 
 
 def selects(selector: Mapping[str, object] | None, labels: Mapping[str, str]) -> bool:
