@@ -238,7 +238,7 @@ def test_a_gang_of_whole_nodes_takes_every_lone_pod_on_as_few_nodes_as_it_needs(
     """Two 60-CPU pods need two whole nodes, each held by 30 lone pods: 60 victims, more than any fixed
     short list of candidates ordered by name would hold, all on the two nodes the gang takes."""
     cluster = nodes(*(f"n{i}" for i in range(4)), cpu=60)
-    victims = [victim(f"a/p-{n}-{i:02d}", 0, f"n{n}", gang=False) for n in range(4) for i in range(30)]
+    victims = [victim(f"a/p-{i:02d}-{n}", 0, f"n{n}", gang=False) for n in range(4) for i in range(30)]
     free = full(victims, cluster)  # half of every node is free: none holds a 60-CPU pod
     big = [Member(f"big-{i}", Shape(requests=(("cpu", 60_000), ("pods", 1)))) for i in range(2)]
     found = choose_victims(big, cluster, free, victims, 100, [f"n{i}" for i in range(4)])
