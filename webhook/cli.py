@@ -258,6 +258,8 @@ def _mutate(args: argparse.Namespace) -> int:
     result = mutate_stream(documents, args.backend, args.kubernetes_version, args.namespace, args.scheduler_name)
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
+    for note in result.notes:
+        print(f"Note: {note}", file=sys.stderr)
     for denial in result.denials:
         print(
             f'Error from server: admission webhook "mutate.gangkeeper.io" denied the request: {denial}', file=sys.stderr

@@ -23,6 +23,7 @@ class Result:
     denials: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     originals: list[Obj] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a mechanism does that no object shows
 
 
 def mutate_stream(
@@ -77,6 +78,13 @@ def mutate_stream(
             continue
         result.originals.append(doc)
         result.objects.append(outcome.mutated if outcome.mutated is not None else doc)
+        if backend.name == "gate":  # the gate's placement is the controller's: say what it will keep
+            result.notes.extend(
+                f"{describe(doc)}: gang {gang.name}: the gate controller places all its pods inside one "
+                f"{gang.topology.key} domain ({gang.topology.word}, {gang.topology.field})"
+                for gang in outcome.gangs
+                if gang.topology is not None
+            )
         for group in outcome.group_objects:
             meta = group["metadata"]
             groups.setdefault((group["apiVersion"], group["kind"], meta.get("namespace", ""), meta["name"]), group)
