@@ -322,3 +322,112 @@ def test_the_gate_honours_any_key_and_warns_about_one_that_is_not_a_level() -> N
     assert any("not one of this cluster's topology levels" in w for w in outcome.warnings)
     outcome = admit(rack_job(), "CREATE", make("gate"), "team-a", topology_levels=LEVELS)
     assert outcome.allowed and outcome.warnings == []
+
+
+# --- two levels: a workload's gangs share a block, each gang a rack ------------------------------------
+
+
+def blocks(per_block: dict[str, dict[str, list[int]]]) -> tuple[list[Node], dict[str, dict[str, int]]]:
+    nodes: list[Node] = []
+    free: dict[str, dict[str, int]] = {}
+    for block, rack_frees in per_block.items():
+        more_nodes, more_free = racks(rack_frees, {rack: block for rack in rack_frees})
+        nodes += more_nodes
+        free |= more_free
+    return nodes, free
+
+
+def test_a_gang_joins_the_block_its_workloads_gangs_hold_in_a_rack_of_its_own() -> None:
+    nodes, free = blocks({"b1": {"r1": [0, 0], "r2": [4, 4]}, "b2": {"r3": [8, 8], "r4": [2, 2]}})
+    # a sibling gang runs on r1 (block b1): this gang goes to b1's r2, though b2 is roomier
+    domains = Domains(RACK, True, frozenset(), Domains(BLOCK, True, frozenset({"r1-n0"})))
+    result = placement.place(members(8), nodes, free, domains=domains)
+    assert result.complete and result.domain == "b1/r2"
+    assert {rack_of(n) for n in result.assignments.values()} == {"r2"}
+    # no rack of b1 holds it: it waits, saying where it looked, never crossing to b2
+    free["r2-n0"]["cpu"] = 2000
+    result = placement.place(members(8), nodes, free, domains=domains)
+    assert (
+        not result.complete and result.domain_note is not None and result.domain_note.startswith(f"within {BLOCK} b1")
+    )
+
+
+def test_the_first_gang_of_a_workload_takes_the_tightest_block_that_holds_it() -> None:
+    nodes, free = blocks({"b1": {"r1": [8, 8], "r2": [8, 8]}, "b2": {"r3": [4, 4], "r4": [1, 1]}})
+    domains = Domains(RACK, True, frozenset(), Domains(BLOCK, True))
+    result = placement.place(members(8), nodes, free, domains=domains)
+    assert result.complete and result.domain == "b2/r3"
+
+
+def test_the_workload_level_is_read_and_checked_at_apply() -> None:
+    from tests import builders as b
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    job = rack_job()
+    job["metadata"]["annotations"]["gangkeeper.io/workload-topology-required"] = BLOCK
+    plan = gangs.analyze(job)
+    assert plan.gangs[0].workload_topology is not None and plan.gangs[0].workload_topology.key == BLOCK
+    outcome = admit(job, "CREATE", make("gate"), "team-a", topology_levels=LEVELS)
+    assert outcome.allowed and any("this workload is one gang" in w for w in outcome.warnings)
+    outcome = admit(job, "CREATE", make("native", kubernetes_version="1.37"), "team-a", topology_levels=LEVELS)
+    assert not outcome.allowed and "CompositePodGroup" in outcome.message
+    # a LeaderWorkerSet of three groups: each group a gang in one rack, all three in one block
+    lws = b.lws(size=4, replicas=3, scheduler=None)
+    lws["metadata"]["annotations"] = {
+        "gangkeeper.io/topology-required": RACK,
+        "gangkeeper.io/workload-topology-required": BLOCK,
+    }
+    plan = gangs.analyze(lws)
+    assert len(plan.gangs) == 3
+    assert all(g.topology and g.topology.key == RACK and g.workload_topology for g in plan.gangs)
+    outcome = admit(lws, "CREATE", make("gate"), "gang-demo", topology_levels=LEVELS)
+    assert outcome.allowed and outcome.warnings == []
+    swapped = {
+        **lws,
+        "metadata": {
+            **lws["metadata"],
+            "annotations": {"gangkeeper.io/topology-required": BLOCK, "gangkeeper.io/workload-topology-required": RACK},
+        },
+    }
+    outcome = admit(swapped, "CREATE", make("gate"), "gang-demo", topology_levels=LEVELS)
+    assert any("is not a broader level" in w for w in outcome.warnings)
+
+
+def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_controller(store: Any, api: Any) -> None:
+    """Through the controller and the LeaderWorkerSet controller's simulation (tests/lifecycle.py): two
+    groups of four 2-CPU pods, on racks of one 8-CPU node. Block b2 is the tightest that holds a group:
+    the first group lands there; the second joins b2's other rack though b1's racks are as roomy."""
+    from tests import builders as b
+    from tests.cluster import Clock, default_scheduler, node
+    from tests.lifecycle import LeaderWorkerSetController, install_admission, kubelet
+    from webhook.controller.reconciler import Controller
+
+    install_admission(store, "gate")
+    layout = {"b1": ["r1", "r2", "r5"], "b2": ["r3", "r4"]}
+    for block, rack_names in layout.items():
+        for rack in rack_names:
+            store.create("v1", "nodes", "", node(f"{rack}-n0", cpu="8", labels={RACK: rack, BLOCK: block}))
+    lws = b.lws("serve", size=4, replicas=2, cpu="2", scheduler=None)
+    lws["metadata"].update(
+        namespace="team-a",
+        annotations={"gangkeeper.io/topology-required": RACK, "gangkeeper.io/workload-topology-required": BLOCK},
+    )
+    store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "team-a", lws)
+    groups, clock = LeaderWorkerSetController(store), Clock()
+    gangs = Controller(api, clock=clock)
+    for _ in range(3):
+        groups.sync("team-a", "serve")
+        gangs.reconcile_once()
+        default_scheduler(store)
+        kubelet(store, "team-a")
+        clock.advance(1)
+    placed = store.list("v1", "pods", "team-a")[0]
+    assert len(placed) == 8 and all(p["spec"].get("nodeName") for p in placed)
+    by_group: dict[str, set[str]] = {}
+    for pod in placed:
+        by_group.setdefault(pod["metadata"]["labels"]["gangkeeper.io/group"], set()).add(
+            rack_of(pod["spec"]["nodeName"])
+        )
+    assert all(len(used) == 1 for used in by_group.values()), by_group  # each group in one rack
+    assert set().union(*by_group.values()) == {"r3", "r4"}  # both in block b2

@@ -30,6 +30,10 @@ PLACEMENT_ANNOTATION: Final = f"{PREFIX}/placement"
 # capacity allows (webhook/gangs/topology.py reads these and Kueue's and KAI's equivalents)
 TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{PREFIX}/topology-required"
 TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/topology-preferred"
+# the same, one level up, shared by all the gangs of one workload (a LeaderWorkerSet's groups, a JobSet's
+# jobs started in order): e.g. every group in one block while each group keeps to a rack
+WORKLOAD_TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-required"
+WORKLOAD_TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-preferred"
 GATE: Final = f"{PREFIX}/gang-gate"
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.

@@ -130,17 +130,31 @@ def _topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> 
     """A required topology the backend cannot honour is refused (the gang would start scattered, the
     one thing its author ruled out); a preferred one, or one the backend only partly honours, is warned
     about; a key that is none of the cluster's levels is warned about on every backend."""
-    intent = next((gang.topology for gang in plan.gangs if gang.topology is not None), None)
-    if intent is None:
+    gang = next((g for g in plan.gangs if g.topology is not None or g.workload_topology is not None), None)
+    if gang is None:
         return None, []
-    warnings = [warning] if (warning := topology.level_warning(intent, levels)) else []
-    gap = backend.topology_gap(intent)
-    if gap is None:
-        return None, warnings
-    said = f"{intent.field}: {intent.word} topology {intent.key!r} on the {backend.name} backend: {gap.why}"
-    if intent.required and gap.refuse:
-        return f"{intent.field}: Invalid value: {intent.key!r}: {gap.why}", warnings
-    return None, [*warnings, said]
+    warnings: list[str] = []
+    for intent in (gang.topology, gang.workload_topology):
+        if intent is None:
+            continue
+        if (warning := topology.level_warning(intent, levels)) is not None:
+            warnings.append(warning)
+        gap = backend.topology_gap(intent) if intent is gang.topology else backend.workload_topology_gap(intent)
+        if gap is None:
+            continue
+        if intent.required and gap.refuse:
+            return f"{intent.field}: Invalid value: {intent.key!r}: {gap.why}", warnings
+        warnings.append(
+            f"{intent.field}: {intent.word} topology {intent.key!r} on the {backend.name} backend: {gap.why}"
+        )
+    if gang.workload_topology is not None:
+        if len(plan.gangs) == 1:
+            warnings.append(
+                f"{gang.workload_topology.field}: this workload is one gang; its workload topology is its gang's"
+            )
+        elif (nesting := topology.nesting_warning(gang.topology, gang.workload_topology, levels)) is not None:
+            warnings.append(nesting)
+    return None, warnings
 
 
 def _named_ahead(obj: Obj, operation: str, backend: Backend | Unavailable) -> Obj:

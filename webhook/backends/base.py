@@ -75,6 +75,9 @@ class Backend(Protocol):
     def topology_gap(self, topology: Topology) -> Gap | None:
         """What of this topology intent the mechanism would not honour (None: all of it)."""
 
+    def workload_topology_gap(self, topology: Topology) -> Gap | None:
+        """The same for a level shared by all the gangs of one workload."""
+
 
 @dataclass(frozen=True)
 class Gap:

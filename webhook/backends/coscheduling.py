@@ -37,3 +37,6 @@ class Coscheduling:
         # scheduler-plugins' PodGroup (apis/scheduling/v1alpha1/types.go) has no topology field, and
         # Coscheduling only waits at Permit: each pod is still placed alone
         return Gap(f"scheduler-plugins coscheduling has no topology constraint; the gangs of {TOPOLOGY_BACKENDS} do")
+
+    def workload_topology_gap(self, topology: Topology) -> Gap | None:
+        return self.topology_gap(topology)

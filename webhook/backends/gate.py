@@ -28,3 +28,6 @@ class Gate:
 
     def topology_gap(self, topology: Topology) -> Gap | None:
         return None  # the controller places the whole gang in one domain itself
+
+    def workload_topology_gap(self, topology: Topology) -> Gap | None:
+        return None  # the controller places each gang inside the domain its workload's gangs hold

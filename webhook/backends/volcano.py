@@ -28,6 +28,13 @@ class Volcano:
         above_nodes = [level for level in self.levels if level != HOSTNAME]
         return len(above_nodes) - above_nodes.index(key)
 
+    def workload_topology_gap(self, topology: Topology) -> Gap | None:
+        # networkTopology is a field of one PodGroup: nothing ties a workload's PodGroups to one HyperNode
+        return Gap(
+            "Volcano places each PodGroup within its own HyperNode tier; no constraint spans the PodGroups of "
+            "one workload: the gate backend keeps a workload's gangs in one domain"
+        )
+
     def topology_gap(self, topology: Topology) -> Gap | None:
         if not self.network_topology:
             return Gap(

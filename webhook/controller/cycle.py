@@ -124,6 +124,7 @@ class ReleaseCycle:
                 self.reserved[gang.key] = (now, decision.reserve)
                 adjust(free, decision.reserve, -1)
             self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
+            snapshot.released(gang, decision.release.values())
             queue.released()
         elif decision.state == GangState.TIMED_OUT:
             self.requeuer.time_out(gang, resolved, decision, now)
@@ -196,7 +197,12 @@ class ReleaseCycle:
             eligibility=eligibility,
             without_lower_priority=snapshot.without_lower_priority,
             room=room,
-            ever=snapshot.index.ever if not avoid and resolved.spec.topology is None else None,
+            ever=snapshot.index.ever
+            if not avoid and resolved.spec.topology is None and resolved.spec.workload_topology is None
+            else None,
             history=books.history,
             records=self.gang_objects.releases(gang.namespace, gang.name),
+            workload_nodes=snapshot.workload_nodes(gang)
+            if resolved.spec.workload_topology is not None
+            else frozenset(),
         )

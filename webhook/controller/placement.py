@@ -69,6 +69,9 @@ class Domains:
     key: str
     required: bool
     near: frozenset[str] = frozenset()
+    # a broader level the gang shares with the other gangs of its workload (a LeaderWorkerSet's groups
+    # in one block, each group in one rack); its `near` are the nodes the workload's gangs hold
+    within: Domains | None = None
 
 
 class Eligibility:
@@ -82,6 +85,7 @@ class Eligibility:
         self._on_empty: dict[tuple[tuple[Shape, ...], bool, Domains | None], list[str] | None] = {}
         self._domains: dict[tuple[Shape, str], dict[str, list[Node]]] = {}
         self._domain_of: dict[str, dict[str, str]] = {}
+        self._within: dict[tuple[str, str], Eligibility] = {}
 
     def __call__(self, shape: Shape) -> tuple[list[Node], dict[str, str]]:
         found = self._cache.get(shape)
@@ -112,6 +116,13 @@ class Eligibility:
                 if value is not None:
                     found.setdefault(value, []).append(node)
             self._domains[(shape, key)] = found
+        return found
+
+    def within(self, key: str, value: str) -> Eligibility:
+        """The same for the nodes of one domain only (remembered as long as the nodes are)."""
+        found = self._within.get((key, value))
+        if found is None:
+            found = self._within[(key, value)] = Eligibility([n for n in self.nodes if n.labels.get(key) == value])
         return found
 
     def domain_of(self, key: str) -> dict[str, str]:
@@ -188,7 +199,64 @@ def place(
     eligibility = eligibility or Eligibility(nodes)
     if domains is None:
         return _place(members, free, used_ports, spread, eligibility)
+    if domains.within is not None:
+        return _place_within(members, free, used_ports, spread, eligibility, domains)
     return _place_in_domains(members, free, used_ports, spread, eligibility, domains)
+
+
+def _rooms(
+    eligibility: Eligibility, members: Sequence[Member], key: str, free: Mapping[str, Mapping[str, int]]
+) -> dict[str, int]:
+    """How many of the gang's pods each domain of `key` could take, by the gang's biggest shape."""
+    shapes = {member.shape for member in members}
+    biggest = max(shapes, key=lambda s: sorted((a for n, a in s.requests if n != PODS), reverse=True))
+    values = {value for shape in shapes for value in eligibility.by_domain(shape, key)}
+    groups = eligibility.by_domain(biggest, key)
+    return {
+        value: sum(fit_count(biggest, free.get(n.name, n.allocatable)) for n in groups.get(value, ()))
+        for value in values
+    }
+
+
+def _order(rooms: Mapping[str, int], near: set[str], required: bool) -> list[str]:
+    """Domains to try: the ones the gang (or its workload) already holds, then, unless that is required,
+    the rest, tightest first."""
+    tightest = sorted(rooms, key=lambda v: (rooms[v], v))
+    held = [v for v in tightest if v in near]
+    return held if (held and required) else held + [v for v in tightest if v not in near]
+
+
+def _place_within(
+    members: Sequence[Member],
+    free: Mapping[str, Mapping[str, int]],
+    used_ports: Mapping[str, Iterable[HostPort]] | None,
+    spread: bool,
+    eligibility: Eligibility,
+    domains: Domains,
+) -> Placement:
+    """Two levels: a domain of the broader key (the one the workload's other gangs hold, else the
+    tightest that fits), and inside it the gang's own domain."""
+    outer = domains.within
+    assert outer is not None
+    inner = replace(domains, within=None)
+    rooms = _rooms(eligibility, members, outer.key, free)
+    near = {eligibility.domain_of(outer.key).get(node) for node in outer.near} - {None}
+    best: tuple[int, str, Placement] | None = None
+    for value in _order(rooms, near, outer.required):  # type: ignore[arg-type]
+        if rooms[value] == 0 and best is not None:
+            continue
+        result = _place_in_domains(members, free, used_ports, spread, eligibility.within(outer.key, value), inner)
+        if result.complete:
+            return replace(result, domain=f"{value}/{result.domain}")
+        if best is None or len(result.assignments) > best[0]:
+            best = (len(result.assignments), value, result)
+    if not outer.required:
+        return _place_in_domains(members, free, used_ports, spread, eligibility, inner)
+    if best is None:
+        note = f"no node has the label {outer.key}"
+        return Placement({}, False, {n.name: note for n in eligibility.nodes}, (), None, note)
+    note = f"within {outer.key} {best[1]}: {best[2].domain_note or 'no room'}"
+    return replace(best[2], domain_note=note)
 
 
 Candidates = Callable[[Shape], tuple[list[Node], Mapping[str, str]]]
@@ -220,18 +288,8 @@ def _place_in_domains(
 
         return candidates
 
-    def room(value: str) -> int:  # how many of the gang's pods the domain could take, by its biggest shape
-        biggest = max(shapes, key=lambda s: sorted((a for n, a in s.requests if n != PODS), reverse=True))
-        return sum(
-            fit_count(biggest, free.get(n.name, n.allocatable))
-            for n in eligibility.by_domain(biggest, key).get(value, ())
-        )
-
-    rooms = {value: room(value) for value in values}
-    order = [v for v in sorted(values, key=lambda v: (rooms[v], v)) if v in near] if near else []
-    order += [
-        v for v in sorted(values, key=lambda v: (rooms[v], v)) if v not in order and (not near or not domains.required)
-    ]
+    rooms = _rooms(eligibility, members, key, free)
+    order = _order(rooms, near, domains.required)  # type: ignore[arg-type]
     best: tuple[int, str, Placement] | None = None
     for value in order:
         if rooms[value] == 0 and best is not None:

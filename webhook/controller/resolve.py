@@ -132,4 +132,5 @@ class Workloads:
             expected_seconds(workload),
             gang.recovery_seconds or self.recovery_seconds,
             gang.topology,
+            gang.workload_topology,
         )

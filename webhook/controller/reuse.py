@@ -5,9 +5,10 @@ the nodes, the queue ahead, or room where its pods could go)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from webhook import contract
 from webhook.controller import placement
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.placement import Eligibility, HostPort, Node, Shape
@@ -30,6 +31,42 @@ class Snapshot:
     index: ClusterIndex
     grown: set[str] = field(default_factory=set)
     _relaxed: dict[int, Mapping[str, Mapping[str, int]] | None] = field(default_factory=dict)
+    _by_workload: dict[tuple[str, str], set[str]] | None = None
+    _released: list[tuple[GangView, list[str]]] = field(default_factory=list)
+
+    def workload_nodes(self, gang: GangView) -> frozenset[str]:
+        """The nodes the other gangs of this gang's workload hold (bound or promised), built once a pass
+        and only when a gang with a workload topology asks."""
+        if self._by_workload is None:
+            self._by_workload = {}
+            for view in self.gangs.values():
+                for pod in view.pods:
+                    stamp = pod.annotations.get(contract.WORKLOAD_ANNOTATION)
+                    node = pod.holds_node
+                    if stamp and node and not pod.terminal:
+                        self._by_workload.setdefault((view.namespace, stamp), set()).add(node)
+            for released, nodes in self._released:
+                self._add(released, nodes)
+        found: set[str] = set()
+        for stamp in self._stamps(gang):
+            found |= self._by_workload.get((gang.namespace, stamp), set())
+        return frozenset(found)
+
+    def released(self, gang: GangView, nodes: Iterable[str]) -> None:
+        """Nodes promised to a gang this pass: its workload's next gang in the same pass joins them."""
+        if self._by_workload is None:  # kept until a gang asks (most passes none does)
+            self._released.append((gang, list(nodes)))
+        else:
+            self._add(gang, nodes)
+
+    def _add(self, gang: GangView, nodes: Iterable[str]) -> None:
+        assert self._by_workload is not None
+        for stamp in self._stamps(gang):
+            self._by_workload.setdefault((gang.namespace, stamp), set()).update(nodes)
+
+    @staticmethod
+    def _stamps(gang: GangView) -> set[str]:
+        return {str(s) for p in gang.pods if (s := p.annotations.get(contract.WORKLOAD_ANNOTATION))}
 
     def without_lower_priority(self, priority: int) -> Mapping[str, Mapping[str, int]] | None:
         if priority not in self._relaxed:

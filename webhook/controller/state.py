@@ -185,12 +185,20 @@ class GangSpec:
     expected_seconds: float | None = None  # how long it runs once started, when the workload says
     recovery_seconds: int = DEFAULT_RECOVERY_SECONDS  # how long it may run short after it ran whole
     topology: Topology | None = None  # all its pods in one domain of a node label (required or preferred)
+    workload_topology: Topology | None = None  # all its workload's gangs in one domain of a broader label
 
-    def domains(self, near: Iterable[str] = ()) -> placement.Domains | None:
-        """The topology for a placement of this gang, with the nodes its running members hold."""
+    def domains(self, near: Iterable[str] = (), workload_near: Iterable[str] = ()) -> placement.Domains | None:
+        """The topology for a placement of this gang, with the nodes its running members hold and those
+        its workload's other gangs hold."""
+        outer = self.workload_topology
+        within = (
+            placement.Domains(outer.key, outer.required, frozenset(near) | frozenset(workload_near))
+            if outer is not None
+            else None
+        )
         if self.topology is None:
-            return None
-        return placement.Domains(self.topology.key, self.topology.required, frozenset(near))
+            return within
+        return placement.Domains(self.topology.key, self.topology.required, frozenset(near), within)
 
 
 @dataclass(frozen=True)
@@ -256,6 +264,7 @@ def decide(
     ever: Callable[[Sequence[Member]], Placement] | None = None,
     history: History = History(),
     records: Mapping[str, Release] = _EMPTY_RECORDS,
+    workload_nodes: frozenset[str] = frozenset(),
 ) -> Decision:
     """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
     decision = start_decision(
@@ -271,6 +280,7 @@ def decide(
         room=room,
         ever=ever,
         records=records,
+        workload_nodes=workload_nodes,
     )
     if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
         decision.timed = True
@@ -333,6 +343,7 @@ def start_decision(
     room: Mapping[str, Mapping[str, int]] | None = None,
     ever: Callable[[Sequence[Member]], Placement] | None = None,
     records: Mapping[str, Release] = _EMPTY_RECORDS,
+    workload_nodes: frozenset[str] = frozenset(),
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity.
 
@@ -426,7 +437,7 @@ def start_decision(
     # members still to come are placed alongside (never released: they do not exist yet), so the driver
     # of a Spark application starts only where its executors will fit too
     phantoms = [Member(f"(later {i})", shape) for i, shape in enumerate(spec.later)] if not released else []
-    domains = spec.domains(node for p in released if (node := p.holds_node) is not None)
+    domains = spec.domains((node for p in released if (node := p.holds_node) is not None), workload_nodes)
     result = placement.place(
         members + phantoms,
         nodes,
@@ -525,8 +536,9 @@ def ever_placement(
     free of it: on the emptied cluster the whole gang could move."""
     if any(n.taints or n.unschedulable for n in nodes):
         nodes, eligibility = [replace(n, taints=(), unschedulable=False) for n in nodes], None
-    if domains is not None:
-        domains = replace(domains, near=frozenset())
+    if domains is not None:  # on the emptied cluster the whole gang, and its workload, could move
+        within = replace(domains.within, near=frozenset()) if domains.within is not None else None
+        domains = replace(domains, near=frozenset(), within=within)
     empty = {n.name: n.allocatable for n in nodes}
     return placement.place(members, nodes, empty, eligibility=eligibility, domains=domains)
 

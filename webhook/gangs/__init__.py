@@ -87,9 +87,10 @@ def _with_topology(obj: Obj, plan: Plan) -> None:
             held = template.get("annotations") if stamp.shape == "spark" else common.annotations_of(template)
             templates.append((where, held if isinstance(held, dict) else {}))
     intent, errors = topology.read(common.annotations_of(obj), templates)
-    plan.errors.extend(errors)
-    if intent is not None:
-        plan.gangs = [replace(gang, topology=intent) for gang in plan.gangs]
+    outer, outer_errors = topology.read(common.annotations_of(obj), [], topology.WORKLOAD_SOURCES)
+    plan.errors.extend([*errors, *outer_errors])
+    if intent is not None or outer is not None:
+        plan.gangs = [replace(gang, topology=intent, workload_topology=outer) for gang in plan.gangs]
 
 
 def _marked_template(obj: Obj, plan: Plan) -> str | None:

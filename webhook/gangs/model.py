@@ -76,6 +76,7 @@ class Gang:
     timeout_seconds: int | None = None
     recovery_seconds: int | None = None  # gangkeeper.io/recovery-timeout-seconds, when set
     topology: Topology | None = None  # one domain of a node label for all its pods (topology.py)
+    workload_topology: Topology | None = None  # one domain of a broader label for all the workload's gangs
     schedule_timeout_seconds: int | None = None
     # Members the workload creates only once the first ones run (a Spark driver asks for its executors):
     # not waited for, but their resources count, and the gate releases only when they would fit too.

@@ -45,7 +45,13 @@ SOURCES = (
     Source("kai.scheduler/topology-required-placement", True, False),
     Source("kai.scheduler/topology-preferred-placement", False, False),
 )
-ANNOTATIONS = frozenset(source.annotation for source in SOURCES)
+# one level up, across the gangs of a workload: gangkeeper's own words only (Kueue and KAI place one
+# pod set or pod group at a time)
+WORKLOAD_SOURCES = (
+    Source(contract.WORKLOAD_TOPOLOGY_REQUIRED_ANNOTATION, True, False),
+    Source(contract.WORKLOAD_TOPOLOGY_PREFERRED_ANNOTATION, False, False),
+)
+ANNOTATIONS = frozenset(source.annotation for source in (*SOURCES, *WORKLOAD_SOURCES))
 
 
 # k8s.io/apimachinery pkg/util/validation: IsQualifiedName (prefix: a DNS-1123 subdomain)
@@ -64,14 +70,16 @@ def label_key_problem(key: str) -> str | None:
 
 
 def read(
-    annotations: Mapping[str, Any], template_annotations: Iterable[tuple[str, Mapping[str, Any]]]
+    annotations: Mapping[str, Any],
+    template_annotations: Iterable[tuple[str, Mapping[str, Any]]],
+    sources: tuple[Source, ...] = SOURCES,
 ) -> tuple[Topology | None, list[FieldError]]:
     """The intent of a workload with these annotations and pod templates ((path, annotations) each),
     or the field errors that make it ambiguous or invalid."""
     found: list[Topology] = []
     errors: list[FieldError] = []
     places = [("metadata", annotations), *((f"{path}.metadata", a) for path, a in template_annotations)]
-    for source in SOURCES:
+    for source in sources:
         for where, values in places:
             if where != "metadata" and not source.on_templates:
                 continue
@@ -107,6 +115,18 @@ def read(
                 )
             )
     return (None if errors else first), errors
+
+
+def nesting_warning(gang: Topology | None, workload: Topology, levels: tuple[str, ...]) -> str | None:
+    """The workload's level must be broader than each gang's: earlier in the configured levels."""
+    if gang is None or gang.key not in levels or workload.key not in levels:
+        return None
+    if levels.index(workload.key) < levels.index(gang.key):
+        return None
+    return (
+        f"{workload.field}: {workload.key!r} is not a broader level than the gang's {gang.key!r} "
+        f"(topology levels, broadest first: {', '.join(levels)}): each gang is already within one such domain"
+    )
 
 
 def level_warning(topology: Topology, levels: tuple[str, ...]) -> str | None:
