@@ -396,18 +396,18 @@ def test_the_workload_level_is_read_and_checked_at_apply() -> None:
 
 def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_controller(store: Any, api: Any) -> None:
     """Through the controller and the LeaderWorkerSet controller's simulation (tests/lifecycle.py): two
-    groups of four 2-CPU pods, on racks of one 8-CPU node. Block b2 is the tightest that holds a group:
-    the first group lands there; the second joins b2's other rack though b1's racks are as roomy."""
+    groups of four 2-CPU pods. Block b1 (racks of 8 and 4 CPUs) is the tightest that holds a group: the
+    first lands in its rack r1. The second fits only in block b2, so it waits, whole, for room in b1,
+    never crossing to b2; once r2 grows it joins the first group's block."""
     from tests import builders as b
-    from tests.cluster import Clock, default_scheduler, node
+    from tests.cluster import Clock, default_scheduler, gang_status, node
     from tests.lifecycle import LeaderWorkerSetController, install_admission, kubelet
     from webhook.controller.reconciler import Controller
 
     install_admission(store, "gate")
-    layout = {"b1": ["r1", "r2", "r5"], "b2": ["r3", "r4"]}
-    for block, rack_names in layout.items():
-        for rack in rack_names:
-            store.create("v1", "nodes", "", node(f"{rack}-n0", cpu="8", labels={RACK: rack, BLOCK: block}))
+    layout = {("b1", "r1"): "8", ("b1", "r2"): "4", ("b2", "r3"): "8", ("b2", "r4"): "8"}
+    for (block, rack), cpu in layout.items():
+        store.create("v1", "nodes", "", node(f"{rack}-n0", cpu=cpu, labels={RACK: rack, BLOCK: block}))
     lws = b.lws("serve", size=4, replicas=2, cpu="2", scheduler=None)
     lws["metadata"].update(
         namespace="team-a",
@@ -416,18 +416,23 @@ def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_cont
     store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "team-a", lws)
     groups, clock = LeaderWorkerSetController(store), Clock()
     gangs = Controller(api, clock=clock)
-    for _ in range(3):
-        groups.sync("team-a", "serve")
-        gangs.reconcile_once()
-        default_scheduler(store)
-        kubelet(store, "team-a")
-        clock.advance(1)
-    placed = store.list("v1", "pods", "team-a")[0]
-    assert len(placed) == 8 and all(p["spec"].get("nodeName") for p in placed)
-    by_group: dict[str, set[str]] = {}
-    for pod in placed:
-        by_group.setdefault(pod["metadata"]["labels"]["gangkeeper.io/group"], set()).add(
-            rack_of(pod["spec"]["nodeName"])
-        )
-    assert all(len(used) == 1 for used in by_group.values()), by_group  # each group in one rack
-    assert set().union(*by_group.values()) == {"r3", "r4"}  # both in block b2
+
+    def run() -> dict[str, set[str]]:
+        for _ in range(3):
+            groups.sync("team-a", "serve")
+            gangs.reconcile_once()
+            default_scheduler(store)
+            kubelet(store, "team-a")
+            clock.advance(1)
+        by_group: dict[str, set[str]] = {}
+        for pod in store.list("v1", "pods", "team-a")[0]:
+            where = rack_of(pod["spec"]["nodeName"]) if pod["spec"].get("nodeName") else "gated"
+            by_group.setdefault(pod["metadata"]["labels"]["gangkeeper.io/group"], set()).add(where)
+        return by_group
+
+    assert run() == {"lws-serve-0": {"r1"}, "lws-serve-1": {"gated"}}
+    assert f"within {BLOCK} b1" in gang_status(store, "lws-serve-1")["message"]
+    grown = store.get("v1", "nodes", "", "r2-n0")
+    grown["status"]["allocatable"]["cpu"] = "8"
+    store.update("v1", "nodes", "", "r2-n0", grown, None, admit=False)
+    assert run() == {"lws-serve-0": {"r1"}, "lws-serve-1": {"r2"}}

@@ -44,7 +44,7 @@ class Snapshot:
                     stamp = pod.annotations.get(contract.WORKLOAD_ANNOTATION)
                     node = pod.holds_node
                     if stamp and node and not pod.terminal:
-                        self._by_workload.setdefault((view.namespace, stamp), set()).add(node)
+                        self._by_workload.setdefault((view.namespace, _workload(stamp)), set()).add(node)
             for released, nodes in self._released:
                 self._add(released, nodes)
         found: set[str] = set()
@@ -66,7 +66,7 @@ class Snapshot:
 
     @staticmethod
     def _stamps(gang: GangView) -> set[str]:
-        return {str(s) for p in gang.pods if (s := p.annotations.get(contract.WORKLOAD_ANNOTATION))}
+        return {_workload(str(s)) for p in gang.pods if (s := p.annotations.get(contract.WORKLOAD_ANNOTATION))}
 
     def without_lower_priority(self, priority: int) -> Mapping[str, Mapping[str, int]] | None:
         if priority not in self._relaxed:
@@ -147,3 +147,8 @@ def still_valid(
         if total >= needed:
             return False
     return True
+
+
+def _workload(stamp: str) -> str:
+    """Kind/name of a workload stamp: "LeaderWorkerSet/serve/0" (a group's gang) is LeaderWorkerSet/serve."""
+    return "/".join(stamp.split("/")[:2])
