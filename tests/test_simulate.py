@@ -161,3 +161,20 @@ def test_the_gpu_plot_says_what_the_table_says(day: list[trace.TraceJob]) -> Non
     title, holds = gpu_panel(default_run)
     total = SHAPE.nodes * SHAPE.gpus_per_node
     assert holds and f"{summarize(default_run, total).held_idle_gpu_hours:.1f} GPU-hours" in title
+
+
+def test_the_rack_model_keeps_required_gangs_in_one_rack(day: list[trace.TraceJob]) -> None:
+    """Racks of 8 nodes: a required gang (at most a rack's 64 GPUs) always starts inside one rack;
+    preferred keeps at least as many in one rack as the default scheduler, which knows no racks."""
+    shape = dataclasses.replace(SHAPE, nodes_per_rack=8)
+    fits_a_rack = [job for job in day if job.gpus <= 8 * shape.gpus_per_node]
+    required = engine.run_gangkeeper(fits_a_rack, shape, "node", Policy.BACKFILL, topology="required")
+    started = [o for o in required.outcomes if o.start is not None]
+    assert started and all(o.racks == 1 for o in started)
+    assert all(o.held_idle_gpu_seconds == 0 for o in required.outcomes)
+    preferred = report.summarize(
+        engine.run_gangkeeper(fits_a_rack, shape, "node", Policy.BACKFILL, topology="preferred"), 512
+    )
+    default = report.summarize(engine.run_default_scheduler(fits_a_rack, shape, "node", seed=1), 512)
+    assert preferred.one_rack_share >= default.one_rack_share
+    assert report.summarize(required, 512).one_rack_share == 1.0

@@ -381,11 +381,16 @@ def _simulate(args: argparse.Namespace) -> int:
     if not Path(args.trace).is_file():
         print(f"gangkeeper simulate: no trace at {args.trace}", file=sys.stderr)
         return 2
+    topologies = tuple(t.strip() for t in args.topology.split(",") if t.strip())
+    if not topologies or any(t not in ("none", "required", "preferred") for t in topologies):
+        print("gangkeeper simulate: --topology: a list of none, required, preferred", file=sys.stderr)
+        return 2
     settings = simulation.Settings(
         trace=Path(args.trace),
         start=args.start,
         days=args.days,
-        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
+        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=max(0, args.rack_size)),
+        topologies=topologies,
         split=args.split,
         policies=policies,
         orderings=args.orderings,
@@ -590,6 +595,12 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill reservations")
     simulate.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="replays run side by side (default: one per CPU)"
+    )
+    simulate.add_argument("--rack-size", type=int, default=0, help="nodes per rack (0: no racks)")
+    simulate.add_argument(
+        "--topology",
+        default="none,required,preferred",
+        help="with racks, gang policies run as listed: none, required or preferred to keep each gang in one rack",
     )
     simulate.add_argument("--plots", default=None, help="directory for PNG plots")
     simulate.add_argument("--json", default=None, help="write the figures as JSON here")

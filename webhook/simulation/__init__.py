@@ -32,6 +32,7 @@ class Settings:
     estimates: bool = True
     depth: int = DEFAULT_DEPTH
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # replays side by side
+    topologies: tuple[str, ...] = ("none",)  # with racks: each gang policy also with required, preferred
 
     def switches(self) -> list[str]:
         s = self.shape
@@ -42,7 +43,8 @@ class Settings:
         )
         return [
             f"trace: {self.trace.name}" + (f", from {self.start} for {self.days} days" if self.start else ""),
-            f"cluster: {s.nodes} nodes x {s.gpus_per_node} GPUs, {s.cpus_per_node} cpus, {s.memory_gib_per_node} GiB",
+            f"cluster: {s.nodes} nodes x {s.gpus_per_node} GPUs, {s.cpus_per_node} cpus, {s.memory_gib_per_node} GiB"
+            + (f", racks of {s.nodes_per_rack} nodes" if s.nodes_per_rack else ""),
             f"pods: {pods}; each asks {s.cpus_per_gpu} cpus and {s.memory_gib_per_gpu} GiB per GPU",
             "arrival: the trace's timestamp; service: its duration, counted once the whole gang runs; "
             "a partly placed gang makes no progress",
@@ -50,6 +52,15 @@ class Settings:
             "gangkeeper: state.decide and the queue code of the controller; released pods bind where pinned",
             f"backfill: reservations for the first {self.depth} waiting gangs; estimates: "
             + ("each job's trace duration (perfect estimates)" if self.estimates else "none (never expected to end)"),
+            *(
+                [
+                    "topology: gang policies also with the whole gang "
+                    + ", ".join(t for t in self.topologies if t != "none")
+                    + " to keep to one rack (gangkeeper.io/topology-*)"
+                ]
+                if self.shape.nodes_per_rack and any(t != "none" for t in self.topologies)
+                else []
+            ),
             "default scheduler: priority then creation order, pods created within 2 s of their job's arrival, "
             "per-pod backoff 1 s doubling to 10 s, retried when capacity frees, LeastAllocated cpu/memory "
             f"score (GPU-agnostic), no gang timeout; {self.orderings} pod orderings (seeds {self.seed}.."
@@ -70,8 +81,19 @@ def run(settings: Settings) -> tuple[list[tuple[str, list[engine.Result]]], list
                 args: tuple[Any, ...] = (jobs, settings.shape, settings.split, settings.seed + i)
                 replays.append(("default scheduler", engine.run_default_scheduler, args))
         else:
-            args = (jobs, settings.shape, settings.split, Policy(policy), settings.estimates, None, settings.depth)
-            replays.append((f"gangkeeper {policy}", engine.run_gangkeeper, args))
+            for topology in settings.topologies if settings.shape.nodes_per_rack else ("none",):
+                args = (
+                    jobs,
+                    settings.shape,
+                    settings.split,
+                    Policy(policy),
+                    settings.estimates,
+                    None,
+                    settings.depth,
+                    topology,
+                )
+                label = f"gangkeeper {policy}" + (f" {topology}" if topology != "none" else "")
+                replays.append((label, engine.run_gangkeeper, args))
     workers = max(1, min(settings.workers, len(replays)))
     if workers == 1:
         results = [replay(*args) for _, replay, args in replays]

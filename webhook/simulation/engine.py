@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from webhook.controller.placement import Eligibility, Member, Node, Shape
 from webhook.controller.queue import DEFAULT_DEPTH, Ending, Policy, QueuePass, Reservation, take_turn
 from webhook.controller.state import Decision, GangSpec, GangState, PodView, decide
+from webhook.gangs.model import Topology
 from webhook.simulation.trace import TraceJob
 
 GPU = "nvidia.com/gpu"
+RACK = "topology.gangkeeper.io/rack"  # the simulated racks' node label
 EPOCH = dt.datetime(2017, 1, 1, tzinfo=dt.UTC)
 
 
@@ -41,6 +43,10 @@ class ClusterShape:
     memory_gib_per_node: int = 512
     cpus_per_gpu: int = 6  # a pod asks for this much cpu and memory per GPU (the trace gives GPUs only)
     memory_gib_per_gpu: int = 48
+    nodes_per_rack: int = 0  # 0: no racks; else nodes labelled RACK in runs of this many
+
+    def rack_of(self, node: str) -> str:
+        return f"rack-{int(node.rpartition('-')[2]) // self.nodes_per_rack:03d}" if self.nodes_per_rack else ""
 
     def node_list(self) -> list[Node]:
         allocatable = {
@@ -49,7 +55,15 @@ class ClusterShape:
             GPU: self.gpus_per_node,
             "pods": 110,
         }
-        return [Node(name=f"node-{i:03d}", allocatable=dict(allocatable)) for i in range(self.nodes)]
+        names = [f"node-{i:03d}" for i in range(self.nodes)]
+        return [
+            Node(
+                name=name,
+                allocatable=dict(allocatable),
+                labels={RACK: self.rack_of(name)} if self.nodes_per_rack else {},
+            )
+            for name in names
+        ]
 
     def pod_units(self, gpus: int) -> dict[str, int]:
         return {
@@ -68,6 +82,7 @@ class JobOutcome:
     end: float | None = None
     first_bind: float | None = None
     held_idle_gpu_seconds: float = 0.0  # GPUs bound to its pods before the whole gang ran
+    racks: int | None = None  # racks its pods ran on (with a rack model)
 
     @property
     def wait(self) -> float | None:
@@ -147,8 +162,10 @@ def run_gangkeeper(
     estimates: bool = True,
     on_reservation: Callable[[float, int, Reservation], None] | None = None,
     depth: int = DEFAULT_DEPTH,
+    topology: str = "none",
 ) -> Result:
-    """Every waiting gang is decided by `state.decide` each time the cluster changes, in queue order."""
+    """Every waiting gang is decided by `state.decide` each time the cluster changes, in queue order.
+    `topology` (with a rack model): each gang required, or preferred, to keep to one rack."""
     started = time.perf_counter()
     nodes = shape.node_list()
     eligibility = Eligibility(nodes)
@@ -163,6 +180,9 @@ def run_gangkeeper(
     timeline = _Timeline(nodes, shape.gpus_per_node)
     busy = 0
     free_gpus = shape.nodes * shape.gpus_per_node
+    intent = Topology(RACK, topology == "required", "simulate") if topology != "none" and shape.nodes_per_rack else None
+    base = GangSpec(min_member=1, topology=intent)
+    domains = base.domains()
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
@@ -205,14 +225,16 @@ def run_gangkeeper(
                 if policy == Policy.FIFO or (policy == Policy.BACKFILL and len(queue.reservations) < depth):
                     waits = Decision(GangState.WAITING_FOR_CAPACITY, "", present=len(views))
                     members = [Member(v.name, v.shape) for v in views]
-                    take_turn(queue, f"trace/job{index}", waits, members, False, room is not free, expected)
+                    take_turn(queue, f"trace/job{index}", waits, members, False, room is not free, expected, domains)
                 continue
             members = [Member(v.name, v.shape) for v in views]
-            spec = GangSpec(min_member=len(views), expected_seconds=expected)
+            spec = GangSpec(min_member=len(views), expected_seconds=expected, topology=intent)
             decision = decide(
                 views, spec, nodes, free, moment, eligibility=eligibility, room=None if room is free else room
             )
-            decision = take_turn(queue, f"trace/job{index}", decision, members, False, room is not free, expected)
+            decision = take_turn(
+                queue, f"trace/job{index}", decision, members, False, room is not free, expected, domains
+            )
             if decision.state != GangState.RELEASE:
                 continue
             holds = []
@@ -227,6 +249,8 @@ def run_gangkeeper(
             running[index] = (now + job.duration, holds)
             heapq.heappush(events, (now + job.duration, 0, index))
             outcomes[index].start = outcomes[index].first_bind = now
+            if shape.nodes_per_rack:
+                outcomes[index].racks = len({shape.rack_of(node) for node, _ in holds})
             busy += job.gpus
             free_gpus -= job.gpus
             free_by_gpus = _gpu_histogram(free, shape.gpus_per_node)
@@ -235,7 +259,7 @@ def run_gangkeeper(
                 on_reservation(now, rank, reservation)
         timeline.record(now, free, busy, 0)
     return Result(
-        f"gangkeeper {policy.value}",
+        f"gangkeeper {policy.value}" + (f" {topology}" if intent is not None else ""),
         list(outcomes.values()),
         timeline.samples,
         timeline.samples[-1].at if timeline.samples else 0.0,
@@ -365,6 +389,9 @@ def run_default_scheduler(
                 idle_held += pod.gpus
                 if unbound[pod.job] == 0:  # the whole gang runs now
                     outcome.start = now
+                    if shape.nodes_per_rack:
+                        on = (pods[(pod.job, k)].node or "" for k in range(outcome.pods))
+                        outcome.racks = len({shape.rack_of(node) for node in on})
                     trace_job = by_index[pod.job]
                     heapq.heappush(events, (now + trace_job.duration, 0, pod.job, 0))
                     idle_held -= trace_job.gpus

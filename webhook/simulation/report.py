@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.simulation.engine import Result
+from webhook.simulation.engine import JobOutcome, Result
 from webhook.simulation.trace import SIZE_CLASSES, size_class
 
 STUCK_SECONDS = 300  # a gang holding GPUs this long while incomplete counts as stuck
@@ -36,6 +36,7 @@ class Summary:
     utilisation: float  # GPU-seconds of running gangs / (GPUs x makespan)
     stranded_free_share: float  # time-averaged share of free GPUs on partly used nodes
     runtime_seconds: float
+    one_rack_share: float = math.nan  # started gangs of 2+ pods whose pods share one rack (rack model)
 
     def row(self) -> dict[str, object]:
         def num(value: float, digits: int) -> float | None:
@@ -57,6 +58,7 @@ class Summary:
             "utilisation": round(self.utilisation, 4),
             "stranded_free_share": round(self.stranded_free_share, 4),
             "runtime_seconds": round(self.runtime_seconds, 2),
+            "one_rack_share": num(self.one_rack_share, 4),
         }
 
 
@@ -105,7 +107,16 @@ def summarize(result: Result, total_gpus: int) -> Summary:
         utilisation=busy / (total_gpus * makespan),
         stranded_free_share=stranded_time / free_time if free_time else 0.0,
         runtime_seconds=result.runtime_seconds,
+        one_rack_share=one_rack / len(spanned)
+        if (spanned := [o for o in outcomes if o.racks and o.pods > 1])
+        and (one_rack := sum(1 for o in spanned if o.racks == 1)) is not None
+        else math.nan,
     )
+
+
+def _one_rack_share(outcomes: Sequence[JobOutcome]) -> float:
+    spanned = [o for o in outcomes if o.racks and o.pods > 1]
+    return sum(1 for o in spanned if o.racks == 1) / len(spanned) if spanned else math.nan
 
 
 def _span(values: Sequence[float]) -> str:
@@ -139,6 +150,8 @@ def table(groups: Sequence[tuple[str, Sequence[Summary]]]) -> str:
     line("makespan h", lambda s: s.makespan_hours)
     line("GPU utilisation %", lambda s: 100 * s.utilisation)
     line("free GPUs stranded %", lambda s: 100 * s.stranded_free_share)
+    if any(not math.isnan(s.one_rack_share) for _, group in groups for s in group):
+        line("multi-pod gangs in one rack %", lambda s: 100 * s.one_rack_share)
     line("replay s", lambda s: s.runtime_seconds)
     return "\n".join(lines)
 
