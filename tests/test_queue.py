@@ -148,3 +148,45 @@ def test_a_message_never_names_another_tenants_gang(store: Store, api: Api) -> N
     assert theirs.state == "Queued" and "a gang of another namespace" in theirs.message
     assert "job-big" not in theirs.message and "team-a" not in theirs.message
     assert "behind gang job-big" in decisions["team-a/job-short"].message
+
+
+def test_a_backfilled_gang_that_overruns_its_claim_is_requeued_and_never_believed_again(store: Store, api: Api) -> None:
+    """`short` said 300 s and was backfilled ahead of `big` on that claim. At 300 s plus the grace it
+    still runs while `big` waits on its reservation: `short` is requeued whole (its Job suspended, no
+    failure counted), not `big` delayed; from then on its claim is not believed, so it is not backfilled
+    again ahead of the head."""
+    from webhook.controller.state import CLAIM_GRACE_SECONDS
+
+    clock = Clock()
+    running_cluster(store, api, clock)
+    clock.advance(5)
+    gangs = Controller(api, clock=clock, queue_policy=Policy.BACKFILL)
+    assert gangs.reconcile_once()["team-a/job-short"].state == "Release"
+    schedule(store)
+    kubelet(store, NS)
+    clock.advance(1)
+    assert gangs.reconcile_once()["team-a/job-short"].state == "Running"
+    gangs.recorder.flush()
+    assert gang_status(store, "job-short", NS)["claimUntil"] == "2026-11-21T12:05:05.000000Z"
+    clock.advance(300 + CLAIM_GRACE_SECONDS - 5)
+    assert gangs.reconcile_once()["team-a/job-short"].state == "Running"  # within the grace
+    clock.advance(10)
+    decision = gangs.reconcile_once()["team-a/job-short"]
+    assert decision.state == "TimedOut" and "past its gangkeeper.io/expected-seconds claim" in decision.message
+    assert "backfilled ahead of gang job-big" in decision.message
+    job = store.get("batch/v1", "jobs", NS, "short")
+    assert job["spec"]["suspend"] is True
+    gangs.recorder.flush()
+    status = gang_status(store, "job-short", NS)
+    assert status["claimBroken"] is True and "claimUntil" not in status
+    assert gang_status(store, "job-big", NS)["state"] == "WaitingForCapacity"
+    # resumed after its backoff, its claim is no longer believed: it waits behind the head like `long`
+    jobs = JobController(store)
+    for _ in range(4):
+        clock.advance(31)
+        jobs.sync(NS, "short")
+        decisions = gangs.reconcile_once()
+        jobs.sync(NS, "short")
+    decisions = gangs.reconcile_once()
+    assert decisions["team-a/job-short"].state == "WaitingForCapacity", decisions["team-a/job-short"].message
+    assert "may only use what does not delay" in decisions["team-a/job-short"].message

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import replace
 
 from webhook.controller import placement
 from webhook.controller.cluster import ClusterIndex, GangView
@@ -17,13 +18,20 @@ from webhook.controller.gangobject import GangObjects
 from webhook.controller.headofline import HeadOfLine
 from webhook.controller.placement import Eligibility, Member
 from webhook.controller.preemptor import Preemptor
-from webhook.controller.queue import QueuePass, take_turn
+from webhook.controller.queue import QueuePass, seen_from, take_turn
 from webhook.controller.release import Releaser, adjust
 from webhook.controller.report import Reporter
 from webhook.controller.requeue import Requeuer
 from webhook.controller.resolve import Resolved
 from webhook.controller.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
-from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, decide, format_time
+from webhook.controller.state import (
+    DEFAULT_TIMEOUT_SECONDS,
+    Decision,
+    GangState,
+    decide,
+    format_time,
+    overran_claim,
+)
 
 
 class ReleaseCycle:
@@ -77,7 +85,9 @@ class ReleaseCycle:
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
         avoid = self.requeuer.avoided(gang.key, now)
-        expected = resolved.spec.expected_seconds if resolved.spec is not None else None
+        books = self.gang_objects.books(gang.namespace, gang.name)
+        # a gang that once overran its claim is never backfilled on one again
+        expected = resolved.spec.expected_seconds if resolved.spec is not None and not books.claim_broken else None
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
         context = (queue.context(gang.key), room is free)
         if (
@@ -117,8 +127,20 @@ class ReleaseCycle:
         domains = resolved.spec.domains() if resolved.spec is not None else None
         decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected, domains)
         self.bound_head_of_line(gang.key, decision, queue, now)
+        overtaken = queue.head.gang if queue.head is not None else None
+        decision = overran_claim(
+            decision,
+            books.claim_until,
+            now,
+            seen_from(gang.key, overtaken) if overtaken is not None else None,
+            resolved.spec is not None and resolved.spec.evictable,
+            [p.name for p in gang.pods if not p.terminal],
+        )
         if self.preemptor is not None and decision.state == GangState.WAITING_FOR_CAPACITY:
             decision = self.preemptor.consider(gang, resolved, decision, snapshot, now)
+        if decision.state == GangState.RELEASE and expected is not None and overtaken is not None:
+            # released while a gang ahead waits on a reservation, which its claim said it would not delay
+            decision = replace(decision, claim_until=now + dt.timedelta(seconds=expected))
         if decision.state == GangState.RELEASE:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)

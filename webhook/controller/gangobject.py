@@ -41,6 +41,8 @@ class Books:
     ran_with: int = 0  # members running when it last ran whole (0: not since it was last requeued)
     short_since: dt.datetime | None = None  # it ran whole, and has had fewer running since then
     domain: str | None = None  # the topology domain(s) its release chose (a gang with a topology)
+    claim_until: dt.datetime | None = None  # backfilled on its expected-seconds: to be done by then
+    claim_broken: bool = False  # it once ran past such a claim: its expected-seconds is not believed
 
     @property
     def history(self) -> History:
@@ -57,6 +59,8 @@ def books_of(gang: Mapping[str, Any] | None) -> Books:
         ran_with if isinstance(ran_with, int) and ran_with > 0 else 0,
         parse_time(status.get("shortSince")),
         str(status["domain"])[:MAX_DOMAIN] if isinstance(status.get("domain"), str) else None,
+        parse_time(status.get("claimUntil")),
+        status.get("claimBroken") is True,
     )
 
 
@@ -93,6 +97,8 @@ def books_status(books: Books) -> Obj:
         "ranWith": books.ran_with or None,
         "shortSince": format_time(books.short_since) if books.short_since else None,
         "domain": books.domain[:MAX_DOMAIN] if books.domain else None,
+        "claimUntil": format_time(books.claim_until) if books.claim_until else None,
+        "claimBroken": True if books.claim_broken else None,
     }
 
 

@@ -116,6 +116,10 @@ class Reporter:
             books = replace(books, short_since=books.short_since or now)  # the recovery clock starts
         elif not decision.short:
             books = replace(books, short_since=None)
+        if decision.state == GangState.RELEASE and decision.claim_until is not None:
+            books = replace(books, claim_until=decision.claim_until)
+        elif decision.whole_gang:
+            books = replace(books, claim_until=None, claim_broken=books.claim_broken or decision.claim_broken)
         chosen = decision.placement.domain if decision.placement is not None else None
         if decision.state == GangState.RELEASE and chosen:
             books = replace(books, domain=chosen)  # shown by `kubectl get gangs -o wide`

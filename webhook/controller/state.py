@@ -243,6 +243,9 @@ class Decision:
     reservation: str = ""  # the head of the queue: where and from when it is expected to fit
     short: bool = False  # the gang ran whole and has fewer than minMember members running now
     timed: bool = False  # it changes with time alone (a recovery or stranded clock runs): never reused
+    # released by backfill on its expected-seconds: it promised to be done by then (None: not backfilled)
+    claim_until: dt.datetime | None = None
+    claim_broken: bool = False  # requeued for running past that promise: its claims are no longer believed
 
 
 def _overcommitted(free: Mapping[str, int] | None) -> bool:
@@ -510,6 +513,39 @@ def start_decision(
                 "gated pods never trigger preemption, so it waits for them to end"
             )
     return Decision(GangState.WAITING_FOR_CAPACITY, message, placement=result, present=present, preempt_nodes=preempt)
+
+
+# how long past its expected-seconds a backfilled gang may run before the gang it overtook is owed its
+# capacity (a run time is an estimate; Slurm's OverTimeLimit plays this part)
+CLAIM_GRACE_SECONDS = 60
+
+
+def overran_claim(
+    decision: Decision,
+    claim_until: dt.datetime | None,
+    now: dt.datetime,
+    overtaken: str | None,
+    evictable: bool,
+    live: Sequence[str],
+) -> Decision:
+    """A gang backfilled ahead of the queue's head on the strength of its gangkeeper.io/expected-seconds,
+    still running past that claim (and a grace) while the head waits on a reservation: requeued whole,
+    so a claim that proves false costs the gang that made it, not the gang it overtook; its later claims
+    are not believed (it is never backfilled again)."""
+    if decision.state != GangState.RUNNING or claim_until is None or overtaken is None:
+        return decision
+    late = (now - claim_until).total_seconds()
+    if late <= CLAIM_GRACE_SECONDS:
+        return decision
+    return Decision(
+        GangState.TIMED_OUT,
+        f"ran {late:.0f}s past its gangkeeper.io/expected-seconds claim (backfilled ahead of {overtaken}, "
+        f"which waits for the capacity it holds): requeued whole; its run-time claims are no longer believed",
+        evict=list(live) if evictable else [],
+        present=decision.present,
+        whole_gang=True,
+        claim_broken=True,
+    )
 
 
 def stranded_since(live: Sequence[PodView], spec: GangSpec, records: Mapping[str, Release]) -> dt.datetime | None:
