@@ -180,7 +180,11 @@ def test_a_backfilled_gang_that_overruns_its_claim_is_requeued_and_never_believe
     status = gang_status(store, "job-short", NS)
     assert status["claimBroken"] is True and "claimUntil" not in status
     assert gang_status(store, "job-big", NS)["state"] == "WaitingForCapacity"
-    # resumed after its backoff, its claim is no longer believed: it waits behind the head like `long`
+    # resumed after its backoff, even a claim of 10 s (which would end long before the head's
+    # reservation) is no longer believed: it waits behind the head like `long`
+    job = store.get("batch/v1", "jobs", NS, "short")
+    job["metadata"]["annotations"]["gangkeeper.io/expected-seconds"] = "10"
+    store.update("batch/v1", "jobs", NS, "short", job, None, admit=False)
     jobs = JobController(store)
     for _ in range(4):
         clock.advance(31)
