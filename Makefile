@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image plugin-archive
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image image-tools release-image release-chart plugin-archive
 
 PORT ?= 8443
 # the interpreter the venv was made with: another one (a new Python) rebuilds it from scratch
@@ -41,7 +41,7 @@ lint: $(BIN)/.installed
 
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
 # tier (tests/test_real_*.py) builds the default Kubernetes, etcd, KWOK, LWS and JobSet first (cached)
-test: lint cluster-build
+test: lint cluster-build image-tools
 	$(BIN)/pytest -q
 	bash hack/scan.sh
 
@@ -62,12 +62,31 @@ test-cluster: $(BIN)/.installed
 scan:
 	bash hack/scan.sh
 
-# the image the chart points at (IMAGE=...); where no Docker engine runs, says so and builds nothing
+# the image the chart points at: with a Docker engine, `docker build` of the Dockerfile; without one, the
+# same image from Debian's tools (hack/image.sh: an OCI layout and a `docker load`-able archive in
+# build/image, reproducible; tests/test_image.py checks the two agree)
 IMAGE ?= ghcr.io/gangkeeper/gangkeeper:0.1.0
-image:
+image: $(BIN)/.installed
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
 	  docker build -t $(IMAGE) . ; \
-	else echo "image: skipped, no Docker engine on this machine (docker build -t $(IMAGE) . where one runs)"; fi
+	else bash hack/image-tools.sh && IMAGE_NAME=$(firstword $(subst :, ,$(IMAGE))) TAG=$(lastword $(subst :, ,$(IMAGE))) bash hack/image.sh build/image; fi
+
+# a release (.github/workflows/release.yml): the Dockerfile's image for every platform, pushed; the chart
+# as an OCI artifact (helm from the real tier's build)
+PLATFORMS ?= linux/amd64,linux/arm64
+CHART_REPO ?= oci://ghcr.io/gangkeeper/charts
+release-image:
+	docker buildx build --platform $(PLATFORMS) -t $(IMAGE) --push .
+
+HELM = $${GK_CACHE:-$$HOME/.cache/gangkeeper}/bin/helm-$$(. hack/cluster/versions.env && echo $$HELM_VERSION)/helm
+release-chart:
+	bash hack/cluster/build.sh helm
+	mkdir -p build && $(HELM) package charts/gangkeeper -d build
+	$(HELM) push build/gangkeeper-*.tgz $(CHART_REPO)
+
+# Debian's mmdebstrap, umoci, skopeo and runc (installed when missing, as root on Debian)
+image-tools:
+	bash hack/image-tools.sh
 
 # build/kubectl-gangkeeper.tar.gz, the krew archive, and its sha256 in plugins/krew/gangkeeper.yaml
 plugin-archive:

@@ -32,7 +32,7 @@ def blocker(namespace: str, name: str, node: str, cpu: str) -> dict[str, Any]:
 
 
 def racks_of(stack: Stack, pods: list[dict[str, Any]]) -> list[str]:
-    nodes = {n["metadata"]["name"]: n for n in stack.plane.get("node")["items"]}
+    nodes = {n["metadata"]["name"]: n for n in stack.plane.get("node")}
     return sorted(nodes[p["spec"]["nodeName"]]["metadata"]["labels"][RACK] for p in pods)
 
 
