@@ -95,3 +95,31 @@ def test_example_through_mutate_is_valid(example: str, backend: str, version: st
         assert {g.id.native_workload for d in docs for g in gangs.analyze(d).gangs} == set(workload_sizes)
     else:
         assert sizes == expected
+
+
+def _with_csi_volumes(value: object, path: str = "") -> int:
+    """Every pod template's spec gets a CSI volume (whose `driver` is a string) and a container named
+    `driver`: fields named like ones gangkeeper reads elsewhere, valid in any PodSpec."""
+    added = 0
+    if isinstance(value, list):
+        return sum(_with_csi_volumes(item, f"{path}[]") for item in value)
+    if not isinstance(value, dict):
+        return 0
+    if path.lower().endswith("template.spec") and "containers" in value:
+        value.setdefault("volumes", []).append({"name": "bucket", "csi": {"driver": "gcsfuse.csi.storage.gke.io"}})
+        value["containers"].append({"name": "driver", "image": "busybox"})
+        added += 1
+    for key, item in value.items():
+        added += _with_csi_volumes(item, f"{path}.{key}" if path else str(key))
+    return added
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_GANGS))
+def test_a_csi_volume_in_any_example_is_never_refused(name: str) -> None:
+    """The shape check reads the paths gangkeeper reads: a CSI volume's `driver` inside a pod template is
+    not SparkApplication's `spec.driver` (KubeRay's pytorch-image-classifier sample was refused so)."""
+    docs = load_all(EXAMPLES / name)
+    if not sum(_with_csi_volumes(doc) for doc in docs):
+        pytest.skip("no pod template (SparkApplication roles are not PodTemplateSpecs)")
+    result = mutate_stream(docs, "gate", "1.37", "team-a")
+    assert result.denials == []

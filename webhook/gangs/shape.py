@@ -63,6 +63,14 @@ STRINGS = frozenset(
 # maps whose keys are the user's own (resource names, label keys): their entries are not fields
 FREE_MAPS = frozenset({"requests", "limits", "labels", "annotations", "nodeSelector", "rayStartParams"})
 MAX_DEPTH = 40
+# Inside a pod template's spec only what gangkeeper reads is checked (webhook/resources.py: containers'
+# and the pod's resources, the scheduler and priority class); the rest of a PodSpec (volumes, a CSI
+# volume's `driver`, affinity, ...) is the API server's to check against the CRD's own copy of PodSpec,
+# where a field named like one above may be anything.
+POD_SPEC_READ = frozenset(
+    {"containers", "initContainers", "resources", "overhead", "schedulerName", "priorityClassName"}
+)
+CONTAINER_READ = frozenset({"name", "resources"})
 
 
 def check(obj: dict[str, Any]) -> FieldError | None:
@@ -70,18 +78,25 @@ def check(obj: dict[str, Any]) -> FieldError | None:
     return _walk(obj, "", 0)
 
 
-def _walk(value: Any, path: str, depth: int) -> FieldError | None:
+def _walk(value: Any, path: str, depth: int, within: frozenset[str] | None = None) -> FieldError | None:
+    """`within`: the only keys of this object that are read (a PodSpec's, a container's); None: all."""
     if depth > MAX_DEPTH:
         return FieldError(path, "...", "nested too deeply")
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _walk(item, f"{path}[{index}]", depth + 1)
+            found = _walk(item, f"{path}[{index}]", depth + 1, within)
             if found:
                 return found
         return None
     if not isinstance(value, dict):
         return None
+    # a PodTemplateSpec's spec; a JobTemplateSpec's (a JobSet's replicatedJobs) holds the next template
+    pod_spec = within is None and path.lower().endswith("template.spec") and "template" not in value
+    if pod_spec:
+        within = POD_SPEC_READ
     for key, item in value.items():
+        if within is not None and key not in within:
+            continue
         where = f"{path}.{key}" if path else str(key)
         wrong = _wrong_type(str(key), item) if item is not None else None
         if wrong:
@@ -96,7 +111,12 @@ def _walk(value: Any, path: str, depth: int) -> FieldError | None:
             bad = next((k for k, v in item.items() if v is not None and not isinstance(v, dict)), None)
             if bad is not None:
                 return FieldError(f"{where}.{bad}", _shown(item[bad]), "must be an object")
-        found = _walk(item, where, depth + 1)
+        if within is POD_SPEC_READ and key in ("containers", "initContainers"):
+            found = _walk(item, where, depth + 1, CONTAINER_READ)
+        elif within is CONTAINER_READ:
+            found = _walk(item, where, depth + 1) if key == "resources" else None
+        else:
+            found = _walk(item, where, depth + 1)
         if found:
             return found
     return None
