@@ -741,3 +741,33 @@ def test_a_coscheduling_gang_partly_bound_or_not_refused_is_left_to_the_schedule
     server.store.bind("team-a", first, "worker3")
     controller.reconcile_once()
     assert woken_at(server) is None  # Permit counts the bound one; the others are retried on their own
+
+
+def test_a_suspend_not_yet_seen_is_not_mistaken_for_the_user_taking_the_job_back(
+    server: TestApiServer, api: Api
+) -> None:
+    """The books are written before the suspend; a read that does not show the suspend yet (a cache
+    behind by a moment, as on the real tier) must not end gangkeeper's hold, or the Job stays suspended
+    for ever. Only once the suspend had time to be seen does a missing mark mean the user's choice."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    controller.reconcile_once()
+    clock.advance(61)
+    controller.reconcile_once()
+    suspended = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert suspended["spec"]["suspend"] is True
+    stale = {"spec": {"suspend": False}, "metadata": {"annotations": {"gangkeeper.io/suspended": None}}}
+    server.store.patch("batch/v1", "jobs", "team-a", "train", stale)
+    clock.advance(1)
+    controller.reconcile_once()
+    assert gang_status(server.store, "job-train").get("suspendedAt")  # still held
+    mark = suspended["metadata"]["annotations"]["gangkeeper.io/suspended"]
+    seen = {"spec": {"suspend": True}, "metadata": {"annotations": {"gangkeeper.io/suspended": mark}}}
+    server.store.patch("batch/v1", "jobs", "team-a", "train", seen)
+    clock.advance(31)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
+    assert events(server, "GangResumed")

@@ -22,6 +22,9 @@ from webhook.gangs.model import Obj
 DEFAULT_MAX_ATTEMPTS = 5
 REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and suspends) itself
+# how long after gangkeeper suspended a workload a read that does not show it yet is a stale cache, not its
+# user taking the workload back
+SETTLE_SECONDS = 30
 
 
 class Requeuer:
@@ -195,6 +198,13 @@ class Requeuer:
             )
             if still_ours and books.not_before is not None and now < books.not_before:
                 pending.append(books.not_before.timestamp())
+                continue
+            settled = books.suspended_at is not None and (now - books.suspended_at).total_seconds() >= SETTLE_SECONDS
+            if not still_ours and not settled and books.suspended_at is not None:
+                # the books are written before the suspend: a workload read from a cache that has not seen
+                # it yet is not one its user took back (found on the real tier: the books let go, the Job
+                # stayed suspended for ever)
+                pending.append(books.suspended_at.timestamp() + SETTLE_SECONDS)
                 continue
             if target is not None and still_ours:
                 if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
