@@ -244,3 +244,39 @@ def test_a_gang_of_whole_nodes_takes_every_lone_pod_on_as_few_nodes_as_it_needs(
     found = choose_victims(big, cluster, free, victims, 100, [f"n{i}" for i in range(4)])
     assert found is not None and len(found) == 60
     assert len({v.holds[0][0] for v in found}) == 2
+
+
+def test_a_guarded_gang_on_the_first_node_sends_the_gang_to_the_unguarded_one(server: TestApiServer, api: Api) -> None:
+    """Two low gangs fill two nodes; a PodDisruptionBudget guards the one on the node a placement
+    looks at first. The high gang preempts the other, not nobody (found on the real tier: only the
+    first placement's nodes were searched for victims, and the high gang waited for ever)."""
+    for name in ("worker1", "worker2"):
+        server.store.create("v1", "nodes", "", node(name, cpu="8"))
+    clock = Clock()
+    controller = Controller(api, clock=clock)
+    for name in ("low-a", "low-b"):
+        job_of_priority(server.store, name, 0)
+        controller.reconcile_once()
+        default_scheduler(server.store)
+    on_first = {
+        p["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        for p in pods(server.store)
+        if p["spec"].get("nodeName") == "worker1"
+    }
+    assert len(on_first) == 1
+    guarded = on_first.pop()
+    other = "low-b" if guarded == "low-a" else "low-a"
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/job-name": guarded}}, "minAvailable": 4},
+        "status": {"disruptionsAllowed": 0},
+    }
+    server.store.create("policy/v1", "poddisruptionbudgets", "team-a", budget)
+    clock.advance(120)
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert f"preempting gang team-a/job-{other}" in decision.message, decision.message
+    assert server.store.get("batch/v1", "jobs", "team-a", other)["spec"]["suspend"] is True
+    assert not server.store.get("batch/v1", "jobs", "team-a", guarded)["spec"].get("suspend")

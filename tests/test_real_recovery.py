@@ -173,9 +173,16 @@ def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(stack: Stack
     stack.plane.kubectl("delete", "job", "polite", "-n", namespace, "--cascade=foreground", "--wait=true", timeout=90)
 
     stack.plane.apply(with_priority(workloads.job("high", namespace, 4, "2"), "gangkeeper-test-high"))
-    high = wait_until(
-        lambda: (p := gang_pods(stack, namespace, "high")) and len(running(p)) == 4 and p, "the high gang Running", 120
-    )
+    try:
+        high = wait_until(
+            lambda: (p := gang_pods(stack, namespace, "high")) and len(running(p)) == 4 and p,
+            "the high gang Running",
+            120,
+        )
+    except AssertionError as error:
+        gangs = stack.plane.get("gangs", namespace=namespace)
+        states = {g["metadata"]["name"]: (g.get("status") or {}).get("message") for g in gangs}
+        raise AssertionError(f"{error}\n{stack.describe(namespace)}\ngangs: {states}") from None
     assert_started_together(high, 4)
     low_a, low_b = (stack.plane.get("job", n, namespace=namespace) for n in ("low-a", "low-b"))
     assert not low_a["spec"].get("suspend") and len(running(gang_pods(stack, namespace, "low-a"))) == 4

@@ -267,12 +267,21 @@ class ClusterIndex:
         grown, self._grown = self._grown, set()
         return grown
 
-    def victims_below(self, priority: int, nodes: Iterable[str], gate_gang: Callable[[str], bool]) -> list[Victim]:
-        """Preemption units holding capacity on these nodes, of lower priority: whole gangs the gate
-        releases (`gate_gang`), and pods in no gang. A unit with a pod already being deleted is going
-        anyway and is left out, as are pods of other mechanisms' gangs (their scheduler preempts them)."""
+    def nodes_below(self, priority: int) -> set[str]:
+        """The nodes where pods of lower priority hold capacity."""
+        return {node for level, held in self.held_by_priority.items() if level < priority for node in held}
+
+    def victims_below(
+        self, priority: int, nodes: Iterable[str], gate_gang: Callable[[str], bool], limit: int | None = None
+    ) -> list[Victim]:
+        """Preemption units holding capacity on these nodes (in order, at most `limit` of them), of lower
+        priority: whole gangs the gate releases (`gate_gang`), and pods in no gang. A unit with a pod
+        already being deleted is going anyway and is left out, as are pods of other mechanisms' gangs
+        (their scheduler preempts them)."""
         units: dict[str, Victim | None] = {}
         for node in nodes:
+            if limit is not None and len(units) >= limit:
+                break
             for key in self._on_node.get(node, ()):
                 hold, seen = self._holds.get(key), self.pods.get(key)
                 if hold is None or seen is None or hold.priority >= priority:

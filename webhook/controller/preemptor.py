@@ -19,7 +19,7 @@ from webhook.controller import metrics
 from webhook.controller.cluster import GangView
 from webhook.controller.kube import PODS, Api, ApiError, Resource
 from webhook.controller.placement import Member
-from webhook.controller.preemption import Victim, budget_blocks, choose_victims
+from webhook.controller.preemption import MAX_CANDIDATES, Victim, budget_blocks, choose_victims
 from webhook.controller.requeue import Requeuer
 from webhook.controller.resolve import Resolved
 from webhook.controller.reuse import Snapshot
@@ -64,8 +64,12 @@ class Preemptor:
                     self._named(v, gang.namespace) for v in still[:3]
                 )
         priority = max(p.priority for p in gated)
+        # the nodes one placement would empty first, then every other node lower-priority pods hold: the
+        # victims there may be protected (a PodDisruptionBudget, a fresh release) where others are not
+        elsewhere = sorted(snapshot.index.nodes_below(priority) - set(decision.preempt_nodes))
+        nodes = [*decision.preempt_nodes, *elsewhere]
         candidates = snapshot.index.victims_below(
-            priority, decision.preempt_nodes, lambda key: self._gate_gang(key, snapshot, now)
+            priority, nodes, lambda key: self._gate_gang(key, snapshot, now), limit=MAX_CANDIDATES
         )
         budgets: dict[str, list[dict[str, Any]]] = {}
         chosen = choose_victims(
@@ -74,7 +78,7 @@ class Preemptor:
             snapshot.free,
             candidates,
             priority,
-            decision.preempt_nodes,
+            nodes,
             spread=resolved.spec.spread,
             eligibility=snapshot.eligibility,
             domains=resolved.spec.domains(),
