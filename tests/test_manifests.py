@@ -334,6 +334,15 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     while time.monotonic() < deadline and "research" not in (queues.states() or {}):
         time.sleep(0.05)
     assert queues.states() == {"default": "Open", "research": "Open"}
+    from webhook.admission.resolve import WatchedPriorityClasses
+
+    store.create("scheduling.k8s.io/v1", "priorityclasses", "", {"metadata": {"name": "batch-high"}, "value": 10})
+    classes = WatchedPriorityClasses(Api(api_client))
+    classes.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "batch-high" not in (classes.names() or ()):
+        time.sleep(0.05)
+    assert classes.names() == frozenset({"batch-high"})
     assert client and certs
 
 
