@@ -226,6 +226,33 @@ def _order(rooms: Mapping[str, int], near: set[str], required: bool) -> list[str
     return held if (held and required) else held + [v for v in tightest if v not in near]
 
 
+Best = tuple[int, str, Placement]  # pods placed, in which domain, the placement: the closest miss
+
+
+def _first_fit(
+    order: Sequence[str], rooms: Mapping[str, int], attempt: Callable[[str], Placement], stop_at: set[str]
+) -> tuple[tuple[str, Placement] | None, Best | None]:
+    """Domains tried in order: the first whose placement is complete, else the closest miss. A domain
+    with no room is skipped once a miss is known; after a domain in `stop_at` nothing more is tried."""
+    best: Best | None = None
+    for value in order:
+        if rooms[value] == 0 and best is not None:
+            continue
+        result = attempt(value)
+        if result.complete:
+            return (value, result), best
+        if best is None or len(result.assignments) > best[0]:
+            best = (len(result.assignments), value, result)
+        if value in stop_at:
+            break
+    return None, best
+
+
+def _unlabelled(key: str, eligibility: Eligibility) -> Placement:
+    note = f"no node has the label {key}"
+    return Placement({}, False, {n.name: note for n in eligibility.nodes}, (), None, note)
+
+
 def _place_within(
     members: Sequence[Member],
     free: Mapping[str, Mapping[str, int]],
@@ -241,22 +268,19 @@ def _place_within(
     inner = replace(domains, within=None)
     rooms = _rooms(eligibility, members, outer.key, free)
     near = {eligibility.domain_of(outer.key).get(node) for node in outer.near} - {None}
-    best: tuple[int, str, Placement] | None = None
-    for value in _order(rooms, near, outer.required):  # type: ignore[arg-type]
-        if rooms[value] == 0 and best is not None:
-            continue
-        result = _place_in_domains(members, free, used_ports, spread, eligibility.within(outer.key, value), inner)
-        if result.complete:
-            return replace(result, domain=f"{value}/{result.domain}")
-        if best is None or len(result.assignments) > best[0]:
-            best = (len(result.assignments), value, result)
+    found, best = _first_fit(
+        _order(rooms, near, outer.required),  # type: ignore[arg-type]
+        rooms,
+        lambda value: _place_in_domains(members, free, used_ports, spread, eligibility.within(outer.key, value), inner),
+        set(),
+    )
+    if found is not None:
+        return replace(found[1], domain=f"{found[0]}/{found[1].domain}")
     if not outer.required:
         return _place_in_domains(members, free, used_ports, spread, eligibility, inner)
     if best is None:
-        note = f"no node has the label {outer.key}"
-        return Placement({}, False, {n.name: note for n in eligibility.nodes}, (), None, note)
-    note = f"within {outer.key} {best[1]}: {best[2].domain_note or 'no room'}"
-    return replace(best[2], domain_note=note)
+        return _unlabelled(outer.key, eligibility)
+    return replace(best[2], domain_note=f"within {outer.key} {best[1]}: {best[2].domain_note or 'no room'}")
 
 
 Candidates = Callable[[Shape], tuple[list[Node], Mapping[str, str]]]
@@ -290,17 +314,13 @@ def _place_in_domains(
 
     rooms = _rooms(eligibility, members, key, free)
     order = _order(rooms, near, domains.required)  # type: ignore[arg-type]
-    best: tuple[int, str, Placement] | None = None
-    for value in order:
-        if rooms[value] == 0 and best is not None:
-            continue
-        result = _place(members, free, used_ports, spread, eligibility, within([value]))
-        if result.complete:
-            return replace(result, domain=value)
-        if best is None or len(result.assignments) > best[0]:
-            best = (len(result.assignments), value, result)
-        if near and value in near and domains.required:
-            break  # a running gang's replacements go back to its domain, or wait for it
+    # a running gang's replacements go back to its domain, or wait for it
+    stop_at = {v for v in near if v is not None} if domains.required else set()
+    found, best = _first_fit(
+        order, rooms, lambda value: _place(members, free, used_ports, spread, eligibility, within([value])), stop_at
+    )
+    if found is not None:
+        return replace(found[1], domain=found[0])
     if not domains.required:
         chosen: list[str] = []
         enough = 0
@@ -320,12 +340,11 @@ def _place_in_domains(
             return replace(result, domain=", ".join(used))
         return replace(result, domain_note=_no_domain(key, len(members), best))
     if best is None:
-        note = f"no node has the label {key}"
-        return Placement({}, False, {n.name: note for n in eligibility.nodes}, (), None, note)
+        return _unlabelled(key, eligibility)
     return replace(best[2], domain_note=_no_domain(key, len(members), best))
 
 
-def _no_domain(key: str, wanted: int, best: tuple[int, str, Placement] | None) -> str:
+def _no_domain(key: str, wanted: int, best: Best | None) -> str:
     if best is None:
         return f"no node has the label {key}"
     return f"no {key} domain has room for all {wanted} pods; the best, {best[1]}, has room for {best[0]}"
