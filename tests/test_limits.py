@@ -4,6 +4,7 @@ proportional to its counts is built, and the controller leaves it with the reaso
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from webhook.admission.resolve import BackendResolver
 from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
 from webhook.gangs import analyze, limits
+from webhook.serving.limits import usable_cpus
 
 SPARK_PI = Path(__file__).resolve().parents[2] / "shared" / "examples" / "spark" / "spark-pi.yaml"
 
@@ -121,3 +123,23 @@ def test_the_controller_leaves_a_gang_grown_past_the_limit_with_the_reason(apise
 
     assert decision.state == "Unknown"
     assert "makes 2147483647 pods, above gangkeeper's limit of 8" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),  # a pod limited to 2 CPUs
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: rounded up
+        ({"cpu.max": "max 100000\n"}, None),  # no limit: the affinity mask
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # cgroup v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_default_worker_count_follows_the_pods_cpu_limit_not_the_nodes(
+    tmp_path: Path, files: dict[str, str], expected: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert usable_cpus(tmp_path) == (expected or len(os.sched_getaffinity(0)))

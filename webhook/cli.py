@@ -15,6 +15,7 @@ from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
 from webhook.gangs.common import MAX_TIMEOUT_SECONDS
 from webhook.gangs.topology import DEFAULT_LEVELS, label_key_problem
+from webhook.serving.limits import Limits, usable_cpus
 
 if TYPE_CHECKING:
     from webhook.admission.resolve import BackendResolver
@@ -80,7 +81,6 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
     from webhook.admission import metrics
     from webhook.admission.app import create_app
     from webhook.admission.handler import Handler
-    from webhook.serving.limits import Limits
     from webhook.serving.tls import CertificateReloader
     from webhook.serving.worker import Worker
 
@@ -449,7 +449,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Two processes per core: each runs one event loop, and the kernel hashes connections over their
     # sockets; with the API server's handful of kept-alive connections, one process per core often
     # left a core idle (bench/admission.py, 8 connections: 1,400-3,500/s at 1 per core, 3,600-4,700 at 2).
-    serve.add_argument("--workers", type=int, default=2 * max(os.cpu_count() or 1, 1))
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=2 * usable_cpus(),
+        help="serving processes; default twice the CPUs this process may use (its cgroup's quota: the pod's "
+        "CPU limit, not the node's CPUs)",
+    )
     serve.add_argument("--graceful-timeout", type=float, default=20.0, help="seconds to finish requests at shutdown")
     serve.add_argument("--handshake-timeout", type=float, default=5.0, help="seconds for a client's TLS handshake")
     serve.add_argument("--header-timeout", type=float, default=5.0, help="seconds for a request's headers")
@@ -459,8 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-connections",
         type=int,
-        default=4096,
-        help="open connections per process; beyond it the one idle longest is closed (default: %(default)s)",
+        default=Limits.max_connections,
+        help="open connections per process, handshakes included; beyond it the one idle longest is closed "
+        "(default: %(default)s)",
     )
     serve.add_argument("--max-in-flight-mib", type=int, default=24, help="request bytes per process before 429")
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)

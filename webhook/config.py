@@ -9,7 +9,7 @@ a wrong type or a value out of its choices stops the process with one line namin
     kind: Configuration
     maxGangPods: 10000
     schedulerNames: {volcano: volcano, coscheduling: scheduler-plugins-scheduler}
-    webhook: {workers: 4, maxInFlight: 512, maxConnections: 4096, drainSeconds: 5}
+    webhook: {workers: 4, maxInFlight: 512, maxConnections: 1024, drainSeconds: 5}
     controller: {queuePolicy: backfill, queueDepth: 4, maxAttempts: 5, headOfLineSeconds: 1800}
 """
 

@@ -7,9 +7,11 @@ where whichever process wakes first takes the burst.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,8 @@ from webhook.serving.tls import CertificateReloader
 from webhook.serving.wsgi import Reply, Request, WsgiApp
 
 log = logging.getLogger("gangkeeper.serve")
+
+ACCEPT_BATCH = 128  # connections taken from the queue per wake-up, so handshakes under way progress too
 
 
 def backlog() -> int:
@@ -61,6 +65,7 @@ class Worker:
         self.drain_seconds, self.graceful_seconds = drain_seconds, graceful_seconds
         self.on_refusal = on_refusal
         self.connections: set[HttpConnection] = set()
+        self.handshakes: set[asyncio.Task[None]] = set()  # accepted, TLS not yet established
         self.in_flight = self.in_flight_bytes = 0
         self.draining = False
         self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
@@ -81,6 +86,19 @@ class Worker:
             oldest.close()
             self.connections.discard(oldest)
         self.connections.add(connection)
+        return True
+
+    def room(self) -> bool:
+        """Room for one more TCP connection, handshakes under way counted: each holds TLS state (about
+        60 KiB) from accept on, so a burst of silent handshakes is bounded by the same cap."""
+        if len(self.connections) + len(self.handshakes) < self.limits.max_connections:
+            return True
+        idle = [c for c in self.connections if c.idle()]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c.deadline)
+        oldest.close()
+        self.connections.discard(oldest)
         return True
 
     def forget(self, connection: HttpConnection) -> None:
@@ -128,23 +146,53 @@ class Worker:
     async def serve(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        server = await loop.create_server(
-            lambda: HttpConnection(self),
-            sock=listening_socket(self.host, self.port, backlog()),
-            ssl=self.reloader.listener_context(),
-            ssl_handshake_timeout=self.limits.handshake_seconds,
-            # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
-            ssl_shutdown_timeout=self.limits.handshake_seconds,
-            backlog=backlog(),
-        )
+        # accepted here, not by loop.create_server: a connection over the cap is closed before any TLS
+        # state exists for it, rather than after its handshake
+        listener = listening_socket(self.host, self.port, backlog())
+        loop.add_reader(listener, self._accept, listener)
         loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         loop.add_signal_handler(signal.SIGINT, self.begin_drain)
         sweeper = loop.create_task(self._sweep())
         await self._stopped.wait()
-        server.close()
+        loop.remove_reader(listener)
+        listener.close()
+        for handshake in list(self.handshakes):
+            handshake.cancel()
         await self._finish()
         sweeper.cancel()
         self._large.shutdown(wait=False, cancel_futures=True)
+
+    def _accept(self, listener: socket.socket) -> None:
+        assert self._loop is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # out of descriptors and kin: the queue waits for a connection to close
+                log.warning("accept failed", extra={"error": str(error)})
+                return
+            if self.draining or not self.room():
+                self.count_refusal(503)
+                sock.close()
+                continue
+            sock.setblocking(False)
+            task = self._loop.create_task(self._handshake(sock))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _handshake(self, sock: socket.socket) -> None:
+        assert self._loop is not None
+        # a client that fails its handshake or never finishes it: the transport has closed its socket
+        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+            await self._loop.connect_accepted_socket(
+                lambda: HttpConnection(self),
+                sock,
+                ssl=self.reloader.listener_context(),
+                ssl_handshake_timeout=self.limits.handshake_seconds,
+                # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
+                ssl_shutdown_timeout=self.limits.handshake_seconds,
+            )
 
     async def _sweep(self) -> None:
         while True:
