@@ -614,6 +614,36 @@ def test_leaderworkerset_groups_get_podgroups_ahead_unless_lws_makes_its_own(ser
     assert names == ["lws-1-abc", "lws-lws-0"]
 
 
+@pytest.mark.parametrize("configured", ["volcano-gpu", "volcano"])
+def test_a_leaderworkerset_under_a_volcano_scheduler_of_another_name_gets_its_podgroups_ahead(
+    server: TestApiServer, api: Api, configured: str
+) -> None:
+    """schedulerNames.volcano reaches the controller too: an LWS the webhook gave `volcano-gpu` is
+    gangkeeper's Volcano gangs (before, the controller compared with `volcano` and made no PodGroup, so
+    Volcano's pod admission refused every pod of the set)."""
+    from tests.realcluster import workloads
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.informer import Informer
+    from webhook.controller.kube import Resource
+
+    lws = workloads.leader_worker_set("lws", "team-a", 2, "1")
+    stamped = admit(lws, "CREATE", make("volcano", scheduler_name=configured), "team-a").mutated
+    assert stamped is not None
+    server.store.served["leaderworkerset.x-k8s.io/v1"] = {"leaderworkersets"}
+    server.store.create("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "team-a", stamped)
+    sets = Informer(api, Resource("leaderworkerset.x-k8s.io/v1", "leaderworkersets"), watch_seconds=1)
+    podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
+    sets.relist()
+    podgroups.relist()
+    informers = {
+        ("leaderworkerset.x-k8s.io/v1", "leaderworkersets"): sets,
+        ("scheduling.volcano.sh/v1beta1", "podgroups"): podgroups,
+    }
+    Controller(api, clock=Clock(), informers=informers, volcano_scheduler=configured).reconcile_once()
+    assert group_names(server) == ["lws-lws-0"]
+
+
 def group_names(server: TestApiServer) -> list[str]:
     return sorted(
         g["metadata"]["name"] for g in server.store.list("scheduling.volcano.sh/v1beta1", "podgroups", "team-a")[0]

@@ -4,6 +4,7 @@ PodGroup in the `default` queue, and Volcano's gang plugin binds the group whole
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,45 @@ def test_training_operators_own_volcano_gang_wins_over_gangkeepers(operator_maki
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
     admitted(stack, job)
     only_the_operators_gang(stack, namespace, 4, job["metadata"]["name"])
+
+
+@pytest.fixture
+def volcano_named_otherwise(vc: Stack) -> Iterator[Stack]:
+    """gangkeeper configured as a cluster whose Volcano profile is `volcano-gpu` would configure it
+    (schedulerNames.volcano in the Configuration both components read), put back afterwards."""
+    saved = vc.plane.get("configmap", "gangkeeper-config", namespace="gangkeeper-system")
+    text = saved["data"]["config.yaml"]
+    changed = text.replace("volcano: volcano\n", f"volcano: {volcano.OTHER_SCHEDULER_NAME}\n")
+    assert changed != text, text
+    patch = {"data": {"config.yaml": changed}}
+    vc.plane.kubectl("-n", "gangkeeper-system", "patch", "configmap", "gangkeeper-config", "-p", json.dumps(patch))
+    vc.restart("webhook", "controller")
+    try:
+        yield vc
+    finally:
+        patch = {"data": {"config.yaml": text}}
+        vc.plane.kubectl("-n", "gangkeeper-system", "patch", "configmap", "gangkeeper-config", "-p", json.dumps(patch))
+        vc.restart("webhook", "controller")
+
+
+def test_a_leaderworkerset_under_a_volcano_scheduler_of_another_name_runs_whole(
+    volcano_named_otherwise: Stack,
+) -> None:
+    """The controller reads the configured Volcano scheduler name too: a LeaderWorkerSet whose templates
+    the webhook gave `volcano-gpu` gets its group's PodGroup from the set, ahead of the pods, so Volcano's
+    pod admission (which refuses a pod naming a PodGroup that does not exist) lets them in. Before, the
+    controller compared with `volcano`, made no PodGroup, and every pod of the set was refused."""
+    stack = volcano_named_otherwise
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-named", "volcano")
+    admitted(stack, workloads.leader_worker_set("lws", namespace, 3, "1"))
+    try:
+        pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 3 and p, "the group Running", 120)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
+    assert {p["spec"]["schedulerName"] for p in pods} == {volcano.OTHER_SCHEDULER_NAME}
+    assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods} == {"lws-lws-0"}
+    groups = podgroups(stack, namespace)
+    assert [g["metadata"]["name"] for g in groups] == ["lws-lws-0"] and groups[0]["spec"]["minMember"] == 3
+    assert "gangkeeper.io/group" in groups[0]["metadata"]["labels"]
+    assert_started_together(pods, 3)

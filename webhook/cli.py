@@ -338,6 +338,7 @@ def _controller(args: argparse.Namespace) -> int:
         queue_policy=args.queue_policy,
         queue_depth=args.queue_depth,
         head_of_line_seconds=args.head_of_line_seconds,
+        volcano_scheduler=args.volcano_scheduler,
     )
     return 0
 
@@ -530,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="scheduling.k8s.io generation of native gangs; auto: the newest the API server serves (%(default)s)",
     )
     controller.add_argument("--metrics-port", type=int, default=8080)
+    controller.add_argument(
+        "--volcano-scheduler",
+        default="volcano",
+        help="the schedulerName the webhook gives Volcano's pods (schedulerNames.volcano): a LeaderWorkerSet "
+        "whose templates carry it gets its PodGroups ahead of its pods",
+    )
     controller.add_argument(
         "--max-attempts", type=int, default=5, help="times a timed-out gang is requeued before it gives up"
     )

@@ -30,7 +30,7 @@ FLAG = "--config"
 FIELDS: dict[str, dict[str, str]] = {
     "backend": {"serve": "--backend"},
     "maxGangPods": {"serve": "--max-gang-pods", "controller": "--max-gang-pods"},
-    "schedulerNames.volcano": {"serve": "--volcano-scheduler"},
+    "schedulerNames.volcano": {"serve": "--volcano-scheduler", "controller": "--volcano-scheduler"},
     "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
     "topologyLevels": {"serve": "--topology-levels"},
     "webhook.workers": {"serve": "--workers"},

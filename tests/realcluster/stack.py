@@ -91,6 +91,38 @@ class Stack:
         wait_until(self.webhook_endpoints, "ready endpoints of the gangkeeper-webhook Service", 60)
         self.cordon_system(True)
 
+    def restart(self, *components: str) -> None:
+        """gangkeeper's pods of these components (`webhook`, `controller`) started afresh, as a changed
+        configuration does (the chart's checksum annotation): they read their ConfigMap and the system
+        nodes' API routes again. Only the system nodes may take them: the fake nodes go first."""
+        self.replace_workers(0)
+        holder = self._lease_holder()
+        self.cordon_system(False)
+        try:
+            for component in components:
+                selector = f"app.kubernetes.io/component={component}"
+                self.plane.kubectl("-n", "gangkeeper-system", "delete", "pod", "-l", selector, timeout=90)
+            for component in components:
+                self.plane.kubectl(
+                    "-n",
+                    "gangkeeper-system",
+                    "rollout",
+                    "status",
+                    f"deployment/gangkeeper-{component}",
+                    "--timeout=120s",
+                    timeout=130,
+                )
+        finally:
+            self.cordon_system(True)
+        if "webhook" in components:
+            wait_until(self.webhook_endpoints, "ready endpoints of the gangkeeper-webhook Service", 60)
+        if "controller" in components:
+            wait_until(lambda: self._lease_holder() not in ("", holder), "a new controller holding the Lease", 90)
+
+    def _lease_holder(self) -> str:
+        lease = self.plane.get("lease", "gangkeeper-controller", namespace="gangkeeper-system") or {}
+        return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
     def cordon_system(self, cordoned: bool) -> None:
         """The system nodes run gangkeeper only: cordoned, so workloads land on KWOK's nodes."""
         self.plane.kubectl("cordon" if cordoned else "uncordon", *SYSTEM_NODES)

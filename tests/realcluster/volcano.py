@@ -24,6 +24,10 @@ from tests.realcluster.operators import module_dir
 from tests.realcluster.stack import wait_until
 
 SCHEDULER_NAME = "volcano"
+# a second name, as a cluster with several Volcano profiles runs (every component takes --scheduler-name
+# more than once: volcano cmd/*/app/options/options.go); gangkeeper may be configured with either
+OTHER_SCHEDULER_NAME = "volcano-gpu"
+NAMES = [f"--scheduler-name={n}" for n in (SCHEDULER_NAME, OTHER_SCHEDULER_NAME)]
 NAMESPACE = "volcano-system"
 ADMISSION_SERVICE = "volcano-admission-service"  # {{ .Release.Name }}-admission-service, release `volcano`
 
@@ -59,6 +63,7 @@ def start(plane: ControlPlane) -> list[Process]:
         [
             str(executable("controller-manager")),
             *common,
+            *NAMES,
             "--enable-healthz=true",
             f"--healthz-address=127.0.0.1:{controller_health}",
         ],
@@ -69,6 +74,7 @@ def start(plane: ControlPlane) -> list[Process]:
         [
             str(executable("scheduler")),
             *common,
+            *NAMES,
             f"--scheduler-conf={chart / 'config' / 'volcano-scheduler.conf'}",
             "--enable-healthz=true",
             f"--healthz-address=127.0.0.1:{scheduler_health}",
@@ -116,6 +122,7 @@ def start_admission(plane: ControlPlane, chart: Path) -> Process:
             f"--port={port}",
             f"--webhook-namespace={NAMESPACE}",
             f"--webhook-service-name={ADMISSION_SERVICE}",
+            *NAMES,
             "--enable-healthz=true",
             f"--healthz-address=127.0.0.1:{health}",
             "--logtostderr",

@@ -35,8 +35,18 @@ IMMUTABLE_GROUP_SPECS = frozenset({"scheduling.k8s.io/v1alpha1", "scheduling.k8s
 
 
 class GroupObjects:
-    def __init__(self, api: Api, workloads: Workloads, reporter: Reporter, native_version: str) -> None:
+    def __init__(
+        self,
+        api: Api,
+        workloads: Workloads,
+        reporter: Reporter,
+        native_version: str,
+        volcano_scheduler: str = "volcano",
+    ) -> None:
         self.api, self.workloads, self.reporter, self.native_version = api, workloads, reporter, native_version
+        # the name the webhook was configured to give Volcano's pods (schedulerNames.volcano): what marks
+        # a LeaderWorkerSet as gangkeeper's Volcano gangs, its templates carrying no group name
+        self.volcano_scheduler = volcano_scheduler
         self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
         self._looked_at: dict[str, str] = {}  # workload uid -> resourceVersion create_ahead last saw
 
@@ -141,7 +151,7 @@ class GroupObjects:
         provider manages (its PodGroup labelled with the set's name and the group's index, lws
         pkg/schedulerprovider/volcano_provider.go), a workload another PodGroup is controlled by."""
         wanted = volcano_groups_in(workload)
-        is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload)
+        is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload, self.volcano_scheduler)
         if not wanted and not is_lws:
             return
         meta = workload.get("metadata") or {}
@@ -217,13 +227,12 @@ class GroupObjects:
             self._refusals.pop(key, None)
 
 
-def volcano_scheduled(workload: Obj) -> bool:
-    """A LeaderWorkerSet whose templates gangkeeper gave Volcano's scheduler (its pods get their group
-    names one by one, so no template carries one)."""
+def volcano_scheduled(workload: Obj, scheduler: str) -> bool:
+    """A LeaderWorkerSet whose templates gangkeeper gave Volcano's scheduler, named `scheduler` (its pods
+    get their group names one by one, so no template carries one)."""
     template = ((workload.get("spec") or {}).get("leaderWorkerTemplate")) or {}
     if not isinstance(template, dict):
         return False
-    scheduler = backends.make("volcano").scheduler_name
     return any(
         isinstance(t, dict) and isinstance(t.get("spec"), dict) and t["spec"].get("schedulerName") == scheduler
         for t in (template.get("leaderTemplate"), template.get("workerTemplate"))

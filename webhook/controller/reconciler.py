@@ -81,6 +81,7 @@ class Controller:
         head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
         opted_out: Callable[[str], bool] = lambda namespace: False,
         monotonic: Callable[[], float] | None = None,
+        volcano_scheduler: str = "volcano",
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
@@ -107,7 +108,7 @@ class Controller:
         self.reporter = Reporter(self.recorder, self.gang_objects, may_write)
         self.releaser = Releaser(api, self.reporter, may_write, release_concurrency)
         self.requeuer = Requeuer(api, self.workloads, self.reporter, self.gang_objects, max_attempts, may_write)
-        self.groups = GroupObjects(api, self.workloads, self.reporter, native_version)
+        self.groups = GroupObjects(api, self.workloads, self.reporter, native_version, volcano_scheduler)
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.next_wake: float | None = None  # when the next pass must run although nothing changes

@@ -91,6 +91,7 @@ def run(
     queue_policy: str = DEFAULT_POLICY.value,
     queue_depth: int = DEFAULT_DEPTH,
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
+    volcano_scheduler: str = "volcano",
 ) -> None:
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
@@ -115,6 +116,7 @@ def run(
         head_of_line_seconds=head_of_line_seconds,
         opted_out=lambda name: left_gangkeeper(namespaces, name),
         monotonic=time.monotonic,
+        volcano_scheduler=volcano_scheduler,
     )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:
