@@ -156,8 +156,6 @@ class Worker:
         await self._stopped.wait()
         loop.remove_reader(listener)
         listener.close()
-        for handshake in list(self.handshakes):
-            handshake.cancel()
         await self._finish()
         sweeper.cancel()
         self._large.shutdown(wait=False, cancel_futures=True)
@@ -172,7 +170,7 @@ class Worker:
             except OSError as error:  # out of descriptors and kin: the queue waits for a connection to close
                 log.warning("accept failed", extra={"error": str(error)})
                 return
-            if self.draining or not self.room():
+            if not self.room():
                 self.count_refusal(503)
                 sock.close()
                 continue
@@ -217,7 +215,8 @@ class Worker:
         self.draining = True
         deadline = time.monotonic() + self.graceful_seconds
         # closed connections still wait for the client's TLS close_notify; they need nothing more from us
-        while any(not c.closing for c in self.connections) and time.monotonic() < deadline:
+        # handshakes under way finish (bounded by their deadline) and get their answer with the rest
+        while (self.handshakes or any(not c.closing for c in self.connections)) and time.monotonic() < deadline:
             now = time.monotonic()
             for connection in list(self.connections):
                 if connection.closable_at_shutdown(now, grace=self.limits.header_seconds):
