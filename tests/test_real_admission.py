@@ -11,6 +11,7 @@ import yaml
 
 from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, wait_until
+from tests.test_real_recovery import patch_as
 
 pytestmark = pytest.mark.cluster
 
@@ -114,3 +115,32 @@ def test_a_pod_cannot_be_moved_into_another_gang(stack: Stack) -> None:
     )
     assert moved.returncode != 0
     assert "metadata.labels[gangkeeper.io/group]: Invalid value: field is immutable" in moved.stderr
+    # The controller's pod patches skip this webhook: the ValidatingAdmissionPolicy holds every account
+    # of that name to a release, so a tenant's account named like it still cannot move a pod.
+    stack.plane.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "gangkeeper-controller", "namespace": namespace},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "pod-patcher", "namespace": namespace},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "pod-patcher", "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-patcher"},
+                "subjects": [{"kind": "ServiceAccount", "name": "gangkeeper-controller", "namespace": namespace}],
+            },
+        ]
+    )
+    body = '{"metadata":{"labels":{"gangkeeper.io/group":"job-elsewhere"}}}'
+    impostor = patch_as(stack, f"/api/v1/namespaces/{namespace}/pods/{pod}", body, namespace, "gangkeeper-controller")
+    assert impostor.returncode != 0
+    assert "gangkeeper-controller-pod-release-only" in impostor.stderr, impostor.stderr
+    assert stack.pods(namespace)[0]["metadata"]["labels"]["gangkeeper.io/group"] == "job-member"

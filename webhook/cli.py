@@ -339,6 +339,7 @@ def _controller(args: argparse.Namespace) -> int:
         queue_depth=args.queue_depth,
         head_of_line_seconds=args.head_of_line_seconds,
         volcano_scheduler=args.volcano_scheduler,
+        release_concurrency=args.release_concurrency,
     )
     return 0
 
@@ -531,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="scheduling.k8s.io generation of native gangs; auto: the newest the API server serves (%(default)s)",
     )
     controller.add_argument("--metrics-port", type=int, default=8080)
+    controller.add_argument(
+        "--release-concurrency",
+        type=int,
+        default=16,
+        help="a gang's release PATCHes sent side by side (the API client's pool holds twice as many connections)",
+    )
     controller.add_argument(
         "--volcano-scheduler",
         default="volcano",

@@ -46,6 +46,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.headOfLineSeconds": {"controller": "--head-of-line-seconds"},
     "controller.nativeVersion": {"controller": "--native-version"},
     "controller.intervalSeconds": {"controller": "--interval"},
+    "controller.releaseConcurrency": {"controller": "--release-concurrency"},
 }
 
 

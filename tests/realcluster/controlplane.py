@@ -124,6 +124,9 @@ class ControlPlane:
     # endpoint; EndpointSlices refuse loopback) and for pod sandboxes to reach it by
     advertise_address: str = "10.253.0.1"
     native_gang: bool = True
+    # the controller manager's and scheduler's client QPS (burst twice it); None: their defaults (20 and
+    # 50), which bound how fast a Job's pods are created and bound, not the gang mechanism (bench/cluster.py)
+    client_qps: int | None = None
     processes: list[Process] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -207,6 +210,11 @@ class ControlPlane:
         native = NATIVE[self.minor]
         return ["--feature-gates=" + ",".join(f"{g}=true" for g in native.feature_gates)]
 
+    def client_flags(self) -> list[str]:
+        if self.client_qps is None:
+            return []
+        return [f"--kube-api-qps={self.client_qps}", f"--kube-api-burst={2 * self.client_qps}"]
+
     def _start_apiserver(self) -> None:
         p = self.pki
         runtime = [f"--runtime-config={NATIVE[self.minor].runtime_config}"] if self.native_gang else []
@@ -256,6 +264,7 @@ class ControlPlane:
                 "--profiling=false",
                 "--v=1",
                 *self.feature_flags(),
+                *self.client_flags(),
             ],
         )
         self.start_scheduler()
@@ -294,6 +303,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 "--v=1",
                 *self.feature_flags(),
+                *self.client_flags(),
                 *(extra or []),
             ],
         )

@@ -92,6 +92,7 @@ def run(
     queue_depth: int = DEFAULT_DEPTH,
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
     volcano_scheduler: str = "volcano",
+    release_concurrency: int = 16,
 ) -> None:
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
@@ -117,6 +118,7 @@ def run(
         opted_out=lambda name: left_gangkeeper(namespaces, name),
         monotonic=time.monotonic,
         volcano_scheduler=volcano_scheduler,
+        release_concurrency=release_concurrency,
     )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:

@@ -1,0 +1,394 @@
+"""Gangs on the real control plane, side by side with the floor and the other mechanisms.
+
+Starts what the real tier runs (tests/realcluster/: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, KWOK, gangkeeper deployed from manifests/overlays/gate on its system nodes), with
+--nodes KWOK nodes of --node-cpu CPUs, and runs each scenario once per backend, each in a fresh
+namespace of one cluster:
+
+- floor: a namespace not opted in (the default scheduler, no gang);
+- gate: gangkeeper's controller holds and releases the gang;
+- native: the API server's Workload/PodGroup and kube-scheduler's gang plugin (this version's);
+- volcano: Volcano's scheduler, controller manager and admission (when built).
+
+Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once. Per
+backend it prints, from the moment the Jobs are applied: all pods created, created -> all bound (last
+creation to last binding), all Running, the ratio of that to the floor's; kube-apiserver's webhook
+admission latency from its own histogram (p50/p99 per webhook), its requests by verb, each component's
+CPU seconds and gangkeeper's peak RSS. The controller manager's and scheduler's client QPS are set as a
+production cluster sets them (--client-qps, printed), so the floor is not the Job controller's 20 QPS.
+
+Times come from one watch of the namespace's pods (local receive time of each pod's first event, of the
+first event with a node, of the first Running), not from the API's one-second timestamps.
+
+    python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano]
+                            [--scenarios one,many] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.realcluster import volcano, workloads
+from tests.realcluster.controlplane import ControlPlane, versions
+from tests.realcluster.stack import FAKE, Stack, wait_until
+
+GANGKEEPER = ("gangkeeper-webhook", "gangkeeper-controller")
+
+
+@dataclass
+class Timeline:
+    """What one watch of a namespace saw, in local monotonic seconds."""
+
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+
+    def see(self, pod: Any, now: float) -> None:
+        name = pod.metadata.name
+        self.created.setdefault(name, now)
+        if pod.spec.node_name:
+            self.bound.setdefault(name, now)
+        if pod.status and pod.status.phase == "Running":
+            self.running.setdefault(name, now)
+
+
+def watch_pods(core: client.CoreV1Api, namespace: str, timeline: Timeline, stop: threading.Event) -> None:
+    while not stop.is_set():
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(core.list_namespaced_pod, namespace, timeout_seconds=5):
+                timeline.see(event["object"], time.monotonic())
+                if stop.is_set():
+                    break
+        except Exception:  # a watch the API server ended or refused: start another
+            time.sleep(0.1)
+        finally:
+            stream.stop()
+
+
+def process_tree(pid: int) -> list[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [pid, *(p for c in children for p in process_tree(int(c)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for process in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    total = 0
+    for process in process_tree(pid):
+        try:
+            total += int(Path(f"/proc/{process}/statm").read_text().split()[1])
+        except OSError:
+            continue
+    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def components(stack: Stack) -> dict[str, int]:
+    """Process ids by component: the control plane's processes and gangkeeper's pod sandboxes."""
+    found = {p.name: p.popen.pid for p in stack.plane.processes if p.popen is not None and p.alive()}
+    for node in stack.system:
+        for sandbox in node.sandboxes.values():
+            if sandbox.process is not None and sandbox.process.poll() is None:
+                kind = next((k for k in GANGKEEPER if sandbox.name.startswith(k)), sandbox.name)
+                found[f"{kind}@{node.name}"] = sandbox.process.pid
+    return found
+
+
+def apiserver_metrics(plane: ControlPlane) -> list[Any]:
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(plane.pki.ca))
+    context.load_cert_chain(str(plane.pki.cert("admin")), str(plane.pki.key("admin")))
+    with urllib.request.urlopen(f"{plane.server}/metrics", context=context, timeout=30) as answer:
+        return list(text_string_to_metric_families(answer.read().decode()))
+
+
+def requests_by_verb(families: list[Any]) -> dict[str, float]:
+    counts: dict[str, float] = defaultdict(float)
+    for family in families:
+        if family.name == "apiserver_request":
+            for sample in family.samples:
+                if sample.name == "apiserver_request_total":
+                    counts[sample.labels["verb"]] += sample.value
+    return dict(counts)
+
+
+def webhook_buckets(families: list[Any]) -> dict[str, dict[float, float]]:
+    """Cumulative bucket counts of kube-apiserver's webhook admission latency, per webhook name."""
+    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for family in families:
+        if family.name == "apiserver_admission_webhook_admission_duration_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[sample.labels["name"]][float(sample.labels["le"])] += sample.value
+    return {name: dict(b) for name, b in buckets.items()}
+
+
+def request_buckets(families: list[Any], verb: str, resource: str) -> dict[float, float]:
+    """Cumulative bucket counts of kube-apiserver's own latency for one verb on one resource."""
+    buckets: dict[float, float] = defaultdict(float)
+    for family in families:
+        if family.name == "apiserver_request_duration_seconds":
+            for sample in family.samples:
+                labels = sample.labels
+                if (
+                    sample.name.endswith("_bucket")
+                    and labels.get("verb") == verb
+                    and labels.get("resource") == resource
+                    and not labels.get("subresource")
+                ):
+                    buckets[float(labels["le"])] += sample.value
+    return dict(buckets)
+
+
+def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The bucket bound under which a fraction q of the calls made between two scrapes fell."""
+    deltas = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return None
+    return next(le for le, count in deltas if count >= q * total)
+
+
+@dataclass
+class Snapshot:
+    at: float
+    cpu: dict[str, float]
+    families: list[Any]
+
+    @classmethod
+    def take(cls, stack: Stack) -> Snapshot:
+        return cls(
+            time.monotonic(),
+            {name: cpu_seconds(pid) for name, pid in components(stack).items()},
+            apiserver_metrics(stack.plane),
+        )
+
+
+def configure(stack: Stack, controller_fields: str) -> None:
+    """Fields added under `controller:` in the deployed Configuration, the controller restarted."""
+    saved = stack.plane.get("configmap", "gangkeeper-config", namespace="gangkeeper-system")
+    text = saved["data"]["config.yaml"].replace("controller:\n", "controller:\n" + controller_fields, 1)
+    patch = json.dumps({"data": {"config.yaml": text}})
+    stack.plane.kubectl("-n", "gangkeeper-system", "patch", "configmap", "gangkeeper-config", "-p", patch)
+    stack.restart("controller")
+
+
+def make_nodes(stack: Stack, count: int, cpu: int) -> None:
+    """`count` KWOK nodes created side by side (kubectl apply of thousands takes minutes), then Ready."""
+    core = client.CoreV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
+    capacity = {"cpu": str(cpu), "memory": f"{4 * cpu}Gi", "pods": "110"}
+    names = [f"bench-{i}" for i in range(count)]
+
+    def create(name: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": dict(FAKE),
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+            },
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+        core.create_node(body)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(create, names))
+    created = time.monotonic() - started
+
+    def ready() -> bool:
+        nodes = core.list_node(label_selector="type=kwok").items
+        return (
+            sum(1 for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
+            >= count
+        )
+
+    wait_until(ready, f"{count} KWOK nodes Ready", 1800, every=2)
+    print(f"{count} nodes: created in {created:.1f} s, all Ready after {time.monotonic() - started:.1f} s", flush=True)
+    stack.workers = names
+
+
+def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
+    if scenario == "one":
+        return [workloads.job("gang", namespace, pods, "1")]
+    return [workloads.job(f"gang-{i}", namespace, 20, "1") for i in range(50)]
+
+
+def run_one(stack: Stack, backend: str, scenario: str, pods: int) -> dict[str, Any]:
+    namespace = stack.namespace(
+        f"bench-{scenario}-{backend}", None if backend == "floor" else backend, backend != "floor"
+    )
+    jobs = scenario_jobs(scenario, namespace, pods)
+    expected = sum(j["spec"]["parallelism"] for j in jobs)
+    core = client.CoreV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
+    timeline, stop = Timeline(), threading.Event()
+    watcher = threading.Thread(target=watch_pods, args=(core, namespace, timeline, stop), daemon=True)
+    watcher.start()
+    time.sleep(1.0)
+    before = Snapshot.take(stack)
+    peak_rss = 0.0
+    applied = time.monotonic()
+    # the webhook's API discovery refreshes each minute: a mechanism installed a moment ago (Volcano) is
+    # refused, naming what is missing, until it sees its API
+    wait_until(lambda: stack.plane.apply(jobs) or True, f"the {backend} Jobs admitted", 120, every=5)
+    deadline = applied + 600
+    while len(timeline.running) < expected and time.monotonic() < deadline:
+        time.sleep(0.25)
+        peak_rss = max(
+            peak_rss, sum(rss_mib(pid) for name, pid in components(stack).items() if name.startswith(GANGKEEPER))
+        )
+    after = Snapshot.take(stack)
+    stop.set()
+    watcher.join(timeout=10)
+    created, bound, running = (sorted(t.values()) for t in (timeline.created, timeline.bound, timeline.running))
+    complete = len(running) >= expected
+    result: dict[str, Any] = {
+        "backend": backend,
+        "scenario": scenario,
+        "pods": expected,
+        "complete": complete,
+        "all_created_s": round(created[-1] - applied, 2) if len(created) >= expected else None,
+        "created_to_all_bound_s": round(bound[-1] - created[-1], 2) if len(bound) >= expected else None,
+        "all_running_s": round(running[-1] - applied, 2) if complete else None,
+        "binding_spread_s": round(bound[-1] - bound[0], 2) if len(bound) >= expected else None,
+        # a gang's first binding before all its pods exist would be a partial start (the floor's is)
+        "pods_existing_at_first_binding": sum(1 for t in created if bound and t <= bound[0]),
+        "first_bound_after_all_created_s": round(bound[0] - created[-1], 2) if len(bound) >= expected else None,
+        "pod_patch_ms": {
+            q: (lambda v: None if v is None else round(v * 1000, 1))(
+                quantile(
+                    request_buckets(before.families, "PATCH", "pods"),
+                    request_buckets(after.families, "PATCH", "pods"),
+                    level,
+                )
+            )
+            for q, level in (("p50", 0.5), ("p99", 0.99))
+        },
+        "webhook_latency_ms": {
+            name: {
+                "p50": (lambda v: None if v is None else round(v * 1000, 1))(quantile(b, a, 0.5)),
+                "p99": (lambda v: None if v is None else round(v * 1000, 1))(quantile(b, a, 0.99)),
+            }
+            for name, a in webhook_buckets(after.families).items()
+            if (b := webhook_buckets(before.families).get(name, {})) is not None and quantile(b, a, 0.5) is not None
+        },
+        "requests_by_verb": {
+            verb: int(count - requests_by_verb(before.families).get(verb, 0.0))
+            for verb, count in requests_by_verb(after.families).items()
+            if count - requests_by_verb(before.families).get(verb, 0.0) > 0
+        },
+        "cpu_seconds": {
+            name: round(after.cpu[name] - before.cpu.get(name, after.cpu[name]), 1)
+            for name in sorted(after.cpu)
+            if after.cpu[name] - before.cpu.get(name, after.cpu[name]) >= 0.05
+        },
+        "gangkeeper_peak_rss_mib": round(peak_rss, 1),
+    }
+    stack.plane.kubectl("delete", "namespace", namespace, "--wait=false")
+    wait_until(
+        lambda: not core.list_namespaced_pod(namespace, limit=1).items, f"the pods of {namespace} gone", 600, every=2
+    )
+    return result
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    for scenario in dict.fromkeys(r["scenario"] for r in results):
+        rows = [r for r in results if r["scenario"] == scenario]
+        floor = next((r for r in rows if r["backend"] == "floor"), None)
+        print(f"\nscenario {scenario}: {rows[0]['pods']} pods")
+        print(
+            f"{'backend':<9} {'created':>8} {'c->bound':>9} {'running':>8} {'x floor':>8} {'spread':>7}"
+            "  webhook p50/p99 ms"
+        )
+        for r in rows:
+            ratio = (
+                f"{r['all_running_s'] / floor['all_running_s']:.2f}"
+                if floor and floor["all_running_s"] and r["all_running_s"]
+                else "-"
+            )
+            hooks = ", ".join(f"{n.split('.')[0]} {v['p50']}/{v['p99']}" for n, v in r["webhook_latency_ms"].items())
+            cells = [
+                r[k] if r[k] is not None else "-" for k in ("all_created_s", "created_to_all_bound_s", "all_running_s")
+            ]
+            spread = r["binding_spread_s"] if r["binding_spread_s"] is not None else "-"
+            print(f"{r['backend']:<9} {cells[0]:>8} {cells[1]:>9} {cells[2]:>8} {ratio:>8} {spread:>7}  {hooks}")
+        for r in rows:
+            print(f"  {r['backend']}: requests {r['requests_by_verb']}")
+            print(f"  {r['backend']}: cpu s {r['cpu_seconds']}; gangkeeper peak RSS {r['gangkeeper_peak_rss_mib']} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--node-cpu", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=1000, help="pods of the `one` scenario's gang")
+    parser.add_argument("--backends", default="floor,gate,native,volcano")
+    parser.add_argument("--scenarios", default="one,many")
+    parser.add_argument("--client-qps", type=int, default=100, help="controller manager's and scheduler's")
+    parser.add_argument("--release-concurrency", type=int, default=None, help="the controller's, when not its default")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
+    backends = args.backends.split(",")
+    if "volcano" in backends and volcano.missing():
+        print(f"volcano skipped: {volcano.missing()}")
+        backends.remove("volcano")
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp, ExitStack() as running:
+        plane = ControlPlane(Path(tmp), kubernetes_version=version, client_qps=args.client_qps)
+        missing = plane.missing()
+        if missing:
+            sys.exit(missing)
+        stack = running.enter_context(Stack(plane, overlay="gate").running())
+        print(f"Kubernetes {version}; controller manager and scheduler: {' '.join(plane.client_flags())}", flush=True)
+        if args.release_concurrency:
+            configure(stack, f"  releaseConcurrency: {args.release_concurrency}\n")
+        if "volcano" in backends:
+            processes = volcano.start(plane)
+            running.callback(volcano.stop, plane, processes)
+        make_nodes(stack, args.nodes, args.node_cpu)
+        for scenario in args.scenarios.split(","):
+            for backend in backends:
+                result = run_one(stack, backend, scenario, args.pods)
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    print_table(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
