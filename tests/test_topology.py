@@ -402,6 +402,7 @@ def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_cont
     from tests import builders as b
     from tests.cluster import Clock, default_scheduler, gang_status, node
     from tests.lifecycle import LeaderWorkerSetController, install_admission, kubelet
+    from webhook.controller.explain import explain
     from webhook.controller.reconciler import Controller
 
     install_admission(store, "gate")
@@ -432,6 +433,9 @@ def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_cont
 
     assert run() == {"lws-serve-0": {"r1"}, "lws-serve-1": {"gated"}}
     assert f"within {BLOCK} b1" in gang_status(store, "lws-serve-1")["message"]
+    said = explain(api, "team-a", "lws-serve-1", clock=clock)
+    assert f"topology: its pods in one {RACK} domain, required (metadata.annotations" in said, said
+    assert f"topology: its workload's gangs in one {BLOCK} domain, required" in said, said
     grown = store.get("v1", "nodes", "", "r2-n0")
     grown["status"]["allocatable"]["cpu"] = "8"
     store.update("v1", "nodes", "", "r2-n0", grown, None, admit=False)

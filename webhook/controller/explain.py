@@ -11,6 +11,7 @@ from webhook.controller.kube import Api, ApiError
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.source import Listing
+from webhook.controller.state import GangSpec
 
 
 class UnknownGang(LookupError):
@@ -45,6 +46,7 @@ def explain(
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",
     ]
+    lines += topology_lines(resolved.spec, decision.placement)
     if decision.position:
         waiting = sum(1 for d in decisions.values() if d.position)
         priority = max(p.priority for p in gated) if gated else 0
@@ -69,6 +71,18 @@ def explain(
     return "\n".join(lines)
 
 
+def topology_lines(spec: GangSpec, found: placement.Placement | None) -> list[str]:
+    """The gang's topology intent as the controller reads it (key, required or preferred, where the user
+    wrote it), and the domain of the best placement found."""
+    lines = []
+    for scope, intent in (("its pods", spec.topology), ("its workload's gangs", spec.workload_topology)):
+        if intent is not None:
+            lines.append(f"  topology: {scope} in one {intent.key} domain, {intent.word} ({intent.field})")
+    if spec.topology is not None and found is not None and found.domain:
+        lines.append(f"  best {spec.topology.key} domain: {found.domain}")
+    return lines
+
+
 def explain_from_gang(api: Api, namespace: str, gang_name: str) -> str:
     """What a tenant with read access to its namespace only can see: the Gang object's status, as the
     controller last wrote it (no node-by-node placement, which needs every pod and node)."""
@@ -87,6 +101,8 @@ def explain_from_gang(api: Api, namespace: str, gang_name: str) -> str:
         f"{spec.get('minMember', '?')} ({status.get('gated', 0)} gated, {status.get('running', 0)} running)",
         f"  state: {status.get('state', 'unknown')}: {status.get('message', '')}",
     ]
+    if status.get("domain"):
+        lines.append(f"  topology domain: {status['domain']}")
     if status.get("queuePosition"):
         lines.append(f"  queue: position {status['queuePosition']}")
     if status.get("attempts"):
