@@ -5,7 +5,10 @@ Each test runs `gangkeeper serve` as a process and talks to it over real sockets
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import resource
 import socket
 import ssl
 import threading
@@ -90,6 +93,30 @@ def test_at_the_connection_cap_the_idlest_connection_makes_room(tmp_path: Path) 
             sock.close()
     finally:
         stop_server(server)
+
+
+def test_handshakes_under_way_count_against_the_connection_cap(tmp_path: Path) -> None:
+    """Each accepted connection holds TLS state from accept on (about 60 KiB): a burst of clients that
+    never finish their handshake is bounded by the same cap, not only established connections. Over the
+    cap a new connection is closed before its handshake; once the handshake deadline cuts the silent
+    ones, there is room again. (Before: 16,384 silent handshakes took the chart's pod to 1.1 GiB.)
+    Repeated because the hole it guards was a race: under uvloop connect_accepted_socket returns only
+    when the connection closes, so the readiness probe's idle connection was counted twice, and its
+    close freed a slot the silent handshakes should have held (one run in five let a fifth in)."""
+    for _ in range(3):
+        server = start_server(tmp_path, "--backend", "volcano", "--max-connections", "4", "--handshake-timeout", "2")
+        try:
+            silent = [socket.create_connection(address(server)) for _ in range(4)]  # TCP only: no ClientHello
+            time.sleep(0.3)
+            with pytest.raises((ssl.SSLError, OSError)):
+                tls_connection(server)
+            closed, _ = closed_within(silent[0], 4.0)
+            assert closed, "the handshake deadline cut the silent connection"
+            assert server.post("/mutate", job_pod_body()).status_code == 200
+            for sock in silent:
+                sock.close()
+        finally:
+            stop_server(server)
 
 
 def test_a_client_that_never_finishes_the_handshake_is_cut_off(fast_deadlines: Server) -> None:
@@ -299,3 +326,30 @@ def test_probes_answer_while_large_reviews_run(server: Server) -> None:
         stop.set()
         sender.join()
     assert answered[0] >= 1 and slowest < 0.5
+
+
+def test_the_webhook_stays_within_its_pods_memory_share_under_both_attacks_at_once(tmp_path: Path) -> None:
+    """The deployed configuration's memory ceiling, as a test: silent TLS connections at twice the
+    per-process cap plus clients sending oversized chunked bodies, against two workers, whose share of
+    the chart's 768Mi limit (four workers) is 384 MiB. bench/webhook_memory.py measures the chart's four
+    (599-606 MiB). Measured here: 300-335 MiB; with --max-connections 4096 (the cap before) it fails."""
+    from bench import webhook_memory
+
+    workers, cap = 2, 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 2 * cap * workers + 512), hard), hard))
+    server = start_server(tmp_path, "--backend", "volcano", "--workers", str(workers), "--max-connections", str(cap))
+    try:
+        time.sleep(1)
+        attack = argparse.Namespace(workers=workers, silent=2 * cap, chunked=16, seconds=15.0)
+        figures = asyncio.run(webhook_memory.attack(server.url, server.ca, server.process.pid, attack))
+        assert server.post("/mutate", job_pod_body()).status_code == 200, "still serving after the attack"
+    finally:
+        stop_server(server)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    peak = figures["peak"]
+    assert isinstance(peak, dict)
+    share = webhook_memory.LIMIT_MIB * workers / 4
+    assert peak["pss_mib"] <= share, f"{peak['pss_mib']} MiB over {share} MiB: {figures}"
+    held = figures["silent_connections_held"]
+    assert isinstance(held, int) and held <= cap * workers, f"the cap let {held} silent connections in"

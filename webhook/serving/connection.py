@@ -47,8 +47,9 @@ def encode(reply: Reply, keep_alive: bool) -> bytes:
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, handshake: object = None) -> None:
         self.worker, self.limits = worker, worker.limits
+        self.handshake = handshake  # the worker's token for this connection's TLS handshake under way
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self.state, self.deadline = IDLE, time.monotonic() + self.limits.idle_seconds

@@ -65,7 +65,12 @@ class Worker:
         self.drain_seconds, self.graceful_seconds = drain_seconds, graceful_seconds
         self.on_refusal = on_refusal
         self.connections: set[HttpConnection] = set()
-        self.handshakes: set[asyncio.Task[None]] = set()  # accepted, TLS not yet established
+        # accepted sockets whose TLS handshake has not finished, by a token the connection carries: the
+        # count ends when the connection is made, not when connect_accepted_socket returns (under uvloop
+        # that awaitable resolves only once the connection closes, so an established connection was
+        # counted twice and a closing one made room for a silent handshake)
+        self.handshakes: set[object] = set()
+        self._handshake_tasks: set[asyncio.Task[None]] = set()
         self.in_flight = self.in_flight_bytes = 0
         self.draining = False
         self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
@@ -75,6 +80,7 @@ class Worker:
     # bookkeeping the connections call
 
     def accept(self, connection: HttpConnection) -> bool:
+        self.handshakes.discard(connection.handshake)
         if len(self.connections) >= self.limits.max_connections:
             # room is made by closing the connection idle the longest: silent connections cannot
             # lock out the API server's next call; when none is idle, the new one is refused
@@ -175,22 +181,27 @@ class Worker:
                 sock.close()
                 continue
             sock.setblocking(False)
-            task = self._loop.create_task(self._handshake(sock))
-            self.handshakes.add(task)
-            task.add_done_callback(self.handshakes.discard)
+            handshake = object()
+            self.handshakes.add(handshake)
+            task = self._loop.create_task(self._handshake(sock, handshake))
+            self._handshake_tasks.add(task)
+            task.add_done_callback(self._handshake_tasks.discard)
 
-    async def _handshake(self, sock: socket.socket) -> None:
+    async def _handshake(self, sock: socket.socket, handshake: object) -> None:
         assert self._loop is not None
         # a client that fails its handshake or never finishes it: the transport has closed its socket
-        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
-            await self._loop.connect_accepted_socket(
-                lambda: HttpConnection(self),
-                sock,
-                ssl=self.reloader.listener_context(),
-                ssl_handshake_timeout=self.limits.handshake_seconds,
-                # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
-                ssl_shutdown_timeout=self.limits.handshake_seconds,
-            )
+        try:
+            with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+                await self._loop.connect_accepted_socket(
+                    lambda: HttpConnection(self, handshake),
+                    sock,
+                    ssl=self.reloader.listener_context(),
+                    ssl_handshake_timeout=self.limits.handshake_seconds,
+                    # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
+                    ssl_shutdown_timeout=self.limits.handshake_seconds,
+                )
+        finally:
+            self.handshakes.discard(handshake)  # failed or timed out: never made a connection
 
     async def _sweep(self) -> None:
         while True:
