@@ -7,8 +7,9 @@ that copy (webhook.admission.patch), so fields gangkeeper does not know are neve
 from __future__ import annotations
 
 import marshal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from webhook import contract, gangs, naming
@@ -40,6 +41,7 @@ class Outcome:
     gangs: list[Gang] = field(default_factory=list)
     group_objects: list[Obj] = field(default_factory=list)
     plan: Plan | None = None
+    rule: str = ""  # the admission rule that decided (ADMISSION_RULES), for the log and the table tests
 
 
 def json_copy(value: Any) -> Any:
@@ -177,6 +179,209 @@ def _named_ahead(obj: Obj, operation: str, backend: Backend | Unavailable) -> Ob
     return {**obj, "metadata": {**meta, "name": naming.generated_name(meta["generateName"])}}
 
 
+@dataclass(frozen=True)
+class Admission:
+    """One object under admission and what is known around it: what the rules of `admit` read."""
+
+    received: Obj  # as the API server sent it: the patch is the difference from this
+    obj: Obj  # with a name chosen ahead where one is needed (_named_ahead)
+    operation: str
+    backend: Backend | Unavailable
+    plan: Plan
+    namespace: str | None
+    namespace_info: NamespaceInfo
+    mutate: bool
+    controller: ControllerHealth | None
+    queues: Mapping[str, str] | None
+    old: Obj | None
+    user: str | None
+    topology_levels: tuple[str, ...]
+    priority_classes: frozenset[str] | None
+
+    @property
+    def served(self) -> Backend:
+        """The backend, for the rules after `backend_unavailable` (which refuses when there is none)."""
+        assert not isinstance(self.backend, Unavailable)
+        return self.backend
+
+    @cached_property
+    def topology(self) -> tuple[str | None, list[str]]:
+        return _topology_verdict(self.plan, self.served, self.topology_levels)
+
+    @property
+    def gating(self) -> bool:
+        return self.served.name == "gate" and self.plan.pod_gang is not None
+
+    def refuse(self, reason: str, code: int, message: str, warnings: list[str] | None = None) -> Outcome:
+        return Outcome(False, reason, code=code, message=message, warnings=warnings or [], plan=self.plan)
+
+
+def membership_moved(a: Admission) -> Outcome | None:
+    """A pod's gang is set when it is created: an update that moves it to another is invalid."""
+    if a.operation != "UPDATE" or a.old is None or a.obj.get("kind") != "Pod":
+        return None
+    moved = forgery.membership_changed(a.obj, a.old)
+    if not moved:
+        return None
+    fields = ", ".join(f"{path}: Invalid value: field is immutable" for path in moved)
+    message = f"{describe(a.obj)} is invalid: {fields} (a pod's gang is set when it is created)"
+    return a.refuse("gang membership changed", 422, message)
+
+
+def state_forged(a: Admission) -> Outcome | None:
+    """Only gangkeeper's controller writes its state annotations: a client that writes them is refused."""
+    if a.operation == "CREATE":
+        written = forgery.forged(a.obj)
+    elif a.operation == "UPDATE" and a.old is not None and not forgery.is_controller(a.user):
+        written = forgery.forged_on_update(a.obj, a.old)
+    else:
+        written = []
+    if not written:
+        return None
+    message = (
+        f"{describe(a.obj)} is forbidden: "
+        + ", ".join(f"{path}: Forbidden" for path in written)
+        + ": only gangkeeper's controller writes its state; remove these annotations"
+    )
+    return a.refuse("controller state written by a client", 403, message)
+
+
+def impostor_member(a: Admission) -> Outcome | None:
+    """A pod created with a gang's labels that its workload does not own (at CREATE only: an owner a
+    later update removes, orphaning it, is not refused)."""
+    if a.operation != "CREATE" or a.plan.pod_gang is None:
+        return None
+    impostor = unowned_member(a.obj, a.plan.pod_gang)
+    if not impostor:
+        return None
+    message = f"{describe(a.obj)} is forbidden: metadata.ownerReferences: Forbidden: {impostor}"
+    return a.refuse("a gang's labels on a pod its workload does not own", 403, message)
+
+
+def invalid_settings(a: Admission) -> Outcome | None:
+    """The workload's gang settings are wrong: each error names the field and the fix."""
+    if not a.plan.errors:
+        return None
+    message = f"{describe(a.obj)} is invalid: " + "; ".join(str(e) for e in a.plan.errors)
+    return a.refuse("invalid gang settings", 422, message, warnings=a.plan.warnings)
+
+
+def no_gang(a: Admission) -> Outcome | None:
+    """Nothing to group (not a workload gangkeeper groups, already grouped elsewhere, ...): allowed; a
+    copied stamp of another workload's gang is removed at creation."""
+    if not a.plan.skip:
+        return None
+    outcome = Outcome(True, a.plan.skip, warnings=a.plan.warnings, plan=a.plan)
+    if a.plan.unstamp and a.operation == "CREATE" and a.mutate:
+        outcome.mutated = json_copy(a.received)
+        remove_stamp(outcome.mutated)
+        outcome.patch = diff(a.received, outcome.mutated)
+    return outcome
+
+
+def backend_unavailable(a: Admission) -> Outcome | None:
+    """No gang mechanism can serve the namespace (the one it names is not installed): refused with why."""
+    if not isinstance(a.backend, Unavailable):
+        return None
+    return a.refuse("gang backend unavailable", 403, f"{describe(a.obj)} cannot be given a gang: {a.backend.message}")
+
+
+def queue_forbidden(a: Admission) -> Outcome | None:
+    forbidden = _queue_not_allowed(a.plan, a.served, a.namespace_info, a.namespace)
+    return a.refuse("queue not allowed", 403, f"{describe(a.obj)}: {forbidden}") if forbidden else None
+
+
+def update_validated(a: Admission) -> Outcome | None:
+    """Gang membership is set at creation: updates (and deletes) are only validated."""
+    if a.operation == "CREATE":
+        return None
+    warnings = a.plan.warnings if a.operation == "UPDATE" else []
+    return Outcome(
+        True, "gang membership is set at creation; updates are only validated", warnings=warnings, plan=a.plan
+    )
+
+
+def no_native_gang(a: Admission) -> Outcome | None:
+    """The native API holds a bounded number of pod templates per Workload, and a gang that cannot shrink."""
+    backend = a.served
+    if not isinstance(backend, Native):
+        return None
+    problem = backend.too_many_templates(a.plan.gangs) or backend.unshrinkable(a.plan.gangs)
+    return a.refuse("no native gang can hold it", 422, f"{describe(a.obj)}: {problem}") if problem else None
+
+
+def topology_refused(a: Admission) -> Outcome | None:
+    """A required topology the backend cannot honour (the gang would start scattered)."""
+    refused, _ = a.topology
+    return a.refuse("topology not honoured", 422, f"{describe(a.obj)} is invalid: {refused}") if refused else None
+
+
+def foreign_scheduler(a: Admission) -> Outcome | None:
+    """A template that names another scheduler is that scheduler's business: left without a gang."""
+    foreign = _foreign_scheduler(a.obj, a.plan, a.served)
+    if not foreign:
+        return None
+    warning = (
+        f"{describe(a.obj)} uses scheduler {foreign!r}, not the {a.served.name} gang backend's; left without a gang"
+    )
+    return Outcome(True, f"schedulerName {foreign} belongs to another scheduler", warnings=[warning], plan=a.plan)
+
+
+def no_controller(a: Admission) -> Outcome | None:
+    """A pod is never gated when no controller has run, since nothing would lift its gate."""
+    refusal = a.controller.refusal() if a.gating and a.controller is not None else None
+    if not refusal:
+        return None
+    return a.refuse("no controller to lift the gate", 403, f"{describe(a.obj)} cannot be gated: {refusal}")
+
+
+def stamped(a: Admission) -> Outcome:
+    """The last rule: the gang's marks written into a copy (with `mutate`), the group objects it needs,
+    and every soft problem as a warning."""
+    backend, plan = a.served, a.plan
+    warnings = [*plan.warnings, *a.topology[1]]
+    if a.gating and a.controller is not None and a.controller.warning():
+        warnings.append(str(a.controller.warning()))
+    outcome = Outcome(True, "gang stamped", warnings=warnings, gangs=plan.gangs, plan=plan)
+    outcome.group_objects = backend.group_objects(plan.gangs, a.namespace_info)
+    if a.queues is not None:
+        outcome.warnings.extend(_queue_warnings(outcome.group_objects, a.queues))
+    if a.priority_classes is not None:
+        outcome.warnings.extend(_priority_warnings(plan.gangs, a.priority_classes))
+    if not a.mutate:
+        return outcome
+    mutated: Obj = json_copy(a.obj)
+    if plan.pod_gang is not None:
+        backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
+    for stamp in plan.templates:
+        template = get_path(mutated, stamp.path)
+        if isinstance(template, dict):
+            backend.stamp(Target(template, stamp.shape), stamp.gang, is_pod=False)
+    outcome.mutated = mutated
+    outcome.patch = diff(a.received, mutated)
+    if not outcome.patch:
+        outcome.reason = "already stamped"
+    return outcome
+
+
+# The admission rules, in order: the first that returns an outcome decides.
+ADMISSION_RULES: tuple[Callable[[Admission], Outcome | None], ...] = (
+    membership_moved,
+    state_forged,
+    impostor_member,
+    invalid_settings,
+    no_gang,
+    backend_unavailable,
+    queue_forbidden,
+    update_validated,
+    no_native_gang,
+    topology_refused,
+    foreign_scheduler,
+    no_controller,
+    stamped,
+)
+
+
 def admit(
     obj: Obj,
     operation: str,
@@ -191,113 +396,34 @@ def admit(
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     priority_classes: frozenset[str] | None = None,
 ) -> Outcome:
-    """Decide about `obj`; with `mutate`, also stamp a copy and compute the patch.
+    """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
+    copy and compute the patch.
 
     `controller` is what is known of gangkeeper's controller (None: unknown, as offline); a pod is
     never gated when no controller has run, since nothing would lift its gate.
     """
-    received, obj = obj, _named_ahead(obj, operation, backend) if mutate else obj
-    plan = gangs.analyze(_with_namespace(obj, namespace))
-    plan.warnings[:0] = keys.object_warnings(obj)
-    if operation == "UPDATE" and old is not None and obj.get("kind") == "Pod":
-        moved = forgery.membership_changed(obj, old)
-        if moved:
-            fields = ", ".join(f"{path}: Invalid value: field is immutable" for path in moved)
-            message = f"{describe(obj)} is invalid: {fields} (a pod's gang is set when it is created)"
-            return Outcome(False, "gang membership changed", code=422, message=message, plan=plan)
-    if operation == "CREATE":
-        written = forgery.forged(obj)
-    elif operation == "UPDATE" and old is not None and not forgery.is_controller(user):
-        written = forgery.forged_on_update(obj, old)
-    else:
-        written = []
-    if written:
-        message = (
-            f"{describe(obj)} is forbidden: "
-            + ", ".join(f"{path}: Forbidden" for path in written)
-            + ": only gangkeeper's controller writes its state; remove these annotations"
-        )
-        return Outcome(False, "controller state written by a client", code=403, message=message, plan=plan)
-    impostor = unowned_member(obj, plan.pod_gang) if operation == "CREATE" and plan.pod_gang is not None else None
-    if impostor:  # at CREATE only: an owner a later update removes (orphaning) is not refused
-        message = f"{describe(obj)} is forbidden: metadata.ownerReferences: Forbidden: {impostor}"
-        return Outcome(
-            False, "a gang's labels on a pod its workload does not own", code=403, message=message, plan=plan
-        )
-    if plan.errors:
-        message = f"{describe(obj)} is invalid: " + "; ".join(str(e) for e in plan.errors)
-        return Outcome(False, "invalid gang settings", code=422, message=message, warnings=plan.warnings, plan=plan)
-    if plan.skip:
-        outcome = Outcome(True, plan.skip, warnings=plan.warnings, plan=plan)
-        if plan.unstamp and operation == "CREATE" and mutate:
-            outcome.mutated = json_copy(received)
-            remove_stamp(outcome.mutated)
-            outcome.patch = diff(received, outcome.mutated)
-        return outcome
-    if isinstance(backend, Unavailable):
-        return Outcome(
-            False,
-            "gang backend unavailable",
-            code=403,
-            plan=plan,
-            message=f"{describe(obj)} cannot be given a gang: {backend.message}",
-        )
-    forbidden = _queue_not_allowed(plan, backend, namespace_info or NamespaceInfo(), namespace)
-    if forbidden:
-        return Outcome(False, "queue not allowed", code=403, plan=plan, message=f"{describe(obj)}: {forbidden}")
-    if operation != "CREATE":
-        return Outcome(
-            True,
-            "gang membership is set at creation; updates are only validated",
-            warnings=plan.warnings if operation == "UPDATE" else [],
-            plan=plan,
-        )
-    if isinstance(backend, Native):
-        problem = backend.too_many_templates(plan.gangs) or backend.unshrinkable(plan.gangs)
-        if problem:
-            return Outcome(
-                False, "no native gang can hold it", code=422, plan=plan, message=f"{describe(obj)}: {problem}"
-            )
-    refused, topology_warnings = _topology_verdict(plan, backend, topology_levels)
-    if refused:
-        return Outcome(
-            False, "topology not honoured", code=422, plan=plan, message=f"{describe(obj)} is invalid: {refused}"
-        )
-    plan.warnings.extend(topology_warnings)
-    foreign = _foreign_scheduler(obj, plan, backend)
-    if foreign:
-        warning = (
-            f"{describe(obj)} uses scheduler {foreign!r}, not the {backend.name} gang backend's; left without a gang"
-        )
-        return Outcome(True, f"schedulerName {foreign} belongs to another scheduler", warnings=[warning], plan=plan)
-    gating = backend.name == "gate" and plan.pod_gang is not None
-    if gating and controller is not None and controller.refusal():
-        return Outcome(
-            False,
-            "no controller to lift the gate",
-            code=403,
-            plan=plan,
-            message=f"{describe(obj)} cannot be gated: {controller.refusal()}",
-        )
-    outcome = Outcome(True, "gang stamped", warnings=plan.warnings, gangs=plan.gangs, plan=plan)
-    if gating and controller is not None and controller.warning():
-        outcome.warnings = [*outcome.warnings, str(controller.warning())]
-    outcome.group_objects = backend.group_objects(plan.gangs, namespace_info or NamespaceInfo())
-    if queues is not None:
-        outcome.warnings = [*outcome.warnings, *_queue_warnings(outcome.group_objects, queues)]
-    if priority_classes is not None:
-        outcome.warnings = [*outcome.warnings, *_priority_warnings(plan.gangs, priority_classes)]
-    if not mutate:
-        return outcome
-    mutated: Obj = json_copy(obj)
-    if plan.pod_gang is not None:
-        backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
-    for stamp in plan.templates:
-        template = get_path(mutated, stamp.path)
-        if isinstance(template, dict):
-            backend.stamp(Target(template, stamp.shape), stamp.gang, is_pod=False)
-    outcome.mutated = mutated
-    outcome.patch = diff(received, mutated)
-    if not outcome.patch:
-        outcome.reason = "already stamped"
-    return outcome
+    named = _named_ahead(obj, operation, backend) if mutate else obj
+    plan = gangs.analyze(_with_namespace(named, namespace))
+    plan.warnings[:0] = keys.object_warnings(named)
+    admission = Admission(
+        received=obj,
+        obj=named,
+        operation=operation,
+        backend=backend,
+        plan=plan,
+        namespace=namespace,
+        namespace_info=namespace_info or NamespaceInfo(),
+        mutate=mutate,
+        controller=controller,
+        queues=queues,
+        old=old,
+        user=user,
+        topology_levels=topology_levels,
+        priority_classes=priority_classes,
+    )
+    for rule in ADMISSION_RULES:
+        outcome = rule(admission)
+        if outcome is not None:
+            outcome.rule = rule.__name__
+            return outcome
+    raise AssertionError("stamped always decides")

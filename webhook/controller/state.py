@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -246,6 +247,7 @@ class Decision:
     # released by backfill on its expected-seconds: it promised to be done by then (None: not backfilled)
     claim_until: dt.datetime | None = None
     claim_broken: bool = False  # requeued for running past that promise: its claims are no longer believed
+    rule: str = ""  # the start rule that decided (state.START_RULES), for explain and the table tests
 
 
 def _overcommitted(free: Mapping[str, int] | None) -> bool:
@@ -332,6 +334,273 @@ def recover(
     )
 
 
+@dataclass(frozen=True)
+class Situation:
+    """What the start rules read about one gang, computed once per decision (the rules are pure)."""
+
+    spec: GangSpec
+    nodes: Sequence[Node]
+    free: Mapping[str, Mapping[str, int]]
+    now: dt.datetime
+    not_before: dt.datetime | None
+    used_ports: Mapping[str, Iterable[HostPort]] | None
+    eligibility: Eligibility | None
+    without_lower_priority: Callable[[int], Mapping[str, Mapping[str, int]] | None] | None
+    room: Mapping[str, Mapping[str, int]] | None
+    ever: Callable[[Sequence[Member]], Placement] | None
+    records: Mapping[str, Release]
+    workload_nodes: frozenset[str]
+    live: list[PodView]
+
+    @cached_property
+    def gated(self) -> list[PodView]:
+        return [p for p in self.live if p.gated]
+
+    @cached_property
+    def released(self) -> list[PodView]:
+        return [p for p in self.live if not p.gated]
+
+    @cached_property
+    def bound(self) -> list[PodView]:
+        return [p for p in self.released if p.node_name]
+
+    @property
+    def present(self) -> int:
+        return len(self.live)
+
+    def evict(self, pods: Iterable[PodView]) -> list[str]:
+        """Whom to delete: nobody recreates bare pods, so they are only reported."""
+        return [p.name for p in pods] if self.spec.evictable else []
+
+    @cached_property
+    def members(self) -> list[Member]:
+        return [Member(p.name, p.shape) for p in self.gated]
+
+    @cached_property
+    def phantoms(self) -> list[Member]:
+        """Members still to come, placed alongside but never released (they do not exist yet), so the
+        driver of a Spark application starts only where its executors will fit too."""
+        if self.released:
+            return []
+        return [Member(f"(later {i})", shape) for i, shape in enumerate(self.spec.later)]
+
+    @cached_property
+    def domains(self) -> placement.Domains | None:
+        near = (node for p in self.released if (node := p.holds_node) is not None)
+        return self.spec.domains(near, self.workload_nodes)
+
+    @cached_property
+    def placed(self) -> Placement:
+        """Where the gated members (and those to come) go on the capacity the queue lets this gang use."""
+        return placement.place(
+            self.members + self.phantoms,
+            self.nodes,
+            self.free if self.room is None else self.room,
+            used_ports=self.used_ports,
+            spread=self.spec.spread,
+            eligibility=self.eligibility,
+            domains=self.domains,
+        )
+
+
+def late_release(s: Situation) -> Decision | None:
+    """Rule 1: a pod released more than `timeout_seconds` ago and still unbound has timed out. When
+    members released earlier are bound (the gang has run: a replacement, a scale-up, a rolling update
+    came late) only the late pods go back; otherwise the whole gang is requeued."""
+    timeout = s.spec.timeout_seconds
+    late = [
+        p for p in s.released if not p.node_name and p.released_at and (s.now - p.released_at).total_seconds() > timeout
+    ]
+    if not late:
+        return None
+    first_late = min(p.released_at for p in late if p.released_at)
+    established = [p for p in s.bound if p.released_at is None or p.released_at < first_late]
+    if established:
+        return Decision(
+            GangState.TIMED_OUT,
+            f"{len(late)} newly released pods not scheduled within {timeout}s; "
+            f"the {len(established)} running members stay",
+            evict=s.evict(late),
+            present=s.present,
+        )
+    return Decision(
+        GangState.TIMED_OUT,
+        f"{len(s.released) - len(s.bound)} of {len(s.released)} released pods not scheduled within {timeout}s",
+        evict=s.evict(s.live),
+        present=s.present,
+        whole_gang=True,
+    )
+
+
+def stranded_release(s: Situation) -> Decision | None:
+    """Rule 1b: members a release left gated (its PATCH failed) for `timeout_seconds` while the gang
+    cannot run without them: the whole gang is requeued."""
+    stranded = stranded_since(s.live, s.spec, s.records)
+    if stranded is None or (s.now - stranded).total_seconds() <= s.spec.timeout_seconds:
+        return None
+    return Decision(
+        GangState.TIMED_OUT,
+        f"{len(s.gated)} members of the release at {format_time(stranded)} are still gated after "
+        f"{s.spec.timeout_seconds}s (their release was refused or lost) and {len(s.released)} of "
+        f"{s.spec.min_member} run without them",
+        evict=s.evict(s.live),
+        present=s.present,
+        whole_gang=True,
+    )
+
+
+def node_taken(s: Situation) -> Decision | None:
+    """Rule 2: a pod pinned to a node whose capacity pods bound since have overcommitted (or that is
+    gone), or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced."""
+    stolen = [
+        p
+        for p in s.released
+        if not p.node_name and p.pinned_node and (p.unschedulable or _overcommitted(s.free.get(p.pinned_node)))
+    ]
+    if not stolen:
+        return None
+    nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
+    return Decision(
+        GangState.REPAIR,
+        f"{len(stolen)} released pods can no longer bind on {', '.join(nodes_lost[:3])}"
+        f"{' and more' if len(nodes_lost) > 3 else ''} (taken by pods bound since, or refused by the scheduler)"
+        + ("; replacing them" if s.spec.evictable else "; bare pods: delete and recreate them"),
+        evict=s.evict(stolen),
+        present=s.present,
+    )
+
+
+def nothing_gated(s: Situation) -> Decision | None:
+    """Rule 3: every member released: Running once minMember pods are bound, else Releasing."""
+    if s.gated:
+        return None
+    if len(s.bound) >= s.spec.min_member:
+        return Decision(GangState.RUNNING, f"{len(s.bound)} of {s.spec.min_member} pods scheduled", present=s.present)
+    return Decision(
+        GangState.RELEASING, f"{len(s.bound)} of {len(s.released)} released pods scheduled", present=s.present
+    )
+
+
+def members_missing(s: Situation) -> Decision | None:
+    """Rule 4: fewer than minMember pods exist."""
+    if s.present >= s.spec.min_member:
+        return None
+    return Decision(GangState.WAITING_FOR_MEMBERS, f"{s.present} of {s.spec.min_member} pods exist", present=s.present)
+
+
+def backing_off(s: Situation) -> Decision | None:
+    """Rule 5: within the backoff after a requeue."""
+    if s.not_before is None or s.now >= s.not_before:
+        return None
+    return Decision(GangState.BACKOFF, f"next release attempt after {format_time(s.not_before)}", present=s.present)
+
+
+def fits(s: Situation) -> Decision | None:
+    """Rule 6: the gated pods fit (with those already released, at least minMember), and the members
+    to come fit beside them: Release, keeping room for those to come."""
+    result, phantoms = s.placed, s.phantoms
+    later_fit = all(m.name in result.assignments for m in phantoms)
+    enough = result.complete or len(result.assignments) - len(phantoms) + len(s.released) >= s.spec.min_member
+    if not (later_fit and enough):
+        return None
+    phantom_names = {m.name for m in phantoms}  # not a valid pod name: no clash with a real one
+    chosen = {name: node for name, node in result.assignments.items() if name not in phantom_names}
+    reserve: dict[str, dict[str, int]] = {}
+    for phantom in phantoms:
+        node_units = reserve.setdefault(result.assignments[phantom.name], {})
+        for resource, amount in phantom.shape.requests:
+            node_units[resource] = node_units.get(resource, 0) + amount
+    topology = s.spec.topology
+    where = f" in {topology.key} {result.domain}" if topology is not None and result.domain else ""
+    return Decision(
+        GangState.RELEASE,
+        f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes{where}",
+        release=dict(chosen),
+        placement=result,
+        present=s.present,
+        unmodelled=result.unmodelled,
+        reserve=reserve,
+    )
+
+
+def never_fits(s: Situation) -> Decision | None:
+    """Rule 7: the gated pods could not fit even the empty cluster ("ever": with taints lifted and
+    cordons undone, which admins do routinely): NeverFits."""
+    empty = s.ever(s.members) if s.ever is not None else ever_placement(s.members, s.nodes, s.eligibility, s.domains)
+    active = len(s.released)
+    if empty.complete or len(empty.assignments) + active >= s.spec.min_member:
+        return None
+    topology = s.spec.topology
+    inside = f" inside one {topology.key} domain" if topology is not None and topology.required else ""
+    return Decision(
+        GangState.NEVER_FITS,
+        f"the gang needs {s.spec.min_member} pods and the cluster could hold "
+        f"{len(empty.assignments) + active}{inside} even if empty"
+        + (f" ({empty.domain_note})" if empty.domain_note else ""),
+        placement=empty,
+        present=s.present,
+    )
+
+
+def waits_for_capacity(s: Situation) -> Decision:
+    """Rule 8, the last: it would fit an emptier cluster: WaitingForCapacity, saying so when it would
+    fit once lower-priority pods were preempted (gated pods never trigger preemption)."""
+    result, spec = s.placed, s.spec
+    message = f"{len(result.assignments) + len(s.released)} of {spec.min_member} pods fit on free capacity"
+    if result.domain_note and spec.topology is not None and spec.topology.required:
+        message = f"{spec.topology.word} topology: {result.domain_note}"
+    priority = max(p.priority for p in s.gated)
+    preempt = _preemption_nodes(s, priority)
+    if preempt is not None:
+        message += (
+            f"; fits if pods of priority below {priority} on {len(preempt)} node{'s' if len(preempt) != 1 else ''} "
+            f"({', '.join(preempt[:3])}{' and more' if len(preempt) > 3 else ''}) were preempted: "
+            "gated pods never trigger preemption, so it waits for them to end"
+        )
+    return Decision(
+        GangState.WAITING_FOR_CAPACITY, message, placement=result, present=s.present, preempt_nodes=preempt or ()
+    )
+
+
+def _preemption_nodes(s: Situation, priority: int) -> tuple[str, ...] | None:
+    """The nodes where the gang would go if every pod below `priority` were gone and that need it to be
+    (their free capacity falls short of what the gang would put there); None when it would not fit even so."""
+    relaxed = s.without_lower_priority(priority) if s.without_lower_priority is not None else None
+    if relaxed is None:
+        return None
+    hoped = placement.place(
+        s.members, s.nodes, relaxed, spread=s.spec.spread, eligibility=s.eligibility, domains=s.domains
+    )
+    if not hoped.complete:
+        return None
+    wanted: dict[str, dict[str, int]] = {}
+    for member in s.members:
+        node_units = wanted.setdefault(hoped.assignments[member.name], {})
+        for resource, amount in member.shape.requests:
+            node_units[resource] = node_units.get(resource, 0) + amount
+    return tuple(
+        sorted(
+            node
+            for node, units in wanted.items()
+            if any(s.free.get(node, {}).get(resource, 0) < amount for resource, amount in units.items())
+        )
+    )
+
+
+# The start rules, in order: the first that returns a decision decides (its name goes in Decision.rule).
+START_RULES: tuple[Callable[[Situation], Decision | None], ...] = (
+    late_release,
+    stranded_release,
+    node_taken,
+    nothing_gated,
+    members_missing,
+    backing_off,
+    fits,
+    never_fits,
+    waits_for_capacity,
+)
+
+
 def start_decision(
     pods: Sequence[PodView],
     spec: GangSpec,
@@ -348,171 +617,35 @@ def start_decision(
     records: Mapping[str, Release] = _EMPTY_RECORDS,
     workload_nodes: frozenset[str] = frozenset(),
 ) -> Decision:
-    """The next step for one gang, given its live pods and the nodes' free capacity.
-
-    The controller and `gangkeeper explain` both ask this function, so they never disagree. Its rules,
-    in order (the first that applies decides):
-    1. timeout, per released pod: one released more than `timeout_seconds` ago and still unbound has
-       timed out. When members released earlier are bound (the gang has run) only those late pods go
-       back; otherwise the whole gang is requeued. 1b: members a release left gated (its PATCH failed)
-       for `timeout_seconds` while the gang cannot run without them: the whole gang is requeued.
-    2. steal: a pod pinned to a node whose capacity pods bound since have overcommitted (or that is gone),
-       or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced.
-    3. nothing gated: Running once minMember pods are bound, else Releasing.
-    4. fewer than minMember pods exist: WaitingForMembers.
-    5. within a backoff after a requeue: Backoff.
-    6. the gated pods fit (with those already released, at least minMember): Release.
-    7. they could not fit even the empty cluster: NeverFits; else WaitingForCapacity, saying so when
-       they would fit once lower-priority pods were preempted (gated pods never trigger preemption).
+    """The next step for one gang, given its live pods and the nodes' free capacity: the first of
+    START_RULES that applies. The controller and `gangkeeper explain` both ask this function, so they
+    never disagree.
 
     `free` is every node's capacity left after the pods bound or promised to it, `used_ports` their host
     ports; `without_lower_priority(p)` gives the free capacity if every pod below priority p were gone;
     `room`, when given, is the part of `free` the queue lets this gang use (backfill behind a reservation).
     """
-    live = [p for p in pods if not p.terminal]
-    gated = [p for p in live if p.gated]
-    released = [p for p in live if not p.gated]
-    bound = [p for p in released if p.node_name]
-    present = len(live)
-    late = [
-        p
-        for p in released
-        if not p.node_name and p.released_at and (now - p.released_at).total_seconds() > spec.timeout_seconds
-    ]
-    if late:  # rule 1
-        # Members bound from an earlier release than the late pods' are a gang that has run: the late
-        # pods are newcomers (a replacement, a scale-up, a rolling update), and only they go back.
-        first_late = min(p.released_at for p in late if p.released_at)
-        established = [p for p in bound if p.released_at is None or p.released_at < first_late]
-        if established:
-            return Decision(
-                GangState.TIMED_OUT,
-                f"{len(late)} newly released pods not scheduled within {spec.timeout_seconds}s; "
-                f"the {len(established)} running members stay",
-                evict=[p.name for p in late] if spec.evictable else [],
-                present=present,
-            )
-        return Decision(
-            GangState.TIMED_OUT,
-            f"{len(released) - len(bound)} of {len(released)} released pods not scheduled within "
-            f"{spec.timeout_seconds}s",
-            evict=[p.name for p in live] if spec.evictable else [],
-            present=present,
-            whole_gang=True,
-        )
-    stranded = stranded_since(live, spec, records)
-    if stranded is not None and (now - stranded).total_seconds() > spec.timeout_seconds:  # rule 1b
-        return Decision(
-            GangState.TIMED_OUT,
-            f"{len(gated)} members of the release at {format_time(stranded)} are still gated after "
-            f"{spec.timeout_seconds}s (their release was refused or lost) and {len(released)} of "
-            f"{spec.min_member} run without them",
-            evict=[p.name for p in live] if spec.evictable else [],
-            present=present,
-            whole_gang=True,
-        )
-    stolen = [
-        p
-        for p in released
-        if not p.node_name and p.pinned_node and (p.unschedulable or _overcommitted(free.get(p.pinned_node)))
-    ]
-    if stolen:  # rule 2
-        nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
-        return Decision(
-            GangState.REPAIR,
-            f"{len(stolen)} released pods can no longer bind on {', '.join(nodes_lost[:3])}"
-            f"{' and more' if len(nodes_lost) > 3 else ''} (taken by pods bound since, or refused by the scheduler)"
-            + ("; replacing them" if spec.evictable else "; bare pods: delete and recreate them"),
-            evict=[p.name for p in stolen] if spec.evictable else [],
-            present=present,
-        )
-    if not gated:  # rule 3
-        if len(bound) >= spec.min_member:
-            return Decision(GangState.RUNNING, f"{len(bound)} of {spec.min_member} pods scheduled", present=present)
-        return Decision(
-            GangState.RELEASING, f"{len(bound)} of {len(released)} released pods scheduled", present=present
-        )
-    if present < spec.min_member:  # rule 4
-        return Decision(GangState.WAITING_FOR_MEMBERS, f"{present} of {spec.min_member} pods exist", present=present)
-    if not_before is not None and now < not_before:  # rule 5
-        return Decision(GangState.BACKOFF, f"next release attempt after {format_time(not_before)}", present=present)
-    members = [Member(p.name, p.shape) for p in gated]
-    # members still to come are placed alongside (never released: they do not exist yet), so the driver
-    # of a Spark application starts only where its executors will fit too
-    phantoms = [Member(f"(later {i})", shape) for i, shape in enumerate(spec.later)] if not released else []
-    domains = spec.domains((node for p in released if (node := p.holds_node) is not None), workload_nodes)
-    result = placement.place(
-        members + phantoms,
+    situation = Situation(
+        spec,
         nodes,
-        free if room is None else room,
-        used_ports=used_ports,
-        spread=spec.spread,
-        eligibility=eligibility,
-        domains=domains,
+        free,
+        now,
+        not_before,
+        used_ports,
+        eligibility,
+        without_lower_priority,
+        room,
+        ever,
+        records,
+        workload_nodes,
+        live=[p for p in pods if not p.terminal],
     )
-    active = len(released)
-    later_fit = all(m.name in result.assignments for m in phantoms)
-    if later_fit and (result.complete or len(result.assignments) - len(phantoms) + active >= spec.min_member):
-        phantom_names = {m.name for m in phantoms}  # not a valid pod name: no clash with a real one
-        chosen = {name: node for name, node in result.assignments.items() if name not in phantom_names}
-        reserve: dict[str, dict[str, int]] = {}
-        for phantom in phantoms:
-            node_units = reserve.setdefault(result.assignments[phantom.name], {})
-            for resource, amount in phantom.shape.requests:
-                node_units[resource] = node_units.get(resource, 0) + amount
-        where = f" in {spec.topology.key} {result.domain}" if spec.topology is not None and result.domain else ""
-        return Decision(  # rule 6
-            GangState.RELEASE,
-            f"releasing {len(chosen)} pods on {len(set(chosen.values()))} nodes{where}",
-            release=dict(chosen),
-            placement=result,
-            present=present,
-            unmodelled=result.unmodelled,
-            reserve=reserve,
-        )
-    # "ever": on the empty cluster, with taints lifted and cordons undone, which admins do routinely
-    empty = ever(members) if ever is not None else ever_placement(members, nodes, eligibility, domains)
-    if not empty.complete and len(empty.assignments) + active < spec.min_member:
-        inside = (
-            f" inside one {spec.topology.key} domain" if spec.topology is not None and spec.topology.required else ""
-        )
-        return Decision(  # rule 7
-            GangState.NEVER_FITS,
-            f"the gang needs {spec.min_member} pods and the cluster could hold "
-            f"{len(empty.assignments) + active}{inside} even if empty"
-            + (f" ({empty.domain_note})" if empty.domain_note else ""),
-            placement=empty,
-            present=present,
-        )
-    fit = len(result.assignments) + active
-    message = f"{fit} of {spec.min_member} pods fit on free capacity"
-    if result.domain_note and spec.topology is not None and spec.topology.required:
-        message = f"{spec.topology.word} topology: {result.domain_note}"
-    priority = max(p.priority for p in gated)
-    relaxed = without_lower_priority(priority) if without_lower_priority is not None else None
-    preempt: tuple[str, ...] = ()
-    if relaxed is not None:
-        # where the gang would go if every lower-priority pod were gone, and which of those nodes need it
-        hoped = placement.place(members, nodes, relaxed, spread=spec.spread, eligibility=eligibility, domains=domains)
-        if hoped.complete:
-            wanted: dict[str, dict[str, int]] = {}
-            for member in members:
-                node_units = wanted.setdefault(hoped.assignments[member.name], {})
-                for resource, amount in member.shape.requests:
-                    node_units[resource] = node_units.get(resource, 0) + amount
-            preempt = tuple(
-                sorted(
-                    node
-                    for node, units in wanted.items()
-                    if any(free.get(node, {}).get(resource, 0) < amount for resource, amount in units.items())
-                )
-            )
-            message += (
-                f"; fits if pods of priority below {priority} on {len(preempt)} node{'s' if len(preempt) != 1 else ''} "
-                f"({', '.join(preempt[:3])}{' and more' if len(preempt) > 3 else ''}) were preempted: "
-                "gated pods never trigger preemption, so it waits for them to end"
-            )
-    return Decision(GangState.WAITING_FOR_CAPACITY, message, placement=result, present=present, preempt_nodes=preempt)
+    for rule in START_RULES:
+        decision = rule(situation)
+        if decision is not None:
+            decision.rule = rule.__name__
+            return decision
+    raise AssertionError("waits_for_capacity always decides")
 
 
 # how long past its expected-seconds a backfilled gang may run before the gang it overtook is owed its

@@ -1,0 +1,243 @@
+"""The two central decisions as rule tables, a case per rule: the controller's start rules
+(webhook.controller.state.START_RULES) and admission's (webhook.admission.decide.ADMISSION_RULES).
+
+Each case builds the least input under which its rule is the first that applies and checks which rule
+decided and what it decided; the last test of each table checks every rule has its case, so a rule
+added without one fails here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests import builders as b
+from webhook.admission.controller_lease import ControllerHealth
+from webhook.admission.decide import ADMISSION_RULES, Outcome, admit
+from webhook.backends import NamespaceInfo, make
+from webhook.backends.discovery import Unavailable
+from webhook.controller.placement import Node, Shape
+from webhook.controller.state import START_RULES, GangSpec, GangState, PodView, Release, start_decision
+
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
+CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))
+
+
+def member(name: str, **changes: Any) -> PodView:
+    """A gated member of gang `train`, created a minute ago; `changes` set any other field."""
+    pod = PodView(
+        namespace="team-a",
+        name=name,
+        uid=name,
+        group="train",
+        gated=True,
+        node_name=None,
+        pinned_node=None,
+        released_at=None,
+        created_at=NOW - dt.timedelta(minutes=1),
+        terminal=False,
+        finished=False,
+        shape=CPU,
+        owner=None,
+        resource_version="1",
+    )
+    return replace(pod, **changes)
+
+
+def released(name: str, seconds_ago: float, node: str | None = None, bound: bool = False) -> PodView:
+    at = NOW - dt.timedelta(seconds=seconds_ago)
+    return member(
+        name, gated=False, released_at=at, pinned_node=node, planned_node=node, node_name=node if bound else None
+    )
+
+
+def cluster(*free_cpus: int) -> tuple[list[Node], dict[str, dict[str, int]]]:
+    """Nodes of 4 CPUs with the given free CPUs each."""
+    nodes = [
+        Node(f"n{i}", {"cpu": 4000, "pods": 110}, {"kubernetes.io/hostname": f"n{i}"}) for i in range(len(free_cpus))
+    ]
+    return nodes, {f"n{i}": {"cpu": cpus * 1000, "pods": 110} for i, cpus in enumerate(free_cpus)}
+
+
+START_CASES: dict[str, tuple[GangState, str, dict[str, Any]]] = {
+    # rule: (state, words of the message, the decision's inputs)
+    "late_release": (
+        GangState.TIMED_OUT,
+        "2 of 2 released pods not scheduled within 300s",
+        {"pods": [released("a", 400, "n0"), released("b", 400, "n0")], "spec": GangSpec(2), "free": (4,)},
+    ),
+    "stranded_release": (
+        GangState.TIMED_OUT,
+        "still gated after 300s (their release was refused or lost)",
+        {
+            "pods": [released("a", 400, "n0", bound=True), member("b")],
+            "spec": GangSpec(2),
+            "free": (4,),
+            "records": {"b": Release("b", "n0", NOW - dt.timedelta(seconds=400))},
+        },
+    ),
+    "node_taken": (
+        GangState.REPAIR,
+        "1 released pods can no longer bind on n0",
+        {"pods": [released("a", 10, "n0"), released("b", 10, "n1", bound=True)], "spec": GangSpec(2), "free": (-1, 4)},
+    ),
+    "nothing_gated": (
+        GangState.RUNNING,
+        "2 of 2 pods scheduled",
+        {"pods": [released("a", 10, "n0", bound=True), released("b", 10, "n0", bound=True)], "spec": GangSpec(2)},
+    ),
+    "members_missing": (
+        GangState.WAITING_FOR_MEMBERS,
+        "1 of 2 pods exist",
+        {"pods": [member("a")], "spec": GangSpec(2)},
+    ),
+    "backing_off": (
+        GangState.BACKOFF,
+        "next release attempt after",
+        {"pods": [member("a"), member("b")], "spec": GangSpec(2), "not_before": NOW + dt.timedelta(seconds=30)},
+    ),
+    "fits": (
+        GangState.RELEASE,
+        "releasing 2 pods on 1 nodes",
+        {"pods": [member("a"), member("b")], "spec": GangSpec(2)},
+    ),
+    "never_fits": (
+        GangState.NEVER_FITS,
+        "the gang needs 6 pods and the cluster could hold 4 even if empty",
+        {"pods": [member(f"p{i}") for i in range(6)], "spec": GangSpec(6), "free": (0,)},
+    ),
+    "waits_for_capacity": (
+        GangState.WAITING_FOR_CAPACITY,
+        "2 of 3 pods fit on free capacity",
+        {"pods": [member(f"p{i}") for i in range(3)], "spec": GangSpec(3), "free": (2,)},
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", list(START_CASES))
+def test_each_start_rule_decides_its_case(rule: str) -> None:
+    state, words, inputs = START_CASES[rule]
+    nodes, free = cluster(*inputs.get("free", (4,)))
+    decision = start_decision(
+        inputs["pods"],
+        inputs["spec"],
+        nodes,
+        free,
+        NOW,
+        inputs.get("not_before"),
+        records=inputs.get("records", {}),
+    )
+    assert (decision.rule, decision.state) == (rule, state), decision.message
+    assert words in decision.message
+
+
+def test_every_start_rule_has_a_case_and_the_last_always_decides() -> None:
+    assert [rule.__name__ for rule in START_RULES] == list(START_CASES)
+
+
+def pod_of(job: str, **kwargs: Any) -> dict[str, Any]:
+    return b.pod(labels={"batch.kubernetes.io/job-name": job}, **kwargs)
+
+
+RUNNING = ControllerHealth("running", "gangkeeper-system")
+
+ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
+    # rule: (allowed, code, words of the message or warning, admit's arguments)
+    "membership_moved": (
+        False,
+        422,
+        "field is immutable",
+        {
+            "obj": b.pod(labels={"gangkeeper.io/group": "job-b"}),
+            "operation": "UPDATE",
+            "old": b.pod(labels={"gangkeeper.io/group": "job-a"}),
+        },
+    ),
+    "state_forged": (
+        False,
+        403,
+        "only gangkeeper's controller writes its state",
+        {"obj": b.job(annotations={"gangkeeper.io/suspended": "true"})},
+    ),
+    "impostor_member": (False, 403, "metadata.ownerReferences: Forbidden", {"obj": pod_of("train", owned=False)}),
+    "invalid_settings": (
+        False,
+        422,
+        "is invalid",
+        {"obj": b.job(annotations={"gangkeeper.io/min-member": "many"})},
+    ),
+    "no_gang": (True, 200, "", {"obj": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}),
+    "backend_unavailable": (
+        False,
+        403,
+        "Volcano is not installed",
+        {"obj": b.job(), "backend": Unavailable("volcano", "Volcano is not installed")},
+    ),
+    "queue_forbidden": (
+        False,
+        403,
+        "Volcano queue 'theirs' is not one namespace team-a may use",
+        {
+            "obj": b.job(annotations={"gangkeeper.io/queue": "theirs"}),
+            "backend": make("volcano"),
+            "namespace": "team-a",
+            "namespace_info": NamespaceInfo(annotations={"gangkeeper.io/volcano-queues": "ours"}),
+        },
+    ),
+    "update_validated": (True, 200, "", {"obj": b.job(), "operation": "UPDATE", "old": b.job()}),
+    "no_native_gang": (
+        False,
+        422,
+        "cannot lower a gang's minCount",
+        {"obj": b.job(parallelism=4, completions=6), "backend": make("native", kubernetes_version="1.36")},
+    ),
+    "topology_refused": (
+        False,
+        422,
+        "Invalid value: 'example.com/rack'",
+        {
+            "obj": b.job(annotations={"gangkeeper.io/topology-required": "example.com/rack"}),
+            "backend": make("coscheduling"),
+        },
+    ),
+    "foreign_scheduler": (
+        True,
+        200,
+        "uses scheduler 'my-scheduler'",
+        {"obj": b.job(spec=b.pod_spec(schedulerName="my-scheduler"))},
+    ),
+    "no_controller": (
+        False,
+        403,
+        "no gangkeeper controller has run in this cluster",
+        {"obj": pod_of("train"), "controller": ControllerHealth("absent", "gangkeeper-system")},
+    ),
+    "stamped": (True, 200, "", {"obj": pod_of("train")}),
+}
+
+
+def decided(arguments: dict[str, Any]) -> Outcome:
+    arguments = {"operation": "CREATE", "backend": make("gate"), "controller": RUNNING, **arguments}
+    return admit(arguments.pop("obj"), arguments.pop("operation"), arguments.pop("backend"), **arguments)
+
+
+@pytest.mark.parametrize("rule", list(ADMISSION_CASES))
+def test_each_admission_rule_decides_its_case(rule: str) -> None:
+    allowed, code, words, arguments = ADMISSION_CASES[rule]
+    outcome = decided(arguments)
+    assert (outcome.rule, outcome.allowed, outcome.code) == (rule, allowed, code), outcome.message or outcome.reason
+    assert words in outcome.message + " ".join(outcome.warnings)
+
+
+def test_every_admission_rule_has_a_case_and_the_last_always_decides() -> None:
+    assert [rule.__name__ for rule in ADMISSION_RULES] == list(ADMISSION_CASES)
+
+
+def test_the_stamped_rule_writes_the_gang_and_a_patch() -> None:
+    outcome = decided({"obj": pod_of("train")})
+    assert outcome.patch and outcome.mutated is not None
+    assert outcome.mutated["metadata"]["labels"]["gangkeeper.io/group"] == "job-train"
+    assert {"name": "gangkeeper.io/gang-gate"} in outcome.mutated["spec"]["schedulingGates"]
