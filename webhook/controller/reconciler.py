@@ -226,7 +226,7 @@ class Controller:
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
             # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
-            # release (the opt-out the README gives to unblock a namespace)
+            # release (the opt-out docs/operations.md gives to unblock a namespace)
             if gated and self.may_write():
                 self.releaser.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
             return None
