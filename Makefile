@@ -38,6 +38,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check webhook tests bench hack
 	$(BIN)/ruff format --check webhook tests bench hack
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
 # tier (tests/test_real_*.py) builds the default Kubernetes, etcd, KWOK, LWS and JobSet first (cached)
@@ -104,8 +105,10 @@ bench: $(BIN)/.installed
 simulate: $(BIN)/.installed
 	$(BIN)/gangkeeper simulate --plots simulate-out --json simulate-out/figures.json
 
+# the conformance suite against your own cluster (gangkeeper installed there): make e2e KUBECONFIG=...
 e2e: $(BIN)/.installed
-	$(BIN)/pytest -q tests/e2e
+	@test -n "$(KUBECONFIG)" || { echo "set KUBECONFIG to the cluster to check (gangkeeper installed there)"; exit 2; }
+	GANGKEEPER_E2E_KUBECONFIG=$(KUBECONFIG) $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
 # after changing dependencies in pyproject.toml (needs pip-tools: $(BIN)/pip install pip-tools)
 lock:

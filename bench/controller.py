@@ -46,11 +46,11 @@ from tests.cluster import Clock, add_job, add_job_pods, free_capacity, node
 from tests.conftest import free_port
 from webhook.controller import placement
 from webhook.controller.informer import trim_node, trim_pod
-from webhook.controller.kube import NODES as NODES_RESOURCE
-from webhook.controller.kube import PODS, Api, ApiError, Resource, client_from
 from webhook.controller.preemption import Victim, choose_victims
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import PodView
+from webhook.kube import NODES as NODES_RESOURCE
+from webhook.kube import PODS, Api, ApiError, Resource, client_from
 
 NODES, PODS_PER_NODE, GANG = 5000, 30, 512
 # three levels of topology: zones of 1,000 nodes, blocks of 200 (5 gang pods fit a node: 1,000 a block), racks of 8

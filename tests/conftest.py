@@ -14,7 +14,7 @@ import requests
 
 from tests.apiserver import Store, TestApiServer
 from tests.realcluster.controlplane import free_port
-from webhook.controller.kube import Api, client_from
+from webhook.kube import Api, client_from
 
 if TYPE_CHECKING:
     from tests.realcluster.stack import Stack

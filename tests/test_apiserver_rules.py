@@ -10,9 +10,9 @@ import pytest
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import node
-from webhook.controller.informer import Informer
-from webhook.controller.kube import NODES, PODS, Api, ApiError
 from webhook.controller.leader import LeaderElector
+from webhook.informer import Informer
+from webhook.kube import NODES, PODS, Api, ApiError
 
 GATE = {"name": "gangkeeper.io/gang-gate"}
 

@@ -19,7 +19,7 @@ from tests.apiserver import TestApiServer
 from tests.conftest import start_server, stop_server
 from webhook import certs
 from webhook.certsync import CertSync
-from webhook.controller.kube import Api, client_from
+from webhook.kube import Api, client_from
 from webhook.rotation import CertState, bootstrap, bundle_certs, step
 
 SANS = ["localhost", "127.0.0.1"]

@@ -188,8 +188,8 @@ def test_explain_for_a_tenant_without_cluster_wide_read_shows_the_gang_object(
     from tests.apiserver import Reject, TestApiServer
     from tests.cluster import Clock, add_job, add_job_pods, node
     from webhook.cli import main
-    from webhook.controller.kube import Api, client_from
     from webhook.controller.reconciler import Controller
+    from webhook.kube import Api, client_from
 
     assert isinstance(apiserver, TestApiServer)
     store = apiserver.store

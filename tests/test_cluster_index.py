@@ -12,9 +12,10 @@ from tests.apiserver import Store
 from tests.cluster import Clock, node
 from tests.lifecycle import JobController, install_admission
 from webhook.controller.cluster import ClusterIndex
-from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
-from webhook.controller.kube import NODES, PODS, Api
+from webhook.controller.informer import InformerSource, trim_node, trim_pod
 from webhook.controller.reconciler import Controller
+from webhook.informer import Informer
+from webhook.kube import NODES, PODS, Api
 
 NS = "team-a"
 

@@ -22,8 +22,8 @@ from tests.cluster import (
     node,
     pods,
 )
-from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
+from webhook.kube import Api
 
 
 @pytest.fixture
@@ -390,8 +390,8 @@ def test_orphaned_group_of_bare_pods_is_deleted(server: TestApiServer, api: Api)
 
 
 def test_watched_group_object_deleted_is_recreated_at_once(server: TestApiServer, api: Api) -> None:
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
+    from webhook.informer import Informer
+    from webhook.kube import Resource
 
     add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"), backend="volcano")
     podgroups = Informer(api, Resource("scheduling.volcano.sh/v1beta1", "podgroups"), watch_seconds=1)
@@ -570,8 +570,8 @@ def test_leaderworkerset_groups_get_podgroups_ahead_unless_lws_makes_its_own(ser
     from tests.realcluster import workloads
     from webhook.admission.decide import admit
     from webhook.backends import make
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
+    from webhook.informer import Informer
+    from webhook.kube import Resource
 
     lws = workloads.leader_worker_set("lws", "team-a", 4, "1")
     lws["spec"]["replicas"] = 2
@@ -624,8 +624,8 @@ def test_a_leaderworkerset_under_a_volcano_scheduler_of_another_name_gets_its_po
     from tests.realcluster import workloads
     from webhook.admission.decide import admit
     from webhook.backends import make
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
+    from webhook.informer import Informer
+    from webhook.kube import Resource
 
     lws = workloads.leader_worker_set("lws", "team-a", 2, "1")
     stamped = admit(lws, "CREATE", make("volcano", scheduler_name=configured), "team-a").mutated
@@ -688,8 +688,8 @@ def volcano_job_watched(
     Volcano PodGroups: (the Job, the controller, a relist of both caches)."""
     from webhook.admission.decide import admit
     from webhook.backends import make
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Resource
+    from webhook.informer import Informer
+    from webhook.kube import Resource
 
     job = b.job("train", parallelism=parallelism, spec=b.pod_spec(b.container("1", "1Gi")))
     job["metadata"]["namespace"] = "team-a"

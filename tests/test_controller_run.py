@@ -10,9 +10,9 @@ import urllib.request
 from tests.apiserver import TestApiServer
 from tests.cluster import add_job, node
 from tests.conftest import free_port
-from webhook.controller.kube import Api, client_from
 from webhook.controller.reconciler import Controller
 from webhook.controller.run import STUCK_SECONDS, Probes, run, watch_new
+from webhook.kube import Api, client_from
 
 
 def status(url: str) -> int:

@@ -17,7 +17,7 @@ import pytest
 from tests import builders as b
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.decide import ADMISSION_RULES, Outcome, admit
-from webhook.backends import NamespaceInfo, make
+from webhook.backends import Mechanisms, NamespaceInfo, Native, make
 from webhook.backends.discovery import Unavailable
 from webhook.controller.placement import Node, Shape
 from webhook.controller.state import START_RULES, GangSpec, GangState, PodView, Release, start_decision
@@ -241,3 +241,45 @@ def test_the_stamped_rule_writes_the_gang_and_a_patch() -> None:
     assert outcome.patch and outcome.mutated is not None
     assert outcome.mutated["metadata"]["labels"]["gangkeeper.io/group"] == "job-train"
     assert {"name": "gangkeeper.io/gang-gate"} in outcome.mutated["spec"]["schedulingGates"]
+
+
+MECHANISM_CASES = [
+    # (the pod's marks, the mechanism's name, its scheduler or API version)
+    ({"metadata": {"annotations": {"scheduling.k8s.io/group-name": "g"}}}, "volcano", "volcano-gpu"),
+    ({"metadata": {"labels": {"scheduling.x-k8s.io/pod-group": "g"}}}, "coscheduling", "scheduler-plugins-scheduler"),
+    ({"spec": {"workloadRef": {"name": "w", "podGroup": "g"}}}, "native", "scheduling.k8s.io/v1alpha1"),
+    ({"spec": {"schedulingGroup": {"podGroupName": "g"}}}, "native", "scheduling.k8s.io/v1alpha2"),
+    ({"metadata": {"labels": {"gangkeeper.io/group": "g"}}}, "gate", None),
+    ({}, "gate", None),
+]
+
+
+@pytest.mark.parametrize(("pod", "name", "detail"), MECHANISM_CASES)
+def test_a_pods_mechanism_is_the_configured_object_that_stamped_it(
+    pod: dict[str, Any], name: str, detail: str | None
+) -> None:
+    """The controller holds each mechanism once, as configured (a Volcano profile of another name, the
+    native generation served), and a pod's is read from its marks: never a name rebuilt with defaults."""
+    mechanisms = Mechanisms(volcano_scheduler="volcano-gpu", native_version="1.36")
+    mechanism = mechanisms.of_pod(pod)
+    assert mechanism.name == name
+    if name == "native":
+        assert isinstance(mechanism, Native) and mechanism.api_version == detail
+    else:
+        assert mechanism.scheduler_name == detail
+    if name == "volcano":
+        assert mechanism is mechanisms.volcano
+
+
+def test_every_mechanism_reads_back_the_marks_it_stamps() -> None:
+    from webhook.backends.base import Target
+    from webhook.gangs.model import GangId
+
+    gang = GangId("job-train", "Job", "train", native_workload="job-train", template="workers")
+    for name in ("volcano", "coscheduling", "native", "gate"):
+        for version in ("1.35", "1.36", "1.37") if name == "native" else ("1.37",):
+            backend = make(name, kubernetes_version=version)
+            pod = b.pod()
+            backend.stamp(Target(pod, "pod"), gang, is_pod=True)
+            assert backend.marks(pod), (name, version)
+            assert Mechanisms(native_version=version).of_pod(pod).name == name

@@ -21,8 +21,8 @@ from kubernetes import client
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from webhook import certs
-from webhook.controller.informer import Informer
-from webhook.controller.kube import PODS, Api, ApiError
+from webhook.informer import Informer
+from webhook.kube import PODS, Api, ApiError
 
 
 def configured(host: str, **settings: Any) -> Api:

@@ -22,8 +22,8 @@ from tests.lifecycle import (
     kubelet,
 )
 from tests.schemas import EXAMPLES, validate
-from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
+from webhook.kube import Api
 
 NS = "team-a"
 GATE = [{"name": "gangkeeper.io/gang-gate"}]

@@ -17,9 +17,9 @@ from tests.cluster import Clock, add_job, add_job_pods, node
 from tests.schemas import validate
 from webhook.admission.handler import Handler
 from webhook.admission.resolve import BackendResolver
-from webhook.controller.kube import Api
 from webhook.controller.reconciler import Controller
 from webhook.gangs import analyze, limits
+from webhook.kube import Api
 from webhook.serving.limits import usable_cpus
 
 SPARK_PI = Path(__file__).resolve().parents[2] / "shared" / "examples" / "spark" / "spark-pi.yaml"

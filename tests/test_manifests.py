@@ -20,11 +20,12 @@ from tests.cluster import Clock, add_job, add_job_pods, node
 from tests.schemas import is_crd_kind, validate
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.informer import Informer
-from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, client_from
 from webhook.controller.leader import LeaderElector
 from webhook.controller.reconciler import Controller
 from webhook.controller.workloads import SUSPEND_PATHS, WORKLOAD_RESOURCES
+from webhook.gangs import kinds
+from webhook.informer import Informer
+from webhook.kube import NAMESPACES, NODES, PODS, Api, client_from
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 KUSTOMIZATIONS = [
@@ -67,8 +68,9 @@ def test_each_overlay_sets_its_backend(backend: str) -> None:
 
 def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_there() -> None:
     objects = build("base")
-    expected_resources = {("", "pods"), ("batch", "jobs"), ("batch", "cronjobs"), ("trainer.kubeflow.org", "trainjobs")}
-    expected_resources |= {(r.group_version.rpartition("/")[0], r.plural) for r in WORKLOAD_RESOURCES.values()}
+    # every kind's record (webhook/gangs/kinds.py) is admitted, at every version it is served at
+    expected_resources = {(k.group, k.plural) for k in kinds.REGISTRY.values()}
+    assert expected_resources >= {(r.group_version.rpartition("/")[0], r.plural) for r in WORKLOAD_RESOURCES.values()}
     for kind, name in (("MutatingWebhookConfiguration", "mutate"), ("ValidatingWebhookConfiguration", "validate")):
         (hook,) = [h for h in by_kind(objects, kind)["webhooks"] if h["name"] == f"{name}.gangkeeper.io"]
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
@@ -86,6 +88,9 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
             assert operations == {"CREATE"}  # membership is set at creation; updates are never mutated
         else:
             assert operations == {"CREATE", "UPDATE"}
+        for k in kinds.REGISTRY.values():
+            versions = {v for rule in hook["rules"] if k.plural in rule["resources"] for v in rule["apiVersions"]}
+            assert {k.version, *k.other_versions} - {""} <= versions, k.kind
         mpijob_versions = {v for rule in hook["rules"] if "mpijobs" in rule["resources"] for v in rule["apiVersions"]}
         assert mpijob_versions == {"v1", "v2beta1"}  # training-operator v1 and mpi-operator v2
     namespace = by_kind(objects, "Namespace")

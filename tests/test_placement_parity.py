@@ -16,9 +16,9 @@ from tests.lifecycle import JobController, StatefulSetController, install_admiss
 from tests.scheduler import overcommitted, schedule
 from tests.schemas import validate
 from webhook.controller.explain import explain
-from webhook.controller.kube import Api, client_from
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import HOSTNAME_LABEL
+from webhook.kube import Api, client_from
 
 NS = "team-a"
 

@@ -11,10 +11,10 @@ from tests import builders as b
 from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
-from webhook.controller.kube import Api
 from webhook.controller.placement import Member, Node, Shape
 from webhook.controller.preemption import Victim, budget_blocks, choose_victims
 from webhook.controller.reconciler import Controller
+from webhook.kube import Api
 
 CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))
 

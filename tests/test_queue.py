@@ -11,9 +11,9 @@ from tests.lifecycle import JobController, install_admission, kubelet
 from tests.scheduler import schedule
 from tests.schemas import validate
 from webhook.controller.explain import explain
-from webhook.controller.kube import Api
 from webhook.controller.queue import Policy
 from webhook.controller.reconciler import Controller
+from webhook.kube import Api
 
 NS = "team-a"
 

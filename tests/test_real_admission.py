@@ -56,8 +56,8 @@ def test_a_built_in_lists_items_carry_no_kind_on_the_real_server_and_the_fake(st
     typed list's items (watch events carry them). The fake API server must answer the same, or a Job
     read from a cache after a controller restart looks like no kind at all (found by the chart upgrade)."""
     from tests.apiserver import TestApiServer
-    from webhook.controller.informer import Informer
-    from webhook.controller.kube import Api, Resource, client_from
+    from webhook.informer import Informer
+    from webhook.kube import Api, Resource, client_from
 
     namespace = stack.namespace("lists", "gate")
     stack.plane.apply(workloads.job("listed", namespace, 1, "1"))

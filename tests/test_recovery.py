@@ -15,10 +15,10 @@ from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_
 from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.kube import Api
 from webhook.controller.placement import Shape
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover
+from webhook.kube import Api
 
 RECOVERY = {"gangkeeper.io/recovery-timeout-seconds": "60"}
 

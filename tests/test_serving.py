@@ -110,8 +110,8 @@ def test_handshakes_under_way_count_against_the_connection_cap(tmp_path: Path) -
             time.sleep(0.3)
             with pytest.raises((ssl.SSLError, OSError)):
                 tls_connection(server)
-            closed, _ = closed_within(silent[0], 4.0)
-            assert closed, "the handshake deadline cut the silent connection"
+            assert all(closed_within(sock, 4.0)[0] for sock in silent), "the handshake deadline cut them"
+            time.sleep(0.2)  # the worker forgets each connection when its socket is closed
             assert server.post("/mutate", job_pod_body()).status_code == 200
             for sock in silent:
                 sock.close()

@@ -10,8 +10,8 @@ from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import add_job, add_job_pods, pods
 from tests.schemas import validate
-from webhook.controller.kube import Api
 from webhook.controller.uninstall import release_all
+from webhook.kube import Api
 
 
 def test_release_all_lifts_gates_and_resumes_only_what_gangkeeper_suspended(apiserver: TestApiServer, api: Api) -> None:

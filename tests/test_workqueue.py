@@ -14,10 +14,10 @@ from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, node, pods
 from webhook import contract
 from webhook.controller.deadlines import MIN_REQUEUE_SECONDS, earliest
-from webhook.controller.kube import Api, client_from
 from webhook.controller.reconciler import Controller
 from webhook.controller.run import run
 from webhook.controller.workqueue import GangQueue
+from webhook.kube import Api, client_from
 
 NS = "team-a"
 

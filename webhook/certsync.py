@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from webhook import certs
-from webhook.controller.kube import Api, ApiError, Resource
+from webhook.kube import Api, ApiError, Resource
 from webhook.rotation import CertState, bootstrap, seconds_until_due, step
 
 log = logging.getLogger("gangkeeper.certs")

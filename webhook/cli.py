@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook import __version__
+from webhook.backends import NAMES
+from webhook.backends.native import DEFAULT_KUBERNETES_VERSION, GENERATIONS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
@@ -20,8 +22,8 @@ from webhook.serving.limits import Limits, usable_cpus
 if TYPE_CHECKING:
     from webhook.admission.resolve import BackendResolver
 
-BACKEND_CHOICES = ("auto", "volcano", "coscheduling", "native", "gate")
-KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")
+BACKEND_CHOICES = ("auto", *NAMES)
+KUBERNETES_VERSIONS = tuple(GENERATIONS)
 
 
 def _metrics_dir() -> Path:
@@ -180,7 +182,7 @@ def _run_cert_sync(args: argparse.Namespace, cert_dir: Path) -> int:
 def _cert_sync(args: argparse.Namespace, cert_dir: Path) -> Any:
     from webhook import certs
     from webhook.certsync import CertSync
-    from webhook.controller.kube import Api, client_from
+    from webhook.kube import Api, client_from
 
     sans = args.san or certs.service_dns_names(args.service, args.namespace)
     return CertSync(Api(client_from(args.kubeconfig)), args.namespace, args.cert_secret, cert_dir, sans)
@@ -192,7 +194,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
     from webhook.admission.controller_lease import LeaseWatch
     from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
     from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
-    from webhook.controller.kube import Api
+    from webhook.kube import Api
 
     api_client = _api_client(args.kubeconfig)
     if api_client is None:
@@ -286,8 +288,8 @@ def _certs(args: argparse.Namespace) -> int:
 
 
 def _release_all(args: argparse.Namespace) -> int:
-    from webhook.controller.kube import Api, client_from
     from webhook.controller.uninstall import release_all
+    from webhook.kube import Api, client_from
 
     done = release_all(Api(client_from(args.kubeconfig, args.server)))
     print(f"gangkeeper release-all: {len(done.gates)} gates lifted, {len(done.resumed)} workloads resumed")
@@ -323,8 +325,8 @@ def _recovery_seconds(text: str) -> int:
 
 def _controller(args: argparse.Namespace) -> int:
     from webhook import logs
-    from webhook.controller.kube import client_from
     from webhook.controller.run import run
+    from webhook.kube import client_from
 
     logs.setup(args.log_level)
     run(
@@ -346,7 +348,7 @@ def _controller(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from webhook.controller.explain import UnknownGang, explain, explain_from_gang
-    from webhook.controller.kube import Api, ApiError, client_from
+    from webhook.kube import Api, ApiError, client_from
 
     namespace, _, gang = args.gang.partition("/")
     if not gang:
@@ -506,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument(
         "--kubernetes-version",
         choices=KUBERNETES_VERSIONS,
-        default="1.37",
+        default=DEFAULT_KUBERNETES_VERSION,
         help="native backend: which scheduling.k8s.io generation to produce",
     )
     mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
@@ -705,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         # a missing kubeconfig or an API refusal is the user's to fix, not a traceback to read
         from kubernetes.config import ConfigException
 
-        from webhook.controller.kube import ApiError
+        from webhook.kube import ApiError
 
         if isinstance(error, ConfigException | FileNotFoundError) and args.command in (
             "explain",

@@ -15,28 +15,6 @@ MAX_NAME = 63
 _HASH_LEN = 10
 _INVALID = re.compile(r"[^a-z0-9-]+")
 
-# Short kind tags keep names unique per workload kind: a Job and a StatefulSet may share a name.
-KIND_TAGS = {
-    "Pod": "pg",
-    "Job": "job",
-    "CronJob": "job",
-    "StatefulSet": "sts",
-    "Deployment": "deploy",
-    "ReplicaSet": "deploy",
-    "LeaderWorkerSet": "lws",
-    "JobSet": "jobset",
-    "PyTorchJob": "pytorchjob",
-    "TFJob": "tfjob",
-    "XGBoostJob": "xgboostjob",
-    "JAXJob": "jaxjob",
-    "MPIJob": "mpijob",
-    "TrainJob": "jobset",
-    "RayCluster": "raycluster",
-    "RayJob": "rayjob",
-    "SparkApplication": "spark",
-}
-
-
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -57,9 +35,9 @@ def dns_label(text: str) -> str:
     return f"{head}-{digest}"
 
 
-def gang_name(kind: str, name: str, *parts: str | int) -> str:
-    """`<kind tag>-<name>[-<part>...]`, e.g. `lws-vllm-0` for group 0 of LeaderWorkerSet vllm."""
-    tag = KIND_TAGS.get(kind, kind.lower())
+def gang_name(tag: str, name: str, *parts: str | int) -> str:
+    """`<kind tag>-<name>[-<part>...]`, e.g. `lws-vllm-0` for group 0 of LeaderWorkerSet vllm (each kind's
+    tag is its record's, gangs.kinds.Kind.tag: a Job and a StatefulSet may share a name)."""
     return dns_label("-".join([tag, name, *(str(p) for p in parts)]))
 
 

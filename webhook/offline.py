@@ -12,7 +12,7 @@ from webhook import contract
 from webhook.admission import keys
 from webhook.admission.decide import admit, describe
 from webhook.admission.resolve import BackendResolver, StaticNamespaces
-from webhook.backends import NamespaceInfo
+from webhook.backends import DEFAULT_KUBERNETES_VERSION, NamespaceInfo
 from webhook.backends.discovery import Unavailable
 from webhook.gangs.model import Obj
 
@@ -29,7 +29,7 @@ class Result:
 def mutate_stream(
     documents: list[Any],
     backend_name: str = "auto",
-    kubernetes_version: str = "1.37",
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     namespace: str = "default",
     scheduler_name: str | None = None,
 ) -> Result:

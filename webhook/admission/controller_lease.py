@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from webhook.controller.kube import LEASES, Api, ApiError
+from webhook.kube import LEASES, Api, ApiError
 
 log = logging.getLogger("gangkeeper.admission")
 

@@ -10,11 +10,10 @@ import marshal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import contract, gangs, naming
 from webhook.admission import forgery, keys
-from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.base import remove_stamp
@@ -25,6 +24,9 @@ from webhook.gangs import topology
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 from webhook.gangs.pod import unowned_member
 from webhook.gangs.topology import DEFAULT_LEVELS
+
+if TYPE_CHECKING:  # the decision only asks it; the Lease is read at admission's edge
+    from webhook.admission.controller_lease import ControllerHealth
 
 _OWN_SCHEDULERS = {"", "default-scheduler"}
 

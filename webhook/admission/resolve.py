@@ -11,8 +11,8 @@ from webhook import backends, contract, naming
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, NamespaceInfo
 from webhook.backends.discovery import Choice, Served, Unavailable, choose
-from webhook.controller.kube import NAMESPACES, Api, Resource
 from webhook.gangs.topology import DEFAULT_LEVELS
+from webhook.kube import NAMESPACES, Api, Resource
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class WatchedNamespaces:
     """
 
     def __init__(self, api: Api) -> None:
-        from webhook.controller.informer import Informer
+        from webhook.informer import Informer
 
         self._informer = Informer(api, NAMESPACES, transform=_trim)
         self.synced = self._informer.synced
@@ -75,7 +75,7 @@ class WatchedQueues:
     queue that is missing or closed is refused by Volcano's admission, and its pods stay Pending."""
 
     def __init__(self, api: Api, served: Callable[[], Served | None]) -> None:
-        from webhook.controller.informer import Informer
+        from webhook.informer import Informer
 
         self._served = served
         self._informer = Informer(api, QUEUES, transform=_trim_queue)
@@ -108,7 +108,7 @@ class WatchedPriorityClasses:
     come next) with a warning, since the API server's Priority admission refuses each of its pods."""
 
     def __init__(self, api: Api) -> None:
-        from webhook.controller.informer import Informer
+        from webhook.informer import Informer
 
         self._informer = Informer(api, PRIORITY_CLASSES, transform=_trim_name)
 
@@ -134,7 +134,7 @@ class BackendResolver:
         served: Callable[[], Served | None] = lambda: None,
         volcano_scheduler: str = "volcano",
         coscheduling_scheduler: str = "scheduler-plugins-scheduler",
-        offline_version: str = "1.37",
+        offline_version: str = backends.DEFAULT_KUBERNETES_VERSION,
         controller: Callable[[], ControllerHealth | None] = lambda: None,
         queues: Callable[[], dict[str, str] | None] = lambda: None,
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,

@@ -69,6 +69,12 @@ class Backend(Protocol):
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
 
+    def marks(self, pod: Obj) -> bool:
+        """Whether `pod` carries this mechanism's membership, as its `stamp` wrote it."""
+
+    def group_kinds(self) -> list[tuple[str, str]]:
+        """(apiVersion, kind) of every group object `group_objects` may return: what the controller watches."""
+
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         """The group objects the mechanism needs for these gangs, ready to create."""
 

@@ -21,6 +21,12 @@ class Coscheduling:
         if gang is not None:
             target.labels()[contract.COSCHEDULING_GROUP_LABEL] = gang.name
 
+    def group_kinds(self) -> list[tuple[str, str]]:
+        return [(API_VERSION, "PodGroup")]
+
+    def marks(self, pod: Obj) -> bool:
+        return contract.COSCHEDULING_GROUP_LABEL in ((pod.get("metadata") or {}).get("labels") or {})
+
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         objects = []
         for gang in gangs:

@@ -66,7 +66,7 @@ class Served:
 @dataclass(frozen=True)
 class Choice:
     backend: str
-    kubernetes_version: str = "1.37"  # native generation, when backend is native
+    kubernetes_version: str = native.DEFAULT_KUBERNETES_VERSION  # native generation, when backend is native
     network_topology: bool = False  # Volcano places gangs by HyperNode tiers (PodGroup networkTopology)
 
 
@@ -76,7 +76,9 @@ class Unavailable:
     message: str
 
 
-def choose(requested: str, served: Served | None, offline_version: str = "1.37") -> Choice | Unavailable:
+def choose(
+    requested: str, served: Served | None, offline_version: str = native.DEFAULT_KUBERNETES_VERSION
+) -> Choice | Unavailable:
     """The backend for `requested` (a backend name or "auto") on a cluster serving `served`.
 
     With no discovery (offline, or the API unreachable) a named backend is trusted as asked and auto
@@ -151,7 +153,7 @@ class DiscoveryCache:
 
 def fetch_from_cluster(api: Any) -> Served:
     """Which of the group-versions gangkeeper cares about the API server serves (GET /apis, then each
-    wanted /apis/<group>/<version>), through the controller's REST access (webhook.controller.kube.Api)."""
+    wanted /apis/<group>/<version>), through the controller's REST access (webhook.kube.Api)."""
     wanted = {
         VOLCANO_GV,
         VOLCANO_TOPOLOGY_GV,

@@ -23,6 +23,12 @@ class Gate:
         if not any(g.get("name") == contract.GATE for g in gates):
             gates.append({"name": contract.GATE})
 
+    def group_kinds(self) -> list[tuple[str, str]]:
+        return []
+
+    def marks(self, pod: Obj) -> bool:
+        return contract.GROUP_LABEL in ((pod.get("metadata") or {}).get("labels") or {})
+
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         return []
 

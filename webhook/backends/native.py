@@ -16,6 +16,8 @@ from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target,
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 GROUP = "scheduling.k8s.io"
+# the Kubernetes version assumed where none is served or given (offline, a cluster not yet discovered)
+DEFAULT_KUBERNETES_VERSION = "1.37"
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Native:
     name = "native"
     scheduler_name: str | None = None
 
-    def __init__(self, kubernetes_version: str = "1.37") -> None:
+    def __init__(self, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:
         self.generation = GENERATIONS[kubernetes_version]
 
     @property
@@ -74,6 +76,14 @@ class Native:
             spec["workloadRef"] = ref
         else:
             spec["schedulingGroup"] = {"podGroupName": gang.name}
+
+    def group_kinds(self) -> list[tuple[str, str]]:
+        return [(self.api_version, "PodGroup"), (self.api_version, "Workload")]
+
+    def marks(self, pod: Obj) -> bool:
+        """The pod's link in this generation's words: workloadRef (1.35) or schedulingGroup (1.36 on)."""
+        link = "workloadRef" if self.generation.version == "v1alpha1" else "schedulingGroup"
+        return bool((pod.get("spec") or {}).get(link))
 
     def too_many_templates(self, gangs: list[Gang]) -> str | None:
         """Why the API server would refuse these gangs' Workload (its gangs would then never start)."""

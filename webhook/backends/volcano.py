@@ -54,6 +54,12 @@ class Volcano:
         if gang is not None:
             target.annotations()[contract.VOLCANO_GROUP_ANNOTATION] = gang.name
 
+    def group_kinds(self) -> list[tuple[str, str]]:
+        return [(API_VERSION, "PodGroup")]
+
+    def marks(self, pod: Obj) -> bool:
+        return contract.VOLCANO_GROUP_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+
     def group_objects(self, gangs: list[Gang], namespace: NamespaceInfo) -> list[Obj]:
         return [self.pod_group(gang, namespace) for gang in gangs]
 

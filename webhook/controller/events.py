@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.kube import EVENTS, Api, ApiError
 from webhook.controller.state import format_time
+from webhook.kube import EVENTS, Api, ApiError
 
 log = logging.getLogger("gangkeeper.controller.events")
 

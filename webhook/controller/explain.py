@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 from webhook.controller import placement
 from webhook.controller.gangobject import GANGS
-from webhook.controller.kube import Api, ApiError
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.source import Listing
 from webhook.controller.state import GangSpec
+from webhook.kube import Api, ApiError
 
 
 class UnknownGang(LookupError):

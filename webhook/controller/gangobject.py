@@ -19,9 +19,9 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller import metrics
-from webhook.controller.informer import Informer
-from webhook.controller.kube import Api, ApiError, Resource
 from webhook.controller.state import History, Release, format_time, parse_time
+from webhook.informer import Informer
+from webhook.kube import Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
 
@@ -116,7 +116,7 @@ def desired_object(namespace: str, name: str, backend: str, min_member: int, wor
     """A new Gang object: owned by the workload, so it goes when the workload goes."""
     meta: Obj = {"name": name, "namespace": namespace, "labels": {contract.GROUP_LABEL: name}}
     ref = workload_ref(workload)
-    spec: Obj = {"backend": backend.split("-")[0], "minMember": max(1, min_member)}
+    spec: Obj = {"backend": backend, "minMember": max(1, min_member)}
     if ref is not None:
         spec["workload"] = ref
         if "uid" in ref:

@@ -10,18 +10,18 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from webhook import backends, contract, gangs
-from webhook.backends import NamespaceInfo
+from webhook import contract, gangs
+from webhook.backends import Backend, Mechanisms, NamespaceInfo
 from webhook.controller import metrics
 from webhook.controller.cluster import GangView
-from webhook.controller.informer import Informer
-from webhook.controller.kube import Api, ApiError, Resource
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.wakeup import WAKE_ANNOTATION
 from webhook.controller.workloads import group_resource
 from webhook.gangs import lws
 from webhook.gangs.model import Obj
+from webhook.informer import Informer
+from webhook.kube import Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
 LWS_KIND = "LeaderWorkerSet"
@@ -40,33 +40,23 @@ class GroupObjects:
         api: Api,
         workloads: Workloads,
         reporter: Reporter,
-        native_version: str,
-        volcano_scheduler: str = "volcano",
+        mechanisms: Mechanisms,
     ) -> None:
-        self.api, self.workloads, self.reporter, self.native_version = api, workloads, reporter, native_version
+        self.api, self.workloads, self.reporter, self.mechanisms = api, workloads, reporter, mechanisms
         # the name the webhook was configured to give Volcano's pods (schedulerNames.volcano): what marks
         # a LeaderWorkerSet as gangkeeper's Volcano gangs, its templates carrying no group name
-        self.volcano_scheduler = volcano_scheduler
+        self.volcano_scheduler = str(mechanisms.volcano.scheduler_name)
         self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
         self._looked_at: dict[str, str] = {}  # workload uid -> resourceVersion create_ahead last saw
 
     def resources(self) -> list[Resource]:
-        from webhook.backends.native import GENERATIONS
+        return [group_resource(api_version, kind) for api_version, kind in self.mechanisms.group_kinds()]
 
-        native = f"scheduling.k8s.io/{GENERATIONS[self.native_version].version}"
-        return [
-            group_resource("scheduling.volcano.sh/v1beta1", "PodGroup"),
-            group_resource("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
-            group_resource(native, "PodGroup"),
-            group_resource(native, "Workload"),
-        ]
-
-    def sync(self, gang: GangView, resolved: Resolved, backend: str) -> None:
+    def sync(self, gang: GangView, resolved: Resolved, mechanism: Backend) -> None:
+        """The gang's group objects as `mechanism` (the configured one its pods were stamped for) needs them."""
         if resolved.gang is None:
             return
-        name, _, version = backend.partition("-")
-        chosen = backends.make(name, kubernetes_version=version or self.native_version)
-        for desired in chosen.group_objects([resolved.gang], NamespaceInfo()):
+        for desired in mechanism.group_objects([resolved.gang], NamespaceInfo()):
             resource = group_resource(desired["apiVersion"], desired["kind"])
             meta = desired["metadata"]
             path = resource.path(meta.get("namespace") or gang.namespace, meta["name"])
@@ -91,7 +81,7 @@ class GroupObjects:
         pods Coscheduling rejected (webhook/controller/wakeup.py says why)."""
         if resolved.gang is None:
             return
-        for desired in backends.make("coscheduling").group_objects([resolved.gang], NamespaceInfo()):
+        for desired in self.mechanisms.coscheduling.group_objects([resolved.gang], NamespaceInfo()):
             resource = group_resource(desired["apiVersion"], desired["kind"])
             namespace = desired["metadata"].get("namespace") or resolved.gang.namespace
             name = desired["metadata"]["name"]
@@ -159,7 +149,7 @@ class GroupObjects:
         for gang in gangs.analyze(workload).gangs:
             if gang.name not in wanted and not is_lws:
                 continue
-            desired = backends.make("volcano").group_objects([gang], NamespaceInfo())[0]
+            desired = self.mechanisms.volcano.group_objects([gang], NamespaceInfo())[0]
             resource = group_resource(desired["apiVersion"], desired["kind"])
             name = desired["metadata"]["name"]
             readable, current = self._read(resource, namespace, name)

@@ -1,8 +1,5 @@
-"""List-and-watch caches: the controller's view of pods and nodes without listing them every pass.
-
-A watch resumes from the last resourceVersion it saw; when the server says that version is too old
-(410 Gone) or the connection fails, the cache lists again from scratch.
-"""
+"""The controller's list-and-watch caches (webhook.informer): what it keeps of pods and nodes, and the
+informers as the reconciler's source. A failed watch is counted in the controller's metrics."""
 
 from __future__ import annotations
 
@@ -11,11 +8,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
-
 from webhook import contract
 from webhook.controller import interning, metrics
-from webhook.controller.kube import Api, ApiError, Resource, typed_items
+from webhook.informer import Informer, identity
+from webhook.kube import Api, Resource
 
 log = logging.getLogger("gangkeeper.controller.informer")
 
@@ -51,7 +47,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             "preemptionPolicy",  # Never: the gang preempts nothing (preemptor.py)
             "hostNetwork",
             "resourceClaims",
-            # the native gang link: which mechanism the pod was stamped for (reconciler.backend_of)
+            # the native gang link: which mechanism the pod was stamped for (backends.Mechanisms.of_pod)
             "workloadRef",
             "schedulingGroup",
         ),
@@ -92,139 +88,18 @@ def trim_node(node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def identity(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj
+def count_watch_error(status: int) -> None:
+    metrics.API_ERRORS.labels("watch", str(status)).inc()
 
 
-class Informer:
-    def __init__(
-        self,
-        api: Api,
-        resource: Resource,
-        label_selector: str = "",
-        watch_seconds: int = 300,
-        transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
-        changed: threading.Event | None = None,
-        page_size: int = 500,
-    ) -> None:
-        self.api, self.resource, self.selector, self.watch_seconds = api, resource, label_selector, watch_seconds
-        self.transform, self.page_size = transform, page_size
-        self._items: dict[str, dict[str, Any]] = {}
-        # what changed since the consumer last asked (key -> the object now, None: deleted), so the
-        # controller updates its picture of the cluster by the changes instead of rebuilding it each pass
-        self._changes: dict[str, dict[str, Any] | None] = {}
-        self._lock = threading.Lock()
-        self.resource_version = ""
-        self.relists = 0
-        self.synced = threading.Event()
-        self.changed = changed or threading.Event()  # shared: any cache's change wakes the controller
-        self._stop = threading.Event()
-
-    def items(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._items.values())
-
-    def drain(self) -> dict[str, dict[str, Any] | None]:
-        """The changes since the last drain; the first drain holds every object."""
-        with self._lock:
-            changes, self._changes = self._changes, {}
-        return changes
-
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            return self._items.get(f"{namespace or ''}/{name}")
-
-    @staticmethod
-    def _key(obj: dict[str, Any]) -> str:
-        meta = obj.get("metadata") or {}
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-    def relist(self) -> None:
-        """List in pages of `page_size`: each page is parsed and trimmed before the next is asked for,
-        so a large cluster is never held whole as JSON (the apiserver pages the same way for client-go's
-        reflector, tools/pager). An object whose resourceVersion did not change keeps its trimmed copy:
-        a relist after a 410 allocates only for what changed."""
-        query = {"limit": str(self.page_size), **({"labelSelector": self.selector} if self.selector else {})}
-        with self._lock:
-            previous = self._items
-        items: dict[str, dict[str, Any]] = {}
-        resource_version = ""
-        while True:
-            page = self.api.list(self.resource.path(), **query)
-            for obj in typed_items(page):
-                key = self._key(obj)
-                kept = previous.get(key)
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                same = kept is not None and (kept.get("metadata") or {}).get("resourceVersion") == version
-                items[key] = kept if same and kept is not None else self.transform(obj)
-            metadata = page.get("metadata") or {}
-            resource_version = resource_version or metadata.get("resourceVersion", "")
-            token = metadata.get("continue")
-            del page
-            if not token:
-                break
-            query["continue"] = token
-        with self._lock:
-            for key, obj in items.items():
-                if previous.get(key) is not obj:
-                    self._changes[key] = obj
-            for key in previous.keys() - items.keys():
-                self._changes[key] = None
-            self._items = items
-            self.resource_version = resource_version
-        self.relists += 1
-        self.synced.set()
-        self.changed.set()
-
-    def watch_once(self) -> bool:
-        """Follow one watch until it ends; False when the cache must be listed again."""
-        query = {
-            "resourceVersion": self.resource_version,
-            "timeoutSeconds": str(self.watch_seconds),
-            "allowWatchBookmarks": "true",
-        }
-        if self.selector:
-            query["labelSelector"] = self.selector
-        for event in self.api.stream(self.resource.path(), query, timeout=self.watch_seconds + 30):
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":
-                log.info(
-                    "watch expired; listing again", extra={"resource": self.resource.plural, "code": obj.get("code")}
-                )
-                return False
-            with self._lock:
-                if kind == "DELETED":
-                    key = self._key(obj)
-                    if self._items.pop(key, None) is not None:
-                        self._changes[key] = None
-                elif kind in ("ADDED", "MODIFIED"):
-                    key = self._key(obj)
-                    self._items[key] = self._changes[key] = self.transform(obj)
-                self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
-            self.changed.set()
-        return True
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if not self.synced.is_set() or not self.resource_version:
-                    self.relist()
-                if not self.watch_once():
-                    self.relist()
-            except (ApiError, OSError, ValueError, urllib3.exceptions.HTTPError) as error:
-                if self._stop.is_set():  # the watch broke because we are shutting down
-                    return
-                # a reset or refused connection must not end the thread: the cache would freeze
-                metrics.API_ERRORS.labels("watch", str(getattr(error, "status", 0))).inc()
-                log.warning("watch failed; listing again", extra={"resource": self.resource.plural}, exc_info=True)
-                self.synced.clear()
-                self._stop.wait(1.0)
-
-    def start(self) -> None:
-        threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
+def controller_informer(
+    api: Api,
+    resource: Resource,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] = identity,
+    changed: threading.Event | None = None,
+) -> Informer:
+    """An informer whose failed watches the controller's metrics count (gangkeeper_api_errors_total)."""
+    return Informer(api, resource, transform=transform, changed=changed, on_error=count_watch_error)
 
 
 class InformerSource:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.kube import LEASES, Api, ApiError
 from webhook.controller.state import format_time
+from webhook.kube import LEASES, Api, ApiError
 
 log = logging.getLogger("gangkeeper.controller.leader")
 

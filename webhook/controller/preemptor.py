@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from webhook.backends import Mechanisms
 from webhook.controller import metrics
 from webhook.controller.cluster import GangView
-from webhook.controller.kube import PODS, Api, ApiError, Resource
 from webhook.controller.placement import Member
 from webhook.controller.preemption import MAX_CANDIDATES, Victim, budget_blocks, choose_victims
 from webhook.controller.requeue import Requeuer
 from webhook.controller.resolve import Resolved
 from webhook.controller.reuse import Snapshot
-from webhook.controller.source import backend_of
 from webhook.controller.state import Decision, GangState
+from webhook.kube import PODS, Api, ApiError, Resource
 
 PDBS = Resource("policy/v1", "poddisruptionbudgets")
 GRACE_SECONDS = 60.0  # a gang released this recently is nobody's victim
@@ -32,8 +32,15 @@ PENDING_SECONDS = 120.0  # how long a preemptor waits for its victims before it 
 
 
 class Preemptor:
-    def __init__(self, api: Api, requeuer: Requeuer, may_write: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        api: Api,
+        requeuer: Requeuer,
+        may_write: Callable[[], bool] = lambda: True,
+        mechanisms: Mechanisms | None = None,
+    ) -> None:
         self.api, self.requeuer, self.may_write = api, requeuer, may_write
+        self.mechanisms = mechanisms or Mechanisms()
         self.pending: dict[str, tuple[dt.datetime, tuple[Victim, ...]]] = {}  # preemptor -> (when, victims)
 
     def keep_only(self, live: Mapping[str, GangView]) -> None:
@@ -143,11 +150,10 @@ class Preemptor:
             return view is not None and any(p.holds_node for p in view.pods)
         return victim.key in snapshot.index.pods
 
-    @staticmethod
-    def _gate_gang(key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
+    def _gate_gang(self, key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
         """A gang the gate releases, not released within GRACE_SECONDS."""
         view = snapshot.gangs.get(key)
-        if view is None or not view.raw or backend_of(view.raw[0]) != "gate":
+        if view is None or not view.raw or self.mechanisms.of_pod(view.raw[0]).name != "gate":
             return False
         released = [p.released_at for p in view.pods if p.released_at is not None]
         return not released or (now - max(released)).total_seconds() >= GRACE_SECONDS

@@ -18,6 +18,7 @@ from functools import partial
 from typing import TypeVar
 
 from webhook import contract
+from webhook.backends import DEFAULT_KUBERNETES_VERSION, Mechanisms
 from webhook.controller import metrics
 from webhook.controller.clockguard import SteadyClock
 from webhook.controller.cluster import ClusterIndex, GangView
@@ -27,8 +28,6 @@ from webhook.controller.events import EventRecorder
 from webhook.controller.gangobject import GANGS, GangObjects
 from webhook.controller.groups import GroupObjects, orphan_groups
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
-from webhook.controller.informer import Informer
-from webhook.controller.kube import Api
 from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass
 from webhook.controller.release import Releaser
@@ -36,12 +35,14 @@ from webhook.controller.report import Reporter
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
-from webhook.controller.source import ChangeSource, Listing, Source, backend_of
+from webhook.controller.source import ChangeSource, Listing, Source
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, Decision, GangState
 from webhook.controller.wakeup import Waker, waiting_gang_fits
 from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
 from webhook.gangs.model import Obj
+from webhook.informer import Informer
+from webhook.kube import Api
 
 log = logging.getLogger("gangkeeper.controller")
 _T = TypeVar("_T")
@@ -66,7 +67,7 @@ class Controller:
         self,
         api: Api,
         source: Source | None = None,
-        native_version: str = "1.37",
+        native_version: str = DEFAULT_KUBERNETES_VERSION,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         component: str = "gangkeeper-controller",
         release_concurrency: int = 16,
@@ -108,7 +109,9 @@ class Controller:
         self.reporter = Reporter(self.recorder, self.gang_objects, may_write)
         self.releaser = Releaser(api, self.reporter, may_write, release_concurrency)
         self.requeuer = Requeuer(api, self.workloads, self.reporter, self.gang_objects, max_attempts, may_write)
-        self.groups = GroupObjects(api, self.workloads, self.reporter, native_version, volcano_scheduler)
+        # the mechanisms as configured: a gang's is the object that stamped its pods, never a name rebuilt
+        self.mechanisms = Mechanisms(volcano_scheduler, native_version=native_version)
+        self.groups = GroupObjects(api, self.workloads, self.reporter, self.mechanisms)
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
@@ -121,7 +124,7 @@ class Controller:
             self.releaser,
             self.requeuer,
             HeadOfLine(head_of_line_seconds),
-            Preemptor(api, self.requeuer, may_write),
+            Preemptor(api, self.requeuer, may_write, self.mechanisms),
         )
         self.waker = Waker()
 
@@ -221,8 +224,8 @@ class Controller:
         if fresh:
             self.work.add_at(gang.key, stamp + self.resync_seconds)
         current.seen[gang.key] = (fingerprint, resolved)
-        backend = backend_of(gang.raw[0])
-        switched = {backend_of(raw) for raw in gang.raw} - {"gate"}
+        mechanism = self.mechanisms.of_pod(gang.raw[0])
+        switched = {self.mechanisms.of_pod(raw).name for raw in gang.raw} - {"gate"}
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
             # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
@@ -236,11 +239,11 @@ class Controller:
             why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
             self.releaser.lift_gates(gated, why, now)
             return None
-        if backend != "gate":
+        if mechanism.name != "gate":
             if fresh and self.may_write():
-                self.groups.sync(gang, resolved, backend)
-                self.reporter.report_other(gang, resolved, backend, now)
-            if backend == "coscheduling" and self.may_write():
+                self.groups.sync(gang, resolved, mechanism)
+                self.reporter.report_other(gang, resolved, mechanism.name, now)
+            if mechanism.name == "coscheduling" and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
         if resolved.gone and self.may_write():

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.cluster import GangView
-from webhook.controller.kube import PODS, Api, ApiError
 from webhook.controller.placement import HostPort
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved
 from webhook.controller.state import Decision, PodView, Release, release_patch
 from webhook.gangs.model import Obj
+from webhook.kube import PODS, Api, ApiError
 
 log = logging.getLogger("gangkeeper.controller")
 

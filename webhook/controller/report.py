@@ -82,7 +82,7 @@ class Reporter:
         running = sum(1 for p in live if p.node_name)
         need = resolved.spec.min_member if resolved.spec is not None else len(live)
         state = str(GangState.RUNNING) if running >= need else "Pending"
-        message = f"{running} of {need} members scheduled by the {backend.split('-')[0]} gang scheduler"
+        message = f"{running} of {need} members scheduled by the {backend} gang scheduler"
         if resolved.spec is None:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
         self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now)

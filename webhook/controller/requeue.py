@@ -12,12 +12,12 @@ from typing import Any
 from webhook.controller import metrics
 from webhook.controller.cluster import GangView
 from webhook.controller.gangobject import Books, GangObjects, books_of
-from webhook.controller.kube import PODS, Api, ApiError, Resource
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.state import DEFAULT_TIMEOUT_SECONDS, Decision, GangState, backoff_seconds, format_time
 from webhook.controller.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
 from webhook.gangs.model import Obj
+from webhook.kube import PODS, Api, ApiError, Resource
 
 DEFAULT_MAX_ATTEMPTS = 5
 REFUSED_NODE_SECONDS = DEFAULT_TIMEOUT_SECONDS  # how long a node that lost a gang's pods is not planned again

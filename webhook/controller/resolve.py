@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from webhook import contract, gangs
 from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
-from webhook.controller.informer import Informer
-from webhook.controller.kube import Api, ApiError, Resource
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIMEOUT_SECONDS, GangSpec
 from webhook.controller.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES
 from webhook.gangs.model import Gang, Obj
+from webhook.informer import Informer
+from webhook.kube import Api, ApiError, Resource
 
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
 SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})

@@ -13,17 +13,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from webhook import contract
+from webhook.backends import DEFAULT_KUBERNETES_VERSION
 from webhook.controller import metrics
 from webhook.controller.gangobject import GANGS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
-from webhook.controller.informer import Informer, InformerSource, trim_node, trim_pod
-from webhook.controller.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
+from webhook.controller.informer import InformerSource, controller_informer, trim_node, trim_pod
 from webhook.controller.leader import LeaderElector
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
 from webhook.controller.workloads import all_workload_resources
+from webhook.informer import Informer
+from webhook.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
 
@@ -100,9 +102,9 @@ def run(
     api = Api(api_client)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
     changed = threading.Event()
-    pods = Informer(api, PODS, transform=trim_pod, changed=changed)
-    nodes = Informer(api, NODES, transform=trim_node, changed=changed)
-    namespaces = Informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
+    pods = controller_informer(api, PODS, transform=trim_pod, changed=changed)
+    nodes = controller_informer(api, NODES, transform=trim_node, changed=changed)
+    namespaces = controller_informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaderElector(api, namespace, "gangkeeper-controller", identity, changed=changed)
     controller = Controller(
@@ -177,7 +179,7 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
     started = []
     wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS]
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
-        informer = Informer(api, resource, changed=changed)
+        informer = controller_informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer
         informer.start()
         started.append(informer)
@@ -185,7 +187,7 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
     return started
 
 
-def served_native_version(api: Api, fallback: str = "1.37") -> str:
+def served_native_version(api: Api, fallback: str = DEFAULT_KUBERNETES_VERSION) -> str:
     """The Kubernetes minor whose scheduling.k8s.io Workload API the server serves, newest first; the
     fallback when it serves none (native gangs are then refused at admission anyway)."""
     from webhook.backends.native import GENERATIONS, VERSIONS_BEST_FIRST

@@ -1,5 +1,5 @@
 """Where a pass reads the cluster from: the informers' caches (which also say what changed), or a
-listing on every pass (what `gangkeeper explain` uses); and which mechanism a gang pod was stamped for."""
+listing on every pass (what `gangkeeper explain` uses)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from webhook import contract
-from webhook.controller.kube import NODES, PODS, Api, typed_items
 from webhook.gangs.model import Obj
+from webhook.kube import NODES, PODS, Api, typed_items
 
 
 class Source(Protocol):
@@ -35,19 +34,3 @@ class Listing:
 
     def nodes(self) -> list[Obj]:
         return typed_items(self.api.list(NODES.path()))
-
-
-def backend_of(pod: Obj) -> str:
-    """Which mechanism the webhook stamped on this pod."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    spec = pod.get("spec") or {}
-    if contract.VOLCANO_GROUP_ANNOTATION in annotations:
-        return "volcano"
-    if contract.COSCHEDULING_GROUP_LABEL in labels:
-        return "coscheduling"
-    if spec.get("workloadRef"):
-        return "native-1.35"
-    if spec.get("schedulingGroup"):
-        return "native"
-    return "gate"

@@ -14,9 +14,9 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller.gangobject import GANGS, books_of
-from webhook.controller.kube import PODS, Api, ApiError, Resource
 from webhook.controller.requeue import KUEUE_QUEUE_LABEL
 from webhook.controller.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
+from webhook.kube import PODS, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.uninstall")
 PAGE = "500"

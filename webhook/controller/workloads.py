@@ -4,33 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook import contract
-from webhook.controller.kube import Resource
+from webhook import contract, gangs  # noqa: F401  (importing gangs registers every kind)
+from webhook.gangs import kinds
+from webhook.kube import Resource
 
 SUSPENDED_ANNOTATION = f"{contract.PREFIX}/suspended"  # set while gangkeeper holds the workload suspended
 
-WORKLOAD_RESOURCES = {
-    "Job": Resource("batch/v1", "jobs"),
-    "StatefulSet": Resource("apps/v1", "statefulsets"),
-    "Deployment": Resource("apps/v1", "deployments"),
-    "LeaderWorkerSet": Resource("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
-    "JobSet": Resource("jobset.x-k8s.io/v1alpha2", "jobsets"),
-    "PyTorchJob": Resource("kubeflow.org/v1", "pytorchjobs"),
-    "TFJob": Resource("kubeflow.org/v1", "tfjobs"),
-    "XGBoostJob": Resource("kubeflow.org/v1", "xgboostjobs"),
-    "JAXJob": Resource("kubeflow.org/v1", "jaxjobs"),
-    "MPIJob": Resource("kubeflow.org/v1", "mpijobs"),
-    "RayCluster": Resource("ray.io/v1", "rayclusters"),
-    "RayJob": Resource("ray.io/v1", "rayjobs"),
-    "SparkApplication": Resource("sparkoperator.k8s.io/v1beta2", "sparkapplications"),
-    # never a gang's own workload (its JobSet is); read and suspended on the JobSet's behalf
-    "TrainJob": Resource("trainer.kubeflow.org/v1alpha1", "trainjobs"),
+# Where each workload kind lives, what other versions it is served at, and its suspend field: each
+# from the kind's own record (webhook/gangs/kinds.py), so a new kind is described in one place.
+WORKLOAD_RESOURCES = {k.kind: Resource(k.api_version, k.plural) for k in kinds.REGISTRY.values() if k.version}
+OTHER_VERSIONS = {
+    k.kind: tuple(Resource(f"{k.group}/{version}", k.plural) for version in k.other_versions)
+    for k in kinds.REGISTRY.values()
+    if k.other_versions
 }
-
-
-# Kinds that another operator serves at another version: mpi-operator v2 serves MPIJob at v2beta1
-# (training-operator served v1). Each is watched where served, and read at the version being watched.
-OTHER_VERSIONS = {"MPIJob": (Resource("kubeflow.org/v2beta1", "mpijobs"),)}
 
 
 def all_workload_resources() -> list[Resource]:
@@ -42,22 +29,7 @@ def group_resource(api_version: str, kind: str) -> Resource:
     return Resource(api_version, kind.lower() + "s")
 
 
-# Where each kind with a suspend field keeps it. A timed-out gang of these kinds is requeued by
-# suspending and later resuming its workload: the owner then deletes its pods without counting them as
-# failures (batch/v1 Job: KEP-2232, pkg/controller/job; JobSet spec.suspend; training-operator and
-# mpi-operator runPolicy.suspend; KubeRay RayJob spec.suspend), where evicting them would spend the
-# workload's own retry budget (the Job controller counts a pod deleted before success as failed).
-SUSPEND_PATHS: dict[str, tuple[str, ...]] = {
-    "Job": ("spec", "suspend"),
-    "JobSet": ("spec", "suspend"),
-    "PyTorchJob": ("spec", "runPolicy", "suspend"),
-    "TFJob": ("spec", "runPolicy", "suspend"),
-    "XGBoostJob": ("spec", "runPolicy", "suspend"),
-    "JAXJob": ("spec", "runPolicy", "suspend"),
-    "MPIJob": ("spec", "runPolicy", "suspend"),
-    "RayJob": ("spec", "suspend"),
-    "TrainJob": ("spec", "suspend"),
-}
+SUSPEND_PATHS = {k.kind: k.suspend_path for k in kinds.REGISTRY.values() if k.suspend_path}
 
 
 def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:

@@ -5,33 +5,23 @@ Importing the package registers every workload kind (one module each).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import replace
 
 from webhook import contract
-from webhook.gangs import apps, batch, common, jobset, kinds, kubeflow, limits, lws, pod, ray, shape, spark, topology  # noqa: F401
+from webhook.gangs import common, kinds, limits, pod, shape, topology
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
 
+# every module of the package is imported, so each kind's module registers its record: a new kind is
+# one new module (its record carries everything the webhook, the controller and the chart need)
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 # Operators whose gang takes in the pods of the workloads they create: those children are never
-# grouped again. JobSet makes a Job per replicatedJob (jobset pkg/controllers/jobset_controller.go),
-# LeaderWorkerSet a leader StatefulSet and one worker StatefulSet per group (lws
-# pkg/controllers/leaderworkerset_controller.go), mpi-operator v2 a launcher Job
-# (pkg/controller/mpi_job_controller.go), KubeRay's RayJob its RayCluster. Not CronJob (each child
-# Job is its own gang) nor TrainJob (its gang is the JobSet it creates). A workload owned by a pod is an
-# operator's too: LeaderWorkerSet's worker StatefulSets are owned by their group's leader pod.
-GANG_PARENTS = frozenset(
-    {
-        "JobSet",
-        "LeaderWorkerSet",
-        "MPIJob",
-        "PyTorchJob",
-        "TFJob",
-        "XGBoostJob",
-        "JAXJob",
-        "RayJob",
-        "RayCluster",
-        "Pod",
-    }
-)
+# grouped again (each kind's record says so: kinds.Kind.gang_parent). Not CronJob (each child Job is its
+# own gang) nor TrainJob (its gang is the JobSet it creates).
+GANG_PARENTS = kinds.gang_parents()
 
 BUILT_IN_GROUPS = frozenset({"", "batch", "apps"})
 

@@ -86,6 +86,9 @@ register(
         pod_rule=statefulset_pod,
         generic_owner=True,
         pod_owners=frozenset({"StatefulSet"}),
+        version="v1",
+        plural="statefulsets",
+        tag="sts",
     )
 )
 register(
@@ -95,5 +98,8 @@ register(
         analyze=analyze_deployment,
         identity=deployment_identity,
         pod_owners=frozenset({"ReplicaSet"}),
+        version="v1",
+        plural="deployments",
+        tag="deploy",
     )
 )

@@ -120,6 +120,22 @@ register(
         pod_rule=job_pod,
         generic_owner=True,
         pod_owners=JOBS,
+        version="v1",
+        plural="jobs",
+        # batch/v1 Job spec.suspend (KEP-2232): the Job controller deletes a suspended Job's pods
+        # without counting them failed, where an eviction would spend its backoffLimit
+        suspend_path=("spec", "suspend"),
+        tag="job",
     )
 )
-register(Kind(group="batch", kind="CronJob", analyze=analyze_cronjob, identity=identity, pod_owners=JOBS))
+register(
+    Kind(
+        group="batch",
+        kind="CronJob",
+        analyze=analyze_cronjob,
+        identity=identity,
+        pod_owners=JOBS,
+        plural="cronjobs",
+        tag="job",
+    )
+)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook import contract, naming, resources
+from webhook.gangs import kinds
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Path, Plan, get_path, render_path
 
 
@@ -71,10 +72,10 @@ def gang_id(kind: str, name: str, template: str = "gang", *index: str | int) -> 
     """The identity of a gang of workload `kind/name`; `index` names one replica group."""
     replica_key = "-".join(str(i) for i in index) if index else None
     return GangId(
-        name=naming.gang_name(kind, name, *index),
+        name=naming.gang_name(kinds.tag_of(kind), name, *index),
         workload_kind=kind,
         workload_name=name,
-        native_workload=naming.gang_name(kind, name),
+        native_workload=naming.gang_name(kinds.tag_of(kind), name),
         template=naming.dns_label(template),
         replica_key=replica_key,
         parts=tuple(str(i) for i in index),

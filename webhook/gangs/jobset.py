@@ -91,6 +91,11 @@ register(
         identity=identity,
         pod_rule=from_pod,
         pod_owners=frozenset({"Job"}),
+        version="v1alpha2",
+        plural="jobsets",
+        suspend_path=("spec", "suspend"),
+        gang_parent=True,  # a Job per replicatedJob (jobset pkg/controllers/jobset_controller.go)
+        tag="jobset",
     )
 )
 register(
@@ -100,5 +105,11 @@ register(
         analyze=analyze_trainjob,
         identity=identity,
         pod_owners=frozenset({"Job"}),
+        # never a gang's own workload (its JobSet is); read and suspended on the JobSet's behalf; not a
+        # gang parent: its gang is the JobSet it creates
+        version="v1alpha1",
+        plural="trainjobs",
+        suspend_path=("spec", "suspend"),
+        tag="jobset",
     )
 )

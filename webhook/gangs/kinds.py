@@ -27,6 +27,22 @@ class Kind:
     # shows at CREATE (a Job's pods: Job; a LeaderWorkerSet's: its StatefulSets); None where an owner
     # may be set after creation (the Spark operator's driver pods), so membership cannot be checked
     pod_owners: frozenset[str] | None = None
+    # its resource (the webhook's rules admit it), and the version the controller reads it at (none:
+    # never read, as a Pod or CronJob, whose gangs come from elsewhere); versions another operator serves
+    plural: str = ""
+    version: str = ""
+    other_versions: tuple[str, ...] = ()
+    # its suspend field, when it has one: a timed-out gang of it is requeued whole by suspending and
+    # resuming it, so its owner deletes the pods without counting them as failures (requeue.py)
+    suspend_path: tuple[str, ...] = ()
+    # it creates workloads (Jobs, StatefulSets, a RayCluster) whose pods join its own gang: those
+    # children are never grouped again
+    gang_parent: bool = False
+    tag: str = ""  # the short tag in its gangs' names (a Job and a StatefulSet may share a name)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 REGISTRY: dict[tuple[str, str], Kind] = {}
@@ -48,6 +64,15 @@ def _key_of(kind_name: str) -> tuple[str, str]:
 def lookup(api_version: str, kind: str) -> Kind | None:
     group = api_version.rpartition("/")[0] if "/" in api_version else ""
     return REGISTRY.get((group, kind))
+
+
+def tag_of(kind: str) -> str:
+    entry = by_name(kind)
+    return entry.tag if entry is not None and entry.tag else kind.lower()
+
+
+def gang_parents() -> frozenset[str]:
+    return frozenset(k.kind for k in REGISTRY.values() if k.gang_parent)
 
 
 def by_name(kind: str) -> Kind | None:

@@ -94,5 +94,12 @@ for _kind in REPLICA_SPECS:
             pod_rule=from_pod if _kind == "PyTorchJob" else None,
             # training-operator makes each replica's pods itself; an MPIJob's launcher may be a Job
             pod_owners=frozenset({_kind, "Job"} if _kind == "MPIJob" else {_kind}),
+            version="v1",
+            plural=_kind.lower() + "s",
+            # mpi-operator v2 serves MPIJob at v2beta1 (training-operator served v1): watched where served
+            other_versions=("v2beta1",) if _kind == "MPIJob" else (),
+            suspend_path=("spec", "runPolicy", "suspend"),  # training-operator and mpi-operator runPolicy
+            gang_parent=True,  # mpi-operator v2's launcher Job (pkg/controller/mpi_job_controller.go)
+            tag=_kind.lower(),
         )
     )

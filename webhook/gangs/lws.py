@@ -92,5 +92,10 @@ register(
         identity=identity,
         pod_rule=from_pod,
         pod_owners=frozenset({"StatefulSet"}),
+        version="v1",
+        plural="leaderworkersets",
+        # a leader StatefulSet and a worker StatefulSet per group (lws pkg/controllers/leaderworkerset_controller.go)
+        gang_parent=True,
+        tag="lws",
     )
 )

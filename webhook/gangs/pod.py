@@ -160,4 +160,16 @@ def analyze(pod: Obj) -> Plan:
     return Plan.leave(KIND, "not a member of any gang workload")
 
 
-kinds.register(kinds.Kind(group="", kind=KIND, analyze=analyze, identity=lambda name: common.gang_id(KIND, name)))
+kinds.register(
+    kinds.Kind(
+        group="",
+        kind=KIND,
+        analyze=analyze,
+        identity=lambda name: common.gang_id(KIND, name),
+        # a workload owned by a pod is an operator's: LeaderWorkerSet's worker StatefulSets are owned by
+        # their group's leader pod
+        plural="pods",
+        gang_parent=True,
+        tag="pg",
+    )
+)

@@ -100,6 +100,23 @@ register(
         identity=cluster_identity,
         pod_rule=from_pod,
         pod_owners=RAY_CLUSTERS,
+        version="v1",
+        plural="rayclusters",
+        gang_parent=True,
+        tag="raycluster",
     )
 )
-register(Kind(group="ray.io", kind="RayJob", analyze=analyze_rayjob, identity=rayjob_identity, pod_owners=RAY_CLUSTERS))
+register(
+    Kind(
+        group="ray.io",
+        kind="RayJob",
+        analyze=analyze_rayjob,
+        identity=rayjob_identity,
+        pod_owners=RAY_CLUSTERS,
+        version="v1",
+        plural="rayjobs",
+        suspend_path=("spec", "suspend"),  # KubeRay RayJob spec.suspend
+        gang_parent=True,  # its RayCluster
+        tag="rayjob",
+    )
+)

@@ -96,4 +96,15 @@ def from_pod(pod: Obj) -> GangId | str | None:
     return identity(name) if name else None
 
 
-register(Kind(group="sparkoperator.k8s.io", kind=KIND, analyze=analyze, identity=identity, pod_rule=from_pod))
+register(
+    Kind(
+        group="sparkoperator.k8s.io",
+        kind=KIND,
+        analyze=analyze,
+        identity=identity,
+        pod_rule=from_pod,
+        version="v1beta2",
+        plural="sparkapplications",
+        tag="spark",
+    )
+)

@@ -1,4 +1,4 @@
-"""Kubernetes API access for the controller: raw REST paths through the official client.
+"""Kubernetes API access for the webhook and the controller: raw REST paths through the official client.
 
 The controller needs only a few verbs on a handful of paths; going through the client's transport
 keeps its authentication (in-cluster token, kubeconfig, exec plugins) and TLS handling.
