@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -154,3 +155,37 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 pytest.skip(operator.missing())
             operator.install(plane)
         yield running_stack
+
+
+IMAGE_TOOLS = ("mmdebstrap", "umoci", "skopeo", "runc")
+
+
+def image_tools_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the image is built as root (mmdebstrap --mode=root) and run by runc"
+    absent = [tool for tool in IMAGE_TOOLS if shutil.which(tool) is None]
+    return f"{', '.join(absent)} not installed (apt-get install mmdebstrap umoci skopeo runc)" if absent else None
+
+
+def build_image(out: Path) -> str:
+    """hack/image.sh (`make image` without Docker) into `out`: the OCI layout and archive; its digest."""
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(["bash", str(root / "hack" / "image.sh"), str(out)], check=True, cwd=root, capture_output=True)
+    return (out / "digest").read_text().strip()
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The image users run, built once per session (tests/test_image.py checks it, the real tier runs it)."""
+    reason = image_tools_missing()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path_factory.mktemp("image")
+    build_image(out)
+    yield out
+
+
+def unpack_image(image: Path, where: Path) -> Path:
+    """The image as an OCI runtime bundle (config.json and rootfs/), as a node's runtime unpacks it."""
+    subprocess.run(["umoci", "unpack", "--image", f"{image}/oci:0.1.0", str(where)], check=True, capture_output=True)
+    return where

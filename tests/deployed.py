@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import os
 import re
 import shlex
@@ -48,6 +49,7 @@ PLURALS = {  # kinds the tests apply to the API server: kind -> (group/version, 
 }
 # the image's ENV (Dockerfile): what every container process starts with besides the manifest's env
 IMAGE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+IMAGE_ENTRYPOINT = ("python3", "-m", "webhook")  # the Dockerfile's ENTRYPOINT
 
 
 def missing_tools() -> str | None:
@@ -168,6 +170,10 @@ class Sandbox:
     api_address: tuple[str, int] | None = None
     # the data of the ConfigMaps the container mounts (name -> file name -> text), as the kubelet projects them
     config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    # an unpacked image (umoci unpack: config.json and rootfs/): the container runs from it under runc, a
+    # real OCI runtime, in this sandbox's network namespace; None runs this checkout's code as a process
+    image: Path | None = None
+    runc_id: str = ""
 
     def __post_init__(self) -> None:
         tag = f"{os.getpid() % 10000}x{self.index}"
@@ -250,6 +256,10 @@ class Sandbox:
             steps.append(f"mkdir -p {target} && mount --bind {shlex.quote(str(self.service_account))} {target}")
             host, port = self.api_address
             access = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port)}
+        if self.image is not None:
+            return self._start_from_image(
+                env, args, (user, group), access, bool(security.get("readOnlyRootFilesystem"))
+            )
         if security.get("readOnlyRootFilesystem"):
             steps.append("mount -o remount,ro,bind /")
         steps.append(f'exec setpriv --reuid={user} --regid={group} --clear-groups -- "$@"')
@@ -263,6 +273,55 @@ class Sandbox:
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             cwd="/",
+        )
+        return self
+
+    def _start_from_image(
+        self, env: dict[str, str], args: list[str], owner: tuple[int, int], access: dict[str, str], read_only: bool
+    ) -> Sandbox:
+        """The container as a kubelet with runc runs it: the image's root (read-only as the manifest
+        says), its ENTRYPOINT with the manifest's args, the image's env under the manifest's, the UID
+        and group of the securityContext, no capabilities, the emptyDir and ConfigMap and service-account
+        mounts, and the pod sandbox's network namespace."""
+        assert self.image is not None
+        config = json.loads((self.image / "config.json").read_text())
+        image_env = dict(item.split("=", 1) for item in config["process"].get("env") or [])
+        process = config["process"]
+        process["args"] = [*IMAGE_ENTRYPOINT, *args]
+        process["env"] = [f"{k}={v}" for k, v in {**image_env, **env, **access}.items()]
+        process["user"] = {"uid": owner[0], "gid": owner[1]}
+        process["terminal"], process["cwd"], process["noNewPrivileges"] = False, "/", True
+        process["capabilities"] = {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")}
+        config["root"] = {"path": str(self.image / "rootfs"), "readonly": read_only}
+        mounts = [m for m in config["mounts"] if m["destination"] != "/tmp"]
+        size = self.container.tmp_mount_options()
+        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": size.split(",")})
+        if self.service_account is not None:
+            target = "/var/run/secrets/kubernetes.io/serviceaccount"
+            mounts.append(
+                {"destination": target, "type": "bind", "source": str(self.service_account), "options": ["rbind", "ro"]}
+            )
+        for config_map, path in self.container.config_map_mounts():
+            files = self.outside / f"configmap-{config_map}"
+            files.mkdir(exist_ok=True)
+            for file_name, text in self.config_maps.get(config_map, {}).items():
+                (files / file_name).write_text(text)
+                (files / file_name).chmod(0o644)
+            files.chmod(0o755)
+            mounts.append({"destination": path, "type": "bind", "source": str(files), "options": ["rbind", "ro"]})
+        config["mounts"] = mounts
+        namespaces = [n for n in config["linux"]["namespaces"] if n["type"] != "network"]
+        config["linux"]["namespaces"] = [*namespaces, {"type": "network", "path": f"/var/run/netns/{self.netns}"}]
+        bundle = self.outside / "bundle"
+        bundle.mkdir()
+        (bundle / "config.json").write_text(json.dumps(config))
+        self.runc_id = f"{self.netns}-{self.name}"[:60]
+        self.log = self.outside / "container.log"
+        self.process = subprocess.Popen(
+            ["runc", "run", "--bundle", str(bundle), self.runc_id],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         return self
 
@@ -281,6 +340,8 @@ class Sandbox:
 
     def close(self) -> None:
         self.stop()
+        if self.runc_id:
+            subprocess.run(["runc", "delete", "--force", self.runc_id], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
         shutil.rmtree(self.outside, ignore_errors=True)

@@ -7,43 +7,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import build_image
+
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ("mmdebstrap", "umoci", "skopeo", "runc")
 pytestmark = pytest.mark.cluster  # the real tier: root, Debian's tools, the network to deb.debian.org
-
-
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "the image is built as root (mmdebstrap --mode=root) and run by runc"
-    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
-    return f"{', '.join(absent)} not installed (apt-get install mmdebstrap umoci skopeo runc)" if absent else None
-
-
-def build(out: Path) -> str:
-    subprocess.run(["bash", str(ROOT / "hack" / "image.sh"), str(out)], check=True, cwd=ROOT, capture_output=True)
-    return (out / "digest").read_text().strip()
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
-    out = tmp_path_factory.mktemp("image")
-    build(out)
-    yield out
 
 
 @pytest.fixture(scope="module")
@@ -174,4 +151,4 @@ def test_the_webhook_serves_from_the_image_under_the_charts_security_context(bun
 
 
 def test_two_builds_of_the_same_inputs_have_one_digest(image: Path, tmp_path: Path) -> None:
-    assert build(tmp_path / "again") == (image / "digest").read_text().strip()
+    assert build_image(tmp_path / "again") == (image / "digest").read_text().strip()

@@ -7,6 +7,8 @@ Every assertion reads what the cluster reports: pods' phases and gates, events.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,21 +90,36 @@ def test_default_scheduler_control_starts_part_of_the_job(target: Target, namesp
         assert 0 < phases.count("Running") < 4  # the partial start gangkeeper prevents
 
 
+def when(stamp: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+
+def last_event(target: Target, namespace: str, reason: str) -> dt.datetime | None:
+    """When the namespace's latest event of `reason` happened, or None."""
+    listing = json.loads(target.kubectl("get", "events", "-n", namespace, "-o", "json"))
+    moments = [
+        when(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp"))
+        for e in listing["items"]
+        if e.get("reason") == reason
+    ]
+    return max((m for m in moments if m is not None), default=None)
+
+
 def test_a_gang_that_cannot_bind_is_requeued_whole_and_retried_behind_the_gate(target: Target, namespace: str) -> None:
     """04-timeout: eight pods that each need a node of their own, on fewer nodes. The release cannot
     bind them all; after gangkeeper.io/timeout-seconds the Job is suspended (its pods go without counting
-    as failures), then resumed after the backoff, its new pods behind the gate again."""
+    as failures), then resumed after the backoff, and its new pods come back through admission into the
+    same gang (gated there, released by the controller)."""
     target.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "04-timeout.yaml"))
+    wait_for(lambda: last_event(target, namespace, "GangRequeued"), seconds=240)
+    resumed = wait_for(lambda: last_event(target, namespace, "GangResumed"), seconds=180)
 
-    def reasons() -> list[str]:
-        return target.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").split()
+    def retried() -> list[dict[str, Any]]:
+        listing = yaml.safe_load(target.kubectl("get", "pods", "-n", namespace, "-l", "job-name=timeout", "-o", "yaml"))
+        created = [p for p in listing["items"] if (when(p["metadata"]["creationTimestamp"]) or resumed) >= resumed]
+        return created if len(created) == 8 else []
 
-    wait_for(lambda: "GangRequeued" in reasons(), seconds=240)
-    wait_for(
-        lambda: (
-            "GangResumed" in reasons() and any(gated for _, gated in pod_phases(target, namespace, "job-name=timeout"))
-        ),
-        seconds=180,
-    )
+    pods = wait_for(retried, seconds=120)
+    assert {p["metadata"]["labels"].get("gangkeeper.io/group") for p in pods} == {"job-timeout"}
     job = yaml.safe_load(target.kubectl("get", "job", "timeout", "-n", namespace, "-o", "yaml"))
     assert not (job.get("status") or {}).get("failed"), "the requeue spent none of the Job's backoffLimit"

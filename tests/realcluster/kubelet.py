@@ -33,8 +33,9 @@ def now() -> str:
 
 
 class SystemNode:
-    def __init__(self, plane: ControlPlane, name: str = "gk-system-1") -> None:
+    def __init__(self, plane: ControlPlane, name: str = "gk-system-1", image: Path | None = None) -> None:
         self.plane, self.name, self.ip = plane, name, SYSTEM_NODES[name]
+        self.image = image  # an unpacked gangkeeper image: its pods run from it under runc
         self.api = client.ApiClient(config.new_client_from_config(str(plane.kubeconfig)).configuration)
         self.core = client.CoreV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
@@ -190,6 +191,7 @@ class SystemNode:
                 (self.plane.advertise_address, self.plane.api_port),
             ),
             config_maps=config_maps,
+            image=self.image,
         )
         self.sandboxes[pod.metadata.uid] = sandbox.start()
         self.ready[pod.metadata.uid] = False

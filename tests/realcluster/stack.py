@@ -49,11 +49,12 @@ class Stack:
     namespaces: list[str] = field(default_factory=list)
     generation: int = 0
     watch: PartialWatch | None = None  # no gate gang partly bound for long (tests/conftest.py asserts it)
+    image: Path | None = None  # an unpacked gangkeeper image: its pods run from it under runc (test_real_image.py)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Stack]:
         with self.plane, contextlib.ExitStack() as nodes:
-            self.system = [nodes.enter_context(SystemNode(self.plane, name)) for name in SYSTEM_NODES]
+            self.system = [nodes.enter_context(SystemNode(self.plane, name, self.image)) for name in SYSTEM_NODES]
             self.watch = PartialWatch(pods_lister(self.plane.kubectl))
             self.watch.start()
             try:
