@@ -33,10 +33,11 @@ def explain(
     gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
     if gang is None:
         raise UnknownGang(f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}")
-    resolved = controller._seen[gang.key][1]
+    resolved = controller.resolved(gang.key)
     lines = [f"gang {namespace}/{gang_name}"]
-    if resolved.spec is None:
-        return "\n".join([*lines, f"  cannot size the gang: {resolved.problem}"])
+    if resolved is None or resolved.spec is None:
+        problem = resolved.problem if resolved is not None else "its workload was not read"
+        return "\n".join([*lines, f"  cannot size the gang: {problem}"])
     live = [p for p in gang.pods if not p.terminal]
     gated = [p for p in live if p.gated]
     decision = decisions.get(gang.key)

@@ -133,6 +133,11 @@ class Controller:
         """Decisions re-placed in the last pass (the others were reused)."""
         return self.cycle.replaced
 
+    def resolved(self, gang_key: str) -> Resolved | None:
+        """What the last pass read of the gang's workload (its size, timeout, topology), or None."""
+        seen = self._seen.get(gang_key)
+        return seen[1] if seen is not None else None
+
     # --- the pass -------------------------------------------------------------------------------
     def reconcile_once(self) -> dict[str, Decision]:
         with metrics.PASS_SECONDS.time():
