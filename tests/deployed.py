@@ -240,13 +240,7 @@ class Sandbox:
         ]
         if not self.container.has_tmp_volume():
             steps.append("mount -o remount,ro /tmp")  # the image's own /tmp, under a read-only root
-        for config_map, path in self.container.config_map_mounts():
-            files = self.outside / f"configmap-{config_map}"
-            files.mkdir(exist_ok=True)
-            for file_name, text in self.config_maps.get(config_map, {}).items():
-                (files / file_name).write_text(text)
-                (files / file_name).chmod(0o644)
-            files.chmod(0o755)
+        for files, path in self.projected_config_maps():
             steps.append(
                 f"mkdir -p {shlex.quote(path)} && mount --bind -o ro {shlex.quote(str(files))} {shlex.quote(path)}"
             )
@@ -276,6 +270,20 @@ class Sandbox:
         )
         return self
 
+    def projected_config_maps(self) -> list[tuple[Path, str]]:
+        """Each mounted ConfigMap's data written to a directory outside the pod, as the kubelet projects
+        it: (that directory, the container's mount path)."""
+        projected = []
+        for config_map, path in self.container.config_map_mounts():
+            files = self.outside / f"configmap-{config_map}"
+            files.mkdir(exist_ok=True)
+            for file_name, text in self.config_maps.get(config_map, {}).items():
+                (files / file_name).write_text(text)
+                (files / file_name).chmod(0o644)
+            files.chmod(0o755)
+            projected.append((files, path))
+        return projected
+
     def _start_from_image(
         self, env: dict[str, str], args: list[str], owner: tuple[int, int], access: dict[str, str], read_only: bool
     ) -> Sandbox:
@@ -301,13 +309,7 @@ class Sandbox:
             mounts.append(
                 {"destination": target, "type": "bind", "source": str(self.service_account), "options": ["rbind", "ro"]}
             )
-        for config_map, path in self.container.config_map_mounts():
-            files = self.outside / f"configmap-{config_map}"
-            files.mkdir(exist_ok=True)
-            for file_name, text in self.config_maps.get(config_map, {}).items():
-                (files / file_name).write_text(text)
-                (files / file_name).chmod(0o644)
-            files.chmod(0o755)
+        for files, path in self.projected_config_maps():
             mounts.append({"destination": path, "type": "bind", "source": str(files), "options": ["rbind", "ro"]})
         config["mounts"] = mounts
         namespaces = [n for n in config["linux"]["namespaces"] if n["type"] != "network"]
