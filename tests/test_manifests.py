@@ -223,9 +223,11 @@ def exercise_controller(server: TestApiServer) -> None:
 
     store, api = server.store, Api(client_from(server=server.url))
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
+    store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}
     clock = Clock()
     store.served["gangkeeper.io/v1alpha1"] = {"gangs"}
-    watched = served([*WORKLOAD_RESOURCES.values(), *Controller(api).groups.resources(), GANGS], api)
+    groups = Controller(api, native_composite=True).groups.resources()
+    watched = served([*WORKLOAD_RESOURCES.values(), *groups, GANGS], api)
     for resource in [PODS, NODES, NAMESPACES, *watched]:
         informer = Informer(api, resource, watch_seconds=1)
         informer.relist()
@@ -257,6 +259,9 @@ def exercise_controller(server: TestApiServer) -> None:
     for backend in ("volcano", "coscheduling", "native"):
         job = add_job(store, backend, parallelism=2, cpu="1")
         add_job_pods(store, job, backend=backend)
+    # a native gang under a CompositePodGroup (1.37, a workload-wide domain)
+    shared = {"gangkeeper.io/workload-topology-required": "topology.kubernetes.io/zone"}
+    add_job_pods(store, add_job(store, "composite", parallelism=2, cpu="1", annotations=shared), backend="native")
     # orphaned groups of bare pods, one per backend
     for backend in ("volcano", "coscheduling", "native"):
         bare = b.pod(
@@ -265,11 +270,19 @@ def exercise_controller(server: TestApiServer) -> None:
             annotations={"gangkeeper.io/group-size": "1"},
         )
         store.create("v1", "pods", "team-a", admit(bare, "CREATE", make(backend), "team-a").mutated)
-    controller = Controller(api, clock=clock, orphan_seconds=0, resync_seconds=0)
+    # and one under a CompositePodGroup, which goes with it
+    bare = b.pod(
+        "lonely-composite",
+        labels={"gangkeeper.io/group-name": "lonely-composite"},
+        annotations={"gangkeeper.io/group-size": "1", "gangkeeper.io/workload-topology-required": "example.com/rack"},
+    )
+    composite = make("native", composite_groups=True)
+    store.create("v1", "pods", "team-a", admit(bare, "CREATE", composite, "team-a").mutated)
+    controller = Controller(api, clock=clock, orphan_seconds=0, resync_seconds=0, native_composite=True)
     controller.reconcile_once()
     for backend in ("volcano", "coscheduling", "native"):
         store.patch("batch/v1", "jobs", "team-a", backend, {"spec": {"parallelism": 3}})
-    for backend in ("volcano", "coscheduling", "native"):
+    for backend in ("volcano", "coscheduling", "native", "composite"):
         store.delete("v1", "pods", "team-a", f"lonely-{backend}")
     clock.advance(10)
     controller.reconcile_once()

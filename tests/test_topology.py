@@ -370,8 +370,10 @@ def test_the_workload_level_is_read_and_checked_at_apply() -> None:
     assert plan.gangs[0].workload_topology is not None and plan.gangs[0].workload_topology.key == BLOCK
     outcome = admit(job, "CREATE", make("gate"), "team-a", topology_levels=LEVELS)
     assert outcome.allowed and any("this workload is one gang" in w for w in outcome.warnings)
-    outcome = admit(job, "CREATE", make("native", kubernetes_version="1.37"), "team-a", topology_levels=LEVELS)
-    assert not outcome.allowed and "CompositePodGroup" in outcome.message
+    for version in ("1.36", "1.37"):  # 1.36 has no CompositePodGroup; this 1.37 serves none
+        outcome = admit(job, "CREATE", make("native", kubernetes_version=version), "team-a", topology_levels=LEVELS)
+        assert not outcome.allowed and "CompositePodGroup" in outcome.message
+        assert "--runtime-config=scheduling.k8s.io/v1alpha3=true" in outcome.message
     # a LeaderWorkerSet of three groups: each group a gang in one rack, all three in one block
     lws = b.lws(size=4, replicas=3, scheduler=None)
     lws["metadata"]["annotations"] = {
@@ -392,6 +394,65 @@ def test_the_workload_level_is_read_and_checked_at_apply() -> None:
     }
     outcome = admit(swapped, "CREATE", make("gate"), "gang-demo", topology_levels=LEVELS)
     assert any("is not a broader level" in w for w in outcome.warnings)
+
+
+def composite_lws(word: str = "required") -> dict[str, Any]:
+    from tests import builders as b
+
+    lws = b.lws(size=4, replicas=3, scheduler=None)
+    lws["metadata"]["annotations"] = {
+        "gangkeeper.io/topology-required": RACK,
+        f"gangkeeper.io/workload-topology-{word}": BLOCK,
+    }
+    return lws
+
+
+def test_native_1_37_keeps_a_workloads_gangs_in_one_domain_with_a_composite_pod_group() -> None:
+    """Where 1.37 serves CompositePodGroups: the Workload's gang template moves under one composite
+    template carrying the block, one CompositePodGroup (v1alpha3) carries it too, and each group's
+    PodGroup keeps its rack and names the CompositePodGroup as its parent; all valid for 1.37's API."""
+    from tests.schemas import validate
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    native = make("native", kubernetes_version="1.37", composite_groups=True)
+    assert ("scheduling.k8s.io/v1alpha3", "CompositePodGroup") in native.group_kinds()
+    outcome = admit(composite_lws(), "CREATE", native, "gang-demo", topology_levels=LEVELS)
+    assert outcome.allowed and outcome.warnings == [], outcome.warnings
+    for obj in outcome.group_objects:
+        validate(obj, "1.37")
+    kinds = [o["kind"] for o in outcome.group_objects]
+    assert kinds == ["Workload", "CompositePodGroup", "PodGroup", "PodGroup", "PodGroup"]
+    workload, composite, *groups = outcome.group_objects
+    (template,) = workload["spec"]["compositePodGroupTemplates"]
+    assert "podGroupTemplates" not in workload["spec"]
+    assert template["schedulingConstraints"] == {"topology": [{"key": BLOCK}]}
+    assert template["schedulingPolicy"] == {"basic": {}}
+    (inner,) = template["podGroupTemplates"]
+    assert inner["schedulingConstraints"] == {"topology": [{"key": RACK}]}
+    assert composite["apiVersion"] == "scheduling.k8s.io/v1alpha3"
+    assert composite["spec"]["workloadRef"] == {
+        "workloadName": workload["metadata"]["name"],
+        "templateName": template["name"],
+    }
+    assert composite["spec"]["schedulingConstraints"] == {"topology": [{"key": BLOCK}]}
+    for group in groups:
+        assert group["spec"]["parentCompositePodGroupName"] == composite["metadata"]["name"]
+        assert group["spec"]["workloadRef"]["templateName"] == inner["name"]
+        assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": RACK}]}
+    # preferred: the composite constraint is required only; warned, and nothing composite written
+    outcome = admit(composite_lws("preferred"), "CREATE", native, "gang-demo", topology_levels=LEVELS)
+    assert outcome.allowed and any("CompositePodGroupSchedulingConstraints" in w for w in outcome.warnings)
+    assert [o["kind"] for o in outcome.group_objects] == ["Workload", "PodGroup", "PodGroup", "PodGroup"]
+
+
+def test_discovery_finds_composite_pod_groups_only_where_served() -> None:
+    from webhook.backends.discovery import Choice, Served, choose
+
+    beta = {"scheduling.k8s.io/v1beta1": frozenset({"workloads", "podgroups"})}
+    assert choose("native", Served(beta)) == Choice("native", "1.37", composite_groups=False)
+    served = Served({**beta, "scheduling.k8s.io/v1alpha3": frozenset({"workloads", "compositepodgroups"})})
+    assert choose("auto", served) == Choice("native", "1.37", composite_groups=True)
 
 
 def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_controller(store: Any, api: Any) -> None:
@@ -440,3 +501,23 @@ def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_cont
     grown["status"]["allocatable"]["cpu"] = "8"
     store.update("v1", "nodes", "", "r2-n0", grown, None, admit=False)
     assert run() == {"lws-serve-0": {"r1"}, "lws-serve-1": {"r2"}}
+
+
+def test_the_controller_writes_the_composite_pod_group_before_the_pod_groups_that_name_it(store: Any, api: Any) -> None:
+    """Through the controller on a fake 1.37 API serving CompositePodGroups: a native Job whose gangs
+    share a zone gets its CompositePodGroup (owned by the Job, like its Workload and PodGroup), and the
+    PodGroup names it as its parent."""
+    from tests.cluster import add_job, add_job_pods
+    from webhook.controller.reconciler import Controller
+
+    store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
+    store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}
+    shared = {"gangkeeper.io/workload-topology-required": "topology.kubernetes.io/zone"}
+    job = add_job(store, "zoned", parallelism=2, cpu="1", annotations=shared)
+    add_job_pods(store, job, backend="native")
+    Controller(api, native_composite=True).reconcile_once()
+    composite = store.get("scheduling.k8s.io/v1alpha3", "compositepodgroups", "team-a", "job-zoned")
+    group = store.get("scheduling.k8s.io/v1beta1", "podgroups", "team-a", "job-zoned")
+    assert composite["spec"]["schedulingConstraints"] == {"topology": [{"key": "topology.kubernetes.io/zone"}]}
+    assert composite["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert group["spec"]["parentCompositePodGroupName"] == "job-zoned"

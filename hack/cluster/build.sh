@@ -76,7 +76,7 @@ k8s() {
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
-    default) k8s "$K8S_DEFAULT"; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
+    default) k8s "$K8S_DEFAULT"; k8s "$K8S_NEWEST"; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
     all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3

@@ -70,8 +70,12 @@ NATIVE: dict[str, NativeGang] = {
     ),
     # 1.37: GenericWorkload is beta (still off by default) and GangScheduling is gone, merged into it, as
     # is workload-aware preemption (no gate of its own in 1.37.2's kube_features.go); the API is served
-    # as v1beta1 (and v1alpha3), a beta API that --runtime-config must turn on
-    "1.37": NativeGang(("GenericWorkload", "TopologyAwareWorkloadScheduling"), "scheduling.k8s.io/v1beta1=true"),
+    # as v1beta1 (and v1alpha3), a beta API that --runtime-config must turn on; CompositePodGroup (alpha,
+    # needs GenericWorkload and TopologyAwareWorkloadScheduling) is served in v1alpha3 only
+    "1.37": NativeGang(
+        ("GenericWorkload", "TopologyAwareWorkloadScheduling", "CompositePodGroup"),
+        "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true",
+    ),
 }
 
 

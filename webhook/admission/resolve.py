@@ -143,7 +143,7 @@ class BackendResolver:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
         self._offline_version = offline_version
-        self._cache: dict[tuple[str, str, str | None, bool], Backend] = {}
+        self._cache: dict[tuple[str, str, str | None, bool, bool], Backend] = {}
         self.topology_levels = topology_levels
         self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
@@ -176,7 +176,7 @@ class BackendResolver:
         return self._backend(choice, scheduler)
 
     def _backend(self, choice: Choice, scheduler: str | None) -> Backend:
-        key = (choice.backend, choice.kubernetes_version, scheduler, choice.network_topology)
+        key = (choice.backend, choice.kubernetes_version, scheduler, choice.network_topology, choice.composite_groups)
         if key not in self._cache:
             if len(self._cache) >= MAX_CACHED_BACKENDS:  # scheduler names are tenant input: bound the cache
                 self._cache.clear()
@@ -185,6 +185,7 @@ class BackendResolver:
                 scheduler_name=scheduler,
                 kubernetes_version=choice.kubernetes_version,
                 network_topology=choice.network_topology,
+                composite_groups=choice.composite_groups,
                 topology_levels=self.topology_levels,
             )
         return self._cache[key]

@@ -33,6 +33,7 @@ def make(
     scheduler_name: str | None = None,
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     network_topology: bool = False,
+    composite_groups: bool = False,
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
 ) -> Backend:
     if name == "volcano":
@@ -40,7 +41,7 @@ def make(
     if name == "coscheduling":
         return Coscheduling(scheduler_name or "scheduler-plugins-scheduler")
     if name == "native":
-        return Native(kubernetes_version)
+        return Native(kubernetes_version, composite_groups)
     if name == "gate":
         return Gate()
     raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)} or auto")
@@ -56,10 +57,11 @@ class Mechanisms:
         volcano_scheduler: str = "volcano",
         coscheduling_scheduler: str = "scheduler-plugins-scheduler",
         native_version: str = DEFAULT_KUBERNETES_VERSION,
+        native_composite: bool = False,
     ) -> None:
         self.volcano = Volcano(volcano_scheduler)
         self.coscheduling = Coscheduling(coscheduling_scheduler)
-        self.native = Native(native_version)
+        self.native = Native(native_version, native_composite)
         self.gate = Gate()
         # a pod linked in the other link's words (1.35's workloadRef, or 1.36's schedulingGroup) keeps
         # the generation it was stamped for: an upgrade does not change what its pods say

@@ -24,6 +24,8 @@ COSCHEDULING_GV, COSCHEDULING_RESOURCE = "scheduling.x-k8s.io/v1alpha1", "podgro
 # Volcano serves HyperNodes from the release whose PodGroup has spec.networkTopology (v1.11,
 # pkg/apis/topology/v1alpha1 in volcano-sh/apis): the one tells of the other
 VOLCANO_TOPOLOGY_GV, VOLCANO_TOPOLOGY_RESOURCE = "topology.volcano.sh/v1alpha1", "hypernodes"
+# a level over several native PodGroups (Kubernetes 1.37, alpha): served only where its gate and API are on
+COMPOSITE_GV, COMPOSITE_RESOURCE = native.COMPOSITE_GROUP_VERSION, "compositepodgroups"
 AUTO_ORDER = ("volcano", "coscheduling", "native", "gate")
 
 HOW_TO_ENABLE = {
@@ -34,7 +36,8 @@ HOW_TO_ENABLE = {
     "scheduled one by one, and serve the API with --runtime-config=scheduling.k8s.io/v1alpha1=true (1.35), "
     "v1alpha2 (1.36) or v1beta1 (1.37); for whole-gang preemption by priority also WorkloadAwarePreemption "
     "on 1.36 (1.37 has it in GenericWorkload); for gangs kept in one topology domain also "
-    "TopologyAwareWorkloadScheduling (alpha in 1.36 and 1.37)",
+    "TopologyAwareWorkloadScheduling (alpha in 1.36 and 1.37); for a workload's gangs kept in one domain "
+    f"{native.COMPOSITE_ENABLING}",
 }
 
 
@@ -68,6 +71,7 @@ class Choice:
     backend: str
     kubernetes_version: str = native.DEFAULT_KUBERNETES_VERSION  # native generation, when backend is native
     network_topology: bool = False  # Volcano places gangs by HyperNode tiers (PodGroup networkTopology)
+    composite_groups: bool = False  # native: CompositePodGroups served, so a workload-wide domain is kept
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,8 @@ def choose(
     falls back to gate, which needs nothing from the cluster but gangkeeper's controller.
     """
     if served is None:
-        return Choice("gate") if requested == "auto" else Choice(requested, offline_version)
+        # offline, the native generation is taken as fully enabled (CompositePodGroups where it has them)
+        return Choice("gate") if requested == "auto" else Choice(requested, offline_version, composite_groups=True)
     candidates = AUTO_ORDER if requested == "auto" else (requested,)
     for name in candidates:
         if name == "volcano" and served.has(VOLCANO_GV, VOLCANO_RESOURCE):
@@ -95,7 +100,8 @@ def choose(
         if name == "native":
             version = served.native_version()
             if version:
-                return Choice(name, native.generation_for_version(version).kubernetes)
+                composite = served.has(COMPOSITE_GV, COMPOSITE_RESOURCE)
+                return Choice(name, native.generation_for_version(version).kubernetes, composite_groups=composite)
         if name == "gate":
             return Choice(name)
     what = {
@@ -158,6 +164,7 @@ def fetch_from_cluster(api: Any) -> Served:
         VOLCANO_GV,
         VOLCANO_TOPOLOGY_GV,
         COSCHEDULING_GV,
+        COMPOSITE_GV,
         *(f"{native.GROUP}/{v}" for v in native.VERSIONS_BEST_FIRST),
     }
     groups = api.get("/apis")

@@ -3,7 +3,10 @@
 - 1.35, v1alpha1: one Workload with `podGroups`; pods link with `spec.workloadRef`.
 - 1.36, v1alpha2: Workload `podGroupTemplates` plus a runtime PodGroup per gang; pods link with
   `spec.schedulingGroup.podGroupName`.
-- 1.37, v1beta1: as 1.36, the PodGroup pointing at its template with `spec.workloadRef`.
+- 1.37, v1beta1: as 1.36, the PodGroup pointing at its template with `spec.workloadRef`. Where the
+  cluster also serves v1alpha3 CompositePodGroups (gate CompositePodGroup), a workload whose gangs must
+  share one domain gets a composite template, one CompositePodGroup carrying that constraint, and
+  PodGroups naming it as their parent (a two-level gang, as kube-scheduler reads it).
 Pods keep the default scheduler; the pod link is immutable, so it is set when the pod is created.
 """
 
@@ -18,6 +21,7 @@ from webhook.gangs.model import Gang, GangId, Obj, Topology
 GROUP = "scheduling.k8s.io"
 # the Kubernetes version assumed where none is served or given (offline, a cluster not yet discovered)
 DEFAULT_KUBERNETES_VERSION = "1.37"
+COMPOSITE_GROUP_VERSION = f"{GROUP}/v1alpha3"
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class Generation:
     whole_gang_disruption: object = None
     # what must be on for kube-scheduler to preempt whole gangs by priority (pkg/features/kube_features.go)
     preemption_gates: tuple[str, ...] = ()
+    # the group-version serving CompositePodGroup, a level over several PodGroups: None where it has none
+    composite_group_version: str | None = None
 
 
 GENERATIONS = {
@@ -40,8 +46,20 @@ GENERATIONS = {
         "1.36", "v1alpha2", "PodGroup", ("GenericWorkload", "GangScheduling", "WorkloadAwarePreemption")
     ),
     # 1.37: DisruptionMode is a union, {single: {}} (the default) or {all: {}}; part of the beta API
-    "1.37": Generation("1.37", "v1beta1", {"all": {}}, ("GenericWorkload",)),
+    # 1.37 also serves CompositePodGroup in v1alpha3 only (k8s.io/api scheduling/v1alpha3/types.go), alpha
+    # behind CompositePodGroup, which needs GenericWorkload and TopologyAwareWorkloadScheduling
+    # (pkg/features/kube_features.go); the v1beta1 Workload and PodGroup name it
+    "1.37": Generation("1.37", "v1beta1", {"all": {}}, ("GenericWorkload",), COMPOSITE_GROUP_VERSION),
 }
+# the gates and API a CompositePodGroup needs, for the messages that say how to get one
+COMPOSITE_ENABLING = (
+    "Kubernetes 1.37 or later with the feature gates CompositePodGroup, GenericWorkload and "
+    "TopologyAwareWorkloadScheduling on the API server and kube-scheduler, and "
+    "--runtime-config=scheduling.k8s.io/v1alpha3=true"
+)
+# the one composite template of a Workload whose gangs share a domain (a DNS label, unique in the Workload:
+# gang templates are named after their roles, never this)
+COMPOSITE_TEMPLATE = "all-gangs"
 # pod groups (1.35) or pod group templates (1.36, 1.37) one Workload may hold: k8s.io/api
 # scheduling/v1alpha2/types.go WorkloadMaxPodGroupTemplates, `+k8s:maxItems=8` in every generation
 MAX_TEMPLATES = 8
@@ -57,8 +75,10 @@ class Native:
     name = "native"
     scheduler_name: str | None = None
 
-    def __init__(self, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:
+    def __init__(self, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION, composite: bool = False) -> None:
         self.generation = GENERATIONS[kubernetes_version]
+        # whether the cluster serves CompositePodGroups (discovery): only then is a workload level written
+        self.composite = composite and self.generation.composite_group_version is not None
 
     @property
     def api_version(self) -> str:
@@ -78,7 +98,10 @@ class Native:
             spec["schedulingGroup"] = {"podGroupName": gang.name}
 
     def group_kinds(self) -> list[tuple[str, str]]:
-        return [(self.api_version, "PodGroup"), (self.api_version, "Workload")]
+        kinds = [(self.api_version, "PodGroup"), (self.api_version, "Workload")]
+        if self.composite:
+            kinds.append((str(self.generation.composite_group_version), "CompositePodGroup"))
+        return kinds
 
     def marks(self, pod: Obj) -> bool:
         """The pod's link in this generation's words: workloadRef (1.35) or schedulingGroup (1.36 on)."""
@@ -121,9 +144,16 @@ class Native:
             by_workload.setdefault(gang.id.native_workload, []).append(gang)
         for members in by_workload.values():
             objects.append(self.workload(members))
+            if self.shared_topology(members[0]) is not None:  # the parent before the PodGroups naming it
+                objects.append(self.composite_pod_group(members[0]))
             if self.generation.version != "v1alpha1":
                 objects.extend(self.pod_group(gang) for gang in members)
         return objects
+
+    def shared_topology(self, gang: Gang) -> Topology | None:
+        """The workload-wide domain this mechanism writes for `gang` (as a CompositePodGroup), or None."""
+        shared = gang.workload_topology
+        return shared if self.composite and shared is not None and shared.required else None
 
     def workload(self, gangs: list[Gang]) -> Obj:
         first = gangs[0]
@@ -142,6 +172,12 @@ class Native:
                 templates.setdefault(gang.id.template, template)
         key = "podGroups" if self.generation.version == "v1alpha1" else "podGroupTemplates"
         spec: Obj = {key: list(templates.values())}
+        shared = self.shared_topology(first)
+        if shared is not None:
+            # exactly one of podGroupTemplates and compositePodGroupTemplates (v1beta1 WorkloadSpec): the
+            # gangs' templates move under the composite one
+            composite = {"name": COMPOSITE_TEMPLATE, **self.composite_spec(first, shared)}
+            spec = {"compositePodGroupTemplates": [{**composite, "podGroupTemplates": list(templates.values())}]}
         if first.owner:
             group = first.owner["apiVersion"].rpartition("/")[0] if "/" in first.owner["apiVersion"] else ""
             spec["controllerRef"] = {"apiGroup": group, "kind": first.owner["kind"], "name": first.owner["name"]}
@@ -159,7 +195,41 @@ class Native:
             spec["workloadRef"] = {"workloadName": gang.id.native_workload, "templateName": gang.id.template}
         spec.update(self.preemption(gang))
         spec.update(self.constraints(gang))
+        if self.shared_topology(gang) is not None:
+            spec["parentCompositePodGroupName"] = gang.id.native_workload
         return {"apiVersion": self.api_version, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}
+
+    def composite_spec(self, gang: Gang, shared: Topology) -> Obj:
+        """What the composite template and its CompositePodGroup share: the gangs are scheduled each on
+        its own (basic: a group is not held for its siblings, as the gate places a workload's gangs one
+        after another) but all inside one domain of the shared key, which kube-scheduler's
+        TopologyPlacement reads from the CompositePodGroup and applies to every PodGroup under it
+        (pkg/scheduler/framework/plugins/topologyaware/topology_placement.go, getTopologyKey)."""
+        spec: Obj = {
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"topology": [{"key": shared.key}]},
+        }
+        if gang.priority_class:
+            spec["priorityClassName"] = gang.priority_class
+        return spec
+
+    def composite_pod_group(self, gang: Gang) -> Obj:
+        """The CompositePodGroup over all of a workload's PodGroups (k8s.io/api scheduling/v1alpha3
+        CompositePodGroupSpec: workloadRef is required), named as its Workload."""
+        shared = self.shared_topology(gang)
+        assert shared is not None
+        spec = {
+            "workloadRef": {"workloadName": gang.id.native_workload, "templateName": COMPOSITE_TEMPLATE},
+            **self.composite_spec(gang, shared),
+        }
+        meta = object_meta(gang, gang.id.native_workload)
+        meta["labels"] = {**meta["labels"], contract.WORKLOAD_ANNOTATION: gang.id.native_workload}
+        return {
+            "apiVersion": self.generation.composite_group_version,
+            "kind": "CompositePodGroup",
+            "metadata": meta,
+            "spec": spec,
+        }
 
     def preemption(self, gang: Gang) -> Obj:
         """The fields by which kube-scheduler's workload-aware preemption (KEP-5710) treats the gang as
@@ -201,7 +271,20 @@ class Native:
     def workload_topology_gap(self, topology: Topology) -> Gap | None:
         # one level over several PodGroups is a CompositePodGroup (k8s.io/api scheduling/v1beta1
         # CompositePodGroupTemplate, v1alpha3 CompositePodGroup; feature gate CompositePodGroup, alpha in 1.37)
-        return Gap(
-            "the native API keeps several PodGroups in one domain only through a CompositePodGroup (alpha in "
-            "1.37, gate CompositePodGroup), which gangkeeper does not write yet: the gate backend does it"
-        )
+        if not self.composite:
+            served = "this cluster does not serve scheduling.k8s.io/v1alpha3 CompositePodGroups"
+            if self.generation.composite_group_version is None:
+                served = f"Kubernetes {self.generation.kubernetes} has no CompositePodGroup"
+            return Gap(
+                "the native API keeps several PodGroups in one domain only through a CompositePodGroup, and "
+                f"{served}: it needs {COMPOSITE_ENABLING}; or use the gate backend, which keeps a workload's gangs "
+                "in one domain on any cluster"
+            )
+        if not topology.required:
+            return Gap(
+                "a CompositePodGroup's topology constraint is required only (k8s.io/api scheduling v1alpha3 "
+                "CompositePodGroupSchedulingConstraints): a preferred key is not honoured here; make it required, "
+                "or use the gate backend",
+                refuse=False,
+            )
+        return None

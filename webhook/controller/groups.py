@@ -30,8 +30,11 @@ LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # GroupIndexL
 
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
 # v1alpha2 `+k8s:immutable`; a PodGroup cannot be replaced either while pods name it: its
-# podgroup-protection finalizer holds the deletion); v1beta1 lets minCount change
-IMMUTABLE_GROUP_SPECS = frozenset({"scheduling.k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2"})
+# podgroup-protection finalizer holds the deletion); v1beta1 lets minCount change; a CompositePodGroup's
+# spec is immutable field by field (k8s.io/api scheduling/v1alpha3 CompositePodGroupSpec)
+IMMUTABLE_GROUP_SPECS = frozenset(
+    {"scheduling.k8s.io/v1alpha1", "scheduling.k8s.io/v1alpha2", "scheduling.k8s.io/v1alpha3"}
+)
 
 
 class GroupObjects:

@@ -83,6 +83,7 @@ class Controller:
         opted_out: Callable[[str], bool] = lambda namespace: False,
         monotonic: Callable[[], float] | None = None,
         volcano_scheduler: str = "volcano",
+        native_composite: bool = False,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
@@ -110,7 +111,9 @@ class Controller:
         self.releaser = Releaser(api, self.reporter, may_write, release_concurrency)
         self.requeuer = Requeuer(api, self.workloads, self.reporter, self.gang_objects, max_attempts, may_write)
         # the mechanisms as configured: a gang's is the object that stamped its pods, never a name rebuilt
-        self.mechanisms = Mechanisms(volcano_scheduler, native_version=native_version)
+        self.mechanisms = Mechanisms(
+            volcano_scheduler, native_version=native_version, native_composite=native_composite
+        )
         self.groups = GroupObjects(api, self.workloads, self.reporter, self.mechanisms)
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()

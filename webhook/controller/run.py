@@ -111,6 +111,7 @@ def run(
         api,
         InformerSource(pods, nodes),
         native_version=served_native_version(api) if native_version == "auto" else native_version,
+        native_composite=serves_composite_groups(api),
         may_write=elector.leading,
         max_attempts=max_attempts,
         recovery_seconds=recovery_seconds,
@@ -200,6 +201,14 @@ def served_native_version(api: Api, fallback: str = DEFAULT_KUBERNETES_VERSION) 
         if "workloads" in names:
             return next(minor for minor, g in GENERATIONS.items() if g.version == version)
     return fallback
+
+
+def serves_composite_groups(api: Api) -> bool:
+    """Whether the API server serves native CompositePodGroups (1.37's alpha v1alpha3, gate CompositePodGroup)."""
+    from webhook.backends.native import COMPOSITE_GROUP_VERSION
+
+    composite = Resource(COMPOSITE_GROUP_VERSION, "compositepodgroups")
+    return bool(served([composite], api))
 
 
 def served(resources: list[Resource], api: Api) -> list[Resource]:
