@@ -23,7 +23,7 @@ from tests.cluster import (
     pods,
 )
 from webhook.controller.reconciler import Controller
-from webhook.kube import Api
+from webhook.kube import Api, ApiError
 
 
 @pytest.fixture
@@ -801,3 +801,43 @@ def test_a_suspend_not_yet_seen_is_not_mistaken_for_the_user_taking_the_job_back
     controller.reconcile_once()
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
     assert events(server, "GangResumed")
+
+
+def test_an_upgraded_api_server_gets_the_gangs_group_objects_in_the_version_it_serves_now(
+    server: TestApiServer, api: Api
+) -> None:
+    """A 1.36 control plane upgraded to 1.37 under the controller (v1alpha2 no longer served, v1beta1 and
+    the composite API now): re-discovery moves the native mechanism to v1beta1, and a gang still running
+    gets its Workload and PodGroup again in v1beta1; an outage of discovery changes nothing."""
+    from webhook.controller.run import native_served
+
+    store = server.store
+    for old in [v for v in store.served if v.startswith("scheduling.k8s.io/")]:
+        del store.served[old]
+    store.served["scheduling.k8s.io/v1alpha2"] = {"workloads", "podgroups"}
+    assert native_served(api) == ("1.36", False)
+    add_job_pods(store, add_job(store, parallelism=2, cpu="1"), backend="native-1.36")
+    controller = Controller(api, clock=Clock(), native_version="1.36")
+    controller.reconcile_once()
+    assert store.get("scheduling.k8s.io/v1alpha2", "podgroups", "team-a", "job-train")
+    assert not controller.serve_native("1.36", False)
+    del store.served["scheduling.k8s.io/v1alpha2"]
+    store.served["scheduling.k8s.io/v1beta1"] = {"workloads", "podgroups"}
+    store.served["scheduling.k8s.io/v1alpha3"] = {"workloads", "podgroups", "compositepodgroups"}
+    found = native_served(api)
+    assert found == ("1.37", True)
+    assert controller.serve_native(*found)
+    controller.reconcile_once()
+    group = store.get("scheduling.k8s.io/v1beta1", "podgroups", "team-a", "job-train")
+    assert group["spec"]["workloadRef"] == {"workloadName": "job-train", "templateName": "gang"}
+    assert store.get("scheduling.k8s.io/v1beta1", "workloads", "team-a", "job-train")
+
+
+def test_native_discovery_that_fails_is_no_answer(api: Api) -> None:
+    from webhook.controller.run import native_served
+
+    class Down:
+        def get(self, path: str) -> object:
+            raise ApiError(503, "unavailable", "GET", path)
+
+    assert native_served(Down()) is None  # type: ignore[arg-type]

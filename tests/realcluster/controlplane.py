@@ -250,27 +250,8 @@ class ControlPlane:
         self._wait(self._api_ready, "kube-apiserver", 120)
 
     def _start_controllers(self) -> None:
-        p, kubeconfig = self.pki, str(self.kubeconfig)
-        self.spawn(
-            "kube-controller-manager",
-            [
-                str(self.k8s_binary("kube-controller-manager")),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--controllers=*",
-                "--use-service-account-credentials=true",
-                "--leader-elect=false",
-                f"--service-account-private-key-file={p.key('sa')}",
-                f"--root-ca-file={p.ca}",
-                f"--secure-port={free_port()}",
-                "--bind-address=127.0.0.1",
-                "--profiling=false",
-                "--v=1",
-                *self.feature_flags(),
-                *self.client_flags(),
-            ],
-        )
+        kubeconfig = str(self.kubeconfig)
+        self._start_kube_controller_manager()
         self.start_scheduler()
         v = versions()
         self.spawn(
@@ -292,6 +273,43 @@ class ControlPlane:
             "the default service account (kube-controller-manager's token controllers)",
             120,
         )
+
+    def _start_kube_controller_manager(self) -> None:
+        p, kubeconfig = self.pki, str(self.kubeconfig)
+        self.spawn(
+            "kube-controller-manager",
+            [
+                str(self.k8s_binary("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={p.key('sa')}",
+                f"--root-ca-file={p.ca}",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+                "--profiling=false",
+                "--v=1",
+                *self.feature_flags(),
+                *self.client_flags(),
+            ],
+        )
+
+    def upgrade(self, version: str) -> None:
+        """The control plane moved to another Kubernetes release over the same etcd, as an upgrade does:
+        the API server, controller manager and scheduler stopped and started again from `version`'s
+        binaries with that minor's gates and APIs; etcd, KWOK and every node keep running."""
+        restarted = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        for process in [p for p in self.processes if p.name in restarted]:
+            process.stop()
+            self.processes.remove(process)
+        self.kubernetes_version = version
+        self.minor = ".".join(version.split(".")[:2])
+        self._start_apiserver()
+        self._start_kube_controller_manager()
+        self.start_scheduler()
 
     def start_scheduler(self, extra: list[str] | None = None, name: str = "kube-scheduler") -> Process:
         kubeconfig = str(self.kubeconfig)

@@ -61,11 +61,16 @@ class Mechanisms:
     ) -> None:
         self.volcano = Volcano(volcano_scheduler)
         self.coscheduling = Coscheduling(coscheduling_scheduler)
-        self.native = Native(native_version, native_composite)
         self.gate = Gate()
+        self.serve_native(native_version, native_composite)
+
+    def serve_native(self, version: str, composite: bool = False) -> None:
+        """The native generation the API server serves now: after a control-plane upgrade (1.36's v1alpha2
+        gone in 1.37) the gangs' group objects are written in the new version."""
+        self.native = Native(version, composite)
         # a pod linked in the other link's words (1.35's workloadRef, or 1.36's schedulingGroup) keeps
         # the generation it was stamped for: an upgrade does not change what its pods say
-        other = Native("1.35" if native_version != "1.35" else DEFAULT_KUBERNETES_VERSION)
+        other = Native("1.35" if version != "1.35" else DEFAULT_KUBERNETES_VERSION)
         # most specific first: every gangkeeper pod carries the group label the gate's mark reads
         self._in_order: tuple[Backend, ...] = (self.volcano, self.coscheduling, self.native, other, self.gate)
 

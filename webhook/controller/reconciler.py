@@ -206,6 +206,18 @@ class Controller:
         self.next_wake = earliest(wakes, stamp)
         return decisions
 
+    def serve_native(self, version: str, composite: bool) -> bool:
+        """Write native group objects in what the API server serves now (re-discovered: a control plane
+        upgraded under the controller); every gang's group objects are then synced again this pass."""
+        native = self.mechanisms.native
+        if (version, composite) == (native.generation.kubernetes, native.composite):
+            return False
+        log.info("native API changed", extra={"from": native.api_version, "kubernetes": version})
+        self.native_version = version
+        self.mechanisms.serve_native(version, composite)
+        self._seen.clear()
+        return True
+
     def _guarded(self, key: str, stamp: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
         """A gang's turn, (whether it ran through, what it returned); one that raises is that gang's
         failure alone: counted, logged, and the gang waits out its own backoff while the others go on."""

@@ -134,6 +134,9 @@ def run(
     while not stop.is_set():
         probes.last_loop = time.monotonic()
         if time.monotonic() - discovered_at > REDISCOVER_SECONDS:
+            served_now = native_served(api) if native_version == "auto" else None
+            if served_now is not None:  # an upgraded API server may serve another generation now
+                controller.serve_native(*served_now)
             # workloads and group objects too, for the kinds this cluster serves; checked again later,
             # so a CRD installed after the controller started is watched without a restart
             watched += watch_new(api, controller, changed)
@@ -201,6 +204,33 @@ def served_native_version(api: Api, fallback: str = DEFAULT_KUBERNETES_VERSION) 
         if "workloads" in names:
             return next(minor for minor, g in GENERATIONS.items() if g.version == version)
     return fallback
+
+
+def native_served(api: Api) -> tuple[str, bool] | None:
+    """(the Kubernetes minor of the newest scheduling.k8s.io Workload API served, whether CompositePodGroups
+    are), or None when discovery could not tell (an outage is not a downgrade: nothing changes then)."""
+    try:
+        return _native_served(api)
+    except Exception:  # unreachable, refused, timed out: no answer, so no change
+        log.warning("native API discovery failed; keeping the generation in use", exc_info=True)
+        return None
+
+
+def _native_served(api: Api) -> tuple[str, bool] | None:
+    from webhook.backends.native import COMPOSITE_GROUP_VERSION, GENERATIONS, VERSIONS_BEST_FIRST
+
+    def resources(group_version: str) -> set[str]:
+        return {str(r["name"]) for r in api.get(f"/apis/{group_version}").get("resources") or []}
+
+    groups = api.get("/apis").get("groups") or []
+    served = {v.get("groupVersion") for g in groups for v in g.get("versions") or []}
+    for version in VERSIONS_BEST_FIRST:
+        group_version = f"scheduling.k8s.io/{version}"
+        if group_version in served and "workloads" in resources(group_version):
+            minor = next(minor for minor, g in GENERATIONS.items() if g.version == version)
+            composite = COMPOSITE_GROUP_VERSION in served and "compositepodgroups" in resources(COMPOSITE_GROUP_VERSION)
+            return minor, composite
+    return None
 
 
 def serves_composite_groups(api: Api) -> bool:
