@@ -157,26 +157,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running_stack
 
 
-@pytest.fixture(scope="module")
-def newest_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A cluster of the newest Kubernetes the tier builds by default (K8S_NEWEST), with LeaderWorkerSet:
-    for what only that minor has (CompositePodGroup), beside the session's cluster; one per module."""
-    from tests.realcluster import operators
-    from tests.realcluster.controlplane import ControlPlane, versions
-    from tests.realcluster.stack import Stack
-
-    plane = ControlPlane(tmp_path_factory.mktemp("cluster-newest"), kubernetes_version=versions()["K8S_NEWEST"])
-    reason = plane.missing()
-    if reason:
-        pytest.skip(reason)
-    with Stack(plane, overlay="gate").running() as running_stack:
-        lws = operators.lws()
-        if lws.missing():
-            pytest.skip(lws.missing())
-        lws.install(plane)
-        yield running_stack
-
-
 IMAGE_TOOLS = ("mmdebstrap", "umoci", "skopeo", "runc")
 
 

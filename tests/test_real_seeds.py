@@ -114,6 +114,10 @@ def test_all_fit_start_together(stack: Stack, backend: str, kind: str) -> None:
 def test_resource_pinch_waits_whole_then_starts_whole(stack: Stack, backend: str, kind: str) -> None:
     """Seed scenario 2: two of three nodes tainted, room for two 4-CPU pods: all four wait unbound;
     one taint removed, room for four: all four start together."""
+    pinch_waits_whole_then_starts_whole(stack, backend, kind)
+
+
+def pinch_waits_whole_then_starts_whole(stack: Stack, backend: str, kind: str) -> None:
     nodes = stack.replace_workers(3)
     for node in nodes[:2]:
         stack.plane.kubectl("taint", "nodes", node, "test=blocked:NoSchedule")
