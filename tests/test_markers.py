@@ -66,8 +66,26 @@ def test_pod_already_in_a_gang_is_untouched(pod: dict, reason: str) -> None:
             },
             "KubeRay makes this gang itself (label ray.io/scheduler-name)",
         ),
+        (
+            # the old-style Spark sample of Volcano (example/kubecon-2019-china/spark-sample): the user's
+            # own PodGroup named on the executors, no batchScheduler
+            {
+                "apiVersion": "sparkoperator.k8s.io/v1beta2",
+                "kind": "SparkApplication",
+                "metadata": {"name": "pi"},
+                "spec": {
+                    "driver": {"schedulerName": "volcano", "cores": 1},
+                    "executor": {
+                        "schedulerName": "volcano",
+                        "instances": 4,
+                        "annotations": {"scheduling.k8s.io/group-name": "pi-group"},
+                    },
+                },
+            },
+            "spec.executor is already in a gang (annotation scheduling.k8s.io/group-name=pi-group)",
+        ),
     ],
-    ids=["spark-batch-scheduler", "kuberay-batch-scheduler"],
+    ids=["spark-batch-scheduler", "kuberay-batch-scheduler", "spark-own-podgroup"],
 )
 def test_workload_whose_operator_makes_the_gang_is_untouched(workload: dict, reason: str) -> None:
     outcome = admit(workload, "CREATE", Volcano())

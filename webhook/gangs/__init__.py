@@ -89,8 +89,12 @@ def _marked_template(obj: Obj, plan: Plan) -> str | None:
     gangkeeper stamp. Those marks win; overwriting them would split or double the gang."""
     for stamp in plan.templates:
         template = get_path(obj, stamp.path)
-        if not isinstance(template, dict) or stamp.shape == "spark":
+        if not isinstance(template, dict):
             continue
+        if stamp.shape == "spark":
+            # a Spark role carries its pods' labels and annotations itself (Volcano's own Spark samples
+            # name their PodGroup on the executor: scheduling.k8s.io/group-name)
+            template = {"metadata": {k: template.get(k) for k in ("labels", "annotations")}}
         where = ".".join(str(p) for p in stamp.path)
         stamped = pod.stamped_identity(template)
         if stamped is not None and stamp.gang is not None and stamped != stamp.gang:
