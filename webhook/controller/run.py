@@ -107,11 +107,14 @@ def run(
     namespaces = controller_informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaderElector(api, namespace, "gangkeeper-controller", identity, changed=changed)
+    # the newest native generation the API server serves (the default where none, or no answer yet:
+    # re-discovered every REDISCOVER_SECONDS below)
+    native_now = native_served(api) or (DEFAULT_KUBERNETES_VERSION, False)
     controller = Controller(
         api,
         InformerSource(pods, nodes),
-        native_version=served_native_version(api) if native_version == "auto" else native_version,
-        native_composite=serves_composite_groups(api),
+        native_version=native_version if native_version != "auto" else native_now[0],
+        native_composite=native_now[1],
         may_write=elector.leading,
         max_attempts=max_attempts,
         recovery_seconds=recovery_seconds,
@@ -191,21 +194,6 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
     return started
 
 
-def served_native_version(api: Api, fallback: str = DEFAULT_KUBERNETES_VERSION) -> str:
-    """The Kubernetes minor whose scheduling.k8s.io Workload API the server serves, newest first; the
-    fallback when it serves none (native gangs are then refused at admission anyway)."""
-    from webhook.backends.native import GENERATIONS, VERSIONS_BEST_FIRST
-
-    for version in VERSIONS_BEST_FIRST:
-        try:
-            names = {r["name"] for r in api.get(f"/apis/scheduling.k8s.io/{version}").get("resources") or []}
-        except ApiError:
-            continue
-        if "workloads" in names:
-            return next(minor for minor, g in GENERATIONS.items() if g.version == version)
-    return fallback
-
-
 def native_served(api: Api) -> tuple[str, bool] | None:
     """(the Kubernetes minor of the newest scheduling.k8s.io Workload API served, whether CompositePodGroups
     are), or None when discovery could not tell (an outage is not a downgrade: nothing changes then)."""
@@ -231,14 +219,6 @@ def _native_served(api: Api) -> tuple[str, bool] | None:
             composite = COMPOSITE_GROUP_VERSION in served and "compositepodgroups" in resources(COMPOSITE_GROUP_VERSION)
             return minor, composite
     return None
-
-
-def serves_composite_groups(api: Api) -> bool:
-    """Whether the API server serves native CompositePodGroups (1.37's alpha v1alpha3, gate CompositePodGroup)."""
-    from webhook.backends.native import COMPOSITE_GROUP_VERSION
-
-    composite = Resource(COMPOSITE_GROUP_VERSION, "compositepodgroups")
-    return bool(served([composite], api))
 
 
 def served(resources: list[Resource], api: Api) -> list[Resource]:
