@@ -61,16 +61,18 @@ def group_pods(stack: Stack, namespace: str, index: int) -> list[dict[str, Any]]
 
 def test_native_composite_pod_group_keeps_a_workloads_gangs_in_one_block(newest_stack: Stack) -> None:
     """Kubernetes 1.37 with CompositePodGroup: a LeaderWorkerSet asks for each group in one rack and the
-    whole set in one block. Four 8-CPU nodes, a rack each, two racks per block. Fillers leave only block b1
-    room for a group (4 free CPUs per node there, 2 in b2): the first group of two 2-CPU pods lands in a
-    rack of b1. Then b2 empties (8 free per node, where kube-scheduler's least-allocated scoring would send
-    a group of its own) and the set grows by a group: the CompositePodGroup holds it in b1, in the other
-    rack. Asserted from the pods' nodes and the objects the API server holds."""
+    whole set in one block. Four 8-CPU nodes, a rack each, two racks per block; fillers leave 4 and 6 CPUs
+    free in b1's racks r1 and r2, 2 in each of b2's. The first group of two 2-CPU pods fits only in b1 and
+    takes r1, the tighter (kube-scheduler scores placements most-allocated first: noderesources/fit.go,
+    placementScorer). Then b2's r3 frees to 4 CPUs, tighter for the next group than r2 (6 free), and the set
+    grows by a group: without the CompositePodGroup it would take r3 in b2 (seen when the PodGroups' parent
+    link is taken out); with it, it stays in b1, in r2. Asserted from the pods' nodes and labels and the
+    objects the API server holds."""
     stack = newest_stack
     nodes = stack.replace_workers(4, cpu="8", labels=in_blocks_of_racks)
     namespace = stack.namespace("composite-native", "native")
     plain = stack.namespace("composite-fill", None, opted_in=False)
-    fillers = [blocker(plain, f"fill-{i}", node, "4" if i < 2 else "6") for i, node in enumerate(nodes)]
+    fillers = [blocker(plain, f"fill-{i}", node, cpu) for i, (node, cpu) in enumerate(zip(nodes, "4266", strict=True))]
     stack.plane.apply(fillers)
     wait_until(lambda: len(running(stack.pods(plain))) == 4, "the fillers Running", 60)
     annotations = {"gangkeeper.io/topology-required": RACK, "gangkeeper.io/workload-topology-required": BLOCK}
@@ -92,13 +94,14 @@ def test_native_composite_pod_group_keeps_a_workloads_gangs_in_one_block(newest_
         )
     except AssertionError as error:
         raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
-    assert blocks_of(stack, first) == ["b1"] and len(set(racks_of(stack, first))) == 1
+    assert racks_of(stack, first) == ["r1", "r1"], racks_of(stack, first)
     group = stack.plane.get(
         "podgroups.scheduling.k8s.io", first[0]["metadata"]["labels"]["gangkeeper.io/group"], namespace=namespace
     )
     assert group["spec"]["parentCompositePodGroupName"] == "lws-set", group["spec"]
-    for name in ("fill-2", "fill-3"):
-        stack.plane.kubectl("-n", plain, "delete", "pod", name, "--wait=true")
+    stack.plane.kubectl("-n", plain, "delete", "pod", "fill-2", "--wait=true")
+    stack.plane.apply(blocker(plain, "fill-2-smaller", nodes[2], "4"))
+    wait_until(lambda: len(running(stack.pods(plain))) == 4, "the smaller filler Running", 60)
     stack.plane.kubectl(
         "-n", namespace, "patch", "leaderworkerset", "set", "--type=merge", "-p", '{"spec":{"replicas":2}}'
     )
@@ -108,5 +111,4 @@ def test_native_composite_pod_group_keeps_a_workloads_gangs_in_one_block(newest_
         )
     except AssertionError as error:
         raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
-    assert blocks_of(stack, second) == ["b1"], racks_of(stack, second)
-    assert len(set(racks_of(stack, second))) == 1 and set(racks_of(stack, second)) != set(racks_of(stack, first))
+    assert blocks_of(stack, second) == ["b1"] and racks_of(stack, second) == ["r2", "r2"], racks_of(stack, second)
