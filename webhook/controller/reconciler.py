@@ -13,12 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
 from webhook import contract
-from webhook.backends import DEFAULT_KUBERNETES_VERSION, Mechanisms
+from webhook.backends import DEFAULT_KUBERNETES_VERSION, Backend, Mechanisms
 from webhook.controller import metrics
 from webhook.controller.clockguard import SteadyClock
 from webhook.controller.cluster import ClusterIndex, GangView
@@ -60,6 +60,8 @@ class _Pass:
     seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]]
     waiting: dict[str, Waiting]
     queue: QueuePass
+    # each gang's mechanism and the other mechanisms its pods carry, kept while its pods are unchanged
+    marks: dict[str, tuple[int, Backend, frozenset[str]]] = field(default_factory=dict)
 
 
 class Controller:
@@ -95,6 +97,7 @@ class Controller:
         self.passes, self.orphan_seconds, self.resync_seconds = 0, orphan_seconds, resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
         self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
+        self._marks: dict[str, tuple[int, Backend, frozenset[str]]] = {}
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
         self.recorder = EventRecorder(api, component, self.clock)
         self.decisions: dict[str, Decision] = {}
@@ -190,7 +193,7 @@ class Controller:
             if done and decision is not None:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
-        self._seen = seen
+        self._seen, self._marks = seen, current.marks
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
         self.passes += 1
@@ -216,6 +219,7 @@ class Controller:
         self.native_version = version
         self.mechanisms.serve_native(version, composite)
         self._seen.clear()
+        self._marks.clear()
         return True
 
     def _guarded(self, key: str, stamp: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
@@ -244,8 +248,7 @@ class Controller:
         if fresh:
             self.work.add_at(gang.key, stamp + self.resync_seconds)
         current.seen[gang.key] = (fingerprint, resolved)
-        mechanism = self.mechanisms.of_pod(gang.raw[0])
-        switched = {self.mechanisms.of_pod(raw).name for raw in gang.raw} - {"gate"}
+        mechanism, switched = self._mechanisms_of(gang, current)
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
             # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
@@ -269,6 +272,17 @@ class Controller:
         if resolved.gone and self.may_write():
             self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
         return resolved
+
+    def _mechanisms_of(self, gang: GangView, current: _Pass) -> tuple[Backend, frozenset[str]]:
+        """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: read off
+        every pod only when the gang's pods changed (a steady pass over thousands of pods reads none)."""
+        version = self.index.gang_versions[gang.key]
+        known = self._marks.get(gang.key)
+        if known is None or known[0] != version:
+            switched = frozenset(self.mechanisms.of_pod(raw).name for raw in gang.raw) - {"gate"}
+            known = (version, self.mechanisms.of_pod(gang.raw[0]), switched)
+        current.marks[gang.key] = known
+        return known[1], known[2]
 
     def _wake_if_it_fits(self, gang: GangView, resolved: Resolved, current: _Pass) -> None:
         """A coscheduling gang the scheduler stopped retrying, woken when the model sees it fit (wakeup.py)."""
