@@ -43,7 +43,7 @@ lint: $(BIN)/.installed
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
 # tier (tests/test_real_*.py) builds the default Kubernetes, etcd, KWOK, LWS and JobSet first (cached)
 test: lint cluster-build image-tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 	bash hack/scan.sh
 
 # the real components, from the Go module proxy, cached in ~/.cache/gangkeeper (GK_CACHE) per version
