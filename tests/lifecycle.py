@@ -14,16 +14,17 @@ from typing import Any
 from tests.apiserver import Obj, Reject, Store
 from webhook import contract
 from webhook.admission.decide import admit
-from webhook.backends import NamespaceInfo, make
+from webhook.backends import Backend, NamespaceInfo, make
 
 ENABLED = NamespaceInfo(labels={contract.NAMESPACE_ENABLED_LABEL: "true"})
 NOT_ADMITTED = {"namespaces", "nodes", "events", "leases", "podgroups", "workloads", "secrets"}
 
 
-def install_admission(store: Store, backend: str) -> list[str]:
-    """Every create in the store passes gangkeeper's mutating admission; returns the warnings seen."""
+def install_admission(store: Store, backend: str, configured: Backend | None = None) -> list[str]:
+    """Every create in the store passes gangkeeper's mutating admission (the backend named, or one
+    `configured` as discovery would); returns the warnings seen."""
     warnings: list[str] = []
-    chosen = make(backend)
+    chosen = configured or make(backend)
 
     def admission(operation: str, gv: str, plural: str, namespace: str, obj: Obj, old: Obj | None) -> Obj:
         if plural in NOT_ADMITTED or operation != "CREATE":

@@ -521,3 +521,33 @@ def test_the_controller_writes_the_composite_pod_group_before_the_pod_groups_tha
     assert composite["spec"]["schedulingConstraints"] == {"topology": [{"key": "topology.kubernetes.io/zone"}]}
     assert composite["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     assert group["spec"]["parentCompositePodGroupName"] == "job-zoned"
+
+
+def test_a_jobsets_stages_share_one_native_workload_written_whole_by_the_first(store: Any, api: Any) -> None:
+    """A JobSet started InOrder is a gang per stage; only the first stage's pods exist at first. Its
+    v1beta1 Workload (one composite template over both stages' templates) is written whole by the first
+    gang's sync: the API server would refuse a template added later (`+k8s:update=NoAddItem`)."""
+    from tests import lifecycle
+    from tests.cluster import Clock, node
+    from tests.test_lifecycle import NS, example
+    from webhook.backends import make
+    from webhook.controller.reconciler import Controller
+
+    store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
+    store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}
+    native = make("native", composite_groups=True)
+    lifecycle.install_admission(store, "native", configured=native)
+    store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    jobset = example("jobset/paralleljobs.yaml")  # workers (4), then driver (1)
+    jobset["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    jobset["metadata"].setdefault("annotations", {})["gangkeeper.io/workload-topology-required"] = BLOCK
+    store.create("jobset.x-k8s.io/v1alpha2", "jobsets", NS, jobset)
+    jobsets, jobs = lifecycle.JobSetController(store), lifecycle.JobController(store)
+    for name in jobsets.sync(NS, "paralleljobs"):
+        jobs.sync(NS, name)
+    Controller(api, clock=Clock(), native_composite=True).reconcile_once()
+    groups = store.list("scheduling.k8s.io/v1beta1", "podgroups", NS)[0]
+    assert [g["metadata"]["name"] for g in groups] == ["jobset-paralleljobs-workers"]  # the driver's not yet
+    workload = store.get("scheduling.k8s.io/v1beta1", "workloads", NS, "jobset-paralleljobs")
+    (composite,) = workload["spec"]["compositePodGroupTemplates"]
+    assert [t["name"] for t in composite["podGroupTemplates"]] == ["workers", "driver"]

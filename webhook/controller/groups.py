@@ -59,7 +59,15 @@ class GroupObjects:
         """The gang's group objects as `mechanism` (the configured one its pods were stamped for) needs them."""
         if resolved.gang is None:
             return
-        for desired in mechanism.group_objects([resolved.gang], NamespaceInfo()):
+        # a group object several gangs share (a native Workload, its CompositePodGroup) is made from all
+        # of its workload's gangs, so the first gang's sync writes it whole: a later gang's template
+        # cannot be added to a v1beta1 Workload (`+k8s:update=NoAddItem`); the others' own are theirs
+        siblings = gangs.analyze(resolved.workload).gangs if resolved.workload is not None else []
+        siblings = siblings if any(g.name == resolved.gang.name for g in siblings) else [resolved.gang]
+        ours = {resolved.gang.name, resolved.gang.id.native_workload}
+        for desired in mechanism.group_objects(siblings, NamespaceInfo()):
+            if desired["metadata"]["name"] not in ours:
+                continue
             resource = group_resource(desired["apiVersion"], desired["kind"])
             meta = desired["metadata"]
             path = resource.path(meta.get("namespace") or gang.namespace, meta["name"])
