@@ -240,11 +240,11 @@ QUIET = {  # what a healthy gangkeeper exports: no alert fires
 
 
 def test_each_alert_fires_on_its_series_and_none_on_a_healthy_one(tmp_path: Path) -> None:
-    """promtool (built from Prometheus' Go module) evaluates the chart's alert rules on recorded series:
+    """promtool (Debian 12's, hack/cluster/build.sh promtool) evaluates the chart's alert rules on recorded series:
     each alert fires on what its problem exports, and none on what a healthy gangkeeper exports."""
     from tests.realcluster.controlplane import binary, versions
 
-    promtool = binary("promtool", versions()["PROMETHEUS_MODULE_VERSION"], "promtool")
+    promtool = binary("promtool", versions()["PROMTOOL_DEBIAN_VERSION"], "promtool")
     if not promtool.exists():
         pytest.skip(f"not built: {promtool} (run hack/cluster/build.sh promtool)")
     rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"][0]["rules"]

@@ -270,7 +270,8 @@ def test_cronjob_runs_that_overlap_are_gangs_of_their_own(stack: Stack) -> None:
     """The real CronJob controller, every minute, concurrencyPolicy Allow, each run a gang of 3 that
     fits only alone (4.5 CPUs of 8, one node): the first run starts whole, the second, created
     while the first still runs, waits whole behind it (never 1 of its 3 started beside the first) and
-    starts whole once the first ends. Each run has its own Gang object, owned by its own Job."""
+    starts whole once the first ends (its Job deleted, rather than waiting out a run). Each run has its
+    own Gang object, owned by its own Job."""
     stack.replace_workers(1, cpu="8")
     namespace = stack.namespace("cron", "gate")
     template = workloads.job("unused", namespace, 3, "1500m", pod_annotations={"gangkeeper.test/run-for": "100s"})
@@ -299,11 +300,21 @@ def test_cronjob_runs_that_overlap_are_gangs_of_their_own(stack: Stack) -> None:
     wait_until(lambda: len(members(second)) == 3, "the second run's 3 pods", 60)
     assert len(running(members(first))) == 3, stack.describe(namespace)
     assert len(gated(members(second))) == 3, stack.describe(namespace)
-    # the first ends (100 s); the second then starts whole
-    wait_until(lambda: len(running(members(second))) == 3, "the second run started whole", 150, every=1)
     gangs = {g["metadata"]["name"]: g for g in stack.plane.get("gangs.gangkeeper.io", namespace=namespace)}
     for job in (first, second):
         owner = gangs[f"job-{job}"]["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"]) == ("Job", job)
-    assert gangs[f"job-{second}"]["status"]["state"] == "Running"
+    # the first ends; the second then starts whole
+    stack.plane.kubectl("-n", namespace, "delete", "job", first, "--wait=false")
+    wait_until(lambda: len(running(members(second))) == 3, "the second run started whole", 90, every=1)
+    wait_until(
+        lambda: (
+            (stack.plane.get("gangs.gangkeeper.io", f"job-{second}", namespace=namespace) or {})
+            .get("status", {})
+            .get("state")
+            == "Running"
+        ),
+        "the second run's Gang Running",
+        30,
+    )
     stack.plane.kubectl("-n", namespace, "delete", "cronjob", "nightly")

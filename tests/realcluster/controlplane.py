@@ -140,6 +140,8 @@ class ControlPlane:
 
     # --- binaries -------------------------------------------------------------------------------
     def k8s_binary(self, name: str) -> Path:
+        if name == "kubectl":  # built with the default version only: the skew policy allows a minor either side
+            return binary("kubernetes", versions()["K8S_DEFAULT"], name)
         return binary("kubernetes", self.kubernetes_version, name)
 
     def missing(self) -> str | None:
@@ -153,7 +155,8 @@ class ControlPlane:
         wanted += [binary("etcd", v["ETCD_VERSION"], "etcd"), binary("kwok", v["KWOK_VERSION"], "kwok")]
         absent = [str(p) for p in wanted if not p.exists()]
         if absent:
-            return f"not built: {', '.join(absent)} (run hack/cluster/build.sh {self.kubernetes_version} etcd kwok)"
+            build = f"hack/cluster/build.sh {self.kubernetes_version} {versions()['K8S_DEFAULT']} etcd kwok"
+            return f"not built: {', '.join(absent)} (run {build})"
         return None
 
     # --- lifecycle ------------------------------------------------------------------------------
