@@ -22,6 +22,7 @@ from tests.cluster import (
     node,
     pods,
 )
+from webhook.controller.events import ListRecorder
 from webhook.controller.reconciler import Controller
 from webhook.kube import Api, ApiError
 
@@ -29,24 +30,6 @@ from webhook.kube import Api, ApiError
 @pytest.fixture
 def server(apiserver: TestApiServer) -> TestApiServer:
     return apiserver
-
-
-RECORDERS: list = []
-
-
-@pytest.fixture(autouse=True)
-def track_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Events are sent in the background; tests flush every recorder before reading them."""
-    from webhook.controller import events as events_module
-
-    original = events_module.EventRecorder.__init__
-
-    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        original(self, *args, **kwargs)
-        RECORDERS.append(self)
-
-    monkeypatch.setattr(events_module.EventRecorder, "__init__", init)
-    RECORDERS.clear()
 
 
 def seed_cluster(server: TestApiServer) -> None:
@@ -58,23 +41,23 @@ def seed_cluster(server: TestApiServer) -> None:
     store.create("v1", "nodes", "", node("worker3", cpu="4"))
 
 
-def events(server: TestApiServer, reason: str, controller: Controller | None = None) -> list[dict]:
-    for recorder in RECORDERS:
-        recorder.flush()
-    return [e for e in server.store.list("v1", "events", None)[0] if e["reason"] == reason]
+def events(controller: Controller, reason: str) -> list[dict[str, Any]]:
+    """The Events `controller` recorded with this reason (its recorder: a ListRecorder)."""
+    assert isinstance(controller.recorder, ListRecorder)
+    return controller.recorder.reasons(reason)
 
 
 def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiServer, api: Api) -> None:
     seed_cluster(server)
     job = add_job(server.store, parallelism=4, cpu="4")
     add_job_pods(server.store, job)
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
 
     decision = controller.reconcile_once()["team-a/job-train"]
     assert decision.state == "WaitingForCapacity"
     assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
     assert default_scheduler(server.store) == 0  # nothing starts while gated
-    waiting = events(server, "WaitingForCapacity")
+    waiting = events(controller, "WaitingForCapacity")
     assert waiting and "worker1, worker2: taint test=blocked:NoSchedule not tolerated" in waiting[0]["message"]
     assert "worker3: 1 of 4 pods fit (needs 4 cpu each, 4 cpu free)" in waiting[0]["message"]
 
@@ -89,7 +72,7 @@ def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiSe
     )
     assert default_scheduler(server.store) == 4  # the whole gang starts together
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
-    assert events(server, "GangReleased")
+    assert events(controller, "GangReleased")
 
 
 def test_control_without_gangkeeper_starts_one_of_four(server: TestApiServer) -> None:
@@ -115,7 +98,7 @@ def test_waits_for_every_member(server: TestApiServer, api: Api) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="64"))
     job = add_job(server.store, parallelism=4, cpu="1")
     add_job_pods(server.store, job, count=3)
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     decision = controller.reconcile_once()["team-a/job-train"]
     assert (decision.state, decision.message) == ("WaitingForMembers", "3 of 4 pods exist")
     add_job_pods(server.store, job, count=1)
@@ -126,9 +109,10 @@ def test_gang_larger_than_the_cluster_is_reported_at_once(server: TestApiServer,
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     job = add_job(server.store, parallelism=4, cpu="16")
     add_job_pods(server.store, job)
-    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    decision = controller.reconcile_once()["team-a/job-train"]
     assert decision.state == "NeverFits"
-    too_large = events(server, "GangTooLarge")
+    too_large = events(controller, "GangTooLarge")
     assert too_large and "even if empty" in too_large[0]["message"]
     assert {e["involvedObject"]["kind"] for e in too_large} == {"Job", "Pod"}
     status = gang_status(server.store, "job-train")
@@ -140,7 +124,7 @@ def test_competing_gangs_never_share_promised_capacity(server: TestApiServer, ap
     server.store.create("v1", "nodes", "", node("worker1", cpu="12"))
     for name in ("first", "second"):
         add_job_pods(server.store, add_job(server.store, name, parallelism=2, cpu="4"))
-    decisions = Controller(api, clock=Clock()).reconcile_once()
+    decisions = Controller(api, recorder=ListRecorder(), clock=Clock()).reconcile_once()
     states = sorted(d.state for d in decisions.values())
     assert states == ["Release", "WaitingForCapacity"]
     assert default_scheduler(server.store) == 2
@@ -178,7 +162,7 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
     assert len(gated) == 4 - dies_after
 
     server.store.requests.clear()
-    second = Controller(api, clock=Clock())
+    second = Controller(api, recorder=ListRecorder(), clock=Clock())
     assert second.reconcile_once()["team-a/job-train"].state == "Release"
     pod_patches = [path for method, path in server.store.requests if method == "PATCH" and "/pods/" in path]
     assert len(pod_patches) == 4 - dies_after  # only the pods still gated: nothing done twice
@@ -192,7 +176,7 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
 def test_conflict_on_release_is_retried_next_pass(server: TestApiServer, api: Api) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="16"))
     add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"))
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     stale = {"done": False}
 
     def touch_once(method: str, path: str):  # type: ignore[no-untyped-def]
@@ -217,7 +201,7 @@ def test_scale_down_mid_release(server: TestApiServer, api: Api) -> None:
     server.store.bind("other", "busy", "worker1")
     job = add_job(server.store, parallelism=4, cpu="2")
     names = add_job_pods(server.store, job)
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     assert controller.reconcile_once()["team-a/job-train"].state == "WaitingForCapacity"
     server.store.patch("batch/v1", "jobs", "team-a", "train", {"spec": {"parallelism": 3}})
     server.store.delete("v1", "pods", "team-a", names[-1])
@@ -233,7 +217,7 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     from tests.lifecycle import JobController
 
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     jobs = JobController(server.store)
     jobs.sync("team-a", "train")  # it sees the two pods as its active ones
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
@@ -246,7 +230,7 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     books = gang_status(server.store, "job-train")
     assert books["attempts"] == 1 and books["suspendedAt"] and books["notBefore"]
     assert "gangkeeper.io/release-attempts" not in job["metadata"]["annotations"]  # no state on the workload
-    assert events(server, "GangRequeued")
+    assert events(controller, "GangRequeued")
     jobs.sync("team-a", "train")
     assert pods(server.store) == []
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["status"].get("failed", 0) == 0
@@ -255,7 +239,7 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     controller.reconcile_once()
     job = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert job["spec"]["suspend"] is False and "gangkeeper.io/suspended" not in job["metadata"]["annotations"]
-    assert events(server, "GangResumed")
+    assert events(controller, "GangResumed")
     assert "suspendedAt" not in gang_status(server.store, "job-train")
     add_job_pods(server.store, job)  # what the Job controller makes, through the webhook's admission
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
@@ -274,12 +258,12 @@ def test_bare_pods_are_never_evicted(server: TestApiServer, api: Api) -> None:
         )
         server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     assert controller.reconcile_once()["team-a/pg-mpi"].state == "Release"
     clock.advance(31)
     assert controller.reconcile_once()["team-a/pg-mpi"].state == "TimedOut"
     assert len(pods(server.store)) == 2
-    assert events(server, "GangTimedOut")
+    assert events(controller, "GangTimedOut")
 
 
 def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, api: Api) -> None:
@@ -287,7 +271,7 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
 
     job = add_job(server.store, parallelism=4, cpu="1")
     add_job_pods(server.store, job, backend="volcano")
-    controller = Controller(api, clock=Clock(), resync_seconds=0)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), resync_seconds=0)
     controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")
     validate(group)
@@ -304,7 +288,7 @@ def test_volcano_podgroup_created_updated_and_recreated(server: TestApiServer, a
 
 def test_a_quiet_cluster_costs_no_api_calls_between_resyncs(server: TestApiServer, api: Api) -> None:
     add_job_pods(server.store, add_job(server.store, parallelism=2, cpu="1"), backend="volcano")
-    controller = Controller(api, clock=Clock(), resync_seconds=1e9)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), resync_seconds=1e9)
     controller.reconcile_once()
     server.store.requests.clear()
     for _ in range(3):
@@ -325,7 +309,7 @@ def test_someone_elses_podgroup_is_never_taken_over(server: TestApiServer, api: 
         },
     )
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend="volcano")
-    Controller(api, clock=Clock()).reconcile_once()
+    Controller(api, recorder=ListRecorder(), clock=Clock()).reconcile_once()
     assert server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "job-train")["spec"] == {
         "minMember": 1
     }
@@ -346,7 +330,7 @@ def test_someone_elses_native_workload_is_never_taken_over(server: TestApiServer
     }
     server.store.create(group_version, "workloads", "team-a", theirs)
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend=f"native-{version}")
-    Controller(api, clock=Clock(), native_version=version).reconcile_once()
+    Controller(api, recorder=ListRecorder(), clock=Clock(), native_version=version).reconcile_once()
     kept = server.store.get(group_version, "workloads", "team-a", "job-train")
     assert kept["spec"] == theirs["spec"] and "gangkeeper.io/group" not in kept["metadata"].get("labels", {})
 
@@ -363,10 +347,11 @@ def test_unmodelled_constraints_release_without_pins_and_warn(server: TestApiSer
     }
     job["spec"]["template"]["spec"]["affinity"] = anti
     add_job_pods(server.store, job)
-    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    decision = controller.reconcile_once()["team-a/job-train"]
     assert decision.state == "Release" and decision.unmodelled == ("podAntiAffinity",)
     assert all("nodeSelector" not in p["spec"] and not p["spec"].get("schedulingGates") for p in pods(server.store))
-    warning = events(server, "UnmodelledConstraints")
+    warning = events(controller, "UnmodelledConstraints")
     assert warning and "podAntiAffinity" in warning[0]["message"]
 
 
@@ -379,7 +364,7 @@ def test_orphaned_group_of_bare_pods_is_deleted(server: TestApiServer, api: Api)
             f"mpi-{i}", labels={"gangkeeper.io/group-name": "mpi"}, annotations={"gangkeeper.io/group-size": "2"}
         )
         server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("volcano"), "team-a").mutated)
-    controller = Controller(api, clock=Clock(), orphan_seconds=0)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), orphan_seconds=0)
     controller.reconcile_once()
     group = server.store.get("scheduling.volcano.sh/v1beta1", "podgroups", "team-a", "pg-mpi")
     assert "ownerReferences" not in group["metadata"]  # nobody would garbage-collect it
@@ -421,7 +406,7 @@ def test_events_wait_while_a_release_is_in_flight(server: TestApiServer, api: Ap
         time.sleep(0.3)  # time enough for a worker to have sent it, were it not held
         assert server.store.list("v1", "events", None)[0] == []
     recorder.flush()
-    (sent,) = events(server, "GangReleased")
+    (sent,) = [e for e in server.store.list("v1", "events", None)[0] if e["reason"] == "GangReleased"]
     assert sent["involvedObject"]["name"] == "p" and sent["message"] == "held back"
 
 
@@ -436,7 +421,7 @@ def test_zone_less_times_a_tenant_writes_stop_no_gang(server: TestApiServer, api
     job = add_job(server.store, parallelism=4, cpu="1")
     add_job_pods(server.store, job)
 
-    decisions = Controller(api, clock=Clock()).reconcile_once()
+    decisions = Controller(api, recorder=ListRecorder(), clock=Clock()).reconcile_once()
 
     assert decisions["team-a/job-train"].state == "Release"
     assert default_scheduler(server.store) >= 4
@@ -471,11 +456,11 @@ def test_a_refused_podgroup_is_told_on_the_workload_once(server: TestApiServer, 
     server.store.admission = volcano_admission
     job = add_job(server.store, parallelism=2, cpu="1", annotations={"gangkeeper.io/queue": "nosuch"})
     add_job_pods(server.store, job, backend="volcano")
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     controller.reconcile_once()
     controller.reconcile_once()
 
-    refused = events(server, "GroupObjectRefused")
+    refused = events(controller, "GroupObjectRefused")
     assert len(refused) == 1 and refused[0]["type"] == "Warning"
     assert refused[0]["involvedObject"]["kind"] == "Job" and "queue nosuch not found" in refused[0]["message"]
 
@@ -487,7 +472,7 @@ def test_a_namespace_that_leaves_gets_its_gates_lifted(server: TestApiServer, ap
     job = add_job(server.store, parallelism=2, cpu="4")  # never fits: waits gated
     add_job_pods(server.store, job)
     left: set[str] = set()
-    controller = Controller(api, clock=Clock(), opted_out=lambda namespace: namespace in left)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), opted_out=lambda namespace: namespace in left)
     assert controller.reconcile_once()["team-a/job-train"].state == "NeverFits"
     assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
 
@@ -495,7 +480,7 @@ def test_a_namespace_that_leaves_gets_its_gates_lifted(server: TestApiServer, ap
     controller.reconcile_once()
 
     assert not any(p["spec"].get("schedulingGates") for p in pods(server.store))
-    lifted = events(server, "GateLifted")
+    lifted = events(controller, "GateLifted")
     assert len(lifted) == 2 and "namespace team-a is no longer opted in" in lifted[0]["message"]
 
 
@@ -509,7 +494,7 @@ def test_a_timed_out_job_that_kueue_manages_is_never_suspended_by_gangkeeper(ser
     )
     add_job_pods(server.store, job)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
     clock.advance(61)
     decision = controller.reconcile_once()["team-a/job-train"]
@@ -517,7 +502,7 @@ def test_a_timed_out_job_that_kueue_manages_is_never_suspended_by_gangkeeper(ser
     job = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert not job["spec"].get("suspend") and "gangkeeper.io/suspended" not in job["metadata"].get("annotations", {})
     assert len(pods(server.store)) == 2  # nothing evicted either
-    assert "left to Kueue" in decision.message and events(server, "GangLeftToKueue")
+    assert "left to Kueue" in decision.message and events(controller, "GangLeftToKueue")
 
 
 def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestApiServer, api: Api) -> None:
@@ -525,7 +510,7 @@ def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestA
     job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
     add_job_pods(server.store, job)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     controller.reconcile_once()
     clock.advance(61)
     controller.reconcile_once()
@@ -538,7 +523,7 @@ def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestA
     controller.reconcile_once()
 
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
-    assert not events(server, "GangResumed")
+    assert not events(controller, "GangResumed")
 
 
 def test_a_volcano_podgroup_is_made_from_the_workload_before_any_pod(server: TestApiServer, api: Api) -> None:
@@ -587,7 +572,7 @@ def test_leaderworkerset_groups_get_podgroups_ahead_unless_lws_makes_its_own(ser
     }
     sets.relist()
     podgroups.relist()
-    controller = Controller(api, clock=Clock(), informers=informers)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), informers=informers)
     controller.reconcile_once()
     names = group_names(server)
     assert names == ["lws-lws-0", "lws-lws-1"]
@@ -705,7 +690,7 @@ def volcano_job_watched(
         podgroups.relist()
 
     relist()
-    return created, Controller(api, clock=Clock(), informers=informers), relist
+    return created, Controller(api, recorder=ListRecorder(), clock=Clock(), informers=informers), relist
 
 
 def refused_by_the_scheduler(server: TestApiServer, namespace: str = "team-a") -> None:
@@ -735,7 +720,7 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"), backend="coscheduling")
     refused_by_the_scheduler(server)
     clock = Clock()
-    controller = Controller(api, clock=clock, resync_seconds=0)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=0)
     controller.reconcile_once()
     assert woken_at(server) is None  # it does not fit: no retry is worth its cost
     for name in ("worker1", "worker2"):
@@ -763,7 +748,7 @@ def test_a_coscheduling_gang_partly_bound_or_not_refused_is_left_to_the_schedule
     for name in ("worker1", "worker2"):
         server.store.patch("v1", "nodes", "", name, {"spec": {"taints": []}})
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend="coscheduling")
-    controller = Controller(api, clock=Clock(), resync_seconds=0)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), resync_seconds=0)
     controller.reconcile_once()
     assert woken_at(server) is None  # not refused yet: the scheduler is still trying
     refused_by_the_scheduler(server)
@@ -783,7 +768,7 @@ def test_a_suspend_not_yet_seen_is_not_mistaken_for_the_user_taking_the_job_back
     job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
     add_job_pods(server.store, job)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     controller.reconcile_once()
     clock.advance(61)
     controller.reconcile_once()
@@ -800,7 +785,7 @@ def test_a_suspend_not_yet_seen_is_not_mistaken_for_the_user_taking_the_job_back
     clock.advance(31)
     controller.reconcile_once()
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
-    assert events(server, "GangResumed")
+    assert events(controller, "GangResumed")
 
 
 def test_an_upgraded_api_server_gets_the_gangs_group_objects_in_the_version_it_serves_now(
@@ -817,7 +802,7 @@ def test_an_upgraded_api_server_gets_the_gangs_group_objects_in_the_version_it_s
     store.served["scheduling.k8s.io/v1alpha2"] = {"workloads", "podgroups"}
     assert native_served(api) == ("1.36", False)
     add_job_pods(store, add_job(store, parallelism=2, cpu="1"), backend="native-1.36")
-    controller = Controller(api, clock=Clock(), native_version="1.36")
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), native_version="1.36")
     controller.reconcile_once()
     assert store.get("scheduling.k8s.io/v1alpha2", "podgroups", "team-a", "job-train")
     assert not controller.serve_native("1.36", False)

@@ -17,7 +17,7 @@ import pytest
 from tests import builders as b
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.decide import ADMISSION_RULES, Outcome, admit
-from webhook.backends import Mechanisms, NamespaceInfo, Native, make
+from webhook.backends import Mechanisms, NamespaceInfo, Native, Settings, make
 from webhook.backends.discovery import Unavailable
 from webhook.controller.placement import Node, Shape
 from webhook.controller.state import START_RULES, GangSpec, GangState, PodView, Release, start_decision
@@ -260,7 +260,7 @@ def test_a_pods_mechanism_is_the_configured_object_that_stamped_it(
 ) -> None:
     """The controller holds each mechanism once, as configured (a Volcano profile of another name, the
     native generation served), and a pod's is read from its marks: never a name rebuilt with defaults."""
-    mechanisms = Mechanisms(volcano_scheduler="volcano-gpu", native_version="1.36")
+    mechanisms = Mechanisms(Settings(scheduler_names={"volcano": "volcano-gpu"}), native_version="1.36")
     mechanism = mechanisms.of_pod(pod)
     assert mechanism.name == name
     if name == "native":

@@ -11,7 +11,8 @@ from tests import builders as b
 from tests.schemas import validate
 from webhook.admission.decide import admit
 from webhook.admission.resolve import BackendResolver
-from webhook.backends.discovery import Choice, Served, Unavailable, choose
+from webhook.backends import Backend, Coscheduling, Gate, Native, Volcano
+from webhook.backends.discovery import Served, Unavailable, choose
 
 RECORDED = Path(__file__).parent / "discovery"
 
@@ -23,15 +24,15 @@ def served(cluster: str) -> Served:
 @pytest.mark.parametrize(
     ("cluster", "choice"),
     [
-        ("volcano", Choice("volcano")),
-        ("scheduler-plugins", Choice("coscheduling")),
-        ("native-1.35", Choice("native", "1.35")),
-        ("native-1.36", Choice("native", "1.36")),
-        ("native-1.37", Choice("native", "1.37")),
-        ("bare", Choice("gate")),
+        ("volcano", Volcano()),
+        ("scheduler-plugins", Coscheduling()),
+        ("native-1.35", Native("1.35")),
+        ("native-1.36", Native("1.36")),
+        ("native-1.37", Native("1.37")),
+        ("bare", Gate()),
     ],
 )
-def test_auto_picks_the_best_mechanism_really_there(cluster: str, choice: Choice) -> None:
+def test_auto_picks_the_best_mechanism_really_there(cluster: str, choice: Backend) -> None:
     assert choose("auto", served(cluster)) == choice
 
 

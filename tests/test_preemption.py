@@ -10,7 +10,8 @@ import pytest
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job_pods, default_scheduler, gang_status, node, pods
-from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
+from tests.test_controller import events
+from webhook.controller.events import ListRecorder
 from webhook.controller.placement import Member, Node, Shape
 from webhook.controller.preemption import Victim, budget_blocks, choose_victims
 from webhook.controller.reconciler import Controller
@@ -139,7 +140,7 @@ def running_low_gang(server: TestApiServer, api: Api) -> Controller:
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     job_of_priority(server.store, "low", 0)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     controller.reconcile_once()
     assert default_scheduler(server.store) == 4
     controller.reconcile_once()
@@ -156,7 +157,7 @@ def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(server: Test
     low = server.store.get("batch/v1", "jobs", "team-a", "low")
     assert low["spec"]["suspend"] is True  # requeued whole: no pod of it evicted alone, no failure counted
     assert gang_status(server.store, "job-low")["attempts"] == 1
-    assert events(server, "GangPreempting") and events(server, "GangPreempted")
+    assert events(controller, "GangPreempting") and events(controller, "GangPreempted")
     # the Job controller removes the suspended Job's pods; the high gang is released whole
     for pod in pods(server.store):
         if pod["metadata"]["labels"].get("gangkeeper.io/group") == "job-low":
@@ -191,7 +192,7 @@ def test_a_victim_a_disruption_budget_protects_is_skipped(server: TestApiServer,
 def test_a_gang_released_within_the_grace_is_nobodys_victim(server: TestApiServer, api: Api) -> None:
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     job_of_priority(server.store, "low", 0)
-    controller = Controller(api, clock=Clock())
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     controller.reconcile_once()
     default_scheduler(server.store)
     job_of_priority(server.store, "high", 1000)
@@ -207,7 +208,7 @@ def test_a_victim_in_another_namespace_is_not_named(server: TestApiServer, api: 
     decision = controller.reconcile_once()["vip/job-high"]
     assert "preempting a gang of priority 0 in another namespace" in decision.message
     assert "team-a" not in decision.message
-    preempted = events(server, "GangPreempted")
+    preempted = events(controller, "GangPreempted")
     assert preempted and "vip" not in preempted[0]["message"]
 
 
@@ -253,7 +254,7 @@ def test_a_guarded_gang_on_the_first_node_sends_the_gang_to_the_unguarded_one(se
     for name in ("worker1", "worker2"):
         server.store.create("v1", "nodes", "", node(name, cpu="8"))
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     for name in ("low-a", "low-b"):
         job_of_priority(server.store, name, 0)
         controller.reconcile_once()

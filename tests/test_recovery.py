@@ -12,9 +12,10 @@ import pytest
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
-from tests.test_controller import events, track_recorders  # noqa: F401  (autouse: events flushed before reading)
+from tests.test_controller import events
 from webhook.admission.decide import admit
 from webhook.backends import make
+from webhook.controller.events import ListRecorder
 from webhook.controller.placement import Shape
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover
@@ -32,7 +33,7 @@ def running_gang(server: TestApiServer, api: Api, clock: Clock) -> Controller:
     """A 4-pod Job gang of 2 CPUs each, running whole on one 8-CPU node."""
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=RECOVERY))
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
     assert default_scheduler(server.store) == 4
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
@@ -72,7 +73,7 @@ def test_a_gang_short_of_a_member_past_its_recovery_timeout_is_requeued_whole(se
     assert job["spec"]["suspend"] is True  # requeued whole by suspension: the Job counts no failure
     status = gang_status(server.store, "job-train")
     assert status["attempts"] == 1 and status["notBefore"] and "ranWith" not in status and "shortSince" not in status
-    assert events(server, "GangRequeued")
+    assert events(controller, "GangRequeued")
 
 
 def test_a_replacement_that_fits_in_time_is_released_and_the_clock_stops(server: TestApiServer, api: Api) -> None:
@@ -101,7 +102,7 @@ def test_a_bare_pod_gang_that_lost_a_member_is_told_not_evicted(server: TestApiS
         )
         server.store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     assert controller.reconcile_once()["team-a/pg-mpi"].state == "Release"
     default_scheduler(server.store)
     assert controller.reconcile_once()["team-a/pg-mpi"].state == "Running"
@@ -112,7 +113,7 @@ def test_a_bare_pod_gang_that_lost_a_member_is_told_not_evicted(server: TestApiS
     decision = controller.reconcile_once()["team-a/pg-mpi"]
     assert decision.state == "TimedOut" and "lost a member: 1 of 2 running" in decision.message
     assert [p["metadata"]["name"] for p in pods(server.store)] == ["mpi-0"]  # nobody would recreate it
-    assert events(server, "GangTimedOut")
+    assert events(controller, "GangTimedOut")
     assert gang_status(server.store, "pg-mpi")["state"] == "TimedOut"
 
 
@@ -222,7 +223,7 @@ def test_a_release_patch_that_failed_while_its_node_was_taken_requeues_the_whole
 
     server.store.fail_next.append(refuse_one_release)
     clock = Clock()
-    controller = Controller(api, clock=clock)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
     assert failed
     thief = b.pod("thief", spec=b.pod_spec(b.container("2", "1Gi")), namespace="team-a")

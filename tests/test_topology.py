@@ -447,12 +447,13 @@ def test_native_1_37_keeps_a_workloads_gangs_in_one_domain_with_a_composite_pod_
 
 
 def test_discovery_finds_composite_pod_groups_only_where_served() -> None:
-    from webhook.backends.discovery import Choice, Served, choose
+    from webhook.backends import Native
+    from webhook.backends.discovery import Served, choose
 
     beta = {"scheduling.k8s.io/v1beta1": frozenset({"workloads", "podgroups"})}
-    assert choose("native", Served(beta)) == Choice("native", "1.37", composite_groups=False)
+    assert choose("native", Served(beta)) == Native("1.37", composite_groups=False)
     served = Served({**beta, "scheduling.k8s.io/v1alpha3": frozenset({"workloads", "compositepodgroups"})})
-    assert choose("auto", served) == Choice("native", "1.37", composite_groups=True)
+    assert choose("auto", served) == Native("1.37", composite_groups=True)
 
 
 def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_controller(store: Any, api: Any) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook import __version__
-from webhook.backends import NAMES
-from webhook.backends.native import DEFAULT_KUBERNETES_VERSION, GENERATIONS
+from webhook.backends import DEFAULT_KUBERNETES_VERSION, NAMES
+from webhook.backends.native import GENERATIONS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from webhook import backends, contract, naming
 from webhook.admission.controller_lease import ControllerHealth
-from webhook.backends import Backend, NamespaceInfo
-from webhook.backends.discovery import Choice, Served, Unavailable, choose
+from webhook.backends import Backend, Coscheduling, NamespaceInfo, Settings, Volcano
+from webhook.backends.discovery import Served, Unavailable, choose
 from webhook.gangs.topology import DEFAULT_LEVELS
 from webhook.kube import NAMESPACES, Api, Resource
 
@@ -141,9 +141,10 @@ class BackendResolver:
         priority_classes: Callable[[], frozenset[str] | None] = lambda: None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
-        self._schedulers = {"volcano": volcano_scheduler, "coscheduling": coscheduling_scheduler}
-        self._offline_version = offline_version
-        self._cache: dict[tuple[str, str, str | None, bool, bool], Backend] = {}
+        schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
+        self.settings = Settings(schedulers, offline_version, topology_levels)
+        # (requested, the namespace's scheduler) -> (the discovery it was chosen on, the choice)
+        self._cache: dict[tuple[str, str | None], tuple[Served | None, Backend | Unavailable]] = {}
         self.topology_levels = topology_levels
         self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
@@ -161,31 +162,28 @@ class BackendResolver:
                 f"namespace label {contract.NAMESPACE_BACKEND_LABEL}: Unsupported value: "
                 f'"{requested}": supported values: auto, {", ".join(backends.NAMES)}',
             )
-        choice = choose(requested, self.served(), self._offline_version)
-        if isinstance(choice, Unavailable):
-            return choice
-        scheduler = self._schedulers.get(choice.backend)
-        if scheduler is not None:
-            scheduler = info.annotations.get(contract.NAMESPACE_SCHEDULER_ANNOTATION) or scheduler
-        if scheduler is not None and not naming.is_dns_subdomain(scheduler):
+        override = info.annotations.get(contract.NAMESPACE_SCHEDULER_ANNOTATION) or None
+        served, key = self.served(), (requested, override)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is served:  # chosen on this very discovery answer
+            return cached[1]
+        if len(self._cache) >= MAX_CACHED_BACKENDS:  # scheduler names are tenant input: bound the cache
+            self._cache.clear()
+        chosen = self._choose(requested, served, override)
+        self._cache[key] = (served, chosen)
+        return chosen
+
+    def _choose(self, requested: str, served: Served | None, scheduler: str | None) -> Backend | Unavailable:
+        settings = self.settings
+        if scheduler is not None:  # the namespace's scheduler, for whichever mechanism has one
+            settings = replace(settings, scheduler_names=dict.fromkeys(backends.NAMES, scheduler))
+        chosen = choose(requested, served, settings)
+        if isinstance(chosen, Unavailable) or chosen.scheduler_name is None or scheduler is None:
+            return chosen
+        if not naming.is_dns_subdomain(scheduler):
             return Unavailable(
-                choice.backend,
+                chosen.name,
                 f"namespace annotation {contract.NAMESPACE_SCHEDULER_ANNOTATION}: Invalid value: {scheduler!r}: "
                 "must be a scheduler's name (lowercase letters, digits, '-' and '.'), e.g. default-scheduler",
             )
-        return self._backend(choice, scheduler)
-
-    def _backend(self, choice: Choice, scheduler: str | None) -> Backend:
-        key = (choice.backend, choice.kubernetes_version, scheduler, choice.network_topology, choice.composite_groups)
-        if key not in self._cache:
-            if len(self._cache) >= MAX_CACHED_BACKENDS:  # scheduler names are tenant input: bound the cache
-                self._cache.clear()
-            self._cache[key] = backends.make(
-                choice.backend,
-                scheduler_name=scheduler,
-                kubernetes_version=choice.kubernetes_version,
-                network_topology=choice.network_topology,
-                composite_groups=choice.composite_groups,
-                topology_levels=self.topology_levels,
-            )
-        return self._cache[key]
+        return chosen

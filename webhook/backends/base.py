@@ -9,6 +9,42 @@ from typing import Any, Protocol
 from webhook import contract
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 from webhook.gangs.pod import workload_stamp
+from webhook.gangs.topology import DEFAULT_LEVELS
+
+# the Kubernetes minor whose native generation is assumed where none is discovered (offline, the CLI)
+DEFAULT_KUBERNETES_VERSION = "1.37"
+
+
+@dataclass(frozen=True)
+class Served:
+    """Resources served per group-version, e.g. {"scheduling.volcano.sh/v1beta1": {"podgroups"}}."""
+
+    resources: Mapping[str, frozenset[str]]
+
+    def has(self, group_version: str, resource: str) -> bool:
+        return resource in self.resources.get(group_version, frozenset())
+
+    @staticmethod
+    def from_documents(resource_lists: list[Mapping[str, Any]]) -> Served:
+        """From APIResourceList documents as /api/v1 and /apis/<group>/<version> return them."""
+        found: dict[str, frozenset[str]] = {}
+        for doc in resource_lists:
+            names = frozenset(str(r["name"]) for r in doc.get("resources") or [] if "/" not in str(r["name"]))
+            found[str(doc["groupVersion"])] = names
+        return Served(found)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the platform team configured, alike for every mechanism: scheduler names by mechanism (the
+    flags, or a namespace's annotation), the native generation assumed offline, the topology levels."""
+
+    scheduler_names: Mapping[str, str] = field(default_factory=dict)
+    offline_kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+
+    def scheduler(self, mechanism: str, default: str) -> str:
+        return self.scheduler_names.get(mechanism) or default
 
 
 @dataclass(frozen=True)
@@ -63,8 +99,14 @@ class Target:
 
 
 class Backend(Protocol):
-    name: str
-    scheduler_name: str | None  # the scheduler its pods go to; None keeps the default scheduler
+    """One gang mechanism as configured for a cluster: a value (equal when configured alike)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scheduler_name(self) -> str | None:
+        """The scheduler its pods go to; None keeps the default scheduler."""
 
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
@@ -133,3 +175,29 @@ def object_meta(gang: Gang, name: str | None = None) -> Obj:
     if gang.owner:
         meta["ownerReferences"] = [dict(gang.owner)]
     return meta
+
+
+class Mechanism(Protocol):
+    """A gang mechanism's class, as the registry (webhook/backends/__init__.py) holds it: its name, what
+    it needs served, and how it is configured from discovery and the platform's settings."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def group_versions(self) -> tuple[str, ...]:
+        """The group-versions its discovery reads (GET /apis/<group>/<version>)."""
+
+    @property
+    def needs(self) -> str:
+        """What the API server must serve for it, as a refusal names it."""
+
+    @property
+    def how_to_enable(self) -> str:
+        """What a platform team installs or turns on to have it."""
+
+    def configured(self, settings: Settings) -> Backend:
+        """The mechanism as configured where nothing was discovered (offline): taken as fully served."""
+
+    def discover(self, served: Served, settings: Settings) -> Backend | None:
+        """The mechanism configured for a cluster serving `served`; None where it is not served."""

@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from webhook import contract, resources
-from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.backends.base import (
+    TOPOLOGY_BACKENDS,
+    Gap,
+    NamespaceInfo,
+    Served,
+    Settings,
+    Target,
+    object_meta,
+    stamp_common,
+)
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+# the second scheduler scheduler-plugins' Helm chart installs (manifests/install/charts/as-a-second-scheduler)
+DEFAULT_SCHEDULER = "scheduler-plugins-scheduler"
 
 
+@dataclass(frozen=True)
 class Coscheduling:
-    name = "coscheduling"
+    name: ClassVar[str] = "coscheduling"
+    group_versions: ClassVar[tuple[str, ...]] = (API_VERSION,)
+    needs: ClassVar[str] = API_VERSION
+    how_to_enable: ClassVar[str] = "install scheduler-plugins with the coscheduling plugin and its PodGroup CRD"
 
-    def __init__(self, scheduler_name: str = "scheduler-plugins-scheduler") -> None:
-        self.scheduler_name: str | None = scheduler_name
+    scheduler_name: str = DEFAULT_SCHEDULER
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Coscheduling:
+        return cls(settings.scheduler(cls.name, DEFAULT_SCHEDULER))
+
+    @classmethod
+    def discover(cls, served: Served, settings: Settings) -> Coscheduling | None:
+        return cls.configured(settings) if served.has(API_VERSION, "podgroups") else None
 
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
-        target.set_scheduler_name(self.scheduler_name or "scheduler-plugins-scheduler")
+        target.set_scheduler_name(self.scheduler_name)
         stamp_common(target, gang)
         if gang is not None:
             target.labels()[contract.COSCHEDULING_GROUP_LABEL] = gang.name

@@ -3,14 +3,29 @@ has found room for the whole gang. The default scheduler keeps the pods; no grou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from webhook import contract
-from webhook.backends.base import Gap, NamespaceInfo, Target, stamp_common
+from webhook.backends.base import Gap, NamespaceInfo, Served, Settings, Target, stamp_common
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 
+@dataclass(frozen=True)
 class Gate:
-    name = "gate"
-    scheduler_name: str | None = None
+    name: ClassVar[str] = "gate"
+    group_versions: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[str] = "gangkeeper's controller"
+    how_to_enable: ClassVar[str] = "run gangkeeper's controller"
+    scheduler_name: ClassVar[None] = None
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Gate:
+        return cls()
+
+    @classmethod
+    def discover(cls, served: Served, settings: Settings) -> Gate:
+        return cls()  # needs nothing the API server serves
 
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         stamp_common(target, gang)

@@ -12,15 +12,24 @@ Pods keep the default scheduler; the pod link is immutable, so it is set when th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from webhook import contract
-from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.backends.base import (
+    DEFAULT_KUBERNETES_VERSION,
+    TOPOLOGY_BACKENDS,
+    Gap,
+    NamespaceInfo,
+    Served,
+    Settings,
+    Target,
+    object_meta,
+    stamp_common,
+)
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 GROUP = "scheduling.k8s.io"
-# the Kubernetes version assumed where none is served or given (offline, a cluster not yet discovered)
-DEFAULT_KUBERNETES_VERSION = "1.37"
 COMPOSITE_GROUP_VERSION = f"{GROUP}/v1alpha3"
 
 
@@ -71,14 +80,54 @@ def generation_for_version(version: str) -> Generation:
     return next(g for g in GENERATIONS.values() if g.version == version)
 
 
-class Native:
-    name = "native"
-    scheduler_name: str | None = None
+def served_generation(served: Served) -> Generation | None:
+    """The newest generation whose Workload the cluster serves."""
+    for version in VERSIONS_BEST_FIRST:
+        if served.has(f"{GROUP}/{version}", "workloads"):
+            return generation_for_version(version)
+    return None
 
-    def __init__(self, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION, composite: bool = False) -> None:
-        self.generation = GENERATIONS[kubernetes_version]
-        # whether the cluster serves CompositePodGroups (discovery): only then is a workload level written
-        self.composite = composite and self.generation.composite_group_version is not None
+
+@dataclass(frozen=True)
+class Native:
+    name: ClassVar[str] = "native"
+    group_versions: ClassVar[tuple[str, ...]] = (
+        *(f"{GROUP}/{version}" for version in VERSIONS_BEST_FIRST),
+        COMPOSITE_GROUP_VERSION,
+    )
+    needs: ClassVar[str] = f"{GROUP} Workload (v1alpha1, v1alpha2 or v1beta1)"
+    how_to_enable: ClassVar[str] = (
+        "enable the feature gates GenericWorkload and GangScheduling (1.35, 1.36; 1.37 merged "
+        "GangScheduling into GenericWorkload) on the API server and kube-scheduler, without which pods are "
+        "scheduled one by one, and serve the API with --runtime-config=scheduling.k8s.io/v1alpha1=true (1.35), "
+        "v1alpha2 (1.36) or v1beta1 (1.37); for whole-gang preemption by priority also WorkloadAwarePreemption "
+        "on 1.36 (1.37 has it in GenericWorkload); for gangs kept in one topology domain also "
+        "TopologyAwareWorkloadScheduling (alpha in 1.36 and 1.37); for a workload's gangs kept in one domain "
+        f"{COMPOSITE_ENABLING}"
+    )
+    scheduler_name: ClassVar[None] = None
+
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    # whether the cluster serves CompositePodGroups (discovery): only then is a workload level written
+    composite_groups: bool = False
+    generation: Generation = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        generation = GENERATIONS[self.kubernetes_version]
+        object.__setattr__(self, "generation", generation)
+        object.__setattr__(self, "composite_groups", self.composite_groups and bool(generation.composite_group_version))
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Native:
+        # offline, the generation is taken as fully enabled (CompositePodGroups where it has them)
+        return cls(settings.offline_kubernetes_version, composite_groups=True)
+
+    @classmethod
+    def discover(cls, served: Served, settings: Settings) -> Native | None:
+        generation = served_generation(served)
+        if generation is None:
+            return None
+        return cls(generation.kubernetes, served.has(COMPOSITE_GROUP_VERSION, "compositepodgroups"))
 
     @property
     def api_version(self) -> str:
@@ -99,7 +148,7 @@ class Native:
 
     def group_kinds(self) -> list[tuple[str, str]]:
         kinds = [(self.api_version, "PodGroup"), (self.api_version, "Workload")]
-        if self.composite:
+        if self.composite_groups:
             kinds.append((str(self.generation.composite_group_version), "CompositePodGroup"))
         return kinds
 
@@ -153,7 +202,7 @@ class Native:
     def shared_topology(self, gang: Gang) -> Topology | None:
         """The workload-wide domain this mechanism writes for `gang` (as a CompositePodGroup), or None."""
         shared = gang.workload_topology
-        return shared if self.composite and shared is not None and shared.required else None
+        return shared if self.composite_groups and shared is not None and shared.required else None
 
     def workload(self, gangs: list[Gang]) -> Obj:
         first = gangs[0]
@@ -271,7 +320,7 @@ class Native:
     def workload_topology_gap(self, topology: Topology) -> Gap | None:
         # one level over several PodGroups is a CompositePodGroup (k8s.io/api scheduling/v1beta1
         # CompositePodGroupTemplate, v1alpha3 CompositePodGroup; feature gate CompositePodGroup, alpha in 1.37)
-        if not self.composite:
+        if not self.composite_groups:
             served = "this cluster does not serve scheduling.k8s.io/v1alpha3 CompositePodGroups"
             if self.generation.composite_group_version is None:
                 served = f"Kubernetes {self.generation.kubernetes} has no CompositePodGroup"

@@ -2,30 +2,58 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from webhook import contract, resources
-from webhook.backends.base import TOPOLOGY_BACKENDS, Gap, NamespaceInfo, Target, object_meta, stamp_common
+from webhook.backends.base import (
+    TOPOLOGY_BACKENDS,
+    Gap,
+    NamespaceInfo,
+    Served,
+    Settings,
+    Target,
+    object_meta,
+    stamp_common,
+)
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 from webhook.gangs.topology import DEFAULT_LEVELS, HOSTNAME
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
+# Volcano serves HyperNodes from the release whose PodGroup has spec.networkTopology (v1.11,
+# pkg/apis/topology/v1alpha1 in volcano-sh/apis): the one tells of the other
+TOPOLOGY_API_VERSION = "topology.volcano.sh/v1alpha1"
 
 
+@dataclass(frozen=True)
 class Volcano:
-    name = "volcano"
+    name: ClassVar[str] = "volcano"
+    group_versions: ClassVar[tuple[str, ...]] = (API_VERSION, TOPOLOGY_API_VERSION)
+    needs: ClassVar[str] = API_VERSION
+    how_to_enable: ClassVar[str] = "install Volcano (its scheduling.volcano.sh/v1beta1 PodGroup CRD and scheduler)"
 
-    def __init__(
-        self, scheduler_name: str = "volcano", network_topology: bool = False, levels: tuple[str, ...] = DEFAULT_LEVELS
-    ) -> None:
-        self.scheduler_name: str | None = scheduler_name
-        self.network_topology, self.levels = network_topology, levels
+    scheduler_name: str = "volcano"
+    network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Volcano:
+        return cls(settings.scheduler(cls.name, "volcano"), topology_levels=settings.topology_levels)
+
+    @classmethod
+    def discover(cls, served: Served, settings: Settings) -> Volcano | None:
+        if not served.has(API_VERSION, "podgroups"):
+            return None
+        topology = served.has(TOPOLOGY_API_VERSION, "hypernodes")
+        return cls(settings.scheduler(cls.name, "volcano"), topology, settings.topology_levels)
 
     def tier(self, key: str) -> int | None:
         """The HyperNode tier a topology key stands for: the configured levels, broadest first, end at
         the node; tier 1 is the HyperNodes right above nodes (Volcano docs, network topology aware
         scheduling), so the level just above hostname is tier 1, the next 2. None: no tier."""
-        if key not in self.levels or key == HOSTNAME:
+        if key not in self.topology_levels or key == HOSTNAME:
             return None
-        above_nodes = [level for level in self.levels if level != HOSTNAME]
+        above_nodes = [level for level in self.topology_levels if level != HOSTNAME]
         return len(above_nodes) - above_nodes.index(key)
 
     def workload_topology_gap(self, topology: Topology) -> Gap | None:
@@ -44,12 +72,13 @@ class Volcano:
         if self.tier(topology.key) is None:
             return Gap(
                 f"Volcano keeps gangs within HyperNode tiers, and {topology.key!r} is not a level above the node "
-                f"in this cluster's topology levels ({', '.join(self.levels)}): use one of those, or another backend"
+                f"in this cluster's topology levels ({', '.join(self.topology_levels)}): use one of those, or "
+                "another backend"
             )
         return None
 
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
-        target.set_scheduler_name(self.scheduler_name or "volcano")
+        target.set_scheduler_name(self.scheduler_name)
         stamp_common(target, gang)
         if gang is not None:
             target.annotations()[contract.VOLCANO_GROUP_ANNOTATION] = gang.name

@@ -33,6 +33,16 @@ from webhook.controller.state import (
     overran_claim,
 )
 
+# decisions that depend on no clock while no released pod waits to bind: reused until the gang, its
+# workload, the nodes, the queue ahead, or the room it could use change
+REUSABLE_STATES = (GangState.WAITING_FOR_CAPACITY, GangState.NEVER_FITS, GangState.WAITING_FOR_MEMBERS)
+
+
+def reusable(decision: Decision, gang: GangView) -> bool:
+    return decision.state in REUSABLE_STATES and not any(
+        not p.gated and not p.terminal and not p.node_name for p in gang.pods
+    )
+
 
 class ReleaseCycle:
     def __init__(
@@ -79,16 +89,36 @@ class ReleaseCycle:
         waiting: Waiting | None,
         queue: QueuePass,
     ) -> Decision:
+        """One gang's turn: placed (or its waiting decision reused), its place in the queue taken, then
+        released, timed out or repaired; its Gang object told."""
         previous = self.reporter.state_of(gang)  # before this turn writes the Gang
+        books = self.gang_objects.books(gang.namespace, gang.name)
+        # a gang that once overran its claim is never backfilled on one again
+        expected = resolved.spec.expected_seconds if resolved.spec is not None and not books.claim_broken else None
+        decision, room = self._placed(gang, resolved, snapshot, now, waiting, queue, expected)
+        decision = self._queued(gang, resolved, decision, snapshot, now, queue, room, expected, books.claim_until)
+        self._act(gang, resolved, decision, snapshot, now, queue)
+        self.reporter.transition(gang, resolved, decision, now, previous)
+        return decision
+
+    def _placed(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        waiting: Waiting | None,
+        queue: QueuePass,
+        expected: float | None,
+    ) -> tuple[Decision, Mapping[str, Mapping[str, int]]]:
+        """The gang's placement, and the room it was placed in: its waiting decision while nothing it rests
+        on changed, else decided afresh; a waiting one is remembered for the next pass."""
         free = snapshot.free
         held = self.reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
-        avoid = self.requeuer.avoided(gang.key, now)
-        books = self.gang_objects.books(gang.namespace, gang.name)
-        # a gang that once overran its claim is never backfilled on one again
-        expected = resolved.spec.expected_seconds if resolved.spec is not None and not books.claim_broken else None
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
+        avoid = self.requeuer.avoided(gang.key, now)
         context = (queue.context(gang.key), room is free)
         if (
             waiting is not None
@@ -102,14 +132,9 @@ class ReleaseCycle:
             self.replaced += 1
         if held is not None:
             adjust(free, held[1], -1)
-        # nothing in a waiting decision depends on the clock while no released pod waits to bind: reuse it
-        # until the gang, its workload, the nodes, the queue ahead, or the room it could use change
-        if decision.state in (
-            GangState.WAITING_FOR_CAPACITY,
-            GangState.NEVER_FITS,
-            GangState.WAITING_FOR_MEMBERS,
-        ) and not any(not p.gated and not p.terminal and not p.node_name for p in gang.pods):
+        if reusable(decision, gang):
             if waiting is None or waiting.decision is not decision:
+                fits = decision.state == GangState.WAITING_FOR_CAPACITY
                 waiting = Waiting(
                     self.index.gang_versions[gang.key],
                     resolved_key(resolved),
@@ -117,20 +142,35 @@ class ReleaseCycle:
                     avoid,
                     decision,
                     context,
-                    capacity(gang, snapshot.eligibility, room)
-                    if decision.state == GangState.WAITING_FOR_CAPACITY
-                    else {},
+                    capacity(gang, snapshot.eligibility, room) if fits else {},
                 )
             self.waiting[gang.key] = waiting
+        return decision, room
+
+    def _queued(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        decision: Decision,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        queue: QueuePass,
+        room: Mapping[str, Mapping[str, int]],
+        expected: float | None,
+        claim_until: dt.datetime | None,
+    ) -> Decision:
+        """The placement as the queue lets it stand: its turn taken (fifo, backfill, reservations), the head
+        of the line bounded, a broken claim reported, lower gangs preempted for it."""
         members = [Member(p.name, p.shape) for p in gang.pods if p.gated and not p.terminal]
         spread = resolved.spec.spread if resolved.spec is not None else False
         domains = resolved.spec.domains() if resolved.spec is not None else None
-        decision = take_turn(queue, gang.key, decision, members, spread, room is not free, expected, domains)
+        backfill = room is not snapshot.free
+        decision = take_turn(queue, gang.key, decision, members, spread, backfill, expected, domains)
         self.bound_head_of_line(gang.key, decision, queue, now)
         overtaken = queue.head.gang if queue.head is not None else None
         decision = overran_claim(
             decision,
-            books.claim_until,
+            claim_until,
             now,
             seen_from(gang.key, overtaken) if overtaken is not None else None,
             resolved.spec is not None and resolved.spec.evictable,
@@ -141,10 +181,21 @@ class ReleaseCycle:
         if decision.state == GangState.RELEASE and expected is not None and overtaken is not None:
             # released while a gang ahead waits on a reservation, which its claim said it would not delay
             decision = replace(decision, claim_until=now + dt.timedelta(seconds=expected))
+        return decision
+
+    def _act(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        decision: Decision,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        queue: QueuePass,
+    ) -> None:
         if decision.state == GangState.RELEASE:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)
-                adjust(free, decision.reserve, -1)
+                adjust(snapshot.free, decision.reserve, -1)
             self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
             snapshot.released(gang, decision.release.values())
             queue.released()
@@ -152,8 +203,6 @@ class ReleaseCycle:
             self.requeuer.time_out(gang, resolved, decision, now)
         elif decision.state == GangState.REPAIR:
             self.requeuer.repair(gang, resolved, decision, now)
-        self.reporter.transition(gang, resolved, decision, now, previous)
-        return decision
 
     def bound_head_of_line(self, key: str, decision: Decision, queue: QueuePass, now: dt.datetime) -> None:
         if decision.state != GangState.WAITING_FOR_CAPACITY:

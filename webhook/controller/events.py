@@ -7,14 +7,77 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
 
 from webhook.controller import metrics
 from webhook.controller.state import format_time
 from webhook.kube import EVENTS, Api, ApiError
 
 log = logging.getLogger("gangkeeper.controller.events")
+
+
+class Recorder(Protocol):
+    """Where the controller tells people about gangs: Events by the API (EventRecorder), or a list."""
+
+    def record(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None: ...
+
+    def deferred(self) -> AbstractContextManager[None]:
+        """Events recorded meanwhile wait until the block ends."""
+
+    def flush(self) -> None:
+        """Wait until every recorded event was sent."""
+
+
+def event(
+    obj: dict[str, Any], kind: str, reason: str, message: str, component: str, now: dt.datetime
+) -> dict[str, Any]:
+    """The core/v1 Event about `obj`, as client-go's recorder writes one."""
+    meta = obj.get("metadata") or {}
+    stamp = format_time(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name', 'gang')}.", "namespace": meta.get("namespace")},
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": kind,
+        "source": {"component": component},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": component,
+    }
+
+
+class ListRecorder:
+    """Events kept in a list, in order, at once: what tests and offline runs read instead of the API."""
+
+    def __init__(
+        self, component: str = "gangkeeper-controller", clock: Callable[[], dt.datetime] | None = None
+    ) -> None:
+        self.component, self.clock = component, clock or (lambda: dt.datetime.now(dt.UTC))
+        self.events: list[dict[str, Any]] = []
+
+    def record(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        self.events.append(event(obj, kind, reason, message, self.component, self.clock()))
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        yield
+
+    def flush(self) -> None:
+        pass
+
+    def reasons(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["reason"] == reason]
 
 
 class EventRecorder:
@@ -27,28 +90,8 @@ class EventRecorder:
             threading.Thread(target=self._send_forever, name=f"events-{index}", daemon=True).start()
 
     def record(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        body = event(obj, kind, reason, message, self.component, self.clock())
         meta = obj.get("metadata") or {}
-        now = format_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'gang')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": self.component},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": self.component,
-        }
         log.info(
             "gang event", extra={"object": f"{obj.get('kind')}/{meta.get('name')}", "reason": reason, "detail": message}
         )

@@ -363,58 +363,83 @@ def _place(
         by_shape.setdefault(member.shape, []).append(member.name)
     # biggest shapes first: they have the fewest places to go
     order = sorted(by_shape, key=lambda s: sorted((-a for n, a in s.requests if n != PODS)), reverse=False)
-    remaining: dict[str, dict[str, int]] = {}  # copied on first use: most nodes are only read
-    taken_ports: dict[str, set[HostPort]] = {}
-    used_ports = used_ports or {}
-    assignments: dict[str, str] = {}
-    reasons: dict[str, Why] = {}
+    placing = _Placing(free, used_ports or {})
     unmodelled: set[str] = set()
     complete = True
     for shape in order:
         names = by_shape[shape]
         unmodelled.update(shape.unmodelled)
-        candidates: list[tuple[int, str]] = []
         eligible, static = (candidates_of or eligibility)(shape)
-        base: dict[str, Mapping[str, int]] = {}
         for node_name, reason in static.items():
-            reasons.setdefault(node_name, reason)
+            placing.reasons.setdefault(node_name, reason)
+        candidates, base = placing.candidates(shape, len(names), eligible)
+        takes = _spread(candidates, len(names)) if spread else _pack(candidates, len(names))
+        if placing.take(shape, names, takes, base) < len(names):
+            complete = False
+            for fits, node_name in candidates:
+                placing.reasons.setdefault(node_name, (shape, base[node_name], fits, len(names)))
+    return Placement(placing.assignments, complete, {} if complete else placing.reasons, tuple(sorted(unmodelled)))
+
+
+class _Placing:
+    """One placement under way: what it took of each node (copied on first use: most nodes are only
+    read), the host ports it took, where each member goes, and why nodes were passed over."""
+
+    def __init__(self, free: Mapping[str, Mapping[str, int]], used_ports: Mapping[str, Iterable[HostPort]]) -> None:
+        self.free, self.used_ports = free, used_ports
+        self.remaining: dict[str, dict[str, int]] = {}
+        self.taken_ports: dict[str, set[HostPort]] = {}
+        self.assignments: dict[str, str] = {}
+        self.reasons: dict[str, Why] = {}
+
+    def candidates(
+        self, shape: Shape, wanted: int, eligible: Iterable[Node]
+    ) -> tuple[list[tuple[int, str]], dict[str, Mapping[str, int]]]:
+        """(how many of the shape fit, node) for every eligible node with room, and each one's room."""
+        candidates: list[tuple[int, str]] = []
+        base: dict[str, Mapping[str, int]] = {}
         for node in eligible:
-            node_free: Mapping[str, int] | None = remaining.get(node.name)
+            node_free: Mapping[str, int] | None = self.remaining.get(node.name)
             if node_free is None:
-                node_free = free.get(node.name, node.allocatable)
+                node_free = self.free.get(node.name, node.allocatable)
             fits = fit_count(shape, node_free)
             if fits > 0 and shape.host_ports:
-                in_use = taken_ports.get(node.name) or used_ports.get(node.name, _NO_PORTS)
+                in_use = self.taken_ports.get(node.name) or self.used_ports.get(node.name, _NO_PORTS)
                 clash = ports_clash(shape.host_ports, in_use)
                 if clash is not None:
-                    reasons.setdefault(node.name, f"host port {clash[2]}/{clash[0]} in use")
+                    self.reasons.setdefault(node.name, f"host port {clash[2]}/{clash[0]} in use")
                     continue
             if fits > 0:
                 candidates.append((fits, node.name))
                 base[node.name] = node_free
-            elif node.name not in reasons:
-                reasons[node.name] = (shape, node_free, 0, len(names))
-        takes = _spread(candidates, len(names)) if spread else _pack(candidates, len(names))
+            elif node.name not in self.reasons:
+                self.reasons[node.name] = (shape, node_free, 0, wanted)
+        return candidates, base
+
+    def take(
+        self,
+        shape: Shape,
+        names: Sequence[str],
+        takes: Iterable[tuple[str, int]],
+        base: Mapping[str, Mapping[str, int]],
+    ) -> int:
+        """The members assigned as `takes` says; how many were."""
         index = 0
         for node_name, take in takes:
-            taking = remaining.get(node_name)
+            taking = self.remaining.get(node_name)
             if taking is None:
-                taking = remaining[node_name] = dict(base[node_name])
+                taking = self.remaining[node_name] = dict(base[node_name])
             for name in names[index : index + take]:
-                assignments[name] = node_name
+                self.assignments[name] = node_name
             for resource, amount in shape.requests:
                 taking[resource] = taking.get(resource, 0) - amount * take
             if shape.host_ports:
-                ports = taken_ports.get(node_name)
+                ports = self.taken_ports.get(node_name)
                 if ports is None:
-                    ports = taken_ports[node_name] = set(used_ports.get(node_name, _NO_PORTS))
+                    ports = self.taken_ports[node_name] = set(self.used_ports.get(node_name, _NO_PORTS))
                 ports.update(shape.host_ports)
             index += take
-        if index < len(names):
-            complete = False
-            for fits, node_name in candidates:
-                reasons.setdefault(node_name, (shape, base[node_name], fits, len(names)))
-    return Placement(assignments, complete, {} if complete else reasons, tuple(sorted(unmodelled)))
+        return index
 
 
 def _pack(candidates: list[tuple[int, str]], wanted: int) -> list[tuple[str, int]]:

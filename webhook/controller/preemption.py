@@ -86,32 +86,56 @@ def choose_victims(
         key=lambda v: (v.priority, v.size, v.key),
     )[:MAX_CANDIDATES]
 
-    # where the gang would go with the allowed victims of the lowest priorities that suffice gone (a band
-    # at a time, at most MAX_BANDS placements), and what each of those nodes lacks now
+    def place(victims: Sequence[Victim]) -> placement.Placement:
+        return placement.place(
+            members, nodes, _freed(free, victims), spread=spread, eligibility=eligibility, domains=domains
+        )
+
+    banded = _lowest_band_that_suffices(allowed, place)
+    if banded is None:
+        return None
+    allowed, hoped = banded
+    deficit = _deficit(members, hoped.assignments, free)
+    chosen = _cover(allowed, deficit)
+    # one full placement confirms the choice (the cover is per node, the placement's own)
+    return tuple(chosen) if chosen is not None and place(chosen).complete else None
+
+
+def _lowest_band_that_suffices(
+    allowed: Sequence[Victim], place: Callable[[Sequence[Victim]], placement.Placement]
+) -> tuple[list[Victim], placement.Placement] | None:
+    """Where the gang would go with the allowed victims of the lowest priorities that suffice gone (a band
+    at a time, at most MAX_BANDS placements), and those victims."""
     levels = sorted({v.priority for v in allowed})
     if len(levels) > MAX_BANDS:
         step = len(levels) / MAX_BANDS
         levels = sorted({levels[min(len(levels) - 1, int(step * (i + 1)) - 1)] for i in range(MAX_BANDS)})
-    hoped = None
     for level in levels:
         band = [v for v in allowed if v.priority <= level]
-        hoped = placement.place(
-            members, nodes, _freed(free, band), spread=spread, eligibility=eligibility, domains=domains
-        )
+        hoped = place(band)
         if hoped.complete:
-            allowed = band
-            break
-    if hoped is None or not hoped.complete:
-        return None
+            return band, hoped
+    return None
+
+
+def _deficit(
+    members: Sequence[Member], assignments: Mapping[str, str], free: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """What each node of the hoped-for placement lacks now."""
     shape_of = {m.name: m.shape for m in members}
     deficit: dict[str, dict[str, int]] = {}
-    for name, node in hoped.assignments.items():
+    for name, node in assignments.items():
         for resource, amount in shape_of[name].requests:
             deficit.setdefault(node, {})[resource] = deficit.get(node, {}).get(resource, 0) + amount
     for node, units in deficit.items():
         for resource in list(units):
             units[resource] -= max(free.get(node, {}).get(resource, 0), 0)
-    # victims in order until every lack is covered: arithmetic, however many candidates
+    return deficit
+
+
+def _cover(allowed: Sequence[Victim], deficit: dict[str, dict[str, int]]) -> list[Victim] | None:
+    """Victims in order until every lack is covered (arithmetic, however many candidates), then every one
+    the gang fits without given back; None when they cannot cover it."""
     chosen: list[Victim] = []
     for victim in allowed:
         if not _lacking(deficit):
@@ -121,17 +145,13 @@ def choose_victims(
             _give(victim, deficit, -1)
     if _lacking(deficit):
         return None
-    for victim in reversed(list(chosen)):  # give back every victim the gang fits without
+    for victim in reversed(list(chosen)):
         _give(victim, deficit, +1)
         if _lacking(deficit):
             _give(victim, deficit, -1)
         else:
             chosen.remove(victim)
-    # one full placement confirms the choice (the cover is per node, the placement's own)
-    confirmed = placement.place(
-        members, nodes, _freed(free, chosen), spread=spread, eligibility=eligibility, domains=domains
-    )
-    return tuple(chosen) if confirmed.complete else None
+    return chosen
 
 
 def _lacking(deficit: Mapping[str, Mapping[str, int]]) -> bool:
@@ -167,20 +187,24 @@ def selects(selector: Mapping[str, object] | None, labels: Mapping[str, str]) ->
     if isinstance(match, Mapping) and any(labels.get(str(k)) != v for k, v in match.items()):
         return False
     expressions = selector.get("matchExpressions") or []
-    for expression in expressions if isinstance(expressions, list) else [None]:
-        if not isinstance(expression, Mapping):
-            return False
-        key, operator = str(expression.get("key", "")), expression.get("operator")
-        values = set(expression.get("values") or [])
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
+    return all(_matches(e, labels) for e in (expressions if isinstance(expressions, list) else [None]))
+
+
+def _matches(expression: object, labels: Mapping[str, str]) -> bool:
+    """One matchExpressions entry (In, NotIn, Exists, DoesNotExist); a malformed one matches nothing."""
+    if not isinstance(expression, Mapping):
+        return False
+    key, operator = str(expression.get("key", "")), expression.get("operator")
+    values = set(expression.get("values") or [])
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not (present and labels[key] in values)
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
     return True
 
 

@@ -18,18 +18,19 @@ from functools import partial
 from typing import TypeVar
 
 from webhook import contract
-from webhook.backends import DEFAULT_KUBERNETES_VERSION, Backend, Mechanisms
+from webhook.backends import DEFAULT_KUBERNETES_VERSION, Backend, Mechanisms, Settings, Volcano
 from webhook.controller import metrics
 from webhook.controller.clockguard import SteadyClock
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.cycle import ReleaseCycle
 from webhook.controller.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
-from webhook.controller.events import EventRecorder
+from webhook.controller.events import EventRecorder, Recorder
 from webhook.controller.gangobject import GANGS, GangObjects
 from webhook.controller.groups import GroupObjects, orphan_groups
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass
+from webhook.controller.related import RelatedObjects, WatchKey
 from webhook.controller.release import Releaser
 from webhook.controller.report import Reporter
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
@@ -56,8 +57,9 @@ class _Pass:
     snapshot: Snapshot
     now: dt.datetime
     due: set[str]  # gangs the work queue says are due: looked at afresh even if nothing changed
+    touched: set[str]  # gangs whose workload or group object changed since the last pass
     workloads: dict[tuple[str, str, str], Obj | None]
-    seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]]
+    seen: dict[str, tuple[int, Resolved]]
     waiting: dict[str, Waiting]
     queue: QueuePass
     # each gang's mechanism and the other mechanisms its pods carry, kept while its pods are unchanged
@@ -86,6 +88,7 @@ class Controller:
         monotonic: Callable[[], float] | None = None,
         volcano_scheduler: str = "volcano",
         native_composite: bool = False,
+        recorder: Recorder | None = None,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
@@ -96,10 +99,13 @@ class Controller:
         self.native_version, self.component = native_version, component
         self.passes, self.orphan_seconds, self.resync_seconds = 0, orphan_seconds, resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
-        self._seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
+        # per gang: its pods' version when its workload was last read, and what was read
+        self._seen: dict[str, tuple[int, Resolved]] = {}
+        self.related = RelatedObjects()
         self._marks: dict[str, tuple[int, Backend, frozenset[str]]] = {}
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
-        self.recorder = EventRecorder(api, component, self.clock)
+        # Events by the API unless told otherwise (tests pass a list: events.ListRecorder)
+        self.recorder = recorder or EventRecorder(api, component, self.clock)
         self.decisions: dict[str, Decision] = {}
         # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
         # must not release a gang another replica is deciding about
@@ -115,7 +121,7 @@ class Controller:
         self.requeuer = Requeuer(api, self.workloads, self.reporter, self.gang_objects, max_attempts, may_write)
         # the mechanisms as configured: a gang's is the object that stamped its pods, never a name rebuilt
         self.mechanisms = Mechanisms(
-            volcano_scheduler, native_version=native_version, native_composite=native_composite
+            Settings(scheduler_names={Volcano.name: volcano_scheduler}), native_version, native_composite
         )
         self.groups = GroupObjects(api, self.workloads, self.reporter, self.mechanisms)
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
@@ -164,7 +170,8 @@ class Controller:
             if (VOLCANO_PODGROUPS.group_version, VOLCANO_PODGROUPS.plural) in self.informers:
                 watched = [self.informers.get((r.group_version, r.plural)) for r in all_workload_resources()]
                 self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
-        seen: dict[str, tuple[tuple[tuple[str, str], ...], Resolved]] = {}
+        seen: dict[str, tuple[int, Resolved]] = {}
+        touched = self.related.touched(self.changed_objects())
         wakes.append(self.cycle.apply_reservations(snapshot, now))
         waiting, self.cycle.waiting = self.cycle.waiting, {}
         self.cycle.replaced, self._next_ending = 0, None
@@ -178,7 +185,7 @@ class Controller:
             self.queue_depth,
             lambda gang: self.cycle.head_of_line.may_hold(gang, now),
         )
-        current = _Pass(snapshot, now, due, workloads, seen, waiting, queue)
+        current = _Pass(snapshot, now, due, touched, workloads, seen, waiting, queue)
         # each gang on its own: group objects of the other backends, gates nothing will release
         cycle: list[tuple[GangView, Resolved]] = []
         for gang in snapshot.gangs.values():
@@ -213,13 +220,14 @@ class Controller:
         """Write native group objects in what the API server serves now (re-discovered: a control plane
         upgraded under the controller); every gang's group objects are then synced again this pass."""
         native = self.mechanisms.native
-        if (version, composite) == (native.generation.kubernetes, native.composite):
+        if (version, composite) == (native.generation.kubernetes, native.composite_groups):
             return False
         log.info("native API changed", extra={"from": native.api_version, "kubernetes": version})
         self.native_version = version
         self.mechanisms.serve_native(version, composite)
         self._seen.clear()
         self._marks.clear()
+        self.related.clear()  # the group kinds changed with the generation
         return True
 
     def _guarded(self, key: str, stamp: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
@@ -241,13 +249,14 @@ class Controller:
         now, stamp = current.now, current.now.timestamp()
         # the workload is read, and the group object checked, only when the gang's pods, workload or
         # group object changed, or when the gang falls due: a quiet cluster costs no API calls per pass
-        fingerprint = (("pods", str(self.index.gang_versions[gang.key])), *self.related_versions(gang))
+        version = self.index.gang_versions[gang.key]
+        self.related.note(gang.key, version, lambda: self.related_objects(gang))
         cached = self._seen.get(gang.key)
-        fresh = gang.key in current.due or cached is None or cached[0] != fingerprint
+        fresh = cached is None or cached[0] != version or gang.key in current.due or gang.key in current.touched
         resolved = self.workloads.resolve(gang, current.workloads) if fresh or cached is None else cached[1]
         if fresh:
             self.work.add_at(gang.key, stamp + self.resync_seconds)
-        current.seen[gang.key] = (fingerprint, resolved)
+        current.seen[gang.key] = (version, resolved)
         mechanism, switched = self._mechanisms_of(gang, current)
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
@@ -323,7 +332,7 @@ class Controller:
     def endings(
         self,
         snapshot: Snapshot,
-        seen: Mapping[str, tuple[tuple[tuple[str, str], ...], Resolved]],
+        seen: Mapping[str, tuple[int, Resolved]],
         workloads: dict[tuple[str, str, str], Obj | None],
         now: dt.datetime,
     ) -> list[Ending]:
@@ -354,24 +363,26 @@ class Controller:
                     self._next_ending = min(end, self._next_ending if self._next_ending is not None else end)
         return found
 
-    def related_versions(self, gang: GangView) -> list[tuple[str, str]]:
-        """Versions of the watched workload and group object of a gang: a scale-up or a deleted
-        PodGroup changes them, so the gang is looked at again at once, not at the next resync."""
+    def related_objects(self, gang: GangView) -> list[WatchKey]:
+        """The watched workload and group objects of a gang: a scale-up or a deleted PodGroup concerns it,
+        so the gang is looked at again at once, not at the next resync."""
         stamp = gang.pods[0].annotations.get(contract.WORKLOAD_ANNOTATION, "")
         kind, _, rest = stamp.partition("/")
-        versions = [
-            (
-                "workload",
-                self.workloads.watched_version(
-                    self.workloads.workload_resource(kind), gang.namespace, rest.split("/")[0]
-                ),
-            )
+        keys = []
+        workload = self.workloads.workload_resource(kind)
+        if workload is not None:
+            keys.append((workload.group_version, workload.plural, f"{gang.namespace}/{rest.split('/')[0]}"))
+        keys += [(r.group_version, r.plural, f"{gang.namespace}/{gang.name}") for r in self.groups.resources()]
+        return keys
+
+    def changed_objects(self) -> list[WatchKey]:
+        """What the watched workloads and group objects changed since the last pass (the informers'
+        changes, drained: the reconciler is their one reader of changes)."""
+        return [
+            (group_version, plural, key)
+            for (group_version, plural), informer in list(self.informers.items())
+            for key in informer.drain()
         ]
-        for resource in self.groups.resources():
-            versions.append(
-                (resource.group_version, self.workloads.watched_version(resource, gang.namespace, gang.name))
-            )
-        return versions
 
     def snapshot(self) -> Snapshot:
         """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
@@ -389,6 +400,7 @@ class Controller:
         self.work.keep_only(live)
         self.gang_objects.keep_only(set(live))
         self.waker.keep_only(set(live))
+        self.related.keep_only(live)
         return Snapshot(
             nodes=index.node_list(),
             # the index's figures, shared: a pass replaces a node's figures when it promises capacity

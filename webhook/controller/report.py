@@ -10,7 +10,7 @@ from typing import Any
 
 from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
-from webhook.controller.events import EventRecorder
+from webhook.controller.events import Recorder
 from webhook.controller.gangobject import (
     Books,
     GangObjects,
@@ -25,7 +25,7 @@ from webhook.gangs.model import Obj
 
 
 class Reporter:
-    def __init__(self, recorder: EventRecorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
+    def __init__(self, recorder: Recorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
         self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
         self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
 
@@ -99,46 +99,15 @@ class Reporter:
         (level-based: compared with the Gang's, so a workload recreated under the same name is told again)."""
         current = self.gang_objects.get(gang.namespace, gang.name)
         self.last_state[gang.key] = decision.state
-        books = books_of(current)
-        # pods still running from a release that was requeued since (preempted whole, their Job just
-        # suspended): the requeue's books stand until they are gone
-        released = [p.released_at for p in gang.pods if p.released_at is not None and not p.terminal]
-        requeued = books.suspended_at is not None or (
-            books.not_before is not None and (not released or books.not_before > max(released))
-        )
-        if decision.state == GangState.RUNNING and requeued:
-            pass
-        elif decision.state == GangState.RUNNING:
-            # a gang that runs gets its whole budget back, and is whole with the members it runs now
-            running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
-            books = replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)
-        elif decision.short and decision.state != GangState.TIMED_OUT:
-            books = replace(books, short_since=books.short_since or now)  # the recovery clock starts
-        elif not decision.short:
-            books = replace(books, short_since=None)
-        if decision.state == GangState.RELEASE and decision.claim_until is not None:
-            books = replace(books, claim_until=decision.claim_until)
-        elif decision.whole_gang:
-            books = replace(books, claim_until=None, claim_broken=books.claim_broken or decision.claim_broken)
-        chosen = decision.placement.domain if decision.placement is not None else None
-        if decision.state == GangState.RELEASE and chosen:
-            books = replace(books, domain=chosen)  # shown by `kubectl get gangs -o wide`
-        elif decision.whole_gang:
-            books = replace(books, domain=None)
+        books = next_books(books_of(current), gang, decision, now)
         if self.may_write():
             self.save_books(gang, resolved, decision, books, now)
-        if previous == decision.state:
-            return
-        reason, kind = {
-            "WaitingForMembers": ("WaitingForMembers", "Normal"),
-            "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
-            "NeverFits": ("GangTooLarge", "Warning"),
-            "Release": ("GangReleased", "Normal"),
-            "Running": ("GangRunning", "Normal"),
-            "Backoff": ("GangBackoff", "Normal"),
-            "Unknown": ("GangUnknown", "Warning"),
-            "GaveUp": ("GangGaveUp", "Warning"),
-        }.get(decision.state, ("", ""))
+        if previous != decision.state:
+            self._tell(gang, resolved, decision)
+
+    def _tell(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
+        """The event of the state the gang entered, on its workload (and its pods, where they move)."""
+        reason, kind = STATE_EVENTS.get(decision.state, ("", ""))
         if not reason:
             return
         message = f"gang {gang.name}: {decision.message}"
@@ -159,3 +128,58 @@ class Reporter:
         for state in GangState:
             metrics.GANGS.labels(state.value).set(counts.get(state, 0))
         metrics.GATED_PODS.set(gated)
+
+
+# the event a gang's entry into a state sends: (reason, type)
+STATE_EVENTS = {
+    "WaitingForMembers": ("WaitingForMembers", "Normal"),
+    "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
+    "NeverFits": ("GangTooLarge", "Warning"),
+    "Release": ("GangReleased", "Normal"),
+    "Running": ("GangRunning", "Normal"),
+    "Backoff": ("GangBackoff", "Normal"),
+    "Unknown": ("GangUnknown", "Warning"),
+    "GaveUp": ("GangGaveUp", "Warning"),
+}
+
+
+def next_books(books: Books, gang: GangView, decision: Decision, now: dt.datetime) -> Books:
+    """The gang's books after this decision: budget, recovery clock, claim and domain."""
+    return _domain_books(_claim_books(_run_books(books, gang, decision, now), decision), decision)
+
+
+def _run_books(books: Books, gang: GangView, decision: Decision, now: dt.datetime) -> Books:
+    # pods still running from a release that was requeued since (preempted whole, their Job just
+    # suspended): the requeue's books stand until they are gone
+    released = [p.released_at for p in gang.pods if p.released_at is not None and not p.terminal]
+    requeued = books.suspended_at is not None or (
+        books.not_before is not None and (not released or books.not_before > max(released))
+    )
+    if decision.state == GangState.RUNNING:
+        if requeued:
+            return books
+        # a gang that runs gets its whole budget back, and is whole with the members it runs now
+        running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
+        return replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)
+    if decision.short and decision.state != GangState.TIMED_OUT:
+        return replace(books, short_since=books.short_since or now)  # the recovery clock starts
+    if not decision.short:
+        return replace(books, short_since=None)
+    return books
+
+
+def _claim_books(books: Books, decision: Decision) -> Books:
+    if decision.state == GangState.RELEASE and decision.claim_until is not None:
+        return replace(books, claim_until=decision.claim_until)
+    if decision.whole_gang:
+        return replace(books, claim_until=None, claim_broken=books.claim_broken or decision.claim_broken)
+    return books
+
+
+def _domain_books(books: Books, decision: Decision) -> Books:
+    chosen = decision.placement.domain if decision.placement is not None else None
+    if decision.state == GangState.RELEASE and chosen:
+        return replace(books, domain=chosen)  # shown by `kubectl get gangs -o wide`
+    if decision.whole_gang:
+        return replace(books, domain=None)
+    return books

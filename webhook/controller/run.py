@@ -205,20 +205,11 @@ def native_served(api: Api) -> tuple[str, bool] | None:
 
 
 def _native_served(api: Api) -> tuple[str, bool] | None:
-    from webhook.backends.native import COMPOSITE_GROUP_VERSION, GENERATIONS, VERSIONS_BEST_FIRST
+    from webhook.backends import Native, Settings
+    from webhook.backends.discovery import fetch_from_cluster
 
-    def resources(group_version: str) -> set[str]:
-        return {str(r["name"]) for r in api.get(f"/apis/{group_version}").get("resources") or []}
-
-    groups = api.get("/apis").get("groups") or []
-    served = {v.get("groupVersion") for g in groups for v in g.get("versions") or []}
-    for version in VERSIONS_BEST_FIRST:
-        group_version = f"scheduling.k8s.io/{version}"
-        if group_version in served and "workloads" in resources(group_version):
-            minor = next(minor for minor, g in GENERATIONS.items() if g.version == version)
-            composite = COMPOSITE_GROUP_VERSION in served and "compositepodgroups" in resources(COMPOSITE_GROUP_VERSION)
-            return minor, composite
-    return None
+    found = Native.discover(fetch_from_cluster(api), Settings())
+    return (found.kubernetes_version, found.composite_groups) if found is not None else None
 
 
 def served(resources: list[Resource], api: Api) -> list[Resource]:

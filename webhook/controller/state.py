@@ -85,6 +85,33 @@ class Release:
     at: dt.datetime
 
 
+def _gated(spec: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
+
+
+def _controller_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
+
+
+def _copied(strings: Mapping[str, str] | None) -> Mapping[str, str]:
+    return dict(strings) if strings else _EMPTY
+
+
+def _shape_or_one_pod(spec: Mapping[str, Any]) -> Shape:
+    try:
+        return shape_of(spec)
+    except ValueError:  # requests that do not parse: the pod counts as one pod, nothing more
+        return Shape(requests=(("pods", 1),))
+
+
+def _refused_by_scheduler(status: Mapping[str, Any]) -> bool:
+    """PodScheduled=False with reason Unschedulable."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     """The parts of a pod the controller acts on."""
@@ -116,15 +143,10 @@ class PodView:
         """The pod as the controller sees it. Released or not, and where, is the controller's own record
         (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so."""
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        annotations = dict(meta.get("annotations") or {}) or _EMPTY
-        owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
-        gated = any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
+        gated = _gated(spec)
         # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
         mine = release if release is not None and release.uid == meta.get("uid") and not gated else None
-        try:
-            shape = shape_of(spec)
-        except ValueError:
-            shape = Shape(requests=(("pods", 1),))
+        phase = status.get("phase")
         return PodView(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -135,20 +157,17 @@ class PodView:
             pinned_node=(spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL),
             released_at=mine.at if mine is not None else None,
             created_at=parse_time(meta.get("creationTimestamp")),
-            terminal=status.get("phase") in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
-            finished=status.get("phase") in ("Succeeded", "Failed"),
-            shape=shape,
-            owner=owner,
+            terminal=phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
+            finished=phase in ("Succeeded", "Failed"),
+            shape=_shape_or_one_pod(spec),
+            owner=_controller_ref(meta),
             resource_version=meta.get("resourceVersion", ""),
-            annotations=annotations,
-            labels=dict(meta.get("labels") or {}) or _EMPTY,
+            annotations=_copied(meta.get("annotations")),
+            labels=_copied(meta.get("labels")),
             priority=int(spec.get("priority") or 0),
-            unschedulable=any(
-                c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-                for c in status.get("conditions") or []
-            ),
+            unschedulable=_refused_by_scheduler(status),
             planned_node=mine.node if mine is not None else None,
-            succeeded=status.get("phase") == "Succeeded",
+            succeeded=phase == "Succeeded",
             preempts=spec.get("preemptionPolicy") != "Never",
         )
 

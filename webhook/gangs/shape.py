@@ -83,43 +83,49 @@ def _walk(value: Any, path: str, depth: int, within: frozenset[str] | None = Non
     if depth > MAX_DEPTH:
         return FieldError(path, "...", "nested too deeply")
     if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _walk(item, f"{path}[{index}]", depth + 1, within)
-            if found:
-                return found
-        return None
+        problems = (_walk(item, f"{path}[{index}]", depth + 1, within) for index, item in enumerate(value))
+        return next((problem for problem in problems if problem), None)
     if not isinstance(value, dict):
         return None
     # a PodTemplateSpec's spec; a JobTemplateSpec's (a JobSet's replicatedJobs) holds the next template
-    pod_spec = within is None and path.lower().endswith("template.spec") and "template" not in value
-    if pod_spec:
+    if within is None and path.lower().endswith("template.spec") and "template" not in value:
         within = POD_SPEC_READ
     for key, item in value.items():
         if within is not None and key not in within:
             continue
         where = f"{path}.{key}" if path else str(key)
-        wrong = _wrong_type(str(key), item) if item is not None else None
-        if wrong:
-            return FieldError(where, _shown(item), f"must be {wrong}")
-        if key in FREE_MAPS:
-            if key in ("labels", "annotations") and isinstance(item, dict):
-                bad = next((k for k, v in item.items() if not isinstance(v, str)), None)
-                if bad is not None:
-                    return FieldError(f"{where}[{bad}]", _shown(item[bad]), "must be a string")
-            continue
-        if str(key).endswith("ReplicaSpecs") and isinstance(item, dict):  # Kubeflow: role -> replica spec
-            bad = next((k for k, v in item.items() if v is not None and not isinstance(v, dict)), None)
-            if bad is not None:
-                return FieldError(f"{where}.{bad}", _shown(item[bad]), "must be an object")
-        if within is POD_SPEC_READ and key in ("containers", "initContainers"):
-            found = _walk(item, where, depth + 1, CONTAINER_READ)
-        elif within is CONTAINER_READ:
-            found = _walk(item, where, depth + 1) if key == "resources" else None
-        else:
-            found = _walk(item, where, depth + 1)
+        found = _entry_problem(str(key), item, where)
+        if found is None and key not in FREE_MAPS:
+            found = _descend(str(key), item, where, depth, within)
         if found:
             return found
     return None
+
+
+def _entry_problem(key: str, item: Any, where: str) -> FieldError | None:
+    """What is wrong with this one entry itself (its type; a free map's values; a Kubeflow role)."""
+    wrong = _wrong_type(key, item) if item is not None else None
+    if wrong:
+        return FieldError(where, _shown(item), f"must be {wrong}")
+    if key in ("labels", "annotations") and isinstance(item, dict):
+        bad = next((k for k, v in item.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            return FieldError(f"{where}[{bad}]", _shown(item[bad]), "must be a string")
+    if key.endswith("ReplicaSpecs") and isinstance(item, dict):  # Kubeflow: role -> replica spec
+        bad = next((k for k, v in item.items() if v is not None and not isinstance(v, dict)), None)
+        if bad is not None:
+            return FieldError(f"{where}.{bad}", _shown(item[bad]), "must be an object")
+    return None
+
+
+def _descend(key: str, item: Any, where: str, depth: int, within: frozenset[str] | None) -> FieldError | None:
+    """The entry's own fields, as far as they are read: a PodSpec's containers by what a container's
+    reads, a container's resources whole, anything else whole."""
+    if within is POD_SPEC_READ and key in ("containers", "initContainers"):
+        return _walk(item, where, depth + 1, CONTAINER_READ)
+    if within is CONTAINER_READ:
+        return _walk(item, where, depth + 1) if key == "resources" else None
+    return _walk(item, where, depth + 1)
 
 
 def _wrong_type(key: str, value: Any) -> str | None:
