@@ -129,20 +129,22 @@ def _check_types(request: dict[str, Any]) -> None:
                 raise BadReview(400, f"request.{key}.{part} must be a string")
     for key in ("object", "oldObject"):
         obj = request.get(key)
-        if obj is None:
-            continue
-        metadata = obj.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise BadReview(400, f"request.{key}.metadata must be a JSON object")
-        for field in _METADATA_MAPS:
-            values = (metadata or {}).get(field)
-            if values is not None and not (
-                isinstance(values, dict) and all(isinstance(v, str) for v in values.values())
-            ):
-                raise BadReview(400, f"request.{key}.metadata.{field} must map strings to strings")
-        for field in ("spec", "status"):
-            if obj.get(field) is not None and not isinstance(obj.get(field), dict):
-                raise BadReview(400, f"request.{key}.{field} must be a JSON object")
+        if obj is not None:
+            _check_object(key, obj)
+
+
+def _check_object(key: str, obj: dict[str, Any]) -> None:
+    """The parts of the object every kind has: metadata and its string maps, spec and status objects."""
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadReview(400, f"request.{key}.metadata must be a JSON object")
+    for field in _METADATA_MAPS:
+        values = (metadata or {}).get(field)
+        if values is not None and not (isinstance(values, dict) and all(isinstance(v, str) for v in values.values())):
+            raise BadReview(400, f"request.{key}.metadata.{field} must map strings to strings")
+    for field in ("spec", "status"):
+        if obj.get(field) is not None and not isinstance(obj.get(field), dict):
+            raise BadReview(400, f"request.{key}.{field} must be a JSON object")
 
 
 def _json_type(python_type: type) -> str:

@@ -287,19 +287,20 @@ class ClusterIndex:
                 if hold is None or seen is None or hold.priority >= priority:
                     continue
                 unit = seen.gang or key
-                if unit in units:
-                    continue
-                if not seen.gang:
-                    units[unit] = None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
-                    continue
-                members = [self._holds.get(k) for k in self._members.get(seen.gang, {})]
-                held = [h for h in members if h is not None]
-                rank = max(h.priority for h in held)  # a gang is as important as its most important pod
-                if not gate_gang(seen.gang) or any(h.going for h in held) or rank >= priority:
-                    units[unit] = None
-                    continue
-                units[unit] = Victim(unit, True, rank, tuple((h.node, h.units) for h in held))
+                if unit not in units:
+                    units[unit] = self._victim(key, seen.gang, priority, gate_gang)
         return [v for v in units.values() if v is not None]
+
+    def _victim(self, key: str, gang: str, priority: int, gate_gang: Callable[[str], bool]) -> Victim | None:
+        """The pod `key` as a preemption unit (its whole gang, if in one), or None when it may not be one."""
+        hold = self._holds[key]
+        if not gang:
+            return None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
+        held = [h for h in (self._holds.get(k) for k in self._members.get(gang, {})) if h is not None]
+        rank = max(h.priority for h in held)  # a gang is as important as its most important pod
+        if not gate_gang(gang) or any(h.going for h in held) or rank >= priority:
+            return None
+        return Victim(gang, True, rank, tuple((h.node, h.units) for h in held))
 
     def free_without_priorities_below(self, priority: int) -> dict[str, Units] | None:
         """Each node's free capacity if every pod of lower priority were gone; None when there are none."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from webhook.controller import placement
 from webhook.controller.gangobject import GANGS
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.source import Listing
-from webhook.controller.state import GangSpec
+from webhook.controller.state import Decision, GangSpec, PodView
 from webhook.kube import Api, ApiError
 
 
@@ -48,28 +48,46 @@ def explain(
         f"  state: {decision.state}: {decision.message}",
     ]
     lines += topology_lines(resolved.spec, decision.placement)
+    lines += queue_lines(decision, decisions, gated, controller.queue_policy)
+    if gated:
+        needs = gated[0].shape.describe_requests()
+        lines.append(f"  each gated pod needs: {needs}; the gang needs {len(gated)} such pods")
+    lines += placement_lines(decision.placement)
+    return "\n".join(lines)
+
+
+def queue_lines(
+    decision: Decision, decisions: Mapping[str, Decision], gated: list[PodView], policy: Policy
+) -> list[str]:
+    """Where the gang stands in the queue, and what is reserved for it."""
+    lines = []
     if decision.position:
         waiting = sum(1 for d in decisions.values() if d.position)
         priority = max(p.priority for p in gated) if gated else 0
         lines.append(
-            f"  queue: position {decision.position} of {waiting} waiting (policy {controller.queue_policy}; "
+            f"  queue: position {decision.position} of {waiting} waiting (policy {policy}; "
             f"priority {priority}, then arrival)"
         )
     if decision.reservation:
         lines.append(f"  reservation: {decision.reservation}")
-    if gated:
-        needs = gated[0].shape.describe_requests()
-        lines.append(f"  each gated pod needs: {needs}; the gang needs {len(gated)} such pods")
-    if decision.placement is not None and decision.placement.assignments:
+    return lines
+
+
+def placement_lines(found: placement.Placement | None) -> list[str]:
+    """The best placement found, node by node, and what blocks the rest."""
+    if found is None:
+        return []
+    lines = []
+    if found.assignments:
         per_node: dict[str, int] = {}
-        for node in decision.placement.assignments.values():
+        for node in found.assignments.values():
             per_node[node] = per_node.get(node, 0) + 1
         best = ", ".join(f"{node}: {count}" for node, count in sorted(per_node.items()))
         lines.append(f"  best placement found: {best}")
-    if decision.placement is not None and decision.placement.why:
+    if found.why:
         lines.append("  what blocks the rest:")
-        lines += [f"    {line}" for line in placement.summarize(decision.placement.why)]
-    return "\n".join(lines)
+        lines += [f"    {line}" for line in placement.summarize(found.why)]
+    return lines
 
 
 def topology_lines(spec: GangSpec, found: placement.Placement | None) -> list[str]:

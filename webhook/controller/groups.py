@@ -19,7 +19,7 @@ from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.wakeup import WAKE_ANNOTATION
 from webhook.controller.workloads import group_resource
 from webhook.gangs import lws
-from webhook.gangs.model import Obj
+from webhook.gangs.model import Gang, Obj
 from webhook.informer import Informer
 from webhook.kube import Api, ApiError, Resource
 
@@ -155,26 +155,27 @@ class GroupObjects:
         is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload, self.volcano_scheduler)
         if not wanted and not is_lws:
             return
+        for gang in gangs.analyze(workload).gangs:
+            if gang.name in wanted or is_lws:
+                self._create_ahead_for(workload, gang, is_lws)
+
+    def _create_ahead_for(self, workload: Obj, gang: Gang, is_lws: bool) -> None:
         meta = workload.get("metadata") or {}
         namespace = str(meta.get("namespace") or "")
-        for gang in gangs.analyze(workload).gangs:
-            if gang.name not in wanted and not is_lws:
-                continue
-            desired = self.mechanisms.volcano.group_objects([gang], NamespaceInfo())[0]
-            resource = group_resource(desired["apiVersion"], desired["kind"])
-            name = desired["metadata"]["name"]
-            readable, current = self._read(resource, namespace, name)
-            if not readable:
-                continue
-            if (is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name)) or (
-                not is_lws and self._operator_manages(resource, namespace, str(meta.get("uid", "")))
-            ):
-                ours = ((current or {}).get("metadata") or {}).get("labels") or {}
-                if current is not None and contract.GROUP_LABEL in ours and not self._has_members(current):
-                    self._write("delete", lambda path, _: self.api.delete(path), resource.path(namespace, name), {})
-                continue
-            if current is not None:
-                continue
+        desired = self.mechanisms.volcano.group_objects([gang], NamespaceInfo())[0]
+        resource = group_resource(desired["apiVersion"], desired["kind"])
+        name = desired["metadata"]["name"]
+        readable, current = self._read(resource, namespace, name)
+        if not readable:
+            return
+        if (is_lws and self._lws_manages(resource, namespace, str(meta.get("name", "")), name)) or (
+            not is_lws and self._operator_manages(resource, namespace, str(meta.get("uid", "")))
+        ):
+            ours = ((current or {}).get("metadata") or {}).get("labels") or {}
+            if current is not None and contract.GROUP_LABEL in ours and not self._has_members(current):
+                self._write("delete", lambda path, _: self.api.delete(path), resource.path(namespace, name), {})
+            return
+        if current is None:
             refused = self._write("create", self.api.create, resource.path(namespace), desired)
             self._report_refusal(f"{namespace}/{gang.name}", workload, desired, refused)
 

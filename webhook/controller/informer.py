@@ -20,40 +20,49 @@ def _keep(value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: value[k] for k in keys if isinstance(value, dict) and k in value}
 
 
+# what placement and release read of any pod (it only counts against its node), and of a gang's pod
+OTHER_POD_SPEC = ("nodeName", "overhead", "nodeSelector", "schedulingGates", "resources", "priority")
+GANG_POD_SPEC = (
+    "nodeName",
+    "nodeSelector",
+    "schedulingGates",
+    "overhead",
+    "resources",  # pod-level requests (KEP-2837)
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "preemptionPolicy",  # Never: the gang preempts nothing (preemptor.py)
+    "hostNetwork",
+    "resourceClaims",
+    # the native gang link: which mechanism the pod was stamped for (backends.Mechanisms.of_pod)
+    "workloadRef",
+    "schedulingGroup",
+)
+OTHER_POD_META = ("name", "namespace", "resourceVersion", "deletionTimestamp")
+GANG_POD_META = (*OTHER_POD_META, "uid", "labels", "annotations", "ownerReferences", "creationTimestamp")
+
+
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """Only what placement and release read: a cluster's worth of full pods would not fit in memory.
 
     Pods of gangs keep what release needs; every other pod only counts against its node's capacity.
     """
-    spec = pod.get("spec") or {}
     metadata = pod.get("metadata") or {}
     managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
-    trimmed_spec = _keep(
-        spec,
-        ("nodeName", "overhead", "nodeSelector", "schedulingGates", "resources", "priority")
-        if not managed
-        else (
-            "nodeName",
-            "nodeSelector",
-            "schedulingGates",
-            "overhead",
-            "resources",  # pod-level requests (KEP-2837)
-            "affinity",
-            "tolerations",
-            "topologySpreadConstraints",
-            "schedulerName",
-            "priorityClassName",
-            "priority",
-            "preemptionPolicy",  # Never: the gang preempts nothing (preemptor.py)
-            "hostNetwork",
-            "resourceClaims",
-            # the native gang link: which mechanism the pod was stamped for (backends.Mechanisms.of_pod)
-            "workloadRef",
-            "schedulingGroup",
-        ),
-    )
+    meta = _keep(metadata, GANG_POD_META if managed else OTHER_POD_META)
+    if "namespace" in meta:
+        meta["namespace"] = interning.text(meta["namespace"])
+    spec = _trim_pod_spec(pod.get("spec") or {}, managed)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": _trim_pod_status(pod, managed)}
+
+
+def _trim_pod_spec(spec: dict[str, Any], managed: bool) -> dict[str, Any]:
+    trimmed = _keep(spec, GANG_POD_SPEC if managed else OTHER_POD_SPEC)
     if managed and spec.get("volumes"):  # only whether a claim may tie the pod to nodes
-        trimmed_spec["volumes"] = [
+        trimmed["volumes"] = [
             {"persistentVolumeClaim": v["persistentVolumeClaim"]}
             for v in spec["volumes"]
             if "persistentVolumeClaim" in v
@@ -61,22 +70,20 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     container_keys = ("resources", "restartPolicy", "ports") if managed else ("resources", "restartPolicy")
     for key in ("containers", "initContainers"):
         if spec.get(key):
-            trimmed_spec[key] = interning.canonical([_keep(c, container_keys) for c in spec[key]])
-    if "nodeName" in trimmed_spec:
-        trimmed_spec["nodeName"] = interning.text(trimmed_spec["nodeName"])
-    meta_keys: tuple[str, ...] = ("name", "namespace", "resourceVersion", "deletionTimestamp")
-    if managed:
-        meta_keys += ("uid", "labels", "annotations", "ownerReferences", "creationTimestamp")
-    meta = _keep(metadata, meta_keys)
-    if "namespace" in meta:
-        meta["namespace"] = interning.text(meta["namespace"])
+            trimmed[key] = interning.canonical([_keep(c, container_keys) for c in spec[key]])
+    if "nodeName" in trimmed:
+        trimmed["nodeName"] = interning.text(trimmed["nodeName"])
+    return trimmed
+
+
+def _trim_pod_status(pod: dict[str, Any], managed: bool) -> dict[str, Any]:
     status = pod.get("status") or {}
-    trimmed_status: dict[str, Any] = {"phase": interning.text(status["phase"])} if status.get("phase") else {}
+    trimmed: dict[str, Any] = {"phase": interning.text(status["phase"])} if status.get("phase") else {}
     if managed:  # whether the scheduler refused a released pod
         scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
         if scheduled:
-            trimmed_status["conditions"] = [_keep(c, ("type", "status", "reason")) for c in scheduled]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": trimmed_spec, "status": trimmed_status}
+            trimmed["conditions"] = [_keep(c, ("type", "status", "reason")) for c in scheduled]
+    return trimmed
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:

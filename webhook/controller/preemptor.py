@@ -63,13 +63,9 @@ class Preemptor:
             return ""
         if not all(p.preempts for p in gated):
             return "its PriorityClass says preemptionPolicy Never, so it preempts nothing"
-        waited = self.pending.get(gang.key)
-        if waited is not None and (now - waited[0]).total_seconds() < PENDING_SECONDS:
-            still = [v for v in waited[1] if self._still_holds(v, snapshot)]
-            if still:
-                return f"waiting for {len(still)} preempted to go: " + ", ".join(
-                    self._named(v, gang.namespace) for v in still[:3]
-                )
+        going = self._still_going(gang, snapshot, now)
+        if going:
+            return going
         priority = max(p.priority for p in gated)
         # the nodes one placement would empty first, then every other node lower-priority pods hold: the
         # victims there may be protected (a PodDisruptionBudget, a fresh release) where others are not
@@ -99,6 +95,18 @@ class Preemptor:
         named = ", ".join(self._named(v, gang.namespace) for v in chosen)
         if not self.may_write():  # `gangkeeper explain`, or a replica that is not the leader: only say it
             return f"would preempt {named}"
+        self._preempt(gang, resolved, chosen, priority, snapshot, now)
+        return f"preempting {named}"
+
+    def _preempt(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        chosen: tuple[Victim, ...],
+        priority: int,
+        snapshot: Snapshot,
+        now: dt.datetime,
+    ) -> None:
         self.pending[gang.key] = (now, chosen)
         metrics.PREEMPTIONS.inc(len(chosen))
         for victim in chosen:
@@ -110,7 +118,18 @@ class Preemptor:
             f"gang {gang.name} (priority {priority}): {len(chosen)} lower-priority victims go so it fits: "
             + ", ".join(self._named(v, gang.namespace) for v in chosen),
         )
-        return "preempting " + ", ".join(self._named(v, gang.namespace) for v in chosen)
+
+    def _still_going(self, gang: GangView, snapshot: Snapshot, now: dt.datetime) -> str:
+        """What the gang's last preemption, still recent, waits for: its victims not yet gone ("": none)."""
+        waited = self.pending.get(gang.key)
+        if waited is None or (now - waited[0]).total_seconds() >= PENDING_SECONDS:
+            return ""
+        still = [v for v in waited[1] if self._still_holds(v, snapshot)]
+        if not still:
+            return ""
+        return f"waiting for {len(still)} preempted to go: " + ", ".join(
+            self._named(v, gang.namespace) for v in still[:3]
+        )
 
     def _take(self, victim: Victim, by: GangView, priority: int, snapshot: Snapshot, now: dt.datetime) -> None:
         who = f"gang {by.key}" if victim.namespace == by.namespace else "a gang in another namespace"

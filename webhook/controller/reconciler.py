@@ -246,17 +246,8 @@ class Controller:
     def _reconcile_gang(self, gang: GangView, current: _Pass) -> Resolved | None:
         """One gang's own reconciliation: its gates lifted when nothing will release it, its group objects
         synced (other backends). Returns the gang's workload when the release cycle must decide for it."""
-        now, stamp = current.now, current.now.timestamp()
-        # the workload is read, and the group object checked, only when the gang's pods, workload or
-        # group object changed, or when the gang falls due: a quiet cluster costs no API calls per pass
-        version = self.index.gang_versions[gang.key]
-        self.related.note(gang.key, version, lambda: self.related_objects(gang))
-        cached = self._seen.get(gang.key)
-        fresh = cached is None or cached[0] != version or gang.key in current.due or gang.key in current.touched
-        resolved = self.workloads.resolve(gang, current.workloads) if fresh or cached is None else cached[1]
-        if fresh:
-            self.work.add_at(gang.key, stamp + self.resync_seconds)
-        current.seen[gang.key] = (version, resolved)
+        now = current.now
+        resolved, fresh = self._resolved(gang, current)
         mechanism, switched = self._mechanisms_of(gang, current)
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
@@ -281,6 +272,22 @@ class Controller:
         if resolved.gone and self.may_write():
             self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
         return resolved
+
+    def _resolved(self, gang: GangView, current: _Pass) -> tuple[Resolved, bool]:
+        """The gang's workload as read, and whether it was read afresh now: only when the gang's pods,
+        workload or group object changed, or when the gang falls due (a quiet cluster costs no API calls
+        per pass)."""
+        version = self.index.gang_versions[gang.key]
+        self.related.note(gang.key, version, lambda: self.related_objects(gang))
+        cached = self._seen.get(gang.key)
+        woken = gang.key in current.due or gang.key in current.touched
+        if cached is not None and cached[0] == version and not woken:
+            current.seen[gang.key] = cached
+            return cached[1], False
+        resolved = self.workloads.resolve(gang, current.workloads)
+        self.work.add_at(gang.key, current.now.timestamp() + self.resync_seconds)
+        current.seen[gang.key] = (version, resolved)
+        return resolved, True
 
     def _mechanisms_of(self, gang: GangView, current: _Pass) -> tuple[Backend, frozenset[str]]:
         """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: read off

@@ -178,45 +178,46 @@ class Requeuer:
         Returns when the next backoff left ends (the moment to look again)."""
         pending: list[float] = []
         for gang_object in self.gang_objects.suspended():
-            books = books_of(gang_object)
-            ref = (gang_object.get("spec") or {}).get("workload") or {}
-            namespace = str((gang_object.get("metadata") or {}).get("namespace", ""))
-            resource = self.workloads.workload_resource(str(ref.get("kind", "")))
-            try:
-                workload = self.workloads.read(resource, namespace, str(ref.get("name", ""))) if resource else None
-            except ApiError as error:
-                metrics.API_ERRORS.labels("get", str(error.status)).inc()
-                continue
-            target = self._suspend_target(workload)
-            kind = str((target or {}).get("kind", ""))
-            meta = (target or {}).get("metadata") or {}
-            still_ours = (
-                target is not None
-                and kind in SUSPEND_PATHS
-                and SUSPENDED_ANNOTATION in (meta.get("annotations") or {})
-                and _get(target, SUSPEND_PATHS[kind]) is True
-            )
-            if still_ours and books.not_before is not None and now < books.not_before:
-                pending.append(books.not_before.timestamp())
-                continue
-            settled = books.suspended_at is not None and (now - books.suspended_at).total_seconds() >= SETTLE_SECONDS
-            if not still_ours and not settled and books.suspended_at is not None:
-                # the books are written before the suspend: a workload read from a cache that has not seen
-                # it yet is not one its user took back (found on the real tier: the books let go, the Job
-                # stayed suspended for ever)
-                pending.append(books.suspended_at.timestamp() + SETTLE_SECONDS)
-                continue
-            if target is not None and still_ours:
-                if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
-                    continue
-                self.reporter.event(
-                    target,
-                    "Normal",
-                    "GangResumed",
-                    f"{kind} {meta.get('name')} resumed after its backoff; its pods come back gated",
-                )
-            self.gang_objects.write(gang_object, {"suspendedAt": None})
+            wait_until = self._resume_one(gang_object, now)
+            if wait_until is not None:
+                pending.append(wait_until)
         return min(pending, default=None)
+
+    def _resume_one(self, gang_object: Obj, now: dt.datetime) -> float | None:
+        """One suspended gang's workload resumed when due, or its books let go; when to look again."""
+        books = books_of(gang_object)
+        ref = (gang_object.get("spec") or {}).get("workload") or {}
+        namespace = str((gang_object.get("metadata") or {}).get("namespace", ""))
+        resource = self.workloads.workload_resource(str(ref.get("kind", "")))
+        try:
+            workload = self.workloads.read(resource, namespace, str(ref.get("name", ""))) if resource else None
+        except ApiError as error:
+            metrics.API_ERRORS.labels("get", str(error.status)).inc()
+            return None
+        target = self._suspend_target(workload)
+        still_ours = target is not None and _suspended_by_gangkeeper(target)
+        if still_ours and books.not_before is not None and now < books.not_before:
+            return books.not_before.timestamp()
+        settled = books.suspended_at is not None and (now - books.suspended_at).total_seconds() >= SETTLE_SECONDS
+        if not still_ours and not settled and books.suspended_at is not None:
+            # the books are written before the suspend: a workload read from a cache that has not seen
+            # it yet is not one its user took back (found on the real tier: the books let go, the Job
+            # stayed suspended for ever)
+            return books.suspended_at.timestamp() + SETTLE_SECONDS
+        if target is not None and still_ours and not self._resume(target):
+            return None
+        self.gang_objects.write(gang_object, {"suspendedAt": None})
+        return None
+
+    def _resume(self, target: Obj) -> bool:
+        kind = str(target.get("kind", ""))
+        if not self._patch_workload(target, {**nested(SUSPEND_PATHS[kind], False), **_marked(None)}):
+            return False
+        name = (target.get("metadata") or {}).get("name")
+        self.reporter.event(
+            target, "Normal", "GangResumed", f"{kind} {name} resumed after its backoff; its pods come back gated"
+        )
+        return True
 
     def _patch_workload(self, workload: Obj, patch: Mapping[str, Any]) -> bool:
         meta = workload.get("metadata") or {}
@@ -307,3 +308,10 @@ def already_requeued(gang: GangView, books: Books, max_attempts: int) -> bool:
     if books.attempts > max_attempts:
         return True
     return books.not_before is not None and books.not_before > max(released)
+
+
+def _suspended_by_gangkeeper(target: Obj) -> bool:
+    """Suspended, with gangkeeper's mark on it: a suspension the user did not take back."""
+    kind = str(target.get("kind", ""))
+    annotations = (target.get("metadata") or {}).get("annotations") or {}
+    return kind in SUSPEND_PATHS and SUSPENDED_ANNOTATION in annotations and _get(target, SUSPEND_PATHS[kind]) is True

@@ -34,19 +34,7 @@ def analyze(obj: Obj) -> Plan:
     groups: list[tuple[GangId | None, list[Members], dict[str, Any]]] = []
     whole = identity(name) if name else None
     for index, rj in enumerate(spec.get("replicatedJobs") or []):
-        rj_name = str(rj.get("name") or index)
-        # A replicatedJob with dependsOn is created only once those it depends on are Ready or Complete
-        # (jobset pkg/controllers/depends_on.go); counting it into the first gang would deadlock, so it
-        # is a gang of its own, as each replicatedJob is under InOrder start-up.
-        separate = in_order or bool(rj.get("dependsOn"))
-        job_spec = (rj.get("template") or {}).get("spec") or {}
-        per_job, _ = job_size(job_spec)
-        count = common.as_int(rj.get("replicas"), 1) * per_job
-        path = ("spec", "replicatedJobs", index, "template", "spec", "template")
-        template = job_spec.get("template") or {}
-        member = common.members_of(template, count, rj_name, path, plan.errors)
-        gid = (_per_job(name, rj_name) if separate else whole) if name else None
-        plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
+        gid, member, template, separate = _replicated_job(plan, name, index, rj, in_order, whole)
         together = next((group for group in groups if group[0] == whole and not separate), None)
         if together is None:
             groups.append((gid, [member], template.get("spec") or {}))
@@ -60,6 +48,27 @@ def analyze(obj: Obj) -> Plan:
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan
+
+
+def _replicated_job(
+    plan: Plan, name: str, index: int, rj: Obj, in_order: bool, whole: GangId | None
+) -> tuple[GangId | None, Members, Obj, bool]:
+    """One replicatedJob: its gang (the JobSet's, or one of its own), its members, its pod template, and
+    whether it is a gang apart."""
+    rj_name = str(rj.get("name") or index)
+    # A replicatedJob with dependsOn is created only once those it depends on are Ready or Complete
+    # (jobset pkg/controllers/depends_on.go); counting it into the first gang would deadlock, so it
+    # is a gang of its own, as each replicatedJob is under InOrder start-up.
+    separate = in_order or bool(rj.get("dependsOn"))
+    job_spec = (rj.get("template") or {}).get("spec") or {}
+    per_job, _ = job_size(job_spec)
+    count = common.as_int(rj.get("replicas"), 1) * per_job
+    path = ("spec", "replicatedJobs", index, "template", "spec", "template")
+    template = job_spec.get("template") or {}
+    member = common.members_of(template, count, rj_name, path, plan.errors)
+    gid = (_per_job(name, rj_name) if separate else whole) if name else None
+    plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
+    return gid, member, template, separate
 
 
 def from_pod(pod: Obj) -> GangId | str | None:
