@@ -167,104 +167,139 @@ def run_gangkeeper(
     """Every waiting gang is decided by `state.decide` each time the cluster changes, in queue order.
     `topology` (with a rack model): each gang required, or preferred, to keep to one rack."""
     started = time.perf_counter()
-    nodes = shape.node_list()
-    eligibility = Eligibility(nodes)
-    free = {n.name: dict(n.allocatable) for n in nodes}
-    outcomes = {job.index: JobOutcome(job, len(job.pod_gpus(split, shape.gpus_per_node))) for job in jobs}
-    events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]  # 0: ends, 1: arrives
-    heapq.heapify(events)
-    by_index = {job.index: job for job in jobs}
-    pod_sizes = {job.index: sorted(job.pod_gpus(split, shape.gpus_per_node), reverse=True) for job in jobs}
-    waiting: dict[int, list[PodView]] = {}  # insertion order = queue order (one priority, then arrival)
-    running: dict[int, tuple[float, list[tuple[str, dict[str, int]]]]] = {}
-    timeline = _Timeline(nodes, shape.gpus_per_node)
-    busy = 0
-    free_gpus = shape.nodes * shape.gpus_per_node
-    intent = Topology(RACK, topology == "required", "simulate") if topology != "none" and shape.nodes_per_rack else None
-    base = GangSpec(min_member=1, topology=intent)
-    domains = base.domains()
-    while events:
-        now = events[0][0]
-        while events and events[0][0] == now:
-            _, kind, index = heapq.heappop(events)
-            if kind == 1:
-                waiting[index] = _views(by_index[index], shape, split)
-                continue
-            _, holds = running.pop(index)
-            for node, units in holds:
-                for resource, amount in units.items():
-                    free[node][resource] += amount
-            busy -= by_index[index].gpus
-            free_gpus += by_index[index].gpus
-            outcomes[index].end = now
-        queue = QueuePass(
-            policy,
-            nodes,
-            free,
-            lambda: (
-                [Ending(end, node, units) for end, holds in running.values() for node, units in holds]
-                if estimates
-                else []
-            ),
-            now,
-            eligibility,
-            depth,
-        )
-        moment = EPOCH + dt.timedelta(seconds=now)
-        free_by_gpus = _gpu_histogram(free, shape.gpus_per_node)
-        for index in list(waiting):
-            if free_gpus == 0 or (policy == Policy.FIFO and queue.blocked_by is not None):
-                break  # nothing behind can be released in this pass: the rest keep their places
-            job, views = by_index[index], waiting[index]
-            expected = job.duration if estimates else None
-            room = queue.room_for(now + expected if expected is not None else None)
-            pod_gpus = pod_sizes[index]
-            if not _may_fit(pod_gpus, free_gpus, free_by_gpus, shape.gpus_per_node):
-                # cannot fit even by GPU count: `decide` would say WaitingForCapacity. Only the queue's
-                # state needs it (fifo blocks behind it, backfill reserves for the first such gang)
-                if policy == Policy.FIFO or (policy == Policy.BACKFILL and len(queue.reservations) < depth):
-                    waits = Decision(GangState.WAITING_FOR_CAPACITY, "", present=len(views))
-                    members = [Member(v.name, v.shape) for v in views]
-                    take_turn(queue, f"trace/job{index}", waits, members, False, room is not free, expected, domains)
-                continue
-            members = [Member(v.name, v.shape) for v in views]
-            spec = GangSpec(min_member=len(views), expected_seconds=expected, topology=intent)
-            decision = decide(
-                views, spec, nodes, free, moment, eligibility=eligibility, room=None if room is free else room
-            )
-            decision = take_turn(
-                queue, f"trace/job{index}", decision, members, False, room is not free, expected, domains
-            )
-            if decision.state != GangState.RELEASE:
-                continue
-            holds = []
-            for view in views:
-                node = decision.release[view.name]
-                units = dict(view.shape.requests)
-                for resource, amount in units.items():
-                    free[node][resource] -= amount
-                holds.append((node, units))
-            del waiting[index]
-            queue.released()
-            running[index] = (now + job.duration, holds)
-            heapq.heappush(events, (now + job.duration, 0, index))
-            outcomes[index].start = outcomes[index].first_bind = now
-            if shape.nodes_per_rack:
-                outcomes[index].racks = len({shape.rack_of(node) for node, _ in holds})
-            busy += job.gpus
-            free_gpus -= job.gpus
-            free_by_gpus = _gpu_histogram(free, shape.gpus_per_node)
+    run = _GangkeeperRun(jobs, shape, split, policy, estimates, depth, topology)
+    while run.events:
+        now = run.events[0][0]
+        run.arrive_and_end(now)
+        queue = run.pass_at(now)
         if on_reservation is not None:
             for rank, reservation in enumerate(queue.reservations):
                 on_reservation(now, rank, reservation)
-        timeline.record(now, free, busy, 0)
+        run.timeline.record(now, run.free, run.busy, 0)
+    samples = run.timeline.samples
     return Result(
-        f"gangkeeper {policy.value}" + (f" {topology}" if intent is not None else ""),
-        list(outcomes.values()),
-        timeline.samples,
-        timeline.samples[-1].at if timeline.samples else 0.0,
+        f"gangkeeper {policy.value}" + (f" {topology}" if run.intent is not None else ""),
+        list(run.outcomes.values()),
+        samples,
+        samples[-1].at if samples else 0.0,
         time.perf_counter() - started,
     )
+
+
+class _GangkeeperRun:
+    """The simulated cluster under gangkeeper: free capacity, the waiting gangs in queue order (one
+    priority, then arrival), the running ones and what they hold, the events to come."""
+
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        shape: ClusterShape,
+        split: str,
+        policy: Policy,
+        estimates: bool,
+        depth: int,
+        topology: str,
+    ) -> None:
+        self.shape, self.split, self.policy, self.estimates, self.depth = shape, split, policy, estimates, depth
+        self.nodes = shape.node_list()
+        self.eligibility = Eligibility(self.nodes)
+        self.free = {n.name: dict(n.allocatable) for n in self.nodes}
+        self.outcomes = {job.index: JobOutcome(job, len(job.pod_gpus(split, shape.gpus_per_node))) for job in jobs}
+        self.events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]  # 0: ends
+        heapq.heapify(self.events)
+        self.by_index = {job.index: job for job in jobs}
+        self.pod_sizes = {job.index: sorted(job.pod_gpus(split, shape.gpus_per_node), reverse=True) for job in jobs}
+        self.waiting: dict[int, list[PodView]] = {}
+        self.running: dict[int, tuple[float, list[tuple[str, dict[str, int]]]]] = {}
+        self.timeline = _Timeline(self.nodes, shape.gpus_per_node)
+        self.busy = 0
+        self.free_gpus = shape.nodes * shape.gpus_per_node
+        on_racks = topology != "none" and shape.nodes_per_rack
+        self.intent = Topology(RACK, topology == "required", "simulate") if on_racks else None
+        self.domains = GangSpec(min_member=1, topology=self.intent).domains()
+
+    def arrive_and_end(self, now: float) -> None:
+        """Every event at `now`: a job arrives (its gang waits) or ends (its capacity returns)."""
+        while self.events and self.events[0][0] == now:
+            _, kind, index = heapq.heappop(self.events)
+            if kind == 1:
+                self.waiting[index] = _views(self.by_index[index], self.shape, self.split)
+                continue
+            _, holds = self.running.pop(index)
+            for node, units in holds:
+                for resource, amount in units.items():
+                    self.free[node][resource] += amount
+            self.busy -= self.by_index[index].gpus
+            self.free_gpus += self.by_index[index].gpus
+            self.outcomes[index].end = now
+
+    def pass_at(self, now: float) -> QueuePass:
+        """One controller pass: each waiting gang's turn, in queue order."""
+        queue = QueuePass(
+            self.policy,
+            self.nodes,
+            self.free,
+            lambda: (
+                [Ending(end, node, units) for end, holds in self.running.values() for node, units in holds]
+                if self.estimates
+                else []
+            ),
+            now,
+            self.eligibility,
+            self.depth,
+        )
+        free_by_gpus = _gpu_histogram(self.free, self.shape.gpus_per_node)
+        for index in list(self.waiting):
+            if self.free_gpus == 0 or (self.policy == Policy.FIFO and queue.blocked_by is not None):
+                break  # nothing behind can be released in this pass: the rest keep their places
+            if self._turn(index, queue, now, free_by_gpus):
+                free_by_gpus = _gpu_histogram(self.free, self.shape.gpus_per_node)
+        return queue
+
+    def _turn(self, index: int, queue: QueuePass, now: float, free_by_gpus: Sequence[int]) -> bool:
+        """One gang's turn; whether it was released."""
+        job, views = self.by_index[index], self.waiting[index]
+        expected = job.duration if self.estimates else None
+        room = queue.room_for(now + expected if expected is not None else None)
+        backfill = room is not self.free
+        members = [Member(v.name, v.shape) for v in views]
+        if not _may_fit(self.pod_sizes[index], self.free_gpus, free_by_gpus, self.shape.gpus_per_node):
+            # cannot fit even by GPU count: `decide` would say WaitingForCapacity. Only the queue's
+            # state needs it (fifo blocks behind it, backfill reserves for the first such gang)
+            if self.policy == Policy.FIFO or (self.policy == Policy.BACKFILL and len(queue.reservations) < self.depth):
+                waits = Decision(GangState.WAITING_FOR_CAPACITY, "", present=len(views))
+                take_turn(queue, f"trace/job{index}", waits, members, False, backfill, expected, self.domains)
+            return False
+        spec = GangSpec(min_member=len(views), expected_seconds=expected, topology=self.intent)
+        moment = EPOCH + dt.timedelta(seconds=now)
+        decision = decide(
+            views, spec, self.nodes, self.free, moment, eligibility=self.eligibility, room=room if backfill else None
+        )
+        decision = take_turn(queue, f"trace/job{index}", decision, members, False, backfill, expected, self.domains)
+        if decision.state != GangState.RELEASE:
+            return False
+        self._start(index, decision, now)
+        queue.released()
+        return True
+
+    def _start(self, index: int, decision: Decision, now: float) -> None:
+        """The released gang binds where it was placed at once and runs for its trace duration."""
+        job = self.by_index[index]
+        holds = []
+        for view in self.waiting.pop(index):
+            node = decision.release[view.name]
+            units = dict(view.shape.requests)
+            for resource, amount in units.items():
+                self.free[node][resource] -= amount
+            holds.append((node, units))
+        self.running[index] = (now + job.duration, holds)
+        heapq.heappush(self.events, (now + job.duration, 0, index))
+        outcome = self.outcomes[index]
+        outcome.start = outcome.first_bind = now
+        if self.shape.nodes_per_rack:
+            outcome.racks = len({self.shape.rack_of(node) for node, _ in holds})
+        self.busy += job.gpus
+        self.free_gpus -= job.gpus
 
 
 def _gpu_histogram(free: dict[str, dict[str, int]], gpus_per_node: int) -> list[int]:
@@ -310,110 +345,141 @@ def run_default_scheduler(
     `creation_spread` seconds of its job's arrival (a controller's burst), and equal scores break ties
     at random, so jobs arriving close together interleave differently."""
     started = time.perf_counter()
-    rng = random.Random(seed)
-    nodes = shape.node_list()
-    names = [n.name for n in nodes]
-    allocatable = {n.name: n.allocatable for n in nodes}
-    free = {n.name: dict(n.allocatable) for n in nodes}
-    outcomes = {job.index: JobOutcome(job, len(job.pod_gpus(split, shape.gpus_per_node))) for job in jobs}
-    by_index = {job.index: job for job in jobs}
-    events: list[tuple[float, int, int, int]] = []  # (time, kind 0 end / 1 pod created / 2 retry, job, pod)
-    pods: dict[tuple[int, int], _Pod] = {}
-    for job in jobs:
-        for k, gpus in enumerate(job.pod_gpus(split, shape.gpus_per_node)):
-            created = job.arrival + rng.uniform(0, creation_spread)
-            pods[(job.index, k)] = _Pod(job.index, k, gpus, shape.pod_units(gpus), created)
-            events.append((created, 1, job.index, k))
-    heapq.heapify(events)
-    unbound: dict[int, int] = {job.index: outcomes[job.index].pods for job in jobs}
-    active: list[tuple[tuple[float, int, int], _Pod]] = []  # the activeQ, in pop order
-    unschedulable: dict[tuple[int, int], _Pod] = {}
-    timeline = _Timeline(nodes, shape.gpus_per_node)
-    busy = idle_held = 0
+    run = _DefaultSchedulerRun(jobs, shape, split, random.Random(seed), creation_spread)
+    while run.events:
+        now = run.events[0][0]
+        if run.take_events(now):  # a pod deleted: the unschedulable ones go back, or to backoff
+            run.retry_unschedulable(now)
+        run.schedule(now)
+        run.timeline.record(now, run.free, run.busy, run.idle_held)
+    end_time = run.timeline.samples[-1].at if run.timeline.samples else 0.0
+    run.count_idle_held(end_time)
+    return Result(
+        f"default scheduler (ordering {seed})",
+        list(run.outcomes.values()),
+        run.timeline.samples,
+        end_time,
+        time.perf_counter() - started,
+    )
 
-    def try_bind(pod: _Pod, now: float) -> bool:
+
+class _DefaultSchedulerRun:
+    """The simulated cluster under kube-scheduler alone: its activeQ (in pop order), its unschedulable
+    pool, free capacity, the events to come (0: a job ends, 1: a pod is created, 2: a pod's backoff ends)."""
+
+    def __init__(
+        self, jobs: Sequence[TraceJob], shape: ClusterShape, split: str, rng: random.Random, creation_spread: float
+    ) -> None:
+        self.shape, self.rng = shape, rng
+        nodes = shape.node_list()
+        self.names = [n.name for n in nodes]
+        self.allocatable = {n.name: n.allocatable for n in nodes}
+        self.free = {n.name: dict(n.allocatable) for n in nodes}
+        self.outcomes = {job.index: JobOutcome(job, len(job.pod_gpus(split, shape.gpus_per_node))) for job in jobs}
+        self.by_index = {job.index: job for job in jobs}
+        self.events: list[tuple[float, int, int, int]] = []
+        self.pods: dict[tuple[int, int], _Pod] = {}
+        for job in jobs:
+            for k, gpus in enumerate(job.pod_gpus(split, shape.gpus_per_node)):
+                created = job.arrival + rng.uniform(0, creation_spread)
+                self.pods[(job.index, k)] = _Pod(job.index, k, gpus, shape.pod_units(gpus), created)
+                self.events.append((created, 1, job.index, k))
+        heapq.heapify(self.events)
+        self.unbound: dict[int, int] = {job.index: self.outcomes[job.index].pods for job in jobs}
+        self.active: list[tuple[tuple[float, int, int], _Pod]] = []
+        self.unschedulable: dict[tuple[int, int], _Pod] = {}
+        self.timeline = _Timeline(nodes, shape.gpus_per_node)
+        self.busy = self.idle_held = 0
+
+    def take_events(self, now: float) -> bool:
+        """Every event at `now`; whether capacity was freed (a job ended)."""
+        capacity_freed = False
+        while self.events and self.events[0][0] == now:
+            _, kind, index, number = heapq.heappop(self.events)
+            if kind == 1:
+                pod = self.pods[(index, number)]
+                bisect.insort(self.active, (pod.order, pod))
+            elif kind == 2:
+                pod = self.pods[(index, number)]
+                if pod.node is None and self.unschedulable.pop((index, number), None) is not None:
+                    bisect.insort(self.active, (pod.order, pod))
+            else:
+                self._end(index, now)
+                capacity_freed = True
+        return capacity_freed
+
+    def _end(self, index: int, now: float) -> None:
+        for k in range(self.outcomes[index].pods):
+            pod = self.pods[(index, k)]
+            for resource, amount in pod.units.items():
+                self.free[pod.node or ""][resource] += amount
+        self.busy -= self.by_index[index].gpus
+        self.outcomes[index].end = now
+
+    def retry_unschedulable(self, now: float) -> None:
+        for key, pod in list(self.unschedulable.items()):
+            if pod.retry_at <= now:
+                del self.unschedulable[key]
+                bisect.insort(self.active, (pod.order, pod))
+            else:
+                heapq.heappush(self.events, (pod.retry_at, 2, pod.job, pod.number))
+
+    def schedule(self, now: float) -> None:
+        """Every pod of the activeQ tried in turn: bound, or to the unschedulable pool with its backoff."""
+        max_free_gpus = max(self.free[name].get(GPU, 0) for name in self.names)
+        queue, self.active = self.active, []
+        for _, pod in queue:
+            if pod.gpus <= max_free_gpus and self._try_bind(pod, now):
+                self._bound(pod, now)
+                max_free_gpus = max(self.free[name].get(GPU, 0) for name in self.names)
+                continue
+            pod.attempts += 1
+            pod.retry_at = now + min(10.0, 2.0 ** min(pod.attempts - 1, 4))
+            self.unschedulable[(pod.job, pod.number)] = pod
+
+    def _try_bind(self, pod: _Pod, now: float) -> bool:
         best: tuple[float, float, str] | None = None
-        for name in names:
-            node_free = free[name]
+        for name in self.names:
+            node_free = self.free[name]
             if any(node_free.get(r, 0) < a for r, a in pod.units.items()):
                 continue  # NodeResourcesFit
             # LeastAllocated over cpu and memory: the share left free after the pod, GPUs ignored
-            score = sum(
-                (node_free[r] - pod.units[r]) / allocatable[name][r] for r in ("cpu", "memory") if allocatable[name][r]
-            )
-            candidate = (-score, rng.random(), name)
+            allocatable = self.allocatable[name]
+            score = sum((node_free[r] - pod.units[r]) / allocatable[r] for r in ("cpu", "memory") if allocatable[r])
+            candidate = (-score, self.rng.random(), name)
             if best is None or candidate < best:
                 best = candidate
         if best is None:
             return False
         pod.node, pod.bound_at = best[2], now
         for resource, amount in pod.units.items():
-            free[pod.node][resource] -= amount
+            self.free[pod.node][resource] -= amount
         return True
 
-    while events:
-        now = events[0][0]
-        capacity_freed = False
-        while events and events[0][0] == now:
-            _, kind, index, number = heapq.heappop(events)
-            if kind == 1:
-                pod = pods[(index, number)]
-                bisect.insort(active, (pod.order, pod))
-            elif kind == 2:
-                pod = pods[(index, number)]
-                if pod.node is None and unschedulable.pop((index, number), None) is not None:
-                    bisect.insort(active, (pod.order, pod))
-            else:
-                for k in range(outcomes[index].pods):
-                    pod = pods[(index, k)]
-                    for resource, amount in pod.units.items():
-                        free[pod.node or ""][resource] += amount
-                busy -= by_index[index].gpus
-                outcomes[index].end = now
-                capacity_freed = True
-        if capacity_freed:  # a pod deleted: the unschedulable ones go back, or to backoff
-            for key, pod in list(unschedulable.items()):
-                if pod.retry_at <= now:
-                    del unschedulable[key]
-                    bisect.insort(active, (pod.order, pod))
-                else:
-                    heapq.heappush(events, (pod.retry_at, 2, pod.job, pod.number))
-        max_free_gpus = max(free[name].get(GPU, 0) for name in names)
-        queue, active = active, []
-        for _, pod in queue:
-            if pod.gpus <= max_free_gpus and try_bind(pod, now):
-                outcome = outcomes[pod.job]
-                if outcome.first_bind is None:
-                    outcome.first_bind = now
-                unbound[pod.job] -= 1
-                idle_held += pod.gpus
-                if unbound[pod.job] == 0:  # the whole gang runs now
-                    outcome.start = now
-                    if shape.nodes_per_rack:
-                        on = (pods[(pod.job, k)].node or "" for k in range(outcome.pods))
-                        outcome.racks = len({shape.rack_of(node) for node in on})
-                    trace_job = by_index[pod.job]
-                    heapq.heappush(events, (now + trace_job.duration, 0, pod.job, 0))
-                    idle_held -= trace_job.gpus
-                    busy += trace_job.gpus
-                max_free_gpus = max(free[name].get(GPU, 0) for name in names)
-                continue
-            pod.attempts += 1
-            pod.retry_at = now + min(10.0, 2.0 ** min(pod.attempts - 1, 4))
-            unschedulable[(pod.job, pod.number)] = pod
-        timeline.record(now, free, busy, idle_held)
-    end_time = timeline.samples[-1].at if timeline.samples else 0.0
-    for outcome in outcomes.values():  # GPU-seconds bound before the whole gang ran (to the end if never)
-        until = outcome.start if outcome.start is not None else end_time
-        outcome.held_idle_gpu_seconds = sum(
-            pod.gpus * max(0.0, until - pod.bound_at)
-            for pod in (pods[(outcome.job.index, k)] for k in range(outcome.pods))
-            if pod.node is not None
-        )
-    return Result(
-        f"default scheduler (ordering {seed})",
-        list(outcomes.values()),
-        timeline.samples,
-        end_time,
-        time.perf_counter() - started,
-    )
+    def _bound(self, pod: _Pod, now: float) -> None:
+        outcome = self.outcomes[pod.job]
+        if outcome.first_bind is None:
+            outcome.first_bind = now
+        self.unbound[pod.job] -= 1
+        self.idle_held += pod.gpus
+        if self.unbound[pod.job] > 0:
+            return
+        # the whole gang runs now
+        outcome.start = now
+        if self.shape.nodes_per_rack:
+            on = (self.pods[(pod.job, k)].node or "" for k in range(outcome.pods))
+            outcome.racks = len({self.shape.rack_of(node) for node in on})
+        trace_job = self.by_index[pod.job]
+        heapq.heappush(self.events, (now + trace_job.duration, 0, pod.job, 0))
+        self.idle_held -= trace_job.gpus
+        self.busy += trace_job.gpus
+
+    def count_idle_held(self, end_time: float) -> None:
+        """GPU-seconds bound before the whole gang ran (to the end if never)."""
+        for outcome in self.outcomes.values():
+            until = outcome.start if outcome.start is not None else end_time
+            outcome.held_idle_gpu_seconds = sum(
+                pod.gpus * max(0.0, until - pod.bound_at)
+                for pod in (self.pods[(outcome.job.index, k)] for k in range(outcome.pods))
+                if pod.node is not None
+            )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.simulation.engine import JobOutcome, Result
+from webhook.simulation.engine import JobOutcome, Result, Sample
 from webhook.simulation.trace import SIZE_CLASSES, size_class
 
 STUCK_SECONDS = 300  # a gang holding GPUs this long while incomplete counts as stuck
@@ -64,15 +65,6 @@ class Summary:
 
 def summarize(result: Result, total_gpus: int) -> Summary:
     outcomes = result.outcomes
-    waits: dict[str, list[float]] = {k: [] for k in ("all", *SIZE_CLASSES)}
-    for outcome in outcomes:
-        if outcome.wait is not None:
-            waits["all"].append(outcome.wait / 3600)
-            waits[size_class(outcome.job.gpus)].append(outcome.wait / 3600)
-    table = {
-        k: (len(v), sum(v) / len(v) if v else math.nan, percentile(v, 0.5), percentile(v, 0.95), percentile(v, 0.99))
-        for k, v in waits.items()
-    }
     largest = max((o.job.gpus for o in outcomes), default=0)
     largest_waits = [
         (o.wait if o.wait is not None else result.end_time - o.job.arrival) / 3600
@@ -83,35 +75,54 @@ def summarize(result: Result, total_gpus: int) -> Summary:
     last = max((o.end for o in outcomes if o.end is not None), default=first)
     makespan = max(last - first, 1e-9)
     busy = sum(o.job.gpus * o.job.duration for o in outcomes if o.end is not None)
-    stuck = sum(
-        1
-        for o in outcomes
-        if o.first_bind is not None
-        and ((o.start if o.start is not None else result.end_time) - o.first_bind) > STUCK_SECONDS
-    )
-    stranded_time = free_time = 0.0
-    for current, following in zip(result.samples, result.samples[1:], strict=False):
-        span = following.at - current.at
-        stranded_time += current.stranded_free_gpus * span
-        free_time += current.free_gpus * span
     return Summary(
         label=result.label,
         jobs=len(outcomes),
         never_started=sum(1 for o in outcomes if o.start is None),
         held_idle_gpu_hours=sum(o.held_idle_gpu_seconds for o in outcomes) / 3600,
-        stuck_jobs=stuck,
-        waits_hours=table,
+        stuck_jobs=_stuck(result),
+        waits_hours=_wait_table(outcomes),
         largest_gpus=largest,
         largest_worst_wait_hours=max(largest_waits, default=math.nan),
         makespan_hours=makespan / 3600,
         utilisation=busy / (total_gpus * makespan),
-        stranded_free_share=stranded_time / free_time if free_time else 0.0,
+        stranded_free_share=_stranded_share(result.samples),
         runtime_seconds=result.runtime_seconds,
-        one_rack_share=one_rack / len(spanned)
-        if (spanned := [o for o in outcomes if o.racks and o.pods > 1])
-        and (one_rack := sum(1 for o in spanned if o.racks == 1)) is not None
-        else math.nan,
+        one_rack_share=_one_rack_share(outcomes),
     )
+
+
+def _wait_table(outcomes: Sequence[JobOutcome]) -> dict[str, tuple[int, float, float, float, float]]:
+    """Per size class (and all): how many started, their mean, p50, p95 and p99 wait in hours."""
+    waits: dict[str, list[float]] = {k: [] for k in ("all", *SIZE_CLASSES)}
+    for outcome in outcomes:
+        if outcome.wait is not None:
+            waits["all"].append(outcome.wait / 3600)
+            waits[size_class(outcome.job.gpus)].append(outcome.wait / 3600)
+    return {
+        k: (len(v), sum(v) / len(v) if v else math.nan, percentile(v, 0.5), percentile(v, 0.95), percentile(v, 0.99))
+        for k, v in waits.items()
+    }
+
+
+def _stuck(result: Result) -> int:
+    """Gangs partly bound for longer than STUCK_SECONDS (to the end, if they never started)."""
+    return sum(
+        1
+        for o in result.outcomes
+        if o.first_bind is not None
+        and ((o.start if o.start is not None else result.end_time) - o.first_bind) > STUCK_SECONDS
+    )
+
+
+def _stranded_share(samples: Sequence[Sample]) -> float:
+    """Of the free GPU time, the share on partly used nodes (where no whole-node pod fits)."""
+    stranded_time = free_time = 0.0
+    for current, following in itertools.pairwise(samples):
+        span = following.at - current.at
+        stranded_time += current.stranded_free_gpus * span
+        free_time += current.free_gpus * span
+    return stranded_time / free_time if free_time else 0.0
 
 
 def _one_rack_share(outcomes: Sequence[JobOutcome]) -> float:
