@@ -303,6 +303,8 @@ def test_a_review_near_the_size_cap_costs_a_bounded_multiple_of_its_size() -> No
 
 
 def test_probes_answer_while_large_reviews_run(server: Server) -> None:
+    """Within the kubelet's probe timeout (timeoutSeconds, 1 s by default; the chart sets none): a probe
+    that waited behind large reviews would fail the pod's readiness while it serves."""
     body = large_job_review()
     stop = threading.Event()
     answered = [0]
@@ -325,7 +327,7 @@ def test_probes_answer_while_large_reviews_run(server: Server) -> None:
     finally:
         stop.set()
         sender.join()
-    assert answered[0] >= 1 and slowest < 0.5
+    assert answered[0] >= 1 and slowest < 1.0
 
 
 def test_the_webhook_stays_within_its_pods_memory_share_under_both_attacks_at_once(tmp_path: Path) -> None:
