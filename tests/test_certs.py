@@ -149,15 +149,22 @@ def test_rotation_while_a_client_keeps_calling(tmp_path: Path) -> None:
                 failures.append(repr(error))
             calls["n"] += 1
 
+    def calls_go_on(more: int) -> None:
+        # calls made under each step, however slow the machine: a count, not a sleep
+        until, deadline = calls["n"] + more, time.monotonic() + 60
+        while calls["n"] < until and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     thread = threading.Thread(target=client)
     thread.start()
     try:
         for published in (lambda _: False, lambda bundle: True):  # new CA trusted, then signing
-            time.sleep(0.5)
+            calls_go_on(8)
             state = step(state, SANS, now, published)
             publish(state)
         assert len(bundle_certs(state.bundle)) == 2 and not state.pending_ca_crt
-        time.sleep(1.0)
+        time.sleep(0.5)  # five reload periods (--cert-reload-seconds 0.1)
+        calls_go_on(8)
         served = ssl.get_server_certificate(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
         assert served.encode().strip() == state.tls_crt.strip()  # reloaded without a restart
     finally:
