@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_COMPILE := $(BIN)/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster test-cluster manifests image image-tools release-image release-chart plugin-archive
+.PHONY: run test lint scan bench simulate e2e lock clean cluster-build cluster-core cluster test-cluster manifests image image-tools release-image release-chart plugin-archive
 
 PORT ?= 8443
 # the interpreter the venv was made with: another one (a new Python) rebuilds it from scratch
@@ -41,10 +41,14 @@ lint: $(BIN)/.installed
 	$(BIN)/lint-imports
 
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
-# tier (tests/test_real_*.py) builds the default Kubernetes, etcd, KWOK, LWS and JobSet first (cached)
-test: lint cluster-build image-tools
-	$(BIN)/pytest -q --durations=25
-	bash hack/scan.sh
+# tier (tests/test_real_*.py) needs the components hack/cluster/build.sh builds (cached): the core first,
+# the rest beside the tests (hack/test.sh)
+test: lint cluster-core image-tools
+	BIN=$(BIN) bash hack/test.sh
+
+# what most tests need, built before them; hack/test.sh builds the rest beside them
+cluster-core:
+	bash hack/cluster/build.sh core
 
 # the real components, from the Go module proxy, cached in ~/.cache/gangkeeper (GK_CACHE) per version
 cluster-build:

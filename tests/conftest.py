@@ -48,6 +48,24 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"the tests need the project's shared/ directory beside the clone, at {SHARED}")
 
 
+# real-tier modules that need what `hack/cluster/build.sh rest` builds beside the tests (hack/test.sh):
+# scheduler-plugins, the newest Kubernetes, Volcano, KubeRay and training-operator
+NEED_THE_REST = frozenset({"test_real_coscheduling", "test_real_newest", "test_real_upgrade", "test_real_volcano"})
+
+
+@pytest.hookimpl(trylast=True)  # after tests/e2e/conftest.py marks its tests as the cluster tier's
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The unit tests first, then the real tier, the modules that need the rest of the build last: on a
+    fresh machine the build runs beside them (hack/test.sh) and is done by the time they start."""
+
+    def stage(item: pytest.Item) -> int:
+        if item.get_closest_marker("cluster") is None:
+            return 0
+        return 2 if Path(str(item.fspath)).stem in NEED_THE_REST else 1
+
+    items.sort(key=stage)
+
+
 def start_server(tmp: Path, *args: str) -> Server:
     port = free_port()
     cert_dir = tmp / "certs"

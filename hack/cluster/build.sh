@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [core] [rest] [default] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -93,7 +93,12 @@ k8s() {
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
-    default) k8s "$K8S_DEFAULT"; k8s "$K8S_NEWEST"; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
+    default) "$0" core rest ;;
+    # what most tests need (the default control plane; the chart's helm and promtool), then the rest, which
+    # hack/test.sh builds beside the tests that do not need it: LWS and JobSet (the shared stack's
+    # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
+    core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool ;;
+    rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator ;;
     all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3

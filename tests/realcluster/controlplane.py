@@ -9,6 +9,7 @@ garbage collector, PodGC, node lifecycle, ...). KWOK plays the kubelet of the no
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -46,6 +47,31 @@ def cache_dir() -> Path:
 
 def binary(component: str, version: str, name: str) -> Path:
     return cache_dir() / "bin" / f"{component}-{version}" / name
+
+
+def build_running() -> bool:
+    """Whether hack/cluster/build.sh holds this cache's lock now (hack/test.sh runs one beside the tests)."""
+    lock = cache_dir() / ".build.lock"
+    if not lock.exists():
+        return False
+    with lock.open("a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(held, fcntl.LOCK_UN)
+    return False
+
+
+def built(path: Path, timeout: float = 3600.0) -> bool:
+    """Whether hack/cluster/build.sh built `path` (its directory marked complete); while a build of this
+    cache runs, waits for it rather than skip a test on a fresh machine's first run."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and (path.parent / ".complete").exists()):
+        if not build_running() or time.monotonic() > deadline:
+            return path.exists()
+        time.sleep(5)
+    return True
 
 
 @dataclass(frozen=True)
@@ -153,7 +179,7 @@ class ControlPlane:
             self.k8s_binary(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
         ]
         wanted += [binary("etcd", v["ETCD_VERSION"], "etcd"), binary("kwok", v["KWOK_VERSION"], "kwok")]
-        absent = [str(p) for p in wanted if not p.exists()]
+        absent = [str(p) for p in wanted if not built(p)]
         if absent:
             build = f"hack/cluster/build.sh {self.kubernetes_version} {versions()['K8S_DEFAULT']} etcd kwok"
             return f"not built: {', '.join(absent)} (run {build})"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.realcluster.controlplane import ControlPlane, Process, binary, free_port, versions
+from tests.realcluster.controlplane import ControlPlane, Process, binary, built, free_port, versions
 from tests.realcluster.operators import module_dir
 from tests.realcluster.stack import wait_until
 
@@ -23,7 +23,7 @@ def executable() -> Path:
 
 def missing() -> str | None:
     exe = executable()
-    return None if exe.exists() else f"not built: {exe} (run hack/cluster/build.sh scheduler-plugins)"
+    return None if built(exe) else f"not built: {exe} (run hack/cluster/build.sh scheduler-plugins)"
 
 
 def start(

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.realcluster.controlplane import ControlPlane, Process, binary, free_port, versions
+from tests.realcluster.controlplane import ControlPlane, Process, binary, built, free_port, versions
 from tests.realcluster.stack import wait_until
 
 
@@ -184,7 +184,7 @@ class Operator:
 
     def missing(self) -> str | None:
         exe = binary(self.name, self.version, self.executable)
-        return None if exe.exists() else f"not built: {exe} (run hack/cluster/build.sh {self.name})"
+        return None if built(exe) else f"not built: {exe} (run hack/cluster/build.sh {self.name})"
 
 
 def _ok(url: str) -> bool:

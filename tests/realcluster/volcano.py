@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tests.realcluster import pki
-from tests.realcluster.controlplane import ControlPlane, Process, binary, free_port, versions
+from tests.realcluster.controlplane import ControlPlane, Process, binary, built, free_port, versions
 from tests.realcluster.operators import module_dir
 from tests.realcluster.stack import wait_until
 
@@ -38,7 +38,7 @@ def executable(name: str) -> Path:
 
 def missing() -> str | None:
     for name in ("scheduler", "controller-manager", "webhook-manager"):
-        if not executable(name).exists():
+        if not built(executable(name)):
             return f"not built: {executable(name)} (run hack/cluster/build.sh volcano)"
     return None
 
