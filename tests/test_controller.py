@@ -22,7 +22,7 @@ from tests.cluster import (
     node,
     pods,
 )
-from webhook.controller.events import ListRecorder
+from tests.recorder import ListRecorder
 from webhook.controller.reconciler import Controller
 from webhook.kube import Api, ApiError
 

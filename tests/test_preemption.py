@@ -10,8 +10,8 @@ import pytest
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job_pods, default_scheduler, gang_status, node, pods
+from tests.recorder import ListRecorder
 from tests.test_controller import events
-from webhook.controller.events import ListRecorder
 from webhook.controller.placement import Member, Node, Shape
 from webhook.controller.preemption import Victim, budget_blocks, choose_victims
 from webhook.controller.reconciler import Controller

@@ -12,10 +12,10 @@ import pytest
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
+from tests.recorder import ListRecorder
 from tests.test_controller import events
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.events import ListRecorder
 from webhook.controller.placement import Shape
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover

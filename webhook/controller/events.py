@@ -57,29 +57,6 @@ def event(
     }
 
 
-class ListRecorder:
-    """Events kept in a list, in order, at once: what tests and offline runs read instead of the API."""
-
-    def __init__(
-        self, component: str = "gangkeeper-controller", clock: Callable[[], dt.datetime] | None = None
-    ) -> None:
-        self.component, self.clock = component, clock or (lambda: dt.datetime.now(dt.UTC))
-        self.events: list[dict[str, Any]] = []
-
-    def record(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        self.events.append(event(obj, kind, reason, message, self.component, self.clock()))
-
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        yield
-
-    def flush(self) -> None:
-        pass
-
-    def reasons(self, reason: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["reason"] == reason]
-
-
 class EventRecorder:
     def __init__(self, api: Api, component: str, clock: Callable[[], dt.datetime], workers: int = 4) -> None:
         self.api, self.component, self.clock = api, component, clock

@@ -74,12 +74,6 @@ class Workloads:
                 return candidate
         return default
 
-    def watched_version(self, resource: Resource | None, namespace: str, name: str) -> str:
-        """resourceVersion of a watched object ("" when unwatched or absent), for change detection."""
-        informer = self.informers.get((resource.group_version, resource.plural)) if resource else None
-        obj = informer.get(namespace, name) if informer is not None else None
-        return str(((obj or {}).get("metadata") or {}).get("resourceVersion", "")) if informer else ""
-
     def resolve(self, gang: GangView, cache: dict[tuple[str, str, str], Obj | None]) -> Resolved:
         """The gang's size and timeout, from its workload (or from the pods of a bare pod group)."""
         first = gang.pods[0]
