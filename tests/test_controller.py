@@ -736,9 +736,24 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
     clock.advance(WAKE_INTERVAL_SECONDS / 2)
     controller.reconcile_once()
     assert woken_at(server) == first
+    assert not pods_woken(server)  # one PodGroup write per wake, no pod touched
     clock.advance(WAKE_INTERVAL_SECONDS)
     controller.reconcile_once()
     assert woken_at(server) == clock.now.isoformat()
+    # woken twice in a row, still waiting whole though it fits: a pod lost from the scheduler's queue
+    # comes back only on an update of its own (wakeup.py), so the pods are touched as well
+    assert pods_woken(server) == {clock.now.isoformat()}
+    assert len(pods(server.store)) == 4 and all(woken_pod(p) for p in pods(server.store))
+
+
+def woken_pod(pod: dict[str, Any]) -> str | None:
+    from webhook.controller.wakeup import WAKE_ANNOTATION
+
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION)
+
+
+def pods_woken(server: TestApiServer) -> set[str]:
+    return {w for w in (woken_pod(p) for p in pods(server.store)) if w}
 
 
 def test_a_coscheduling_gang_partly_bound_or_not_refused_is_left_to_the_scheduler(

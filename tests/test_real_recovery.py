@@ -264,12 +264,13 @@ def patch_as(stack: Stack, path: str, body: str, namespace: str, account: str) -
 
 def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stack) -> None:
     """RBAC lets the controller patch any pod; the ValidatingAdmissionPolicy the chart renders lets it
-    only take its own gate off and pin the node. Asked of the real API server, as the controller."""
+    only take its own gate off, pin the node and set its wake annotation. Asked of the real API server,
+    as the controller."""
     stack.replace_workers(1)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "held"},
+        "metadata": {"name": "held", "annotations": {"team.example.com/owner": "a"}},
         "spec": {
             "schedulingGates": [{"name": "gangkeeper.io/gang-gate"}, {"name": "example.com/hold"}],
             "containers": [workloads.container("100m")],
@@ -289,6 +290,8 @@ def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stac
 
     refused = {
         "a label": '{"metadata":{"labels":{"gangkeeper.io/group":"elsewhere"}}}',
+        "another annotation": '{"metadata":{"annotations":{"gangkeeper.io/woken-at":"now","x.io/y":"z"}}}',
+        "a user's annotation removed": '{"metadata":{"annotations":{"team.example.com/owner":null}}}',
         # (gangkeeper's own gate may already be gone: the controller lifts it from a pod in no gang)
         "another controller's gate": '{"spec":{"schedulingGates":[]}}',
         "a foreign nodeSelector": '{"spec":{"nodeSelector":{"disk":"ssd"}}}',
@@ -303,8 +306,14 @@ def test_the_controllers_pod_patches_are_limited_to_its_gate_and_pin(stack: Stac
         '{"spec":{"schedulingGates":[{"name":"example.com/hold"}],"nodeSelector":{"kubernetes.io/hostname":"x"}}}'
     )
     assert allowed.returncode == 0, allowed.stderr
+    woken = patch('{"metadata":{"annotations":{"gangkeeper.io/woken-at":"2026-11-26T04:00:00+00:00"}}}')
+    assert woken.returncode == 0, woken.stderr
     held = stack.plane.get("pod", "held", namespace=unopted)
     assert held["spec"]["schedulingGates"] == [{"name": "example.com/hold"}]
+    assert held["metadata"]["annotations"] == {
+        "team.example.com/owner": "a",
+        "gangkeeper.io/woken-at": "2026-11-26T04:00:00+00:00",
+    }
     assert (
         stack.plane.kubectl(
             "auth", "can-i", "patch", "deployments", "-n", "kube-system", *as_controller[:1], check=False

@@ -18,6 +18,9 @@ PREEMPTIONS = Counter(
 )
 API_ERRORS = Counter("gangkeeper_api_errors", "Kubernetes API calls that failed", ["verb", "code"])
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
+POD_WAKES = Counter(
+    "gangkeeper_pod_wakes", "Waiting coscheduling pods annotated so a scheduler that lost them queues them again"
+)
 REPAIRS = Counter(
     "gangkeeper_replaced_pods", "Released pods replaced because their node was taken or the scheduler refused it"
 )

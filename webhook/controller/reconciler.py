@@ -306,12 +306,16 @@ class Controller:
         if resolved.spec is None or not self.waker.due(gang.key, stamp):
             return
         fits = waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot)
-        self.waker.checked(gang.key, stamp, woken=fits)
-        if fits:
-            log.info(
-                "coscheduling gang fits: its PodGroup touched for the scheduler to retry it", extra={"gang": gang.key}
-            )
-            self.groups.wake(resolved, current.now)
+        again = self.waker.checked(gang.key, stamp, woken=fits)
+        if not fits:
+            return
+        log.info(
+            "coscheduling gang fits: its PodGroup touched for the scheduler to retry it",
+            extra={"gang": gang.key, "pods_too": again},
+        )
+        self.groups.wake(resolved, current.now)
+        if again:  # the last wake did not get it scheduled: a pod may be lost from the scheduler's queue
+            self.releaser.touch([p for p in gang.pods if not p.finished and not p.node_name], current.now)
 
     def _release_turn(self, gang: GangView, resolved: Resolved, current: _Pass) -> Decision:
         """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""

@@ -17,6 +17,7 @@ from webhook.controller.placement import HostPort
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved
 from webhook.controller.state import Decision, PodView, Release, release_patch
+from webhook.controller.wakeup import WAKE_ANNOTATION
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
 
@@ -53,6 +54,18 @@ class Releaser:
                 metrics.API_ERRORS.labels("patch", str(error.status)).inc()
                 continue
             self.reporter.event(raw, "Normal", "GateLifted", f"gangkeeper's gate lifted: {why}")
+
+    def touch(self, pods: list[PodView], now: dt.datetime) -> None:
+        """Annotate waiting pods (`gangkeeper.io/woken-at`, the one change of a pod's metadata the
+        controller's self-protection policy allows): the update puts a pod the scheduler's queue lost
+        back in it (webhook/controller/wakeup.py)."""
+        touch = {"metadata": {"annotations": {WAKE_ANNOTATION: now.isoformat()}}}
+        for view in pods:
+            try:
+                self.api.merge_patch(PODS.path(view.namespace, view.name), touch)
+                metrics.POD_WAKES.inc()
+            except ApiError as error:
+                metrics.API_ERRORS.labels("wake", str(error.status)).inc()
 
     def release(
         self,

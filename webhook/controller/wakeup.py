@@ -8,6 +8,16 @@ retries none of them until the scheduler's unschedulable flush, 5 minutes by def
 `"Event is not making pod schedulable" ... event="NodeUpdateNodeTaint"` for each pod of the gang).
 When gangkeeper's own placement model sees the whole waiting gang fit, it touches the gang's PodGroup:
 the update is the event Coscheduling waits for.
+
+A gang woken once that still waits whole while it fits has its pods touched too, at the next wake. The
+scheduler of scheduler-plugins 0.34 can lose a pod from its queue: `AddUnschedulableIfNotPresent`
+requeues a rejected pod into the active queue before its deferred `Done`, a Pop in that instant finds
+the pod still in flight and drops it ("The same pod is tracked in multiple places in the scheduler, and
+just discard it", k8s.io/kubernetes pkg/scheduler/backend/queue/active_queue.go), and the pod is then in
+no queue at all: no PodGroup event and no unschedulable flush reaches it (seen on the real tier: three
+of four pods retried on each wake, the fourth never). An update of the pod itself does:
+`PriorityQueue.Update` puts a pod found in no queue into the active queue (scheduling_queue.go), and
+leaves one in the unschedulable queue where it is (Coscheduling registers no Pod/Update event).
 """
 
 from __future__ import annotations
@@ -54,6 +64,8 @@ class Waker:
 
     checked_at: dict[str, float] = field(default_factory=dict)
     woken_at: dict[str, float] = field(default_factory=dict)
+    # gangs woken at their last check: a second wake in a row touches the pods as well
+    woken_in_a_row: set[str] = field(default_factory=set)
 
     def due(self, key: str, now: float) -> bool:
         never = float("-inf")
@@ -62,12 +74,20 @@ class Waker:
             and now - self.woken_at.get(key, never) >= WAKE_INTERVAL_SECONDS
         )
 
-    def checked(self, key: str, now: float, woken: bool) -> None:
+    def checked(self, key: str, now: float, woken: bool) -> bool:
+        """Note a check; returns whether the gang's pods are to be touched too (woken at its last check
+        as well, and still waiting whole)."""
         self.checked_at[key] = now
-        if woken:
-            self.woken_at[key] = now
+        if not woken:
+            self.woken_in_a_row.discard(key)
+            return False
+        self.woken_at[key] = now
+        again = key in self.woken_in_a_row
+        self.woken_in_a_row.add(key)
+        return again
 
     def keep_only(self, live: set[str]) -> None:
         for times in (self.checked_at, self.woken_at):
             for key in set(times) - live:
                 del times[key]
+        self.woken_in_a_row &= live
