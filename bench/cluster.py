@@ -135,13 +135,35 @@ def apiserver_metrics(plane: ControlPlane) -> list[Any]:
 
 
 def requests_by_verb(families: list[Any]) -> dict[str, float]:
+    return requests_by(families, lambda labels: labels["verb"])
+
+
+def writes_by_resource(families: list[Any]) -> dict[str, float]:
+    """The API server's writes per verb and resource ("PATCH pods", "POST events", "PUT gangs/status"):
+    which object the cluster spends its writes on."""
+
+    def key(labels: dict[str, str]) -> str | None:
+        if labels["verb"] not in ("POST", "PUT", "PATCH", "DELETE", "APPLY"):
+            return None
+        subresource = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        return f"{labels['verb']} {labels['resource']}{subresource}"
+
+    return requests_by(families, key)
+
+
+def requests_by(families: list[Any], key: Any) -> dict[str, float]:
     counts: dict[str, float] = defaultdict(float)
     for family in families:
         if family.name == "apiserver_request":
             for sample in family.samples:
-                if sample.name == "apiserver_request_total":
-                    counts[sample.labels["verb"]] += sample.value
+                if sample.name == "apiserver_request_total" and (name := key(sample.labels)) is not None:
+                    counts[name] += sample.value
     return dict(counts)
+
+
+def delta(before: dict[str, float], after: dict[str, float], least: float = 1) -> dict[str, int]:
+    changes = {name: int(count - before.get(name, 0.0)) for name, count in after.items()}
+    return dict(sorted(((n, c) for n, c in changes.items() if c >= least), key=lambda item: -item[1]))
 
 
 def webhook_buckets(families: list[Any]) -> dict[str, dict[float, float]]:
@@ -239,6 +261,27 @@ def make_nodes(stack: Stack, count: int, cpu: int) -> None:
     wait_until(ready, f"{count} KWOK nodes Ready", 1800, every=2)
     print(f"{count} nodes: created in {created:.1f} s, all Ready after {time.monotonic() - started:.1f} s", flush=True)
     stack.workers = names
+    settle_nodes(stack.plane)
+
+
+def settle_nodes(plane: ControlPlane, quiet: float = 1.0, limit: float = 600.0) -> None:
+    """Wait until the new nodes stop being written: after Ready, the controller manager takes each node's
+    not-ready taint off and KWOK patches its status again (2,000-4,000 node writes at 1,000 nodes, seen
+    in this benchmark's write counts), which would be billed to whichever scenario runs first."""
+    started = time.monotonic()
+
+    def node_writes() -> float:
+        writes = writes_by_resource(apiserver_metrics(plane))
+        return sum(n for key, n in writes.items() if key.split()[1].startswith("nodes"))
+
+    last = node_writes()
+    while time.monotonic() - started < limit:
+        time.sleep(5)
+        now = node_writes()
+        if (now - last) / 5 <= quiet:
+            break
+        last = now
+    print(f"nodes settled after {time.monotonic() - started:.1f} s more", flush=True)
 
 
 def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
@@ -305,11 +348,8 @@ def run_one(stack: Stack, backend: str, scenario: str, pods: int) -> dict[str, A
             for name, a in webhook_buckets(after.families).items()
             if (b := webhook_buckets(before.families).get(name, {})) is not None and quantile(b, a, 0.5) is not None
         },
-        "requests_by_verb": {
-            verb: int(count - requests_by_verb(before.families).get(verb, 0.0))
-            for verb, count in requests_by_verb(after.families).items()
-            if count - requests_by_verb(before.families).get(verb, 0.0) > 0
-        },
+        "requests_by_verb": delta(requests_by_verb(before.families), requests_by_verb(after.families)),
+        "writes_by_resource": delta(writes_by_resource(before.families), writes_by_resource(after.families), 10),
         "cpu_seconds": {
             name: round(after.cpu[name] - before.cpu.get(name, after.cpu[name]), 1)
             for name in sorted(after.cpu)
@@ -347,6 +387,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
             print(f"{r['backend']:<9} {cells[0]:>8} {cells[1]:>9} {cells[2]:>8} {ratio:>8} {spread:>7}  {hooks}")
         for r in rows:
             print(f"  {r['backend']}: requests {r['requests_by_verb']}")
+            print(f"  {r['backend']}: writes {r['writes_by_resource']}")
             print(f"  {r['backend']}: cpu s {r['cpu_seconds']}; gangkeeper peak RSS {r['gangkeeper_peak_rss_mib']} MiB")
 
 
