@@ -332,6 +332,7 @@ class Controller:
                 self.gang_objects.releases(gang.namespace, gang.name),
             ),
             self.requeuer.avoid_ends(gang.key),
+            self.reporter.counts_due.get(gang.key),  # newer counts held back (report.py)
         ]
         if decision.state == GangState.RELEASE and resolved.spec is not None:  # the pods just released
             moments.append(now + dt.timedelta(seconds=resolved.spec.timeout_seconds, milliseconds=1))
@@ -411,6 +412,7 @@ class Controller:
         self.work.keep_only(live)
         self.gang_objects.keep_only(set(live))
         self.waker.keep_only(set(live))
+        self.reporter.keep_only(set(live))
         self.related.keep_only(live)
         return Snapshot(
             nodes=index.node_list(),

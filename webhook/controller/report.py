@@ -12,11 +12,14 @@ from webhook.controller import metrics, placement
 from webhook.controller.cluster import GangView
 from webhook.controller.events import Recorder
 from webhook.controller.gangobject import (
+    COUNTS_SECONDS,
     Books,
     GangObjects,
     books_of,
     desired_object,
     desired_status,
+    differs,
+    differs_beyond_counts,
     release_records,
 )
 from webhook.controller.resolve import Resolved
@@ -28,6 +31,13 @@ class Reporter:
     def __init__(self, recorder: Recorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
         self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
         self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
+        self.counts_written: dict[str, dt.datetime] = {}  # when each Gang's counts were last written
+        self.counts_due: dict[str, dt.datetime] = {}  # Gangs whose newer counts wait for COUNTS_SECONDS
+
+    def keep_only(self, live: set[str]) -> None:
+        for times in (self.last_state, self.counts_written, self.counts_due):
+            for key in set(times) - live:
+                del times[key]
 
     def save_books(
         self, gang: GangView, resolved: Resolved, decision: Decision, books: Books, now: dt.datetime
@@ -64,7 +74,22 @@ class Reporter:
         records.update(release_records(released or {}))
         if records:
             status["released"] = records
+        elif current is not None and differs(current.get("status") or {}, status):
+            status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
         return self.gang_objects.write(wanted, status) is not None
+
+    def _counts_now_or_later(self, key: str, current: Obj, status: Obj, now: dt.datetime) -> Obj:
+        """The status to write this pass: a change of the counts alone waits until COUNTS_SECONDS after
+        the last one written (a pass comes then: `counts_due`); any other change goes at once."""
+        last = self.counts_written.get(key)
+        if not differs_beyond_counts(current, status) and last is not None:
+            due = last + dt.timedelta(seconds=COUNTS_SECONDS)
+            if now < due:
+                self.counts_due[key] = due
+                return {}
+        self.counts_written[key] = now
+        self.counts_due.pop(key, None)
+        return status
 
     def record_releases(
         self, gang: GangView, resolved: Resolved, decision: Decision, released: Mapping[str, Release], now: dt.datetime
