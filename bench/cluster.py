@@ -10,7 +10,9 @@ namespace of one cluster:
 - native: the API server's Workload/PodGroup and kube-scheduler's gang plugin (this version's);
 - volcano: Volcano's scheduler, controller manager and admission (when built).
 
-Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once. Per
+Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once; `pinch`,
+the --pods gang into a pool of unused nodes that holds 90% of it, the rest of the pool added once every
+pod exists (bound before the capacity came: a partial start; then capacity -> all bound). Per
 backend it prints, from the moment the Jobs are applied: all pods created, created -> all bound (last
 creation to last binding), all Running, the ratio of that to the floor's; kube-apiserver's webhook
 admission latency from its own histogram (p50/p99 per webhook), its requests by verb, each component's
@@ -21,7 +23,7 @@ Times come from one watch of the namespace's pods (local receive time of each po
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano]
-                            [--scenarios one,many] [--json out.json]
+                            [--scenarios one,many,pinch] [--json out.json]
 """
 
 from __future__ import annotations
@@ -284,17 +286,62 @@ def settle_nodes(plane: ControlPlane, quiet: float = 1.0, limit: float = 600.0) 
     print(f"nodes settled after {time.monotonic() - started:.1f} s more", flush=True)
 
 
+POOL_LABEL = "bench.gangkeeper.io/pool"
+# the pinch: the pool first holds this share of the gang, then the rest of what it needs is added
+PINCH_SHARE = 0.9
+
+
 def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
     if scenario == "one":
         return [workloads.job("gang", namespace, pods, "1")]
+    if scenario == "pinch":
+        job = workloads.job("gang", namespace, pods, "1")
+        job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: namespace}
+        return [job]
     return [workloads.job(f"gang-{i}", namespace, 20, "1") for i in range(50)]
 
 
-def run_one(stack: Stack, backend: str, scenario: str, pods: int) -> dict[str, Any]:
+@dataclass
+class Pinch:
+    """The pinch scenario's pool: nodes never used by an earlier run, labelled for this namespace, a
+    share of the gang's need at first and the rest when `widen` is called."""
+
+    stack: Stack
+    namespace: str
+    first: list[str]
+    rest: list[str]
+
+    @classmethod
+    def take(cls, stack: Stack, namespace: str, pods: int, node_cpu: int, used: list[int]) -> Pinch:
+        need = -(-pods // node_cpu)
+        start = used[0]
+        names = stack.workers[start : start + need]
+        if len(names) < need:
+            raise SystemExit(f"the pinch needs {need} unused nodes; add --nodes")
+        used[0] = start + need
+        share = int(need * PINCH_SHARE)
+        pinch = cls(stack, namespace, names[:share], names[share:])
+        pinch.label(pinch.first)
+        return pinch
+
+    def label(self, nodes: list[str]) -> None:
+        for chunk in range(0, len(nodes), 100):
+            self.stack.plane.kubectl("label", "nodes", *nodes[chunk : chunk + 100], f"{POOL_LABEL}={self.namespace}")
+
+    def widen(self) -> float:
+        """The rest of the pool labelled; returns when (monotonic) the capacity arrived."""
+        self.label(self.rest)
+        return time.monotonic()
+
+
+def run_one(
+    stack: Stack, backend: str, scenario: str, pods: int, node_cpu: int = 8, used: list[int] | None = None
+) -> dict[str, Any]:
     namespace = stack.namespace(
         f"bench-{scenario}-{backend}", None if backend == "floor" else backend, backend != "floor"
     )
     jobs = scenario_jobs(scenario, namespace, pods)
+    pinch = Pinch.take(stack, namespace, pods, node_cpu, used or [0]) if scenario == "pinch" else None
     expected = sum(j["spec"]["parallelism"] for j in jobs)
     core = client.CoreV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
     timeline, stop = Timeline(), threading.Event()
@@ -308,11 +355,18 @@ def run_one(stack: Stack, backend: str, scenario: str, pods: int) -> dict[str, A
     # refused, naming what is missing, until it sees its API
     wait_until(lambda: stack.plane.apply(jobs) or True, f"the {backend} Jobs admitted", 120, every=5)
     deadline = applied + 600
+    widened: float | None = None
+    bound_before_capacity = 0
     while len(timeline.running) < expected and time.monotonic() < deadline:
         time.sleep(0.25)
         peak_rss = max(
             peak_rss, sum(rss_mib(pid) for name, pid in components(stack).items() if name.startswith(GANGKEEPER))
         )
+        # the pinch: once every pod exists and the cluster had 10 s to place what fits, the rest arrives
+        settled = len(timeline.created) >= expected and time.monotonic() - max(timeline.created.values()) >= 10
+        if pinch is not None and widened is None and settled:
+            bound_before_capacity = len(timeline.bound)
+            widened = pinch.widen()
     after = Snapshot.take(stack)
     stop.set()
     watcher.join(timeout=10)
@@ -330,6 +384,18 @@ def run_one(stack: Stack, backend: str, scenario: str, pods: int) -> dict[str, A
         # a gang's first binding before all its pods exist would be a partial start (the floor's is)
         "pods_existing_at_first_binding": sum(1 for t in created if bound and t <= bound[0]),
         "first_bound_after_all_created_s": round(bound[0] - created[-1], 2) if len(bound) >= expected else None,
+        # the pinch: pods bound while the gang could not fit (a partial start), and from the capacity's
+        # arrival to the last binding
+        **(
+            {
+                "bound_before_capacity": bound_before_capacity,
+                "capacity_to_all_bound_s": round(bound[-1] - widened, 2)
+                if widened is not None and len(bound) >= expected
+                else None,
+            }
+            if pinch is not None
+            else {}
+        ),
         "pod_patch_ms": {
             q: (lambda v: None if v is None else round(v * 1000, 1))(
                 quantile(
@@ -385,6 +451,11 @@ def print_table(results: list[dict[str, Any]]) -> None:
             ]
             spread = r["binding_spread_s"] if r["binding_spread_s"] is not None else "-"
             print(f"{r['backend']:<9} {cells[0]:>8} {cells[1]:>9} {cells[2]:>8} {ratio:>8} {spread:>7}  {hooks}")
+            if "capacity_to_all_bound_s" in r:
+                print(
+                    f"{'':<9} pinch: {r['bound_before_capacity']} of {r['pods']} bound before the capacity came, "
+                    f"then all bound {r['capacity_to_all_bound_s']} s after it"
+                )
         for r in rows:
             print(f"  {r['backend']}: requests {r['requests_by_verb']}")
             print(f"  {r['backend']}: writes {r['writes_by_resource']}")
@@ -421,9 +492,10 @@ def main() -> None:
             processes = volcano.start(plane)
             running.callback(volcano.stop, plane, processes)
         make_nodes(stack, args.nodes, args.node_cpu)
+        used = [0]  # the pinch takes nodes no earlier run used
         for scenario in args.scenarios.split(","):
             for backend in backends:
-                result = run_one(stack, backend, scenario, args.pods)
+                result = run_one(stack, backend, scenario, args.pods, args.node_cpu, used)
                 print(json.dumps(result), flush=True)
                 results.append(result)
     print_table(results)
