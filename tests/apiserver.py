@@ -1,10 +1,11 @@
 """A small Kubernetes API server for controller tests, enforcing the rules the real one enforces for
 the calls gangkeeper's controller makes:
 
-- a pod's scheduling gates can only be removed, never added, after creation, and `spec.nodeSelector`
-  may only gain keys, and only while the pod is gated; other spec fields are immutable
-  (pkg/apis/core/validation/validation.go ValidatePodUpdate and validatePodSchedulingGates; KEP-3521,
-  KEP-3838);
+- a pod's scheduling gates can only be removed, never added, after creation; `spec.nodeSelector`
+  may only gain keys, and the required node affinity terms only gain requirements (none may be set
+  freely), and only while the pod is gated; other spec fields are immutable
+  (pkg/apis/core/validation/validation.go ValidatePodUpdate, validatePodSchedulingGates and
+  validateNodeAffinityMutation; KEP-3521, KEP-3838);
 - a write carrying a stale `metadata.resourceVersion` gets 409 Conflict; a missing object 404;
   creating an existing name 409 AlreadyExists (k8s.io/apiserver/pkg/storage/etcd3/store.go
   GuaranteedUpdate and Create);
@@ -147,11 +148,53 @@ def check_pod_update(old: Obj, new: Obj) -> None:
                 "Invalid",
                 "spec.nodeSelector: Invalid value: only additions to nodeSelector are allowed while the pod is gated",
             )
-    strip = ("schedulingGates", "nodeSelector", "nodeName")
+    old_affinity, new_affinity = old_spec.get("affinity") or {}, new_spec.get("affinity") or {}
+    if old_affinity != new_affinity:
+        _check_affinity_update(old_affinity, new_affinity, gated=bool(old_gates))
+    strip = ("schedulingGates", "nodeSelector", "nodeName", "affinity")
     if {k: v for k, v in old_spec.items() if k not in strip} != {k: v for k, v in new_spec.items() if k not in strip}:
         raise Reject(422, "Invalid", "spec: Forbidden: pod updates may not change fields other than the allowed ones")
     if new_spec.get("nodeName") != old_spec.get("nodeName"):
         raise Reject(422, "Invalid", "spec.nodeName: Forbidden: set by binding, not by update")
+
+
+def _required(affinity: Obj) -> Obj | None:
+    return (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def _check_affinity_update(old: Obj, new: Obj, gated: bool) -> None:
+    """Only a gated pod's required node terms may change, and only by gaining requirements."""
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    rest_old = {
+        **old,
+        "nodeAffinity": {k: v for k, v in (old.get("nodeAffinity") or {}).items() if "required" not in k},
+    }
+    rest_new = {
+        **new,
+        "nodeAffinity": {k: v for k, v in (new.get("nodeAffinity") or {}).items() if "required" not in k},
+    }
+    if not gated or rest_old != rest_new:
+        raise Reject(422, "Invalid", "spec: Forbidden: pod updates may not change fields other than the allowed ones")
+    old_terms = (_required(old) or {}).get("nodeSelectorTerms") or []
+    new_terms = (_required(new) or {}).get("nodeSelectorTerms") or []
+    if _required(old) is None or not old_terms:
+        return
+    if len(new_terms) != len(old_terms):
+        raise Reject(
+            422,
+            "Invalid",
+            f"{path}: Invalid value: no additions/deletions to non-empty NodeSelectorTerms list are allowed",
+        )
+    for i, (before, after) in enumerate(zip(old_terms, new_terms, strict=True)):
+        grown = all(
+            (after.get(part) or [])[: len(before.get(part) or [])] == (before.get(part) or [])
+            for part in ("matchExpressions", "matchFields")
+        )
+        emptied = not (before.get("matchExpressions") or before.get("matchFields")) and after != before
+        if not grown or emptied:
+            raise Reject(
+                422, "Invalid", f"{path}[{i}]: Invalid value: only additions are allowed (no mutations or deletions)"
+            )
 
 
 class Store:

@@ -52,6 +52,40 @@ def test_node_selector_only_grows_and_only_while_gated(api: Api) -> None:
     assert ungated.value.status == 422
 
 
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
+            }
+        }
+    }
+
+
+ZONE_A = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+ON_W1 = {"key": "metadata.name", "operator": "In", "values": ["w1"]}
+
+
+def test_required_node_terms_only_gain_requirements_and_only_while_gated(api: Api) -> None:
+    api.create(PODS.path("team-a"), b.pod("p", spec=b.pod_spec(schedulingGates=[GATE], **required(ZONE_A)["spec"])))
+    path = PODS.path("team-a", "p")
+    with pytest.raises(ApiError) as another_term:
+        api.merge_patch(path, required(ZONE_A, {"matchFields": [ON_W1]}))
+    assert another_term.value.status == 422 and "no additions/deletions" in another_term.value.body
+    with pytest.raises(ApiError) as changed:
+        api.merge_patch(path, required({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}))
+    assert changed.value.status == 422 and "only additions are allowed" in changed.value.body
+    # the release: the pin ANDed into the term, the gate lifted, in one request
+    api.merge_patch(path, {"spec": {**required({**ZONE_A, "matchFields": [ON_W1]})["spec"], "schedulingGates": None}})
+    with pytest.raises(ApiError) as ungated:
+        api.merge_patch(path, required({**ZONE_A, "matchFields": [ON_W1, ON_W1]}))
+    assert ungated.value.status == 422
+    # none at all: any terms may be set
+    gated = b.pod("q", spec=b.pod_spec(schedulingGates=[GATE]))
+    api.create(PODS.path("team-a"), gated)
+    api.merge_patch(PODS.path("team-a", "q"), required({"matchFields": [ON_W1]}))
+
+
 def test_stale_resource_version_conflicts_and_missing_objects_are_404(api: Api) -> None:
     created = gated_pod(api)
     path = PODS.path("team-a", "p")

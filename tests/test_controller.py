@@ -24,6 +24,7 @@ from tests.cluster import (
 )
 from tests.recorder import ListRecorder
 from webhook.controller.reconciler import Controller
+from webhook.controller.state import pinned_to
 from webhook.kube import Api, ApiError
 
 
@@ -67,9 +68,8 @@ def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiSe
     assert decision.state == "Release" and len(decision.release) == 4
     released = pods(server.store)
     assert all(not p["spec"].get("schedulingGates") for p in released)
-    assert all(
-        p["spec"]["nodeSelector"]["kubernetes.io/hostname"] in {"worker1", "worker2", "worker3"} for p in released
-    )
+    assert all(pinned_to(p["spec"]) in {"worker1", "worker2", "worker3"} for p in released)
+    assert all("nodeSelector" not in p["spec"] for p in released)
     assert default_scheduler(server.store) == 4  # the whole gang starts together
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
     assert events(controller, "GangReleased")

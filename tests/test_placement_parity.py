@@ -17,7 +17,7 @@ from tests.scheduler import overcommitted, schedule
 from tests.schemas import validate
 from webhook.controller.explain import explain
 from webhook.controller.reconciler import Controller
-from webhook.controller.state import HOSTNAME_LABEL
+from webhook.controller.state import HOSTNAME_LABEL, pinned_to
 from webhook.kube import Api, client_from
 
 NS = "team-a"
@@ -59,7 +59,7 @@ def test_host_port_pods_get_a_node_each_and_every_one_binds(store: Store, api: A
     add_job(store, "ports", 4, b.pod_spec(container))
     decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-ports"]
     assert decision.state == "Release" and not decision.unmodelled, decision.message
-    pins = [p["spec"]["nodeSelector"][HOSTNAME_LABEL] for p in gang_pods(store)]
+    pins = [pinned_to(p["spec"]) for p in gang_pods(store)]
     assert sorted(pins) == ["worker1", "worker2", "worker3", "worker4"]
     outcome = schedule(store)
     assert not [why for why in outcome.values() if why.startswith("!")], outcome
@@ -195,7 +195,8 @@ def test_every_pinned_pod_is_bound_by_the_scheduler_where_it_was_pinned(
         if decision.state != "Release":
             assert decision.state in ("WaitingForCapacity", "NeverFits"), decision.message
             return
-        pinned = {p["metadata"]["name"]: p["spec"]["nodeSelector"][HOSTNAME_LABEL] for p in gang_pods(store)}
+        pinned = {p["metadata"]["name"]: pinned_to(p["spec"]) for p in gang_pods(store)}
+        assert None not in pinned.values(), pinned
         for pod in gang_pods(store):
             validate(pod)
         outcome = schedule(store)

@@ -20,6 +20,7 @@ from tests.realcluster.faultproxy import Fault, FaultProxy, Request
 from tests.realcluster.stack import Stack, bound, gated, running, wait_until
 from tests.test_real_recovery import job_events
 from tests.test_real_seeds import assert_started_together
+from webhook.controller.state import pinned_to
 
 pytestmark = pytest.mark.cluster
 CONTROLLER = "gangkeeper-controller"
@@ -88,7 +89,8 @@ def test_a_release_patch_lost_while_its_node_is_taken_requeues_the_gang_whole(
     refused = wait_until(
         lambda: [r for r in proxy.faulted() if release_of(namespace, r)], f"a release PATCH answered {fault.name}", 90
     )
-    promised = json.loads(refused[0].body)["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+    promised = pinned_to(json.loads(refused[0].body)["spec"])
+    assert promised, refused[0].body
     stack.plane.apply(intruder(other, promised, "6"))
     # three members bind, the fourth stays gated: its PATCHes fail, and its node is taken anyway
     wait_until(

@@ -47,7 +47,8 @@ def test_a_required_rack_gang_waits_whole_until_one_rack_frees_then_lands_in_it(
     stack.plane.apply([blocker(plain, "fill-r1", nodes[0], "2"), blocker(plain, "fill-r2", nodes[2], "2")])
     wait_until(lambda: len(running(stack.pods(plain))) == 2, "the fillers Running", 60)
     annotations = {"kai.scheduler/topology-required-placement": RACK, "gangkeeper.io/placement": "pack"}
-    stack.plane.apply(workloads.job("train", namespace, 4, "2", annotations=annotations))
+    # backoffLimit: the member deleted below must not fail the Job (test_real_recovery.py says why)
+    stack.plane.apply(workloads.job("train", namespace, 4, "2", annotations=annotations, backoffLimit=6))
     wait_until(lambda: len(stack.pods(namespace)) == 4, "the gang's pods", 60)
     gang = wait_until(
         lambda: (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from webhook import contract
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape, Units
 from webhook.controller.preemption import Victim
-from webhook.controller.state import HOSTNAME_LABEL, PodView, Release, ever_placement, shape_of
+from webhook.controller.state import PodView, Release, ever_placement, shape_of
 from webhook.gangs.model import Obj
 
 
@@ -82,7 +82,6 @@ class ClusterIndex:
         self._version = 0
         self._node_list: list[Node] | None = None
         self._eligibility: Eligibility | None = None
-        self._hostnames: dict[str, str] | None = None
         self._ever: dict[tuple[tuple[Shape, int], ...], Placement] = {}
 
     # --- changes in ---------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ class ClusterIndex:
 
     def _set_node(self, name: str, node: Obj | None) -> None:
         self.nodes_epoch += 1
-        self._node_list = self._eligibility = self._hostnames = None
+        self._node_list = self._eligibility = None
         self._ever = {}
         if node is None:
             self.nodes.pop(name, None)
@@ -226,11 +225,6 @@ class ClusterIndex:
         if self._eligibility is None:
             self._eligibility = Eligibility(self.node_list())
         return self._eligibility
-
-    def hostnames(self) -> dict[str, str]:
-        if self._hostnames is None:
-            self._hostnames = {n.name: n.labels.get(HOSTNAME_LABEL, n.name) for n in self.nodes.values()}
-        return self._hostnames
 
     def gangs(self) -> dict[str, GangView]:
         views: dict[str, GangView] = {}

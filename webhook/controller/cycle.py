@@ -196,7 +196,7 @@ class ReleaseCycle:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)
                 adjust(snapshot.free, decision.reserve, -1)
-            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, snapshot.hostnames, now)
+            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
             snapshot.released(gang, decision.release.values())
             queue.released()
         elif decision.state == GangState.TIMED_OUT:

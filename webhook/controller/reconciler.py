@@ -418,7 +418,6 @@ class Controller:
             nodes=index.node_list(),
             # the index's figures, shared: a pass replaces a node's figures when it promises capacity
             free=dict(index.free),
-            hostnames=index.hostnames(),
             gangs=live,
             stray_gated=list(index.stray_gated.values()),
             ports=dict(index.ports),

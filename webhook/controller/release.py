@@ -74,7 +74,6 @@ class Releaser:
         decision: Decision,
         free: dict[str, dict[str, int]],
         ports: dict[str, Counter[HostPort]],
-        hostnames: Mapping[str, str],
         now: dt.datetime,
     ) -> None:
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
@@ -85,11 +84,10 @@ class Releaser:
             adjust(free, {node: view.units}, -1)  # promised before any PATCH: no other gang takes it
             if view.shape.host_ports:
                 ports[node] = Counter(ports.get(node) or {}) + Counter(view.shape.host_ports)
-            gates = (raw.get("spec") or {}).get("schedulingGates") or []
             # a pin would promise what placement did not check (pod affinity, spread): leave those to the
             # scheduler, with the planned node's capacity reserved until the pod binds or times out
-            pin = None if decision.unmodelled else hostnames.get(node, node)
-            patches.append((view, release_patch(view, pin, gates)))
+            pin = None if decision.unmodelled else node
+            patches.append((view, release_patch(view, pin, raw.get("spec") or {})))
             records[pod_name] = Release(view.uid, node, now)
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})

@@ -23,7 +23,6 @@ class Snapshot:
 
     nodes: list[Node]
     free: dict[str, dict[str, int]]
-    hostnames: Mapping[str, str]
     gangs: dict[str, GangView]
     stray_gated: list[tuple[PodView, Obj]]
     ports: dict[str, Counter[HostPort]]
