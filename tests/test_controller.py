@@ -72,7 +72,8 @@ def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiSe
     assert all("nodeSelector" not in p["spec"] for p in released)
     assert default_scheduler(server.store) == 4  # the whole gang starts together
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
-    assert events(controller, "GangReleased")
+    (released_event,) = events(controller, "GangReleased")  # on the Job alone: its pods get Scheduled
+    assert released_event["involvedObject"]["kind"] == "Job", released_event
 
 
 def test_control_without_gangkeeper_starts_one_of_four(server: TestApiServer) -> None:

@@ -131,7 +131,10 @@ class Reporter:
             self._tell(gang, resolved, decision)
 
     def _tell(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
-        """The event of the state the gang entered, on its workload (and its pods, where they move)."""
+        """The event of the state the gang entered, on its workload; on its pods too when they stay
+        Pending for good (NeverFits), so `kubectl describe pod` says why. A released pod is told by the
+        scheduler's own Scheduled event: a per-pod GangReleased was 1,000 event writes racing a
+        1,000-pod gang's bindings on the API server (bench/cluster.py)."""
         reason, kind = STATE_EVENTS.get(decision.state, ("", ""))
         if not reason:
             return
@@ -139,7 +142,7 @@ class Reporter:
         if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
             message += "; " + "; ".join(placement.summarize(decision.placement.why, limit=3)[:3])
         self.event(resolved.workload or gang.raw[0], kind, reason, message)
-        if decision.state in ("Release", "NeverFits"):
+        if decision.state == "NeverFits":
             for pod in gang.raw:
                 self.event(pod, kind, reason, message)
 
