@@ -8,7 +8,8 @@ namespace of one cluster:
 - floor: a namespace not opted in (the default scheduler, no gang);
 - gate: gangkeeper's controller holds and releases the gang;
 - native: the API server's Workload/PodGroup and kube-scheduler's gang plugin (this version's);
-- volcano: Volcano's scheduler, controller manager and admission (when built).
+- volcano: Volcano's scheduler, controller manager and admission (when built);
+- coscheduling: scheduler-plugins' Coscheduling as a second scheduler, its PodGroups (when built).
 
 Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once; `pinch`,
 the --pods gang into a pool of unused nodes that holds 90% of it, the rest of the pool added once every
@@ -22,7 +23,7 @@ production cluster sets them (--client-qps, printed), so the floor is not the Jo
 Times come from one watch of the namespace's pods (local receive time of each pod's first event, of the
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
-    python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano]
+    python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
                             [--scenarios one,many,pinch] [--json out.json]
 """
 
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realcluster import volcano, workloads
+from tests.realcluster import coscheduling, volcano, workloads
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import FAKE, Stack, wait_until
 
@@ -467,7 +468,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--node-cpu", type=int, default=8)
     parser.add_argument("--pods", type=int, default=1000, help="pods of the `one` scenario's gang")
-    parser.add_argument("--backends", default="floor,gate,native,volcano")
+    parser.add_argument("--backends", default="floor,gate,native,volcano,coscheduling")
     parser.add_argument("--scenarios", default="one,many")
     parser.add_argument("--client-qps", type=int, default=100, help="controller manager's and scheduler's")
     parser.add_argument("--release-concurrency", type=int, default=None, help="the controller's, when not its default")
@@ -475,9 +476,10 @@ def main() -> None:
     args = parser.parse_args()
     version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
     backends = args.backends.split(",")
-    if "volcano" in backends and volcano.missing():
-        print(f"volcano skipped: {volcano.missing()}")
-        backends.remove("volcano")
+    for name, module in (("volcano", volcano), ("coscheduling", coscheduling)):
+        if name in backends and module.missing():
+            print(f"{name} skipped: {module.missing()}")
+            backends.remove(name)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp, ExitStack() as running:
         plane = ControlPlane(Path(tmp), kubernetes_version=version, client_qps=args.client_qps)
@@ -491,6 +493,8 @@ def main() -> None:
         if "volcano" in backends:
             processes = volcano.start(plane)
             running.callback(volcano.stop, plane, processes)
+        if "coscheduling" in backends:
+            running.callback(coscheduling.start(plane).stop)
         make_nodes(stack, args.nodes, args.node_cpu)
         used = [0]  # the pinch takes nodes no earlier run used
         for scenario in args.scenarios.split(","):

@@ -47,7 +47,11 @@ def start(
                 "apiVersion": "kubescheduler.config.k8s.io/v1",
                 "kind": "KubeSchedulerConfiguration",
                 "leaderElection": {"leaderElect": False},
-                "clientConnection": {"kubeconfig": str(plane.kubeconfig)},
+                # the plane's client QPS when it sets one (bench/cluster.py), as kube-scheduler's flags
+                "clientConnection": {
+                    "kubeconfig": str(plane.kubeconfig),
+                    **({"qps": plane.client_qps, "burst": 2 * plane.client_qps} if plane.client_qps else {}),
+                },
                 "profiles": [
                     {
                         "schedulerName": scheduler_name,
