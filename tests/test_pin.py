@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver import Reject, check_pod_update
+from tests.apiserver import Reject, check_pod_update, merge_patch
 from webhook.controller.state import PodView, pin_terms, pinned_to, release_patch
 
 ZONE_A = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
@@ -32,19 +32,8 @@ def released(spec: dict[str, Any], node: str | None) -> dict[str, Any]:
     """The pod after the merge patch (RFC 7386) is applied, as the API server stores it."""
     pod = {"metadata": {"name": "p", "resourceVersion": "7"}, "spec": spec}
     patch = release_patch(PodView.from_api(pod), node, spec)
-
-    def merge(target: Any, change: Any) -> Any:
-        if not isinstance(change, dict):
-            return change
-        out = dict(target) if isinstance(target, dict) else {}
-        for key, value in change.items():
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = merge(out.get(key), value)
-        return out
-
-    return merge({"spec": spec}, {"spec": patch["spec"]})["spec"]
+    after: dict[str, Any] = merge_patch({"spec": spec}, {"spec": patch["spec"]})["spec"]
+    return after
 
 
 def test_a_pod_with_no_terms_gets_one_term_of_the_pin_alone() -> None:
