@@ -43,7 +43,10 @@ lint: $(BIN)/.installed
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
 # tier (tests/test_real_*.py) needs the components hack/cluster/build.sh builds (cached): the core first,
 # the rest beside the tests (hack/test.sh)
-test: lint cluster-core image-tools
+# lint (mypy from an empty cache) and Debian's image tools run beside the core build, not before it:
+# on a fresh machine's two cores the build leaves them room
+test: $(BIN)/.installed
+	$(MAKE) -j3 lint cluster-core image-tools
 	BIN=$(BIN) bash hack/test.sh
 
 # what most tests need, built before them; hack/test.sh builds the rest beside them

@@ -54,7 +54,9 @@ build() {
   gomod "$name" "$module" "$version" "$staging" >"$work/go.mod"
   # a Kubernetes patch release the proxy refuses a module of is swapped for a served one (K8S_PIN=from:to)
   if [[ -n "${K8S_PIN:-}" ]]; then sed -i "/^\tk8s.io\//s/${K8S_PIN%%:*}/${K8S_PIN##*:}/g" "$work/go.mod"; fi
-  (cd "$work" && go build -ldflags "-s -w $ldflags" -o "$out/" "$@")
+  # no DWARF: the binaries are stripped of it at link (-s -w) anyway, and not generating it cuts the
+  # compile's CPU by a sixth (kwok from an empty build cache: 332 -> 278 CPU-seconds)
+  (cd "$work" && go build -gcflags=all=-dwarf=false -ldflags "-s -w $ldflags" -o "$out/" "$@")
   printf '%s %s built in %ss\n' "$name" "$version" "$((SECONDS - start))" | tee "$out/.complete" >&2
 }
 
