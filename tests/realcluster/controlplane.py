@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from tests.realcluster import pki as pki_module
+from tests.realcluster.reader import ApiReader, Unresolved
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
@@ -340,6 +342,7 @@ class ControlPlane:
             self.processes.remove(process)
         self.kubernetes_version = version
         self.minor = ".".join(version.split(".")[:2])
+        self.__dict__.pop("reader", None)  # what the new release serves is discovered again
         self._start_apiserver()
         self._start_kube_controller_manager()
         self.start_scheduler()
@@ -428,9 +431,24 @@ class ControlPlane:
         )
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", *extra, stdin=text).stdout
 
-    def get(self, kind: str, name: str | None = None, namespace: str | None = None, selector: str | None = None) -> Any:
-        """The object as JSON, None when it does not exist; a list's items when no name is given."""
+    @functools.cached_property
+    def reader(self) -> ApiReader:
+        return ApiReader(self.server, self.pki.ca, self.pki.cert("admin"), self.pki.key("admin"))
+
+    def get(
+        self,
+        kind: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        selector: str | None = None,
+        all_namespaces: bool = False,
+    ) -> Any:
+        """The object as JSON, None when it does not exist; a list's items when no name is given. Read in
+        this process (tests/realcluster/reader.py); what it cannot resolve, by kubectl."""
+        with contextlib.suppress(Unresolved):
+            return self.reader.get(kind, name, namespace, selector, all_namespaces)
         args = ["get", kind, "-o", "json"]
+        args += ["-A"] if all_namespaces else []
         args += [name] if name else []
         args += ["-n", namespace] if namespace else []
         args += ["-l", selector] if selector else []

@@ -5,7 +5,6 @@ this watch saw none."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -67,9 +66,8 @@ class PartialWatch:
                     self.violations.append(f"{key} partly bound for {now - since:.0f}s")
 
 
-def pods_lister(kubectl: Callable[..., Any]) -> Callable[[], list[dict[str, Any]]]:
+def pods_lister(get: Callable[..., Any]) -> Callable[[], list[dict[str, Any]]]:
     def list_pods() -> list[dict[str, Any]]:
-        result = kubectl("get", "pods", "-A", "-l", "gangkeeper.io/group", "-o", "json", check=False)
-        return list(json.loads(result.stdout or '{"items": []}')["items"])
+        return list(get("pods", selector="gangkeeper.io/group", all_namespaces=True))
 
     return list_pods

@@ -55,7 +55,7 @@ class Stack:
     def running(self) -> Iterator[Stack]:
         with self.plane, contextlib.ExitStack() as nodes:
             self.system = [nodes.enter_context(SystemNode(self.plane, name, self.image)) for name in SYSTEM_NODES]
-            self.watch = PartialWatch(pods_lister(self.plane.kubectl))
+            self.watch = PartialWatch(pods_lister(self.plane.get))
             self.watch.start()
             try:
                 if self.overlay:
