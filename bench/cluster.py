@@ -13,7 +13,10 @@ namespace of one cluster:
 
 Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once; `pinch`,
 the --pods gang into a pool of unused nodes that holds 90% of it, the rest of the pool added once every
-pod exists (bound before the capacity came: a partial start; then capacity -> all bound). Per
+pod exists (bound before the capacity came: a partial start; then capacity -> all bound); `crowded`, a
+64-pod gang into a cluster already running --crowd pods (default 100,000; made once, before the first
+`crowded` run, in a namespace not opted in, bound by name round the nodes and requesting nothing, so
+they weigh on every watch, cache and informer but take no room the other scenarios count on). Per
 backend it prints, from the moment the Jobs are applied: all pods created, created -> all bound (last
 creation to last binding), all Running, the ratio of that to the floor's; kube-apiserver's webhook
 admission latency from its own histogram (p50/p99 per webhook), its requests by verb, each component's
@@ -24,14 +27,16 @@ Times come from one watch of the namespace's pods (local receive time of each po
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
-                            [--scenarios one,many,pinch] [--json out.json]
+                            [--scenarios one,many,pinch,crowded] [--crowd 100000] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import ssl
 import sys
 import tempfile
 import threading
@@ -129,8 +134,6 @@ def components(stack: Stack) -> dict[str, int]:
 
 
 def apiserver_metrics(plane: ControlPlane) -> list[Any]:
-    import ssl
-
     context = ssl.create_default_context(cafile=str(plane.pki.ca))
     context.load_cert_chain(str(plane.pki.cert("admin")), str(plane.pki.key("admin")))
     with urllib.request.urlopen(f"{plane.server}/metrics", context=context, timeout=30) as answer:
@@ -267,27 +270,82 @@ def make_nodes(stack: Stack, count: int, cpu: int) -> None:
     settle_nodes(stack.plane)
 
 
-def settle_nodes(plane: ControlPlane, quiet: float = 1.0, limit: float = 600.0) -> None:
+def settle_nodes(plane: ControlPlane, quiet: float = 1.0, limit: float = 600.0, resource: str = "nodes") -> None:
     """Wait until the new nodes stop being written: after Ready, the controller manager takes each node's
     not-ready taint off and KWOK patches its status again (2,000-4,000 node writes at 1,000 nodes, seen
     in this benchmark's write counts), which would be billed to whichever scenario runs first."""
     started = time.monotonic()
 
-    def node_writes() -> float:
-        writes = writes_by_resource(apiserver_metrics(plane))
-        return sum(n for key, n in writes.items() if key.split()[1].startswith("nodes"))
+    def writes() -> float:
+        counted = writes_by_resource(apiserver_metrics(plane))
+        return sum(n for key, n in counted.items() if key.split()[1].startswith(resource))
 
-    last = node_writes()
+    last = writes()
     while time.monotonic() - started < limit:
         time.sleep(5)
-        now = node_writes()
+        now = writes()
         if (now - last) / 5 <= quiet:
             break
         last = now
-    print(f"nodes settled after {time.monotonic() - started:.1f} s more", flush=True)
+    print(f"{resource} settled after {time.monotonic() - started:.1f} s more", flush=True)
+
+
+CROWD_NAMESPACE = "bench-crowd"
+
+
+def make_crowd(stack: Stack, count: int, threads: int = 16) -> None:
+    """`count` running pods for the `crowded` scenario: bare pods bound by name round the benchmark's
+    nodes (no scheduling: what is measured is the gang's start among them, not their own), requesting
+    nothing. Sent over kept-alive connections of their own, a few hundred microseconds of this process's
+    CPU each (the kubernetes client's create costs ten times that), then KWOK runs them."""
+    namespace = stack.namespace(CROWD_NAMESPACE, None, opted_in=False)
+    plane, nodes = stack.plane, stack.workers
+    context = ssl.create_default_context(cafile=str(plane.pki.ca))
+    context.load_cert_chain(str(plane.pki.cert("admin")), str(plane.pki.key("admin")))
+    host, port = plane.server.removeprefix("https://").rsplit(":", 1)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    failed: list[str] = []
+
+    def create(first: int) -> None:
+        connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=60)
+        for i in range(first, count, threads):
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"crowd-{i}", "labels": {"app": "crowd"}},
+                "spec": {
+                    "nodeName": nodes[i % len(nodes)],
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            }
+            for attempt in range(5):  # a 429 or a dropped connection under the burst: again, a moment later
+                try:
+                    connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                    answer = connection.getresponse()
+                    answer.read()
+                    if answer.status in (201, 409):
+                        break
+                except (OSError, http.client.HTTPException):
+                    connection.close()
+                    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=60)
+                time.sleep(0.5 * (attempt + 1))
+            else:
+                failed.append(f"crowd-{i}")
+        connection.close()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, range(threads)))
+    if failed:
+        raise SystemExit(f"{len(failed)} crowd pods not created, e.g. {failed[:3]}")
+    created = time.monotonic() - started
+    print(f"{count} crowd pods created in {created:.1f} s", flush=True)
+    settle_nodes(plane, quiet=5.0, limit=1800.0, resource="pods")
 
 
 POOL_LABEL = "bench.gangkeeper.io/pool"
+CROWDED_GANG = 64  # the issue's: a 64-pod gang into a cluster already running 100,000 pods
 # the pinch: the pool first holds this share of the gang, then the rest of what it needs is added
 PINCH_SHARE = 0.9
 
@@ -295,6 +353,8 @@ PINCH_SHARE = 0.9
 def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
     if scenario == "one":
         return [workloads.job("gang", namespace, pods, "1")]
+    if scenario == "crowded":
+        return [workloads.job("gang", namespace, CROWDED_GANG, "1")]
     if scenario == "pinch":
         job = workloads.job("gang", namespace, pods, "1")
         job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: namespace}
@@ -470,6 +530,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=1000, help="pods of the `one` scenario's gang")
     parser.add_argument("--backends", default="floor,gate,native,volcano,coscheduling")
     parser.add_argument("--scenarios", default="one,many")
+    parser.add_argument("--crowd", type=int, default=100_000, help="running pods the `crowded` scenario starts among")
     parser.add_argument("--client-qps", type=int, default=100, help="controller manager's and scheduler's")
     parser.add_argument("--release-concurrency", type=int, default=None, help="the controller's, when not its default")
     parser.add_argument("--json", default=None)
@@ -498,6 +559,8 @@ def main() -> None:
         make_nodes(stack, args.nodes, args.node_cpu)
         used = [0]  # the pinch takes nodes no earlier run used
         for scenario in args.scenarios.split(","):
+            if scenario == "crowded" and CROWD_NAMESPACE not in stack.namespaces:
+                make_crowd(stack, args.crowd)
             for backend in backends:
                 result = run_one(stack, backend, scenario, args.pods, args.node_cpu, used)
                 print(json.dumps(result), flush=True)
