@@ -198,11 +198,22 @@ def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(stack: Stack
     assert "GangPreempting" in events and "GangPreempted" in events
     # the high gang ends; the victim is resumed after its backoff and runs whole again
     stack.plane.kubectl("delete", "job", "high", "-n", namespace, "--wait=false")
-    again = wait_until(
-        lambda: (p := gang_pods(stack, namespace, "low-b")) and len(running(p)) == 4 and p,
-        "the preempted gang Running whole again",
-        150,
-    )
+    try:
+        again = wait_until(
+            lambda: (p := gang_pods(stack, namespace, "low-b")) and len(running(p)) == 4 and p,
+            "the preempted gang Running whole again",
+            150,
+        )
+    except AssertionError as error:
+        # what a cold CI run under a build's load once showed no more of: the Job, its Gang's books, the
+        # controller's log (kept here, since the pods' sandboxes go with the test)
+        low_b = stack.plane.get("job", "low-b", namespace=namespace)
+        books = stack.plane.get("gang", "job-low-b", namespace=namespace)
+        raise AssertionError(
+            f"{error}\nlow-b: {(low_b or {}).get('spec', {}).get('suspend')} "
+            f"{((low_b or {}).get('metadata') or {}).get('annotations')}\ngang: {(books or {}).get('status')}\n"
+            f"{stack.describe(namespace)}"
+        ) from None
     assert_started_together(again, 4)
 
 
