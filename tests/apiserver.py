@@ -89,7 +89,12 @@ def status_part(plural: str, sub: str | None, body: Any) -> Any:
     if plural not in STATUS_SUBRESOURCE or not isinstance(body, dict):
         return body
     if sub == "status":
-        return {"status": body.get("status")}
+        part = {"status": body.get("status")}
+        meta = body.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if version:  # still the write's precondition (a stale one gets 409, as from the object itself)
+            part["metadata"] = {"resourceVersion": version}
+        return part
     return {k: v for k, v in body.items() if k != "status"}
 
 

@@ -15,6 +15,7 @@ import pytest
 from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import assert_started_together
+from webhook.controller.gangobject import desired_object
 
 pytestmark = pytest.mark.cluster
 URGENT = {
@@ -368,3 +369,26 @@ def test_a_missing_priority_class_is_warned_about_at_apply(stack: Stack) -> None
     job = with_priority(workloads.job("typo", namespace, 2, "100m"), "gangkeeper-test-no-such-class")
     result = stack.plane.kubectl("apply", "-f", "-", stdin=__import__("yaml").safe_dump(job))
     assert "'gangkeeper-test-no-such-class': no such PriorityClass" in result.stderr, result.stderr
+
+
+def test_a_gang_status_written_over_a_stale_version_is_refused(stack: Stack) -> None:
+    """The controller writes a Gang's status over the version it read (GangObjects._patch), so a copy
+    behind the API server cannot put back what it read (erased books left a preempted Job suspended for
+    ever). That rests on the real API server refusing a /status merge patch of a stale resourceVersion:
+    asked of it, as the controller."""
+    namespace = stack.namespace("stale-books", "gate")
+    # owned (the orphan sweep leaves it) and without pods or a suspension (no pass of the controller's
+    # touches it), so only the two writes below change it
+    stack.plane.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": namespace}})
+    owner = stack.plane.get("configmap", "owner", namespace=namespace)
+    stack.plane.apply(desired_object(namespace, "job-stale", "gate", 2, owner))
+    read = stack.plane.get("gang", "job-stale", namespace=namespace)["metadata"]["resourceVersion"]
+    path = f"/apis/gangkeeper.io/v1alpha1/namespaces/{namespace}/gangs/job-stale/status"
+    books = {"attempts": 2, "notBefore": "2026-11-26T10:00:30Z"}
+    write = {"metadata": {"resourceVersion": read}, "status": books}
+    written = patch_as(stack, path, json.dumps(write), "gangkeeper-system", "gangkeeper-controller")
+    assert written.returncode == 0, written.stderr
+    behind = {"metadata": {"resourceVersion": read}, "status": {"attempts": None, "notBefore": None}}
+    refused = patch_as(stack, path, json.dumps(behind), "gangkeeper-system", "gangkeeper-controller")
+    assert refused.returncode == 1 and json.loads(refused.stderr)["code"] == 409, refused.stderr
+    assert stack.plane.get("gang", "job-stale", namespace=namespace)["status"] == books

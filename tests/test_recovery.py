@@ -5,17 +5,19 @@ requeued whole (state.recover), on the controller against the test API server an
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 import pytest
 
 from tests import builders as b
-from tests.apiserver import TestApiServer
+from tests.apiserver import Reject, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.recorder import ListRecorder
 from tests.test_controller import events
 from webhook.admission.decide import admit
 from webhook.backends import make
+from webhook.controller.gangobject import GangObjects, desired_object
 from webhook.controller.placement import Shape
 from webhook.controller.reconciler import Controller
 from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover
@@ -254,3 +256,94 @@ def test_the_real_tiers_watch_sees_a_gang_partly_bound() -> None:
     assert partly_bound([pod("a", None, True), pod("b", None, True)]) == set()
     assert partly_bound([pod("a", "n1", False, phase="Succeeded"), pod("b", None, True)]) == set()
     assert partly_bound([pod("a", "n1", False, group="x"), pod("b", None, True)]) == set()
+
+
+class _CacheBehind:
+    """A watch cache that has not delivered the latest write yet: it serves the copy it was given."""
+
+    def __init__(self, copy: dict[str, Any]) -> None:
+        self.copy = copy
+        self.synced = threading.Event()
+        self.synced.set()
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.copy
+
+    def items(self) -> list[dict[str, Any]]:
+        return [self.copy]
+
+
+def test_a_gang_copy_behind_the_api_server_never_writes_over_newer_books(server: TestApiServer, api: Api) -> None:
+    """A pass that writes from a copy behind the API server (its own write forgotten after a later one
+    failed, the watch not there yet) must not put back what it read: that erased a suspended Job's books,
+    and the Job stayed suspended for ever. The write is made over the version read, so it gets a 409 and
+    the next pass, reading the newer copy, writes."""
+    informer: dict[str, Any] = {}
+    gangs = GangObjects(api, lambda: informer.get("cache"), lambda: True)
+    wanted = desired_object("team-a", "job-train", "gate", 2, None)
+    old = gangs.write(wanted, {"state": "Running"})
+    assert old is not None
+    books = {"status": {"attempts": 1, "suspendedAt": "2026-11-26T10:00:00Z", "notBefore": "2026-11-26T10:00:30Z"}}
+    server.store.patch("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train", books)
+    informer["cache"] = _CacheBehind(old)
+    gangs._written.clear()  # what a failed write makes this replica do: read the cache again
+    assert gangs.write(wanted, {"state": "Pending", "attempts": None, "suspendedAt": None}) is None
+    assert gang_status(server.store, "job-train")["suspendedAt"] == "2026-11-26T10:00:00Z"
+    informer["cache"] = _CacheBehind(server.store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train"))
+    written = gangs.write(wanted, {"state": "Pending"})
+    assert written is not None and written["status"]["suspendedAt"] == "2026-11-26T10:00:00Z"
+    assert gang_status(server.store, "job-train")["state"] == "Pending"
+
+
+def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_workload_back(
+    server: TestApiServer, api: Api
+) -> None:
+    """Past the settling time a watch cache that still shows the Job unsuspended is not believed: the
+    API server is asked, and a Job it shows suspended with gangkeeper's mark is resumed, not left."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    clock.advance(61)
+    controller.reconcile_once()
+    suspended = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert suspended["spec"]["suspend"] is True
+    behind = {**suspended, "spec": {**suspended["spec"], "suspend": False}}
+    read = controller.requeuer.workloads.read
+    controller.requeuer.workloads.read = lambda resource, namespace, name: behind  # type: ignore[method-assign]
+    clock.advance(31)
+    controller.reconcile_once()
+    controller.requeuer.workloads.read = read  # type: ignore[method-assign]
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
+    assert events(controller, "GangResumed")
+    assert "suspendedAt" not in gang_status(server.store, "job-train")
+
+
+def test_a_resume_refused_is_tried_again_within_seconds(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    clock.advance(61)
+    controller.reconcile_once()
+    clock.advance(31)
+    refused = {"count": 0}
+
+    def refuse_the_resume(method: str, path: str) -> Reject | None:
+        if method == "PATCH" and path.endswith("/jobs/train"):
+            refused["count"] += 1
+            return Reject(500, "InternalError", "the webhook timed out")
+        return None
+
+    server.store.fail_next.append(refuse_the_resume)
+    look_again = controller.requeuer.resume_due(clock())
+    assert refused["count"] == 1
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    assert look_again is not None and look_again <= clock().timestamp() + 5  # not the next sweep's 30 s
+    clock.advance(5)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False

@@ -169,6 +169,10 @@ class Api:
         """No caller needs the patched object back: it reaches the informers' caches anyway."""
         self.request("PATCH", path, body=patch, content_type=MERGE_PATCH, answer=False)
 
+    def merge_patched(self, path: str, patch: Mapping[str, Any]) -> Any:
+        """A merge patch that returns the patched object (its new resourceVersion to write over next)."""
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 

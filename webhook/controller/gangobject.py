@@ -315,8 +315,15 @@ class GangObjects:
     def _patch(self, current: Obj, part: str, changes: Obj) -> Obj | None:
         meta = current["metadata"]
         sub = "status" if part == "status" else None
+        body: Obj = {part: changes}
+        if meta.get("resourceVersion"):
+            # written only over the version read: a copy behind the API (a watch cache that has not
+            # delivered an earlier write yet, after this replica forgot that write when a later one
+            # failed) gets a 409 instead of putting back what it read, such as erasing the books of a
+            # workload just suspended, which would then stay suspended for ever
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         try:
-            self.api.merge_patch(GANGS.path(meta["namespace"], meta["name"], sub), {part: changes})
+            answer = self.api.merge_patched(GANGS.path(meta["namespace"], meta["name"], sub), body)
             metrics.GANG_WRITES.labels(part).inc()
         except ApiError as error:
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
@@ -327,6 +334,8 @@ class GangObjects:
             self._remember(meta["namespace"], meta["name"], None, forget=True)
             return None
         updated = {**current, part: _merged(current.get(part) or {}, changes)}
+        if isinstance(answer, dict) and answer.get("kind") and isinstance(answer.get("metadata"), dict):
+            updated = answer  # with the version the API server gave it, for the next write over it
         self._remember(meta["namespace"], meta["name"], updated)
         return updated
 

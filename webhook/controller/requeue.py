@@ -25,6 +25,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a workload Kueue admits (and 
 # how long after gangkeeper suspended a workload a read that does not show it yet is a stale cache, not its
 # user taking the workload back
 SETTLE_SECONDS = 30
+RETRY_SECONDS = 5.0  # how soon a resume that failed is tried again
 
 
 class Requeuer:
@@ -204,8 +205,18 @@ class Requeuer:
             # it yet is not one its user took back (found on the real tier: the books let go, the Job
             # stayed suspended for ever)
             return books.suspended_at.timestamp() + SETTLE_SECONDS
+        if not still_ours and target is not None:
+            # letting the books go ends gangkeeper's hold for good: asked of the API server itself, not
+            # of a watch cache that may be behind (a cache that missed the suspend reads as the user's
+            # choice, and the workload would stay suspended for ever)
+            try:
+                target = self._suspend_target(self.workloads.fresh(resource, namespace, str(ref.get("name", ""))))
+            except ApiError as error:
+                metrics.API_ERRORS.labels("get", str(error.status)).inc()
+                return now.timestamp() + RETRY_SECONDS
+            still_ours = target is not None and _suspended_by_gangkeeper(target)
         if target is not None and still_ours and not self._resume(target):
-            return None
+            return now.timestamp() + RETRY_SECONDS  # refused or lost (a webhook's timeout, a 429): soon again
         self.gang_objects.write(gang_object, {"suspendedAt": None})
         return None
 

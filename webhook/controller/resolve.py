@@ -59,6 +59,12 @@ class Workloads:
         informer = self.informers.get((resource.group_version, resource.plural))
         if informer is not None and informer.synced.is_set():
             return informer.get(namespace, name)
+        return self.fresh(resource, namespace, name)
+
+    def fresh(self, resource: Resource | None, namespace: str | None, name: str) -> Obj | None:
+        """From the API server itself, past any watch cache; None: not found (or no such kind)."""
+        if resource is None:
+            return None
         try:
             return dict(self.api.get(resource.path(namespace, name)))
         except ApiError as error:
