@@ -280,13 +280,19 @@ def settle_nodes(plane: ControlPlane, quiet: float = 1.0, limit: float = 600.0, 
         counted = writes_by_resource(apiserver_metrics(plane))
         return sum(n for key, n in counted.items() if key.split()[1].startswith(resource))
 
-    last = writes()
+    last, told = writes(), started
     while time.monotonic() - started < limit:
         time.sleep(5)
         now = writes()
         if (now - last) / 5 <= quiet:
             break
+        if time.monotonic() - told >= 60:  # a long wait (KWOK running a 100,000-pod crowd) says how it goes
+            told = time.monotonic()
+            print(f"  {resource}: {(now - last) / 5:.0f} writes/s after {told - started:.0f} s", flush=True)
         last = now
+    else:
+        print(f"{resource} still written to after {limit:.0f} s: going on", flush=True)
+        return
     print(f"{resource} settled after {time.monotonic() - started:.1f} s more", flush=True)
 
 

@@ -52,14 +52,15 @@ def test_a_release_stops_writing_the_moment_the_lease_is_lost(store: Store, api:
     add_job_pods(store, add_job(store, "wide", parallelism=8, cpu="1"))
     leading = {"yes": True}
     writer = Api(api._client)
-    send = writer.merge_patch
+    send = writer.merge_patched
 
-    def patch_then_lose(path: str, body: Any) -> None:
-        send(path, body)
+    def patch_then_lose(path: str, body: Any) -> Any:
+        answer = send(path, body)
         if "/pods/" in path:
             leading["yes"] = False  # the Lease expires while the batch is being sent
+        return answer
 
-    writer.merge_patch = patch_then_lose  # type: ignore[method-assign]
+    writer.merge_patched = patch_then_lose  # type: ignore[method-assign]
     controller = Controller(writer, clock=Clock(), may_write=lambda: leading["yes"], release_concurrency=1)
     controller.reconcile_once()
     assert len(gated(store, "wide")) == 7  # one PATCH went out; the other seven are the next leader's
@@ -237,3 +238,46 @@ def test_a_timeout_is_counted_once_while_its_pods_are_on_their_way_out(store: St
     controller.recorder.flush()  # events are sent in the background
     requeued = [e for e in store.list("v1", "events", NS)[0] if e.get("reason") == "GangRequeued"]
     assert len(requeued) == 1
+
+
+class _WatchBehind:
+    """The informers' changes as a source whose watch delivers new objects only, never an update: what a
+    pass sees while the watch is behind the controller's own writes."""
+
+    def __init__(self, api: Api) -> None:
+        self.api, self.seen = api, set[str]()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self.api.list("/api/v1/pods")["items"])
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.api.list("/api/v1/nodes")["items"])
+
+    def changes(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in self.pods()}
+        nodes = {f"/{n['metadata']['name']}": n for n in self.nodes()}
+        new = (
+            {k: v for k, v in pods.items() if k not in self.seen},
+            {k: v for k, v in nodes.items() if k not in self.seen},
+        )
+        self.seen |= pods.keys() | nodes.keys()
+        return new
+
+
+def test_a_release_is_known_to_the_next_pass_before_the_watch_delivers_it(store: Store, api: Api) -> None:
+    """The pods a release patched are known released from the API server's answers: a pass before the
+    watch catches up neither releases them again (a 409 each, the bench's 93 PATCHes for 64 pods) nor
+    promises the nodes they were given to another gang."""
+    store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    add_job_pods(store, add_job(store, "first", parallelism=4, cpu="1"))
+    controller = Controller(api, clock=Clock(), source=_WatchBehind(api))
+    assert controller.reconcile_once()["team-a/job-first"].state == "Release"
+    assert not gated(store, "first")
+    add_job_pods(store, add_job(store, "second", parallelism=2, cpu="1"))
+    patches = len([r for r in store.requests if r[0] == "PATCH" and "/pods/" in r[1]])
+    # the second gang's pods arrive; the first's ungated copies not yet
+    store.requests.clear()
+    decisions = controller.reconcile_once()
+    assert patches == 4
+    assert not [r for r in store.requests if r[0] == "PATCH" and "/pods/" in r[1]]  # none again
+    assert decisions["team-a/job-second"].state != "Release"  # worker1 is the first gang's

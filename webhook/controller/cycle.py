@@ -196,7 +196,8 @@ class ReleaseCycle:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)
                 adjust(snapshot.free, decision.reserve, -1)
-            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
+            written = self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
+            self.index.own_writes(written)
             snapshot.released(gang, decision.release.values())
             queue.released()
         elif decision.state == GangState.TIMED_OUT:

@@ -75,7 +75,9 @@ class Releaser:
         free: dict[str, dict[str, int]],
         ports: dict[str, Counter[HostPort]],
         now: dt.datetime,
-    ) -> None:
+    ) -> list[tuple[str, Obj]]:
+        """The release written; returns the pods as the API server answered each PATCH (with the version
+        it was made over), for the index to know them released before the watch says so."""
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
         patches: list[tuple[PodView, Obj]] = []
         records: dict[str, Release] = {}
@@ -91,18 +93,17 @@ class Releaser:
             records[pod_name] = Release(view.uid, node, now)
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
-            return
+            return []
         # the record first: a pod released without one would hold no capacity in the next pass's books
         if not self.reporter.record_releases(gang, resolved, decision, records, now):
             log.warning("release not recorded: abandoned until the next pass", extra={"gang": gang.key})
-            return
+            return []
         with self.reporter.recorder.deferred():
             if len(patches) <= 2:
-                for item in patches:
-                    self._send_release(item)
+                answers = [self._send_release(item) for item in patches]
             else:  # the decision is made; the PATCHes are independent, so they go side by side
                 with ThreadPoolExecutor(max_workers=min(self.concurrency, len(patches))) as pool:
-                    list(pool.map(self._send_release, patches))
+                    answers = list(pool.map(self._send_release, patches))
         created = [p.created_at for p in gang.pods if p.created_at]
         if created:
             metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
@@ -114,14 +115,17 @@ class Releaser:
                 f"gang {gang.name} released without a check of {', '.join(decision.unmodelled)}; "
                 "the scheduler may still leave some pods pending",
             )
+        return [(view.resource_version, pod) for (view, _), pod in zip(patches, answers, strict=True) if pod]
 
-    def _send_release(self, item: tuple[PodView, Obj]) -> None:
+    def _send_release(self, item: tuple[PodView, Obj]) -> Obj | None:
         view, patch = item
         if not self.may_write():  # the Lease was lost mid-batch: the next leader decides what is left
-            return
+            return None
         try:
-            self.api.merge_patch(PODS.path(view.namespace, view.name), patch)
+            pod = self.api.merge_patched(PODS.path(view.namespace, view.name), patch)
         except ApiError as error:
             # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()
             log.warning("release patch failed", extra={"pod": view.key, "status": error.status})
+            return None
+        return pod if isinstance(pod, dict) and pod.get("kind") == "Pod" else None
