@@ -71,6 +71,9 @@ POD_SPEC_READ = frozenset(
     {"containers", "initContainers", "resources", "overhead", "schedulerName", "priorityClassName"}
 )
 CONTAINER_READ = frozenset({"name", "resources"})
+# core Volumes outside a pod template (a SparkApplication's `spec.volumes`): gangkeeper reads none of
+# them, and a CSI volume's `driver` is a string there, not a Spark role (it was refused so)
+NEVER_READ = frozenset({"volumes"})
 
 
 def check(obj: dict[str, Any]) -> FieldError | None:
@@ -91,7 +94,7 @@ def _walk(value: Any, path: str, depth: int, within: frozenset[str] | None = Non
     if within is None and path.lower().endswith("template.spec") and "template" not in value:
         within = POD_SPEC_READ
     for key, item in value.items():
-        if within is not None and key not in within:
+        if (within is not None and key not in within) or key in NEVER_READ:
             continue
         where = f"{path}.{key}" if path else str(key)
         found = _entry_problem(str(key), item, where)
