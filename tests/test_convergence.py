@@ -281,3 +281,34 @@ def test_a_release_is_known_to_the_next_pass_before_the_watch_delivers_it(store:
     assert patches == 4
     assert not [r for r in store.requests if r[0] == "PATCH" and "/pods/" in r[1]]  # none again
     assert decisions["team-a/job-second"].state != "Release"  # worker1 is the first gang's
+
+
+def test_the_gangs_reported_states_are_written_side_by_side_at_the_passs_end(store: Store, api: Api) -> None:
+    """A gang's reported state is written after every gang's turn, the writes side by side: one round
+    trip per gang, one after the other, was a third of the controller's loop while 50 gangs of 20 started
+    (bench/cluster.py), and every release waited behind them. Each write still lands."""
+    import threading
+    import time
+
+    store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    for index in range(6):
+        add_job_pods(store, add_job(store, f"wait{index}", parallelism=8, cpu="1"))  # none could ever fit
+    lock, flight = threading.Lock(), {"now": 0, "most": 0}
+
+    def slow_status_write(method: str, path: str) -> None:
+        if method == "PATCH" and "/gangs/" in path and path.split("?")[0].endswith("/status"):
+            with lock:
+                flight["now"] += 1
+                flight["most"] = max(flight["most"], flight["now"])
+            time.sleep(0.3)
+            with lock:
+                flight["now"] -= 1
+
+    controller = Controller(api, clock=Clock())
+    controller.reconcile_once()  # the Gangs made
+    store.fail_next.append(slow_status_write)  # type: ignore[arg-type]
+    store.create("v1", "nodes", "", node("worker2", cpu="8"))  # now one fits and the others wait their turn
+    decisions = controller.reconcile_once()
+    assert len(decisions) == 6 and flight["most"] >= 2, flight
+    states = {gang_status(store, f"job-wait{index}")["state"] for index in range(6)}
+    assert states == {"Release", "WaitingForCapacity"}, states  # each gang's write landed

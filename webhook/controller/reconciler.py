@@ -201,6 +201,7 @@ class Controller:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
         self._seen, self._marks = seen, current.marks
+        self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
         self.passes += 1

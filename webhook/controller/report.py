@@ -40,10 +40,18 @@ class Reporter:
                 del times[key]
 
     def save_books(
-        self, gang: GangView, resolved: Resolved, decision: Decision, books: Books, now: dt.datetime
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        decision: Decision,
+        books: Books,
+        now: dt.datetime,
+        later: bool = False,
     ) -> bool:
-        """Write the gang's books (and its state) to its Gang object; False when that failed."""
-        return self._write_gang(gang, resolved, "gate", decision.state, decision.message, decision.position, books, now)
+        """Write the gang's books (and its state) to its Gang object; False when that failed. `later`: sent
+        at the pass's end (GangObjects.flush), for a report nothing waits on."""
+        state, message, position = decision.state, decision.message, decision.position
+        return self._write_gang(gang, resolved, "gate", state, message, position, books, now, later=later)
 
     def _write_gang(
         self,
@@ -56,6 +64,7 @@ class Reporter:
         books: Books,
         now: dt.datetime,
         released: Mapping[str, Release] | None = None,
+        later: bool = False,
     ) -> bool:
         min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
         wanted = desired_object(gang.namespace, gang.name, backend, min_member, resolved.workload)
@@ -76,7 +85,7 @@ class Reporter:
             status["released"] = records
         elif current is not None and differs(current.get("status") or {}, status):
             status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
-        return self.gang_objects.write(wanted, status) is not None
+        return self.gang_objects.write(wanted, status, later=later) is not None
 
     def _counts_now_or_later(self, key: str, current: Obj, status: Obj, now: dt.datetime) -> Obj:
         """The status to write this pass: a change of the counts alone waits until COUNTS_SECONDS after
@@ -110,7 +119,7 @@ class Reporter:
         message = f"{running} of {need} members scheduled by the {backend} gang scheduler"
         if resolved.spec is None:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
-        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now)
+        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now, later=True)
 
     def state_of(self, gang: GangView) -> str | None:
         """The gang's state as its Gang object says (before this pass acts on it)."""
@@ -126,7 +135,7 @@ class Reporter:
         self.last_state[gang.key] = decision.state
         books = next_books(books_of(current), gang, decision, now)
         if self.may_write():
-            self.save_books(gang, resolved, decision, books, now)
+            self.save_books(gang, resolved, decision, books, now, later=True)
         if previous != decision.state:
             self._tell(gang, resolved, decision)
 
