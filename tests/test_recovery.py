@@ -295,11 +295,9 @@ def test_a_gang_copy_behind_the_api_server_never_writes_over_newer_books(server:
     assert gang_status(server.store, "job-train")["state"] == "Pending"
 
 
-def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_workload_back(
-    server: TestApiServer, api: Api
-) -> None:
-    """Past the settling time a watch cache that still shows the Job unsuspended is not believed: the
-    API server is asked, and a Job it shows suspended with gangkeeper's mark is resumed, not left."""
+def timed_out_and_suspended(server: TestApiServer, api: Api) -> tuple[Controller, Clock]:
+    """A Job gang released that never bound, past its timeout: suspended by gangkeeper, its backoff (30 s)
+    running."""
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
     add_job_pods(server.store, job)
@@ -308,6 +306,15 @@ def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_work
     controller.reconcile_once()
     clock.advance(61)
     controller.reconcile_once()
+    return controller, clock
+
+
+def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_workload_back(
+    server: TestApiServer, api: Api
+) -> None:
+    """Past the settling time a watch cache that still shows the Job unsuspended is not believed: the
+    API server is asked, and a Job it shows suspended with gangkeeper's mark is resumed, not left."""
+    controller, clock = timed_out_and_suspended(server, api)
     suspended = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert suspended["spec"]["suspend"] is True
     behind = {**suspended, "spec": {**suspended["spec"], "suspend": False}}
@@ -322,14 +329,7 @@ def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_work
 
 
 def test_a_resume_refused_is_tried_again_within_seconds(server: TestApiServer, api: Api) -> None:
-    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
-    add_job_pods(server.store, job)
-    clock = Clock()
-    controller = Controller(api, recorder=ListRecorder(), clock=clock)
-    controller.reconcile_once()
-    clock.advance(61)
-    controller.reconcile_once()
+    controller, clock = timed_out_and_suspended(server, api)
     clock.advance(31)
     refused = {"count": 0}
 
