@@ -506,7 +506,9 @@ def test_a_timed_out_job_that_kueue_manages_is_never_suspended_by_gangkeeper(ser
     assert "left to Kueue" in decision.message and events(controller, "GangLeftToKueue")
 
 
-def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestApiServer, api: Api) -> None:
+def timed_out_and_suspended(server: TestApiServer, api: Api) -> tuple[Controller, Clock]:
+    """A Job gang released that never bound, past its timeout: suspended by gangkeeper, its backoff (30 s)
+    running."""
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
     job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
     add_job_pods(server.store, job)
@@ -515,6 +517,11 @@ def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestA
     controller.reconcile_once()
     clock.advance(61)
     controller.reconcile_once()
+    return controller, clock
+
+
+def test_a_user_keeps_a_suspended_job_by_removing_gangkeepers_mark(server: TestApiServer, api: Api) -> None:
+    controller, clock = timed_out_and_suspended(server, api)
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
     server.store.patch(
         "batch/v1", "jobs", "team-a", "train", {"metadata": {"annotations": {"gangkeeper.io/suspended": None}}}
@@ -780,14 +787,7 @@ def test_a_suspend_not_yet_seen_is_not_mistaken_for_the_user_taking_the_job_back
     """The books are written before the suspend; a read that does not show the suspend yet (a cache
     behind by a moment, as on the real tier) must not end gangkeeper's hold, or the Job stays suspended
     for ever. Only once the suspend had time to be seen does a missing mark mean the user's choice."""
-    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
-    add_job_pods(server.store, job)
-    clock = Clock()
-    controller = Controller(api, recorder=ListRecorder(), clock=clock)
-    controller.reconcile_once()
-    clock.advance(61)
-    controller.reconcile_once()
+    controller, clock = timed_out_and_suspended(server, api)
     suspended = server.store.get("batch/v1", "jobs", "team-a", "train")
     assert suspended["spec"]["suspend"] is True
     stale = {"spec": {"suspend": False}, "metadata": {"annotations": {"gangkeeper.io/suspended": None}}}

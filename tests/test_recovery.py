@@ -14,7 +14,7 @@ from tests import builders as b
 from tests.apiserver import Reject, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.recorder import ListRecorder
-from tests.test_controller import events
+from tests.test_controller import events, timed_out_and_suspended
 from webhook.admission.decide import admit
 from webhook.backends import make
 from webhook.controller.gangobject import GangObjects, desired_object
@@ -293,20 +293,6 @@ def test_a_gang_copy_behind_the_api_server_never_writes_over_newer_books(server:
     written = gangs.write(wanted, {"state": "Pending"})
     assert written is not None and written["status"]["suspendedAt"] == "2026-11-26T10:00:00Z"
     assert gang_status(server.store, "job-train")["state"] == "Pending"
-
-
-def timed_out_and_suspended(server: TestApiServer, api: Api) -> tuple[Controller, Clock]:
-    """A Job gang released that never bound, past its timeout: suspended by gangkeeper, its backoff (30 s)
-    running."""
-    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job = add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
-    add_job_pods(server.store, job)
-    clock = Clock()
-    controller = Controller(api, recorder=ListRecorder(), clock=clock)
-    controller.reconcile_once()
-    clock.advance(61)
-    controller.reconcile_once()
-    return controller, clock
 
 
 def test_a_resume_is_let_go_only_when_the_api_server_says_the_user_took_the_workload_back(
