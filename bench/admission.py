@@ -2,8 +2,9 @@
 
 The load comes from bench/apiclient (Go's net/http, as kube-apiserver's webhook client: HTTP/1.1, a
 connection per concurrent call, 25 idle kept, a 10 s timeout per call). For each level it drives
-POST /mutate with a Job's pod, then POST /noop (decode and allow, on the same server and stack) as the
-baseline of the transport itself, in the same run:
+POST /mutate with a Job's pod as the API server sends it, then POST /noop as the baseline in the same
+run: a no-op Flask webhook (decode the review, allow it) on the same server, TLS and processes. /mutate
+itself is answered without Flask's request machinery (webhook/admission/app.py, AdmissionFirst).
 
 - closed loop at 8, 64 and 256 connections (peak requests per second);
 - open loop at --rate requests per second, latency from the scheduled send (no coordinated omission);
@@ -39,17 +40,77 @@ CLIENT_SOURCE = Path(__file__).parent / "apiclient"
 
 
 def job_pod_review() -> bytes:
-    pod = b.pod(
-        "train-x7k2p",
-        labels={"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "0f5f1c1e-1"},
-        owner=("batch/v1", "Job", "train"),
-        spec=b.pod_spec(
-            b.container(
-                "4", "8Gi", resources={"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}}
-            )
+    """A Job's pod as kube-apiserver sends it to a mutating webhook: made by the Job controller
+    (pkg/controller/job: its labels, finalizer and owner), defaulted (pkg/apis/core/v1/defaults.go) and
+    through the built-in mutating plugins that run before webhooks (plugin/pkg/admission: ServiceAccount's
+    projected token volume, DefaultTolerationSeconds' two tolerations, Priority's fields). About 3 KB,
+    where a hand-written minimal pod is under 1 KB: decoding and every walk cost by size."""
+    uid = "0f5f1c1e-7d7b-4f53-9d0e-6c2a1b9e5a31"
+    job_labels = {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "train",
+        "controller-uid": uid,
+        "job-name": "train",
+    }
+    volume = "kube-api-access-x7k2p"
+    container = {
+        **b.container(
+            "4", "8Gi", resources={"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}}
         ),
+        "command": ["python", "train.py", "--epochs", "10"],
+        "env": [{"name": "WORLD_SIZE", "value": "8"}, {"name": "MASTER_PORT", "value": "29500"}],
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {"name": volume, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        ],
+    }
+    token = [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {
+            "downwardAPI": {
+                "items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]
+            }
+        },
+    ]
+    spec = b.pod_spec(
+        container,
+        volumes=[{"name": volume, "projected": {"sources": token, "defaultMode": 420}}],
+        restartPolicy="Never",
+        terminationGracePeriodSeconds=30,
+        dnsPolicy="ClusterFirst",
+        serviceAccountName="default",
+        serviceAccount="default",
+        securityContext={},
+        schedulerName="default-scheduler",
+        tolerations=[
+            {
+                "key": f"node.kubernetes.io/{taint}",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+            for taint in ("not-ready", "unreachable")
+        ],
+        priority=0,
+        enableServiceLinks=True,
+        preemptionPolicy="PreemptLowerPriority",
     )
-    return json.dumps(b.review(pod)).encode()
+    pod = b.pod("", labels=job_labels, owner=("batch/v1", "Job", "train"), spec=spec)
+    pod["metadata"].pop("name")
+    pod["metadata"].update(generateName="train-", finalizers=["batch.kubernetes.io/job-tracking"])
+    pod["metadata"]["ownerReferences"][0]["uid"] = uid
+    pod["status"] = {}
+    document = b.review(pod)
+    document["request"]["userInfo"] = {
+        "username": "system:serviceaccount:kube-system:job-controller",
+        "uid": "5b1c2a8e-3f0d-4c6e-9a57-2d8f1e4b7c90",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
+    }
+    document["request"]["options"] = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+    return json.dumps(document).encode()
 
 
 def build_client(out: Path) -> Path:
@@ -102,7 +163,7 @@ def descendants(pid: int) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rate", type=float, default=1000.0, help="open loop, requests per second")
+    parser.add_argument("--rate", type=float, default=2000.0, help="open loop, requests per second")
     parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1), help="as serve's default")
     parser.add_argument("--churn-seconds", type=float, default=90.0, help="new connections for this long (0: skip)")
     args = parser.parse_args()
@@ -164,7 +225,7 @@ def main() -> int:
     print(f"p99 at {args.rate:.0f}/s open loop: {open_p99:.2f} ms (target <= 10 ms: {verdict[open_p99 <= 10]})")
     print(
         f"peak: mutate {peak_mutate:.0f}/s, no-op {peak_noop:.0f}/s, ratio {peak_mutate / peak_noop:.2f} "
-        f"(targets >= 0.5 and >= 2500/s: {verdict[peak_mutate >= max(0.5 * peak_noop, 2500)]})"
+        f"(target >= 0.8: {verdict[peak_mutate >= 0.8 * peak_noop]})"
     )
     if churn is not None:
         result, before_rss, after_rss = churn

@@ -24,6 +24,7 @@ import ssl
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -83,13 +84,25 @@ async def silent_connection(host: str, port: int, context: ssl.SSLContext, hold:
         if held[1] == 1:
             print(f"first refused silent connection: {error!r}", file=sys.stderr)
         return
-    held[0] += 1
+    held[0] += 1  # open now: the server may close it to make room for a newer one
     try:
         await asyncio.wait_for(reader.read(1), hold)  # the server closes it, or we give up
     except (TimeoutError, OSError, ssl.SSLError):
         pass
     finally:
+        held[0] -= 1
         writer.close()
+
+
+def open_connections(url: str, context: ssl.SSLContext) -> int:
+    """TLS connections the server's workers hold, from its metrics (0 when it does not answer in time)."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0
+    series = 'gangkeeper_webhook_connections{state="open"} '
+    return sum(int(float(line.removeprefix(series))) for line in text.splitlines() if line.startswith(series))
 
 
 async def attack(url: str, ca: str, pid: int, args: argparse.Namespace) -> dict[str, object]:
@@ -104,19 +117,23 @@ async def attack(url: str, ca: str, pid: int, args: argparse.Namespace) -> dict[
     ]
     chunked = [asyncio.create_task(chunked_client(host, int(port), context, stop, counts)) for _ in range(args.chunked)]
     peak: dict[str, float] = {"pss_mib": 0.0, "largest_rss_mib": 0.0}
-    held_most = 0
+    held_most = open_most = 0
     while time.monotonic() < stop:
         await asyncio.sleep(1)
         now = memory(pid)
         peak = {k: max(peak[k], now[k]) for k in peak}
         held_most = max(held_most, held[0])
+        open_most = max(open_most, await asyncio.to_thread(open_connections, url, context))
     await asyncio.gather(*chunked)
     for task in silent:
         task.cancel()
     await asyncio.gather(*silent, return_exceptions=True)
     return {
         "peak": peak,
-        "silent_connections_held": held_most,
+        # the server's own count (its workers sample it each second): what its cap bounds; the clients'
+        # count also holds connections the server closed to make room that they have not yet seen close
+        "silent_connections_held": open_most,
+        "silent_connections_seen_open": held_most,
         "silent_connections_refused": held[1],
         "chunked_answers": counts,
     }

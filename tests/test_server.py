@@ -207,6 +207,9 @@ def test_bad_requests_get_an_http_error_with_a_reason(server: Server, body: byte
 
 def test_wrong_content_type_and_method(server: Server) -> None:
     assert server.post("/mutate", b"{}", content_type="text/plain").status_code == 400
+    assert server.post("/validate", b"{}", content_type="text/plain; charset=utf-8").status_code == 400
+    with_charset = server.post("/mutate", b"{}", content_type="application/json; charset=utf-8")
+    assert with_charset.status_code == 400 and "apiVersion" in with_charset.json()["error"]  # read as JSON
     assert server.get("/mutate").status_code == 405
     assert server.get("/nothing").status_code == 404
 

@@ -100,7 +100,8 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         waited += 0.2
     reloader.watch()
     metrics.prime()
-    _raise_open_files_limit(args.max_connections + 64)  # and the certificate files, the API client
+    # and the certificate files, the API client
+    _raise_open_files_limit(args.max_connections + args.max_waiting_connections + 64)
     resolver = _resolver(args, wait=True)
     limits = Limits(
         handshake_seconds=args.handshake_timeout,
@@ -109,6 +110,7 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         idle_seconds=args.idle_timeout,
         max_in_flight=args.max_in_flight,
         max_connections=args.max_connections,
+        max_waiting=args.max_waiting_connections,
         max_in_flight_bytes=args.max_in_flight_mib * 1024 * 1024,
     )
     worker = Worker(
@@ -120,6 +122,7 @@ def _run_worker(args: argparse.Namespace, cert_dir: Path) -> int:
         drain_seconds=args.drain_seconds,
         graceful_seconds=args.graceful_timeout,
         on_refusal=metrics.count_refusal,
+        on_count=metrics.count_connections,
     )
     worker.app = create_app(
         Handler(resolver),
@@ -150,7 +153,9 @@ def _raise_open_files_limit(needed: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     if wanted < needed:
         print(
-            f"gangkeeper: open files limit {wanted} is below what --max-connections needs ({needed})", file=sys.stderr
+            f"gangkeeper: open files limit {wanted} is below what --max-connections and "
+            f"--max-waiting-connections need ({needed})",
+            file=sys.stderr,
         )
 
 
@@ -472,6 +477,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=Limits.max_connections,
         help="open connections per process, handshakes included; beyond it the one idle longest is closed "
         "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-waiting-connections",
+        type=int,
+        default=Limits.max_waiting,
+        help="accepted connections per process whose TLS handshake has not started (no ClientHello yet, or "
+        "waiting for a turn); beyond it a new one is closed (default: %(default)s)",
     )
     serve.add_argument("--max-in-flight-mib", type=int, default=24, help="request bytes per process before 429")
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 REQUESTS = Counter(
     "gangkeeper_admission_requests",
@@ -28,11 +28,19 @@ REFUSED = Counter(
     "503 too many connections",
     ["code"],
 )
+CONNECTIONS = Gauge(
+    "gangkeeper_webhook_connections",
+    "Client connections of every serving process, by state: open (TLS established), handshaking, waiting "
+    "(accepted, no ClientHello yet or waiting for a handshake's turn); sampled once a second",
+    ["state"],
+    multiprocess_mode="livesum",
+)
 
 ENDPOINTS = frozenset({"mutate", "validate"})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 OUTCOMES = frozenset({"allowed", "mutated", "denied", "error", "bad-request"})
 REFUSAL_CODES = frozenset({400, 408, 413, 429, 503})
+CONNECTION_STATES = ("open", "handshaking", "waiting")
 OTHER = "other"
 
 
@@ -65,6 +73,13 @@ def prime() -> None:
                     REQUESTS.labels(endpoint, operation, kind, outcome)
     for code in (*REFUSAL_CODES, OTHER):
         REFUSED.labels(str(code))
+    for state in CONNECTION_STATES:
+        CONNECTIONS.labels(state)
+
+
+def count_connections(open_: int, handshaking: int, waiting: int) -> None:
+    for state, count in zip(CONNECTION_STATES, (open_, handshaking, waiting), strict=True):
+        CONNECTIONS.labels(state).set(count)
 
 
 def count_refusal(code: int) -> None:

@@ -13,31 +13,35 @@ import marshal
 from typing import Any
 
 Operation = dict[str, Any]
-_WALK_AT_MOST = 16
 
 
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _same(before: Any, after: Any) -> bool:
+    """Equal as JSON: the same object, or scalars of one type and value (1 == 1.0 == True in Python)."""
+    return before is after or (type(before) is type(after) and type(before) in _SCALARS and before == after)
+
+
 def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
     """Operations that turn `before` into `after` (an empty list when they are equal)."""
-    if before is after:
+    if _same(before, after):
         return []
-    if type(before) is type(after) and before == after:
-        if not isinstance(before, dict | list):
-            return []
-        # Equal in Python may still differ in JSON (1 == 1.0 == True): a large subtree is confirmed in C
-        # by its marshal bytes (format 2 records each value's type and no sharing), so the walk follows
-        # only the paths the mutator changed; a small one is cheaper to walk than to serialize.
-        if len(before) > _WALK_AT_MOST and marshal.dumps(before, 2) == marshal.dumps(after, 2):
-            return []
+    # Equal in Python may still differ in JSON: an equal subtree is confirmed in C by its marshal bytes
+    # (format 2 records each value's type and no sharing), so the walk follows only the paths the
+    # mutator changed; an equal scalar member is passed over without a call or a path.
+    if type(before) is type(after) and before == after and marshal.dumps(before, 2) == marshal.dumps(after, 2):
+        return []
     if isinstance(before, dict) and isinstance(after, dict):
         ops: list[Operation] = []
         for key, old in before.items():
             if key not in after:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
-            else:
+            elif not _same(old, after[key]):
                 ops.extend(diff(old, after[key], f"{path}/{_escape(key)}"))
         ops.extend(
             {"op": "add", "path": f"{path}/{_escape(k)}", "value": v} for k, v in after.items() if k not in before
@@ -46,7 +50,8 @@ def diff(before: Any, after: Any, path: str = "") -> list[Operation]:
     if isinstance(before, list) and isinstance(after, list) and len(after) >= len(before):
         ops = []
         for index, old in enumerate(before):
-            ops.extend(diff(old, after[index], f"{path}/{index}"))
+            if not _same(old, after[index]):
+                ops.extend(diff(old, after[index], f"{path}/{index}"))
         ops.extend({"op": "add", "path": f"{path}/-", "value": v} for v in after[len(before) :])
         return ops
     return [{"op": "replace", "path": path, "value": after}]

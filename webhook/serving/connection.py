@@ -39,7 +39,10 @@ def error_reply(code: int, message: str, retry_after: int | None = None) -> Repl
 
 def encode(reply: Reply, keep_alive: bool) -> bytes:
     lines = [f"HTTP/1.1 {reply.status}"]
-    lines.extend(f"{name}: {value}" for name, value in reply.headers if name.lower() not in ("connection",))
+    # the length is the body's as sent (the app's own Content-Length would be a second, duplicate header)
+    lines.extend(
+        f"{name}: {value}" for name, value in reply.headers if name.lower() not in ("connection", "content-length")
+    )
     lines.append(f"Content-Length: {len(reply.body)}")
     if not keep_alive:
         lines.append("Connection: close")

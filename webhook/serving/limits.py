@@ -24,6 +24,10 @@ class Limits:
     # one). Each costs about 60-80 KiB: with the chart's 4 workers, 4,096 such connections and oversized
     # chunked bodies at once peak near 610 MiB of the 768Mi limit (bench/webhook_memory.py).
     max_connections: int = 1024
+    # Per process, accepted connections that hold no TLS state yet (no ClientHello, or waiting for their
+    # handshake's turn): a socket each, a few KiB of kernel buffers. A cold API server dials a new
+    # connection per call until it has enough; they wait here rather than be refused.
+    max_waiting: int = 2048
     max_in_flight: int = 512  # requests read and not yet answered, per process
     # Bodies of requests in flight, per process: bounds what large reviews can hold at once.
     max_in_flight_bytes: int = 24 * 1024 * 1024

@@ -13,6 +13,7 @@ import signal
 import socket
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +26,18 @@ from webhook.serving.wsgi import Reply, Request, WsgiApp
 log = logging.getLogger("gangkeeper.serve")
 
 ACCEPT_BATCH = 128  # connections taken from the queue per wake-up, so handshakes under way progress too
+# TLS handshakes worked on at once per process, each once its client's ClientHello is in. A handshake
+# costs about 1.5 ms of CPU here (OpenSSL's key exchange and signature, the TLS layer's bookkeeping), ten
+# times a request. Started all at once, a burst of new connections held the loop from the requests of
+# the connections already open; those answered late, the API server (Go's transport: a new connection
+# for every call beyond its idle ones) dialed more, and the webhook collapsed into handshakes:
+# bench/admission.py's open loop at 1,500/s, half the closed-loop peak, answered 635/s with p99 6 s. A
+# few at a time, the open connections keep being answered between them and Go hands a waiting call the
+# first one freed.
+CONCURRENT_HANDSHAKES = 2
+# A handshake holds its turn this long at most, then goes on without one: a client that stalls its
+# handshake (a partial ClientHello, no Finished) cannot keep others waiting for its deadline.
+TURN_SECONDS = 0.05
 
 
 def backlog() -> int:
@@ -59,11 +72,12 @@ class Worker:
         drain_seconds: float = 0.0,
         graceful_seconds: float = 20.0,
         on_refusal: Callable[[int], None] = lambda code: None,
+        on_count: Callable[[int, int, int], None] = lambda open_, handshaking, waiting: None,
     ) -> None:
         self.app, self.limits, self.reloader = app, limits, reloader
         self.host, self.port = host, port
         self.drain_seconds, self.graceful_seconds = drain_seconds, graceful_seconds
-        self.on_refusal = on_refusal
+        self.on_refusal, self.on_count = on_refusal, on_count
         self.connections: set[HttpConnection] = set()
         # accepted sockets whose TLS handshake has not finished, by a token the connection carries: the
         # count ends when the connection is made, not when connect_accepted_socket returns (under uvloop
@@ -71,6 +85,11 @@ class Worker:
         # counted twice and a closing one made room for a silent handshake)
         self.handshakes: set[object] = set()
         self._handshake_tasks: set[asyncio.Task[None]] = set()
+        # accepted sockets that hold no TLS state yet, each with its handshake deadline: those whose
+        # ClientHello has not come, and those whose ClientHello came, waiting their turn
+        self._silent: dict[socket.socket, float] = {}
+        self._hello_queue: deque[tuple[socket.socket, float]] = deque()
+        self._turns: set[object] = set()  # the handshakes holding a turn
         self.in_flight = self.in_flight_bytes = 0
         self.draining = False
         self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
@@ -80,7 +99,7 @@ class Worker:
     # bookkeeping the connections call
 
     def accept(self, connection: HttpConnection) -> bool:
-        self.handshakes.discard(connection.handshake)
+        self._handshake_over(connection.handshake)
         if len(self.connections) >= self.limits.max_connections:
             # room is made by closing the connection idle the longest: silent connections cannot
             # lock out the API server's next call; when none is idle, the new one is refused
@@ -95,8 +114,8 @@ class Worker:
         return True
 
     def room(self) -> bool:
-        """Room for one more TCP connection, handshakes under way counted: each holds TLS state (about
-        60 KiB) from accept on, so a burst of silent handshakes is bounded by the same cap."""
+        """Room for one more TLS connection, handshakes under way counted: each holds TLS state (about
+        60 KiB) from its start on, so a burst of stalled handshakes is bounded by the same cap."""
         if len(self.connections) + len(self.handshakes) < self.limits.max_connections:
             return True
         idle = [c for c in self.connections if c.idle()]
@@ -176,18 +195,50 @@ class Worker:
             except OSError as error:  # out of descriptors and kin: the queue waits for a connection to close
                 log.warning("accept failed", extra={"error": str(error)})
                 return
-            if not self.room():
+            if len(self._silent) + len(self._hello_queue) >= self.limits.max_waiting:
                 self.count_refusal(503)
                 sock.close()
                 continue
             sock.setblocking(False)
+            # no TLS state and no turn until the client speaks: a silent connection costs a socket only
+            self._silent[sock] = time.monotonic() + self.limits.handshake_seconds
+            self._loop.add_reader(sock, self._hello, sock)
+
+    def _hello(self, sock: socket.socket) -> None:
+        """The client's first bytes are in: its handshake waits for a turn."""
+        assert self._loop is not None
+        self._loop.remove_reader(sock)
+        self._hello_queue.append((sock, self._silent.pop(sock)))
+        self._start_handshakes()
+
+    def _start_handshakes(self) -> None:
+        assert self._loop is not None
+        while self._hello_queue and len(self._turns) < CONCURRENT_HANDSHAKES:
+            sock, deadline = self._hello_queue.popleft()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.room():  # waited past its deadline, or no room for TLS state
+                self.count_refusal(503)
+                sock.close()
+                continue
             handshake = object()
             self.handshakes.add(handshake)
-            task = self._loop.create_task(self._handshake(sock, handshake))
+            self._turns.add(handshake)
+            self._loop.call_later(TURN_SECONDS, self._end_turn, handshake)
+            task = self._loop.create_task(self._handshake(sock, handshake, remaining))
             self._handshake_tasks.add(task)
             task.add_done_callback(self._handshake_tasks.discard)
 
-    async def _handshake(self, sock: socket.socket, handshake: object) -> None:
+    def _end_turn(self, handshake: object) -> None:
+        if handshake in self._turns:
+            self._turns.discard(handshake)
+            self._start_handshakes()
+
+    def _handshake_over(self, handshake: object) -> None:
+        """Connected, failed or timed out: its TLS state is a connection's or gone, its turn the next's."""
+        self.handshakes.discard(handshake)
+        self._end_turn(handshake)
+
+    async def _handshake(self, sock: socket.socket, handshake: object, seconds: float) -> None:
         assert self._loop is not None
         # a client that fails its handshake or never finishes it: the transport has closed its socket
         try:
@@ -196,19 +247,33 @@ class Worker:
                     lambda: HttpConnection(self, handshake),
                     sock,
                     ssl=self.reloader.listener_context(),
-                    ssl_handshake_timeout=self.limits.handshake_seconds,
+                    ssl_handshake_timeout=seconds,
                     # a closed connection waits this long for the client's close_notify, not asyncio's 30 s
                     ssl_shutdown_timeout=self.limits.handshake_seconds,
                 )
         finally:
-            self.handshakes.discard(handshake)  # failed or timed out: never made a connection
+            self._handshake_over(handshake)  # failed or timed out: never made a connection
+
+    def _expire_handshakes(self, now: float) -> None:
+        """Sockets that sent nothing, or waited their turn, past the handshake deadline are closed."""
+        assert self._loop is not None
+        for sock, deadline in list(self._silent.items()):
+            if now >= deadline:
+                self._loop.remove_reader(sock)
+                del self._silent[sock]
+                sock.close()
+        # in ClientHello order, nearly deadline order; one behind a later deadline is dropped at its turn
+        while self._hello_queue and self._hello_queue[0][1] <= now:
+            self._hello_queue.popleft()[0].close()
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            self._expire_handshakes(now)
             for connection in list(self.connections):
                 connection.expire(now)
+            self.on_count(len(self.connections), len(self.handshakes), len(self._silent) + len(self._hello_queue))
 
     def begin_drain(self) -> None:
         """SIGTERM: unready and `Connection: close` on every answer for drain_seconds, then stop."""
@@ -227,7 +292,9 @@ class Worker:
         deadline = time.monotonic() + self.graceful_seconds
         # closed connections still wait for the client's TLS close_notify; they need nothing more from us
         # handshakes under way finish (bounded by their deadline) and get their answer with the rest
-        while (self.handshakes or any(not c.closing for c in self.connections)) and time.monotonic() < deadline:
+        while (
+            self.handshakes or self._silent or self._hello_queue or any(not c.closing for c in self.connections)
+        ) and time.monotonic() < deadline:
             now = time.monotonic()
             for connection in list(self.connections):
                 if connection.closable_at_shutdown(now, grace=self.limits.header_seconds):
