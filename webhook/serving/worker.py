@@ -79,8 +79,8 @@ class Worker:
         self.drain_seconds, self.graceful_seconds = drain_seconds, graceful_seconds
         self.on_refusal, self.on_count = on_refusal, on_count
         self.connections: set[HttpConnection] = set()
-        # accepted sockets whose TLS handshake has not finished, by a token the connection carries: the
-        # count ends when the connection is made, not when connect_accepted_socket returns (under uvloop
+        # handshakes started and not finished, by a token the connection carries: the count ends when
+        # the connection is made, not when connect_accepted_socket returns (under uvloop
         # that awaitable resolves only once the connection closes, so an established connection was
         # counted twice and a closing one made room for a silent handshake)
         self.handshakes: set[object] = set()
