@@ -26,8 +26,6 @@ def _drain(length: int, limit: int = 32 * 1024 * 1024) -> None:
             break
         remaining -= len(chunk)
 
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 ADMISSION_PATHS = {"/mutate": "mutate", "/validate": "validate"}
 
 
