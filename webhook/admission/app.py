@@ -26,6 +26,7 @@ def _drain(length: int, limit: int = 32 * 1024 * 1024) -> None:
             break
         remaining -= len(chunk)
 
+
 ADMISSION_PATHS = {"/mutate": "mutate", "/validate": "validate"}
 
 
