@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import os
 import ssl
@@ -68,10 +69,17 @@ class Timeline:
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
+    # pods first seen behind a scheduling gate, and when each was first seen without one (the release)
+    gated: set[str] = field(default_factory=set)
+    ungated: dict[str, float] = field(default_factory=dict)
 
     def see(self, pod: Any, now: float) -> None:
         name = pod.metadata.name
         self.created.setdefault(name, now)
+        if pod.spec.scheduling_gates:
+            self.gated.add(name)
+        elif name in self.gated:
+            self.ungated.setdefault(name, now)
         if pod.spec.node_name:
             self.bound.setdefault(name, now)
         if pod.status and pod.status.phase == "Running":
@@ -90,6 +98,26 @@ def watch_pods(core: client.CoreV1Api, namespace: str, timeline: Timeline, stop:
             time.sleep(0.1)
         finally:
             stream.stop()
+
+
+def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event, seconds: int = 5) -> None:
+    """kube-apiserver's own CPU profile (its /debug/pprof, on by default), taken in back-to-back windows
+    until told to stop: prefix-0.pb.gz, prefix-1.pb.gz, ... (`go tool pprof -top` reads them together)."""
+    for window in itertools.count():
+        if stop.is_set():
+            return
+        try:
+            answer = api.call_api(
+                "GET",
+                f"{api.configuration.host}/debug/pprof/profile?seconds={seconds}",
+                header_params={},
+                _request_timeout=seconds + 30,
+            )
+            answer.read()
+            prefix.with_name(f"{prefix.name}-{window}.pb.gz").write_bytes(answer.data)
+        except Exception as error:  # a profile lost is a gap in the figures, not a failed run
+            print(f"apiserver profile window {window} lost: {error}", file=sys.stderr)
+            stop.wait(seconds)
 
 
 def process_tree(pid: int) -> list[int]:
@@ -150,6 +178,18 @@ def writes_by_resource(families: list[Any]) -> dict[str, float]:
 
     def key(labels: dict[str, str]) -> str | None:
         if labels["verb"] not in ("POST", "PUT", "PATCH", "DELETE", "APPLY"):
+            return None
+        subresource = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        return f"{labels['verb']} {labels['resource']}{subresource}"
+
+    return requests_by(families, key)
+
+
+def reads_by_resource(families: list[Any]) -> dict[str, float]:
+    """The API server's LISTs and GETs per resource ("LIST pods"): who keeps asking instead of watching."""
+
+    def key(labels: dict[str, str]) -> str | None:
+        if labels["verb"] not in ("LIST", "GET"):
             return None
         subresource = f"/{labels['subresource']}" if labels.get("subresource") else ""
         return f"{labels['verb']} {labels['resource']}{subresource}"
@@ -421,7 +461,13 @@ class Pinch:
 
 
 def run_one(
-    stack: Stack, backend: str, scenario: str, pods: int, node_cpu: int = 8, used: list[int] | None = None
+    stack: Stack,
+    backend: str,
+    scenario: str,
+    pods: int,
+    node_cpu: int = 8,
+    used: list[int] | None = None,
+    profiles: Path | None = None,
 ) -> dict[str, Any]:
     namespace = stack.namespace(
         f"bench-{scenario}-{backend}", None if backend == "floor" else backend, backend != "floor"
@@ -433,6 +479,12 @@ def run_one(
     timeline, stop = Timeline(), threading.Event()
     watcher = threading.Thread(target=watch_pods, args=(core, namespace, timeline, stop), daemon=True)
     watcher.start()
+    if profiles is not None:
+        profiles.mkdir(parents=True, exist_ok=True)
+        profiler = threading.Thread(
+            target=profile_apiserver, args=(core.api_client, profiles / f"{scenario}-{backend}", stop), daemon=True
+        )
+        profiler.start()
     time.sleep(1.0)
     before = Snapshot.take(stack)
     peak_rss = 0.0
@@ -456,7 +508,9 @@ def run_one(
     after = Snapshot.take(stack)
     stop.set()
     watcher.join(timeout=10)
-    created, bound, running = (sorted(t.values()) for t in (timeline.created, timeline.bound, timeline.running))
+    created, bound, running, ungated = (
+        sorted(t.values()) for t in (timeline.created, timeline.bound, timeline.running, timeline.ungated)
+    )
     complete = len(running) >= expected
     result: dict[str, Any] = {
         "backend": backend,
@@ -470,6 +524,17 @@ def run_one(
         # a gang's first binding before all its pods exist would be a partial start (the floor's is)
         "pods_existing_at_first_binding": sum(1 for t in created if bound and t <= bound[0]),
         "first_bound_after_all_created_s": round(bound[0] - created[-1], 2) if len(bound) >= expected else None,
+        # a gated release split in two: the gates lifted (the controller's PATCHes, as the watch saw them
+        # land) and the scheduler's binding after the last of them
+        **(
+            {
+                "gates_lifted_spread_s": round(ungated[-1] - ungated[0], 2),
+                "all_ungated_after_all_created_s": round(ungated[-1] - created[-1], 2),
+                "last_ungated_to_all_bound_s": round(bound[-1] - ungated[-1], 2),
+            }
+            if ungated and len(ungated) >= len(timeline.gated) and len(bound) >= expected and created
+            else {}
+        ),
         # the pinch: pods bound while the gang could not fit (a partial start), and from the capacity's
         # arrival to the last binding
         **(
@@ -502,6 +567,7 @@ def run_one(
         },
         "requests_by_verb": delta(requests_by_verb(before.families), requests_by_verb(after.families)),
         "writes_by_resource": delta(writes_by_resource(before.families), writes_by_resource(after.families), 10),
+        "reads_by_resource": delta(reads_by_resource(before.families), reads_by_resource(after.families), 10),
         "cpu_seconds": {
             name: round(after.cpu[name] - before.cpu.get(name, after.cpu[name]), 1)
             for name in sorted(after.cpu)
@@ -537,6 +603,11 @@ def print_table(results: list[dict[str, Any]]) -> None:
             ]
             spread = r["binding_spread_s"] if r["binding_spread_s"] is not None else "-"
             print(f"{r['backend']:<9} {cells[0]:>8} {cells[1]:>9} {cells[2]:>8} {ratio:>8} {spread:>7}  {hooks}")
+            if "gates_lifted_spread_s" in r:
+                print(
+                    f"{'':<9} gates: all lifted {r['all_ungated_after_all_created_s']} s after the last creation "
+                    f"(over {r['gates_lifted_spread_s']} s), all bound {r['last_ungated_to_all_bound_s']} s after"
+                )
             if "capacity_to_all_bound_s" in r:
                 print(
                     f"{'':<9} pinch: {r['bound_before_capacity']} of {r['pods']} bound before the capacity came, "
@@ -545,6 +616,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         for r in rows:
             print(f"  {r['backend']}: requests {r['requests_by_verb']}")
             print(f"  {r['backend']}: writes {r['writes_by_resource']}")
+            print(f"  {r['backend']}: reads {r['reads_by_resource']}")
             print(f"  {r['backend']}: cpu s {r['cpu_seconds']}; gangkeeper peak RSS {r['gangkeeper_peak_rss_mib']} MiB")
 
 
@@ -559,6 +631,12 @@ def main() -> None:
     parser.add_argument("--client-qps", type=int, default=100, help="controller manager's and scheduler's")
     parser.add_argument("--release-concurrency", type=int, default=None, help="the controller's, when not its default")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--apiserver-profiles",
+        type=Path,
+        default=None,
+        help="a directory for kube-apiserver's CPU profiles of each run (5-s windows: SCENARIO-BACKEND-N.pb.gz)",
+    )
     args = parser.parse_args()
     version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
     backends = args.backends.split(",")
@@ -568,7 +646,12 @@ def main() -> None:
             backends.remove(name)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp, ExitStack() as running:
-        plane = ControlPlane(Path(tmp), kubernetes_version=version, client_qps=args.client_qps)
+        plane = ControlPlane(
+            Path(tmp),
+            kubernetes_version=version,
+            client_qps=args.client_qps,
+            profiling=args.apiserver_profiles is not None,
+        )
         missing = plane.missing()
         if missing:
             sys.exit(missing)
@@ -587,7 +670,7 @@ def main() -> None:
             if scenario == "crowded" and CROWD_NAMESPACE not in stack.namespaces:
                 make_crowd(stack, args.crowd)
             for backend in backends:
-                result = run_one(stack, backend, scenario, args.pods, args.node_cpu, used)
+                result = run_one(stack, backend, scenario, args.pods, args.node_cpu, used, args.apiserver_profiles)
                 print(json.dumps(result), flush=True)
                 results.append(result)
     print_table(results)

@@ -312,3 +312,34 @@ def test_the_gangs_reported_states_are_written_side_by_side_at_the_passs_end(sto
     assert len(decisions) == 6 and flight["most"] >= 2, flight
     states = {gang_status(store, f"job-wait{index}")["state"] for index in range(6)}
     assert states == {"Release", "WaitingForCapacity"}, states  # each gang's write landed
+
+
+def test_the_gangs_released_in_one_pass_have_their_pods_patched_side_by_side(store: Store, api: Api) -> None:
+    """A pass that releases several gangs sends their PATCHes through one pool without waiting for each
+    gang's to land before deciding the next: one gang after another held 50 gangs of 20 to half the API
+    server's PATCH rate (bench/cluster.py `many`). Every pod is still released, and the pass knows it
+    before the watch says so."""
+    import threading
+    import time
+
+    store.create("v1", "nodes", "", node("worker1", cpu="64"))
+    for index in range(3):
+        add_job_pods(store, add_job(store, f"side{index}", parallelism=4, cpu="1"))
+    lock, flight = threading.Lock(), {"now": 0, "most": 0}
+
+    def slow_pod_patch(method: str, path: str) -> None:
+        if method == "PATCH" and "/pods/" in path:
+            with lock:
+                flight["now"] += 1
+                flight["most"] = max(flight["most"], flight["now"])
+            time.sleep(0.3)
+            with lock:
+                flight["now"] -= 1
+
+    store.fail_next.append(slow_pod_patch)  # type: ignore[arg-type]
+    controller = Controller(api, clock=Clock())
+    decisions = controller.reconcile_once()
+    assert [d.state for d in decisions.values()] == ["Release"] * 3, decisions
+    assert flight["most"] > 4, flight  # more than one gang's four PATCHes in flight at once
+    assert all(not gated(store, f"side{index}") for index in range(3))
+    assert controller.index.gated == 0  # known released from the PATCHes' answers

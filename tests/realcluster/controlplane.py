@@ -159,6 +159,8 @@ class ControlPlane:
     # the controller manager's and scheduler's client QPS (burst twice it); None: their defaults (20 and
     # 50), which bound how fast a Job's pods are created and bound, not the gang mechanism (bench/cluster.py)
     client_qps: int | None = None
+    # kube-apiserver's /debug/pprof (bench/cluster.py --apiserver-profiles); off as a hardened cluster has it
+    profiling: bool = False
     processes: list[Process] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -272,7 +274,7 @@ class ControlPlane:
                 # webhooks and aggregated APIs are called at their Service's endpoints (no kube-proxy here)
                 "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
-                "--profiling=false",
+                f"--profiling={str(self.profiling).lower()}",
                 "--v=1",
                 *self.feature_flags(),
                 *runtime,

@@ -196,8 +196,7 @@ class ReleaseCycle:
             if decision.reserve:
                 self.reserved[gang.key] = (now, decision.reserve)
                 adjust(snapshot.free, decision.reserve, -1)
-            written = self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
-            self.index.own_writes(written)
+            self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
             snapshot.released(gang, decision.release.values())
             queue.released()
         elif decision.state == GangState.TIMED_OUT:
@@ -219,6 +218,11 @@ class ReleaseCycle:
                 f"; it could not start within {self.head_of_line.bound_seconds:.0f}s at the head of the queue, so "
                 f"it holds no gang back until {format_time(until)}"
             )
+
+    def finish_releases(self) -> None:
+        """The pass's release PATCHes landed (sent side by side across its gangs): the pods as answered
+        go into the index, so the next pass knows them released before the watch delivers them."""
+        self.index.own_writes(self.releaser.finish())
 
     def apply_reservations(self, snapshot: Snapshot, now: dt.datetime) -> float | None:
         """Take the capacity kept for members to come out of what other gangs may use. A reservation ends

@@ -200,6 +200,7 @@ class Controller:
             if done and decision is not None:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
+        self.cycle.finish_releases()
         self._seen, self._marks = seen, current.marks
         self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
