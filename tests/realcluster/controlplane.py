@@ -324,10 +324,10 @@ class ControlPlane:
                 f"--secure-port={free_port()}",
                 "--bind-address=127.0.0.1",
                 "--profiling=false",
-                # KWOK renews the fake nodes' Leases every 150 s (kwok-stages.yaml): a node is lost only
+                # KWOK renews the fake nodes' Leases every hour (kwok-stages.yaml): a node is lost only
                 # when it is deleted, never because a busy machine delayed a heartbeat
-                "--node-monitor-grace-period=900s",
-                "--node-startup-grace-period=900s",
+                "--node-monitor-grace-period=7200s",
+                "--node-startup-grace-period=7200s",
                 "--v=1",
                 *self.feature_flags(),
                 *self.client_flags(),
