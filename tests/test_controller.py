@@ -880,3 +880,22 @@ def test_a_binding_gangs_counts_are_written_every_few_seconds_not_every_pass(ser
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
     status = gang_status(server.store, "job-train")
     assert (status["state"], status["running"]) == ("Running", 4)
+
+
+def test_a_native_workload_as_the_api_server_stores_it_is_not_written_again(server: TestApiServer, api: Api) -> None:
+    """kube-apiserver 1.37 serializes a v1beta1 PodGroupTemplate's `schedulingConstraints` even when
+    null (k8s.io/api scheduling/v1beta1/types.go: no omitempty). The Workload gangkeeper wrote is then
+    the same, not a difference to write again at every change of the gang's pods (bench/cluster.py saw
+    277 PATCHes of one Workload for a 1,000-pod Job)."""
+    group_version, key = "scheduling.k8s.io/v1beta1", ("team-a", "job-train")
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"), backend="native-1.37")
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), native_version="1.37", resync_seconds=0)
+    controller.reconcile_once()
+    stored = server.store.get(group_version, "workloads", *key)
+    for template in stored["spec"]["podGroupTemplates"]:
+        template.setdefault("schedulingConstraints", None)  # as the real API server answers
+    server.store.update(group_version, "workloads", *key, stored, None, admit=False)
+    server.store.requests.clear()
+    for _ in range(3):
+        controller.reconcile_once()  # resync 0: the gang's objects are looked at again each pass
+    assert [r for r in server.store.requests if r[0] == "PATCH" and "/workloads/" in r[1]] == []
