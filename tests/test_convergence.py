@@ -4,6 +4,9 @@ lost Lease stops a release at once, a clock jump times nothing out, the books ar
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tests import builders as b
@@ -19,6 +22,24 @@ NS = "team-a"
 
 def gated(store: Store, job: str) -> list[dict[str, Any]]:
     return [p for p in pods(store) if p["metadata"]["name"].startswith(job) and p["spec"].get("schedulingGates")]
+
+
+class InFlight:
+    """A test API server hook: requests it matches are slowed, and the most in flight at once counted."""
+
+    def __init__(self, matches: Callable[[str, str], bool], seconds: float = 0.3) -> None:
+        self.matches, self.seconds = matches, seconds
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+    def __call__(self, method: str, path: str) -> None:
+        if not self.matches(method, path):
+            return
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.now -= 1
 
 
 def test_a_gang_whose_reconciliation_raises_stops_no_other_and_is_retried_alone(store: Store, api: Api) -> None:
@@ -287,29 +308,18 @@ def test_the_gangs_reported_states_are_written_side_by_side_at_the_passs_end(sto
     """A gang's reported state is written after every gang's turn, the writes side by side: one round
     trip per gang, one after the other, was a third of the controller's loop while 50 gangs of 20 started
     (bench/cluster.py), and every release waited behind them. Each write still lands."""
-    import threading
-    import time
-
     store.create("v1", "nodes", "", node("worker1", cpu="4"))
     for index in range(6):
         add_job_pods(store, add_job(store, f"wait{index}", parallelism=8, cpu="1"))  # none could ever fit
-    lock, flight = threading.Lock(), {"now": 0, "most": 0}
-
-    def slow_status_write(method: str, path: str) -> None:
-        if method == "PATCH" and "/gangs/" in path and path.split("?")[0].endswith("/status"):
-            with lock:
-                flight["now"] += 1
-                flight["most"] = max(flight["most"], flight["now"])
-            time.sleep(0.3)
-            with lock:
-                flight["now"] -= 1
-
+    slow_status_write = InFlight(
+        lambda method, path: method == "PATCH" and "/gangs/" in path and path.split("?")[0].endswith("/status")
+    )
     controller = Controller(api, clock=Clock())
     controller.reconcile_once()  # the Gangs made
     store.fail_next.append(slow_status_write)  # type: ignore[arg-type]
     store.create("v1", "nodes", "", node("worker2", cpu="8"))  # now one fits and the others wait their turn
     decisions = controller.reconcile_once()
-    assert len(decisions) == 6 and flight["most"] >= 2, flight
+    assert len(decisions) == 6 and slow_status_write.most >= 2, slow_status_write.most
     states = {gang_status(store, f"job-wait{index}")["state"] for index in range(6)}
     assert states == {"Release", "WaitingForCapacity"}, states  # each gang's write landed
 
@@ -319,27 +329,14 @@ def test_the_gangs_released_in_one_pass_have_their_pods_patched_side_by_side(sto
     gang's to land before deciding the next: one gang after another held 50 gangs of 20 to half the API
     server's PATCH rate (bench/cluster.py `many`). Every pod is still released, and the pass knows it
     before the watch says so."""
-    import threading
-    import time
-
     store.create("v1", "nodes", "", node("worker1", cpu="64"))
     for index in range(3):
         add_job_pods(store, add_job(store, f"side{index}", parallelism=4, cpu="1"))
-    lock, flight = threading.Lock(), {"now": 0, "most": 0}
-
-    def slow_pod_patch(method: str, path: str) -> None:
-        if method == "PATCH" and "/pods/" in path:
-            with lock:
-                flight["now"] += 1
-                flight["most"] = max(flight["most"], flight["now"])
-            time.sleep(0.3)
-            with lock:
-                flight["now"] -= 1
-
+    slow_pod_patch = InFlight(lambda method, path: method == "PATCH" and "/pods/" in path)
     store.fail_next.append(slow_pod_patch)  # type: ignore[arg-type]
     controller = Controller(api, clock=Clock())
     decisions = controller.reconcile_once()
     assert [d.state for d in decisions.values()] == ["Release"] * 3, decisions
-    assert flight["most"] > 4, flight  # more than one gang's four PATCHes in flight at once
+    assert slow_pod_patch.most > 4, slow_pod_patch.most  # more than one gang's four PATCHes in flight at once
     assert all(not gated(store, f"side{index}") for index in range(3))
     assert controller.index.gated == 0  # known released from the PATCHes' answers
