@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,9 @@ def pinch(target: Target) -> Iterator[None]:
 
 @pytest.fixture
 def namespace(target: Target) -> Iterator[str]:
-    name = f"gang-e2e-{int(time.time())}"
+    # unique per test: a name from the clock alone repeated within a second, while the last test's
+    # namespace of that name was still being deleted (AlreadyExists)
+    name = f"gang-e2e-{uuid.uuid4().hex[:10]}"
     target.kubectl("create", "namespace", name)
     target.kubectl("label", "namespace", name, "gangkeeper.io/enabled=true", "gangkeeper.io/backend=gate")
     yield name
