@@ -161,20 +161,22 @@ def _raise_open_files_limit(needed: int) -> None:
 
 
 LARGE_BUFFER_BYTES = 64 * 1024
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
 
 
 def _map_large_buffers() -> None:
     """Allocations of 64 KiB and more mapped on their own and unmapped when freed (glibc's mallopt
     M_MMAP_THRESHOLD, which also stops glibc raising the threshold as it goes), unless the environment
     already says (MALLOC_MMAP_THRESHOLD_, which the chart sets: read at the process's start, it also
-    covers what the imports allocate, 291 against 350 MiB below).
+    covers what the imports allocate).
 
     uvloop's TLS transport mallocs a 256 KiB read buffer per connection (uvloop/sslproto.pyx,
     SSLProtocol.__cinit__; SSL_READ_MAX_SIZE in includes/consts.pxi). Mapped, an idle connection's
     buffer costs the pages it was read into; glibc's default raises its threshold past 256 KiB at the
     first such buffer freed, after which the buffers come from the heap, where pages other requests
     touched are reused and stay resident: 1,024 silent connections per worker beside clients sending
-    oversized bodies took 539 MiB for two workers, 291 MiB with this (bench/webhook_memory.py).
+    oversized bodies took 539 MiB for two workers, 350 MiB with this call, 291 MiB with the
+    environment's setting (bench/webhook_memory.py).
     """
     import ctypes
     import ctypes.util
@@ -188,9 +190,6 @@ def _map_large_buffers() -> None:
     mallopt = getattr(libc, "mallopt", None)  # glibc's; musl has none and maps large blocks anyway
     if mallopt is not None:
         mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER_BYTES)
-
-
-M_MMAP_THRESHOLD = -3  # glibc malloc.h
 
 
 def _event_loop_policy() -> None:
