@@ -28,6 +28,13 @@ first event with a node, of the first Running), not from the API's one-second ti
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
                             [--scenarios one,many,pinch,crowded] [--crowd 100000] [--json out.json]
+                            [--repeat N] [--apiserver-profiles DIR] [--gangkeeper-profiles DIR] [--gangkeeper-logs DIR]
+
+--repeat runs every backend N times per scenario, interleaved (floor, gate, native, floor, ...), and
+prints each one's median and range, its ratio taken to the floor of the same round: single runs on
+this machine vary by 20-40%. --apiserver-profiles keeps kube-apiserver's CPU profile of each run;
+--gangkeeper-profiles py-spy's samples of each gangkeeper controller (collapsed stacks), --gangkeeper-logs
+its log after each run.
 """
 
 from __future__ import annotations
@@ -37,7 +44,11 @@ import http.client
 import itertools
 import json
 import os
+import shutil
+import signal
 import ssl
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -118,6 +129,33 @@ def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event
         except Exception as error:  # a profile lost is a gap in the figures, not a failed run
             print(f"apiserver profile window {window} lost: {error}", file=sys.stderr)
             stop.wait(seconds)
+
+
+def profile_controllers(stack: Stack, prefix: Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy recording each gangkeeper controller (every replica: which one leads is the lease's
+    business) until sent SIGINT: prefix-controller@NODE.txt, collapsed stacks (flamegraph.pl, speedscope)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--output",
+                str(prefix.with_name(f"{prefix.name}-{name}.txt")),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in components(stack).items()
+        if name.startswith("gangkeeper-controller")
+    ]
 
 
 def process_tree(pid: int) -> list[int]:
@@ -468,9 +506,12 @@ def run_one(
     node_cpu: int = 8,
     used: list[int] | None = None,
     profiles: Path | None = None,
+    controller_profiles: Path | None = None,
+    round_: int = 0,
+    controller_logs: Path | None = None,
 ) -> dict[str, Any]:
     namespace = stack.namespace(
-        f"bench-{scenario}-{backend}", None if backend == "floor" else backend, backend != "floor"
+        f"bench-{scenario}-{backend}-{round_}", None if backend == "floor" else backend, backend != "floor"
     )
     jobs = scenario_jobs(scenario, namespace, pods)
     pinch = Pinch.take(stack, namespace, pods, node_cpu, used or [0]) if scenario == "pinch" else None
@@ -485,6 +526,10 @@ def run_one(
             target=profile_apiserver, args=(core.api_client, profiles / f"{scenario}-{backend}", stop), daemon=True
         )
         profiler.start()
+    spies: list[subprocess.Popen[bytes]] = []
+    if controller_profiles is not None:
+        controller_profiles.mkdir(parents=True, exist_ok=True)
+        spies = profile_controllers(stack, controller_profiles / f"{scenario}-{backend}-{round_}")
     time.sleep(1.0)
     before = Snapshot.take(stack)
     peak_rss: dict[str, float] = defaultdict(float)  # per gangkeeper pod (all its processes)
@@ -507,6 +552,18 @@ def run_one(
             widened = pinch.widen()
     after = Snapshot.take(stack)
     stop.set()
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+    if controller_logs is not None:  # each controller's log so far (its pauses, its releases)
+        controller_logs.mkdir(parents=True, exist_ok=True)
+        for node in stack.system:
+            for sandbox in node.sandboxes.values():
+                if sandbox.name.startswith("gangkeeper-controller") and sandbox.log is not None:
+                    target = (
+                        controller_profiles / f"{scenario}-{backend}-{round_}-gangkeeper-controller@{node.name}.log"
+                    )
+                    shutil.copyfile(sandbox.log, target)
     watcher.join(timeout=10)
     created, bound, running, ungated = (
         sorted(t.values()) for t in (timeline.created, timeline.bound, timeline.running, timeline.ungated)
@@ -515,6 +572,7 @@ def run_one(
     result: dict[str, Any] = {
         "backend": backend,
         "scenario": scenario,
+        "round": round_,
         "pods": expected,
         "complete": complete,
         "all_created_s": round(created[-1] - applied, 2) if len(created) >= expected else None,
@@ -620,6 +678,35 @@ def print_table(results: list[dict[str, Any]]) -> None:
             print(f"  {r['backend']}: cpu s {r['cpu_seconds']}; gangkeeper peak RSS MiB {r['gangkeeper_peak_rss_mib']}")
 
 
+def print_medians(results: list[dict[str, Any]]) -> None:
+    """With --repeat: each backend's median (and range) over the rounds, the ratio taken to the floor
+    of the same round (a machine whose runs vary by 20-40% makes one run's ratio a coin toss)."""
+    floors = {(r["scenario"], r["round"]): r for r in results if r["backend"] == "floor"}
+    for scenario in dict.fromkeys(r["scenario"] for r in results):
+        rows = [r for r in results if r["scenario"] == scenario]
+        print(f"\nscenario {scenario}, median [min-max] of {len({r['round'] for r in rows})} rounds")
+        print(f"{'backend':<9} {'c->bound':>20} {'running':>20} {'x floor':>20}")
+        for backend in dict.fromkeys(r["backend"] for r in rows):
+            mine = [r for r in rows if r["backend"] == backend]
+            ratios = [
+                r["all_running_s"] / floor["all_running_s"]
+                for r in mine
+                if (floor := floors.get((scenario, r["round"]))) and floor["all_running_s"] and r["all_running_s"]
+            ]
+            cells = [
+                summary([r[key] for r in mine if r[key] is not None])
+                for key in ("created_to_all_bound_s", "all_running_s")
+            ]
+            print(f"{backend:<9} {cells[0]:>20} {cells[1]:>20} {summary(ratios):>20}")
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{statistics.median(ordered):.2f} [{ordered[0]:.2f}-{ordered[-1]:.2f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -632,10 +719,25 @@ def main() -> None:
     parser.add_argument("--release-concurrency", type=int, default=None, help="the controller's, when not its default")
     parser.add_argument("--json", default=None)
     parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of every backend per scenario, interleaved; medians printed"
+    )
+    parser.add_argument(
         "--apiserver-profiles",
         type=Path,
         default=None,
         help="a directory for kube-apiserver's CPU profiles of each run (5-s windows: SCENARIO-BACKEND-N.pb.gz)",
+    )
+    parser.add_argument(
+        "--gangkeeper-profiles",
+        type=Path,
+        default=None,
+        help="a directory for py-spy's profile of each gangkeeper controller in each run (SCENARIO-BACKEND-N-POD.txt)",
+    )
+    parser.add_argument(
+        "--gangkeeper-logs",
+        type=Path,
+        default=None,
+        help="a directory for each gangkeeper controller's log after each run (SCENARIO-BACKEND-N-POD.log)",
     )
     args = parser.parse_args()
     version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
@@ -669,11 +771,24 @@ def main() -> None:
         for scenario in args.scenarios.split(","):
             if scenario == "crowded" and CROWD_NAMESPACE not in stack.namespaces:
                 make_crowd(stack, args.crowd)
-            for backend in backends:
-                result = run_one(stack, backend, scenario, args.pods, args.node_cpu, used, args.apiserver_profiles)
+            for round_, backend in itertools.product(range(args.repeat), backends):
+                result = run_one(
+                    stack,
+                    backend,
+                    scenario,
+                    args.pods,
+                    args.node_cpu,
+                    used,
+                    args.apiserver_profiles,
+                    args.gangkeeper_profiles,
+                    round_,
+                    args.gangkeeper_logs,
+                )
                 print(json.dumps(result), flush=True)
                 results.append(result)
     print_table(results)
+    if args.repeat > 1:
+        print_medians(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

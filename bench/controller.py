@@ -18,7 +18,9 @@
    process holding 5,000 nodes, 150,000 pods and 100 waiting gangs, while that server changes 50 pods
    a second. Reported: the passes'
    p50/p99/max, next to the baseline measured in the same run: the first pass, which builds every
-   view and places every gang (what every pass did before the index was kept by changes).
+   view and places every gang (what every pass did before the index was kept by changes); and the
+   garbage collector's full collections while measured, with what one costs over everything cached
+   (every thread of the controller waits while it runs).
 5. The controller's peak RSS as it really starts: its informers list 150,000 pods and 5,000 nodes in
    pages from a test API server in another process, build the pass's views, then list again as
    after a 410 Gone (the old cache is still held while the new one is built). Measured in a fresh
@@ -474,9 +476,12 @@ def measure_pass(url: str, seconds: float) -> None:
     import statistics
     import threading
 
+    from webhook.controller import garbage
+    from webhook.controller import metrics as controller_metrics
     from webhook.controller.informer import Informer, InformerSource
     from webhook.controller.run import watch_new
 
+    collector = garbage.start()
     api = Api(client_from(server=url))
     changed = threading.Event()
     pods = Informer(api, PODS, transform=trim_pod, changed=changed)
@@ -494,6 +499,13 @@ def measure_pass(url: str, seconds: float) -> None:
     waiting = sum(1 for d in first.values() if d.state == "WaitingForCapacity")
     first_writes = dict(writes)
     writes.clear()
+    gc.unfreeze()  # the baseline: one full collection walking everything, as before garbage.py
+    tracked = len(gc.get_objects())
+    started = time.perf_counter()
+    gc.collect()
+    full_collection = time.perf_counter() - started
+    collector.between_passes()
+    pauses_before = gc_pauses(controller_metrics.GC_PAUSES)
     durations, replaced = [], []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -503,6 +515,7 @@ def measure_pass(url: str, seconds: float) -> None:
         controller.reconcile_once()
         durations.append(time.perf_counter() - started)
         replaced.append(controller.replaced)
+        collector.between_passes()
     durations.sort()
 
     def pct(q: float) -> float:
@@ -516,6 +529,11 @@ def measure_pass(url: str, seconds: float) -> None:
     print(f"  pass max               {durations[-1] * 1000:15.1f} ms")
     print(f"  gangs placed again     {statistics.mean(replaced):15.2f}       per pass (mean; the rest reused)")
     print(f"  peak RSS               {rss_mib():15.0f} MiB (target < 500 MiB)")
+    count, total = (a - b for a, b in zip(gc_pauses(controller_metrics.GC_PAUSES), pauses_before, strict=True))
+    print(
+        f"  full collections       {count:15.0f}       {total * 1000:.0f} ms in all while measured, the cache frozen "
+        f"(baseline: one over all {tracked} tracked objects {full_collection * 1000:.0f} ms; every thread waits)"
+    )
     gang_writes = sum(n for k, n in first_writes.items() if k.startswith("gangs"))
     per_gang = gang_writes / max(1, len(first))
     print(f"  first pass writes      {per_gang:15.2f}       Gang writes per gang {first_writes}")
@@ -523,6 +541,14 @@ def measure_pass(url: str, seconds: float) -> None:
     print(
         f"  steady writes          {steady / max(1, len(first)) / max(1, len(durations)):15.3f}       "
         f"Gang writes per gang per pass {dict(sorted(writes.items()))}"
+    )
+
+
+def gc_pauses(histogram: Any) -> tuple[float, float]:
+    """Full (generation 2) collections so far: how many, and their seconds in all."""
+    samples = {s.name: s.value for s in histogram.labels("2").collect()[0].samples}
+    return samples.get("gangkeeper_controller_gc_pause_seconds_count", 0.0), samples.get(
+        "gangkeeper_controller_gc_pause_seconds_sum", 0.0
     )
 
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import gc
+import logging
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
+from collections.abc import Iterator
+
+import pytest
 
 from tests.apiserver import TestApiServer
 from tests.cluster import add_job, node
 from tests.conftest import free_port
+from webhook.controller import garbage, metrics
 from webhook.controller.reconciler import Controller
 from webhook.controller.run import STUCK_SECONDS, Probes, run, watch_new
 from webhook.kube import Api, client_from
@@ -87,3 +96,70 @@ def test_the_lease_is_renewed_on_its_period_not_on_every_pass(apiserver: TestApi
     # one GET and one PATCH every 2 s, whatever the pass rate
     assert 2 <= lease_calls <= 2 * (elapsed / 2.0 + 1), (lease_calls, elapsed)
     assert running and not controller.is_alive()  # it ran throughout, and stopped when told
+
+
+@pytest.fixture
+def collector() -> Iterator[garbage.Collector]:
+    """A Collector of its own, taken off again: the test session's collector stays as it was."""
+    clock = [0.0]
+    made = garbage.Collector(clock=lambda: clock[0])
+    made.clock_at = clock  # type: ignore[attr-defined]
+    gc.callbacks.append(made)
+    try:
+        yield made
+    finally:
+        gc.callbacks.remove(made)
+        gc.unfreeze()
+
+
+def test_every_garbage_collection_is_timed_and_a_long_one_is_logged(
+    collector: garbage.Collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    full = metrics.GC_PAUSES.labels("2")
+    before = sum(s.value for s in full.collect()[0].samples if s.name.endswith("_count"))
+    monkeypatch.setattr(garbage, "LOGGED_PAUSE_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="gangkeeper.controller"):
+        gc.collect()
+    after = sum(s.value for s in full.collect()[0].samples if s.name.endswith("_count"))
+    assert after == before + 1
+    logged = [r for r in caplog.records if r.getMessage() == "garbage collection paused the controller"]
+    assert logged and logged[-1].generation == 2 and logged[-1].seconds >= 0  # type: ignore[attr-defined]
+
+
+class Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_what_a_full_collection_kept_is_frozen_between_passes_and_walked_again_within_the_hour(
+    collector: garbage.Collector,
+) -> None:
+    collector.between_passes()
+    assert gc.get_freeze_count() == 0  # no full collection yet: nothing frozen
+    cache = [{"pod": index, "labels": [index]} for index in range(1000)]
+    kept = Cyclic()
+    gc.collect()
+    collector.between_passes()
+    frozen = gc.get_freeze_count()
+    assert frozen >= len(cache)  # the survivors, the cache among them, are out of the next walks
+    gc.collect()
+    assert gc.get_freeze_count() == frozen  # a full collection walks only what was made since
+    probe = weakref.ref(kept)
+    del kept  # a cycle that became garbage while frozen: no collection frees it ...
+    gc.collect()
+    assert probe() is not None
+    collector.clock_at[0] += garbage.AUDIT_SECONDS  # type: ignore[attr-defined]
+    collector.between_passes()  # ... until the hourly walk over everything
+    assert probe() is None
+    assert gc.get_freeze_count() > 0  # and what is still alive is frozen again
+    assert cache[999]["pod"] == 999
+
+
+def test_the_controller_process_freezes_what_it_imported_once() -> None:
+    code = (
+        "import gc; from webhook.controller import garbage; "
+        "a = garbage.start(); n = gc.get_freeze_count(); b = garbage.start(); "
+        "print(n > 1000, a is b, sum(isinstance(c, garbage.Collector) for c in gc.callbacks))"
+    )
+    answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert answer.stdout.split() == ["True", "True", "1"]

@@ -39,3 +39,9 @@ GANG_FAILURES = Counter(
     "gangkeeper_gang_failures", "Gangs whose reconciliation raised; each is retried alone with backoff"
 )
 CLOCK_JUMPS = Counter("gangkeeper_clock_jumps", "Forward jumps of the wall clock not counted against any timeout")
+GC_PAUSES = Histogram(
+    "gangkeeper_controller_gc_pause_seconds",
+    "Python's cyclic garbage collections, by generation: a full one walks every cached pod",
+    ["generation"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)

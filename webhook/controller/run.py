@@ -14,7 +14,7 @@ from typing import Any
 
 from webhook import contract
 from webhook.backends import DEFAULT_KUBERNETES_VERSION
-from webhook.controller import metrics
+from webhook.controller import garbage, metrics
 from webhook.controller.gangobject import GANGS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.informer import InformerSource, controller_informer, trim_node, trim_pod
@@ -97,8 +97,10 @@ def run(
     release_concurrency: int = 16,
 ) -> None:
     stop = stop or threading.Event()
+    collector: garbage.Collector | None = None
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        collector = garbage.start()  # the process's collector policy, not a test session's
     api = Api(api_client)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
     changed = threading.Event()
@@ -155,6 +157,8 @@ def run(
                 probes.failed_in_a_row += 1
         # until something changes (a watch event, leadership) or the earliest deadline of any gang;
         # `interval` bounds the sleep, a safety net for a deadline nothing announced
+        if collector is not None:
+            collector.between_passes()
         changed.wait(seconds_to_sleep(controller, interval))
         changed.clear()
     elector.stop()
