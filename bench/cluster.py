@@ -561,7 +561,7 @@ def run_one(
             for sandbox in node.sandboxes.values():
                 if sandbox.name.startswith("gangkeeper-controller") and sandbox.log is not None:
                     target = (
-                        controller_profiles / f"{scenario}-{backend}-{round_}-gangkeeper-controller@{node.name}.log"
+                        controller_logs / f"{scenario}-{backend}-{round_}-gangkeeper-controller@{node.name}.log"
                     )
                     shutil.copyfile(sandbox.log, target)
     watcher.join(timeout=10)
