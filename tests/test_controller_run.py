@@ -155,11 +155,28 @@ def test_what_a_full_collection_kept_is_frozen_between_passes_and_walked_again_w
     assert cache[999]["pod"] == 999
 
 
-def test_the_controller_process_freezes_what_it_imported_once() -> None:
+def test_a_full_collection_runs_between_passes_when_due_never_by_the_allocator(collector: garbage.Collector) -> None:
+    full = metrics.GC_PAUSES.labels("2")
+
+    def full_collections() -> float:
+        return sum(s.value for s in full.collect()[0].samples if s.name.endswith("_count"))
+
+    before = full_collections()
+    collector.between_passes()
+    assert full_collections() == before  # not due yet
+    made = [[index] for index in range(1000)]  # survivors of the next full collection
+    collector.clock_at[0] += garbage.FULL_EVERY_SECONDS  # type: ignore[attr-defined]
+    collector.between_passes()
+    assert full_collections() == before + 1
+    assert gc.get_freeze_count() >= len(made)  # and what it kept is frozen at once
+
+
+def test_the_controller_process_freezes_what_it_imported_once_and_leaves_full_collections_to_its_loop() -> None:
     code = (
         "import gc; from webhook.controller import garbage; "
         "a = garbage.start(); n = gc.get_freeze_count(); b = garbage.start(); "
-        "print(n > 1000, a is b, sum(isinstance(c, garbage.Collector) for c in gc.callbacks))"
+        "print(n > 1000, a is b, sum(isinstance(c, garbage.Collector) for c in gc.callbacks), "
+        "gc.get_threshold() == garbage.THRESHOLDS)"
     )
     answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert answer.stdout.split() == ["True", "True", "1"]
+    assert answer.stdout.split() == ["True", "True", "1", "True"]
