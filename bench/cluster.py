@@ -560,9 +560,7 @@ def run_one(
         for node in stack.system:
             for sandbox in node.sandboxes.values():
                 if sandbox.name.startswith("gangkeeper-controller") and sandbox.log is not None:
-                    target = (
-                        controller_logs / f"{scenario}-{backend}-{round_}-gangkeeper-controller@{node.name}.log"
-                    )
+                    target = controller_logs / f"{scenario}-{backend}-{round_}-gangkeeper-controller@{node.name}.log"
                     shutil.copyfile(sandbox.log, target)
     watcher.join(timeout=10)
     created, bound, running, ungated = (
