@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from webhook.controller import metrics
@@ -28,7 +29,7 @@ THRESHOLDS = (700, 10, 1_000_000_000)
 
 
 class Collector:
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._started = 0.0
         self._full_since_freeze = False
