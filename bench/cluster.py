@@ -133,7 +133,7 @@ def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event
 
 def profile_controllers(stack: Stack, prefix: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy recording each gangkeeper controller (every replica: which one leads is the lease's
-    business) until sent SIGINT: prefix-controller@NODE.txt, collapsed stacks (flamegraph.pl, speedscope)."""
+    business) until sent SIGINT: PREFIX-gangkeeper-controller@NODE.txt, collapsed stacks (flamegraph.pl)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     return [
         subprocess.Popen(
