@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, wait_until
@@ -144,3 +145,48 @@ def test_a_pod_cannot_be_moved_into_another_gang(stack: Stack) -> None:
     assert impostor.returncode != 0
     assert "gangkeeper-controller-pod-release-only" in impostor.stderr, impostor.stderr
     assert stack.pods(namespace)[0]["metadata"]["labels"]["gangkeeper.io/group"] == "job-member"
+
+
+def _validating_calls(stack: Stack) -> tuple[float, float]:
+    """(pod and workload CREATEs sent to the validating webhook, those its matchConditions kept back),
+    as kube-apiserver counts them (apiserver_admission_webhook_admission_duration_seconds,
+    apiserver_admission_match_condition_exclusions_total)."""
+    text = stack.plane.kubectl("get", "--raw", "/metrics").stdout
+    called = skipped = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("name") != "validate.gangkeeper.io" or labels.get("operation") != "CREATE":
+                continue
+            if sample.name == "apiserver_admission_webhook_admission_duration_seconds_count":
+                called += sample.value
+            elif sample.name == "apiserver_admission_match_condition_exclusions_total":
+                skipped += sample.value
+    return called, skipped
+
+
+def test_pods_the_job_and_statefulset_controllers_create_skip_the_validating_call_but_a_users_do_not(
+    stack: Stack,
+) -> None:
+    """Their templates were checked when the workload was; the mutating webhook checks each pod. Pods of
+    any other creator are still validated: the condition names the two controllers' own accounts."""
+    stack.replace_workers(2, cpu="4")  # earlier tests' namespaces gone: no other pods made meanwhile
+    namespace = stack.namespace("checked-once", "gate")
+    called, skipped = _validating_calls(stack)
+
+    stack.plane.apply(workloads.job("trained", namespace, 3, "1"))
+    stack.plane.apply(workloads.statefulset("served", namespace, 2, "1"))
+    wait_until(lambda: len(stack.pods(namespace)) == 5, "five pods", 60)
+    after_workloads = _validating_calls(stack)
+    users_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "by-hand", "namespace": namespace},
+        "spec": {"containers": [workloads.container("1")]},
+    }
+    stack.plane.apply(users_pod)
+    after_users_pod = _validating_calls(stack)
+
+    assert after_workloads[0] == called + 2  # the Job and the StatefulSet, not their five pods
+    assert after_workloads[1] >= skipped + 5
+    assert after_users_pod[0] == after_workloads[0] + 1
