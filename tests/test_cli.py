@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,14 @@ def test_explain_for_a_tenant_without_cluster_wide_read_shows_the_gang_object(
     assert "members: 2 present of minMember 2 (2 gated, 0 running)" in shown, shown
     store.fail_next.extend([forbid_cluster_lists] * 4)
     assert main(["explain", "team-a/job-nope", "--server", apiserver.url]) == 1
+
+
+def test_the_command_line_starts_before_the_metrics_directory_exists(tmp_path: Path) -> None:
+    """The webhook's container sets PROMETHEUS_MULTIPROC_DIR and makes that directory once running: a
+    metric created at import (the controller's, through a module the CLI imports for a default) would
+    kill every webhook pod at start (the real tier's rollout caught one)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "not-yet")}
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", "--help"], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr

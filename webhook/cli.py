@@ -14,7 +14,7 @@ from webhook.backends import DEFAULT_KUBERNETES_VERSION, NAMES
 from webhook.backends.native import GENERATIONS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
-from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY
 from webhook.gangs.common import MAX_TIMEOUT_SECONDS
 from webhook.gangs.topology import DEFAULT_LEVELS, label_key_problem
 from webhook.serving.limits import Limits, usable_cpus
@@ -582,8 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument(
         "--release-concurrency",
         type=int,
-        default=16,
-        help="a gang's release PATCHes sent side by side (the API client's pool holds twice as many connections)",
+        default=RELEASE_CONCURRENCY,
+        help="release PATCHes sent side by side (%(default)s; the API client's pool holds 96 connections)",
     )
     controller.add_argument(
         "--volcano-scheduler",

@@ -190,7 +190,7 @@ def client_from(kubeconfig: str | None = None, server: str | None = None) -> Any
         config.load_incluster_config(client_configuration=configuration)
     else:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    # a gang's release PATCHes go side by side (16 at once by default) next to the informers' watches; the
+    # a gang's release PATCHes go side by side (64 at once by default) next to the informers' watches; the
     # default pool (5 per CPU, 10 in a 2-CPU pod) would open and drop a connection for the others
     configuration.connection_pool_maxsize = POOL_SIZE
     return client.ApiClient(configuration)

@@ -37,7 +37,7 @@ from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
 from webhook.controller.source import ChangeSource, Listing, Source
-from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, Decision, GangState
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY, Decision, GangState
 from webhook.controller.wakeup import Waker, waiting_gang_fits
 from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
@@ -74,7 +74,7 @@ class Controller:
         native_version: str = DEFAULT_KUBERNETES_VERSION,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         component: str = "gangkeeper-controller",
-        release_concurrency: int = 16,
+        release_concurrency: int = RELEASE_CONCURRENCY,
         orphan_seconds: float = 30.0,
         resync_seconds: float = 10.0,
         informers: Mapping[tuple[str, str], Informer] | None = None,

@@ -17,7 +17,7 @@ from webhook.controller.cluster import GangView
 from webhook.controller.placement import HostPort
 from webhook.controller.report import Reporter
 from webhook.controller.resolve import Resolved
-from webhook.controller.state import Decision, PodView, Release, release_patch
+from webhook.controller.state import RELEASE_CONCURRENCY, Decision, PodView, Release, release_patch
 from webhook.controller.wakeup import WAKE_ANNOTATION
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
@@ -36,7 +36,9 @@ def adjust(free: dict[str, dict[str, int]], units: Mapping[str, Mapping[str, int
 
 
 class Releaser:
-    def __init__(self, api: Api, reporter: Reporter, may_write: Callable[[], bool], concurrency: int = 16) -> None:
+    def __init__(
+        self, api: Api, reporter: Reporter, may_write: Callable[[], bool], concurrency: int = RELEASE_CONCURRENCY
+    ) -> None:
         self.api, self.reporter, self.may_write, self.concurrency = api, reporter, may_write, concurrency
         self._pool: ThreadPoolExecutor | None = None
         # this pass's release PATCHes in flight, each with the version of the pod it was made over

@@ -22,7 +22,7 @@ from webhook.controller.leader import LeaderElector
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS
-from webhook.controller.state import DEFAULT_RECOVERY_SECONDS
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY
 from webhook.controller.workloads import all_workload_resources
 from webhook.informer import Informer
 from webhook.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
@@ -94,7 +94,7 @@ def run(
     queue_depth: int = DEFAULT_DEPTH,
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
     volcano_scheduler: str = "volcano",
-    release_concurrency: int = 16,
+    release_concurrency: int = RELEASE_CONCURRENCY,
 ) -> None:
     stop = stop or threading.Event()
     collector: garbage.Collector | None = None
