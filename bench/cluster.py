@@ -678,12 +678,16 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 def print_medians(results: list[dict[str, Any]]) -> None:
     """With --repeat: each backend's median (and range) over the rounds, the ratio taken to the floor
-    of the same round (a machine whose runs vary by 20-40% makes one run's ratio a coin toss)."""
+    of the same round (a machine whose runs vary by 20-40% makes one run's ratio a coin toss); for the
+    pinch, also the time from the capacity to all bound and the pods bound before it came."""
     floors = {(r["scenario"], r["round"]): r for r in results if r["backend"] == "floor"}
+    columns = [("created", "all_created_s"), ("c->bound", "created_to_all_bound_s"), ("running", "all_running_s")]
     for scenario in dict.fromkeys(r["scenario"] for r in results):
         rows = [r for r in results if r["scenario"] == scenario]
+        pinch = [("capacity->bound", "capacity_to_all_bound_s"), ("bound before", "bound_before_capacity")]
+        shown = columns + [c for c in pinch if any(c[1] in r for r in rows)]
         print(f"\nscenario {scenario}, median [min-max] of {len({r['round'] for r in rows})} rounds")
-        print(f"{'backend':<9} {'c->bound':>20} {'running':>20} {'x floor':>20}")
+        print(f"{'backend':<9}" + "".join(f" {title:>20}" for title, _ in [*shown, ("x floor", "")]))
         for backend in dict.fromkeys(r["backend"] for r in rows):
             mine = [r for r in rows if r["backend"] == backend]
             ratios = [
@@ -691,11 +695,8 @@ def print_medians(results: list[dict[str, Any]]) -> None:
                 for r in mine
                 if (floor := floors.get((scenario, r["round"]))) and floor["all_running_s"] and r["all_running_s"]
             ]
-            cells = [
-                summary([r[key] for r in mine if r[key] is not None])
-                for key in ("created_to_all_bound_s", "all_running_s")
-            ]
-            print(f"{backend:<9} {cells[0]:>20} {cells[1]:>20} {summary(ratios):>20}")
+            cells = [summary([r[key] for r in mine if r.get(key) is not None]) for _, key in shown]
+            print(f"{backend:<9}" + "".join(f" {cell:>20}" for cell in [*cells, summary(ratios)]))
 
 
 def summary(values: list[float]) -> str:
