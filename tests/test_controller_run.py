@@ -143,7 +143,9 @@ def test_what_a_full_collection_kept_is_frozen_between_passes_and_walked_again_w
     frozen = gc.get_freeze_count()
     assert frozen >= len(cache)  # the survivors, the cache among them, are out of the next walks
     gc.collect()
-    assert gc.get_freeze_count() == frozen  # a full collection walks only what was made since
+    # a full collection leaves them frozen (the count only falls by what refcounting frees meanwhile,
+    # such as another thread's temporaries)
+    assert len(cache) <= gc.get_freeze_count() <= frozen
     probe = weakref.ref(kept)
     del kept  # a cycle that became garbage while frozen: no collection frees it ...
     gc.collect()
