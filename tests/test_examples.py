@@ -24,8 +24,9 @@ EXPECTED_GANGS = {
     "lws/lws.yaml": {f"lws-leaderworkerset-sample-{i}": 4 for i in range(3)},
     "lws/vllm-gpu.yaml": {"lws-vllm-0": 2, "lws-vllm-1": 2},
     "ray/raycluster-complete.yaml": {"raycluster-raycluster-complete": 2},
-    "ray/raycluster-sample.yaml": {"raycluster-raycluster-kuberay": 2},  # head + minReplicas 1
-    "ray/rayjob-pytorch-mnist.yaml": {"rayjob-rayjob-pytorch-mnist": 2},
+    "ray/raycluster-sample.yaml": {"raycluster-raycluster-kuberay": 2},  # head + replicas 1
+    # autoscaling off: head + replicas 2 (KubeRay starts 3 pods), not head + minReplicas 1
+    "ray/rayjob-pytorch-mnist.yaml": {"rayjob-rayjob-pytorch-mnist": 3},
     "spark/spark-pi.yaml": {"spark-spark-pi": 1},  # the driver; its executor counted in minResources
     "spark/spark-pi-volcano.yaml": {},  # batchScheduler: volcano, the operator makes the gang
 }

@@ -1,11 +1,11 @@
-"""KubeRay RayCluster (one gang: head plus minimum workers) and RayJob (its cluster, as one gang)."""
+"""KubeRay RayCluster (one gang: the head and the workers KubeRay starts) and RayJob (its cluster, as one gang)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from webhook.gangs import common
-from webhook.gangs.kinds import Kind, register
+from webhook.gangs.kinds import Kind, derived_name, register
 from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp
 
 CLUSTER_LABEL = "ray.io/cluster"
@@ -24,6 +24,32 @@ def rayjob_identity(name: str) -> GangId:
     return common.gang_id("RayJob", name)
 
 
+# KubeRay's CRD defaults (ray-operator apis/ray/v1/raycluster_types.go WorkerGroupSpec)
+MAX_REPLICAS_DEFAULT = 2**31 - 1
+_SIZE_REASON = {
+    False: "the {kind}'s head plus each worker group's desired replicas (in-tree autoscaling off)",
+    True: "the {kind}'s head plus each worker group's minReplicas (in-tree autoscaling on)",
+}
+
+
+def group_pods(group: Obj, autoscaling: bool) -> int:
+    """The pods of one worker group in the gang, as KubeRay's own gang integrations size it: with in-tree
+    autoscaling off, the replicas KubeRay starts (utils.GetWorkerGroupDesiredReplicas: replicas kept
+    within [minReplicas, maxReplicas], maxReplicas when the two cross); with it on, only minReplicas
+    (utils.CalculateMinReplicas); times numOfHosts, and none for a suspended group. Both as
+    calculatePodGroupParams in ray-operator controllers/ray/batchscheduler/volcano/volcano_scheduler.go."""
+    if group.get("suspend") is True:
+        return 0
+    hosts = max(common.as_int(group.get("numOfHosts"), 1), 1)
+    minimum = max(common.as_int(group.get("minReplicas"), 0), 0)
+    if autoscaling:
+        return minimum * hosts
+    maximum = common.as_int(group.get("maxReplicas"), MAX_REPLICAS_DEFAULT)
+    replicas = common.as_int(group.get("replicas"), 0)
+    desired = maximum if minimum > maximum else min(max(replicas, minimum), maximum)
+    return max(desired, 0) * hosts
+
+
 def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: str, gid: GangId | None) -> Plan:
     plan = Plan(kind=kind)
     if common.labels_of(obj).get(BATCH_SCHEDULER_LABEL):
@@ -35,20 +61,17 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     head_path = (*prefix, "headGroupSpec", "template")
     members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]
     plan.templates.append(TemplateStamp(path=head_path, gang=gid, shape="crd"))
+    autoscaling = cluster_spec.get("enableInTreeAutoscaling") is True
     for index, group in enumerate(cluster_spec.get("workerGroupSpecs") or []):
         path = (*prefix, "workerGroupSpecs", index, "template")
-        minimum = common.as_int(group.get("minReplicas"), 0)
-        replicas = minimum if minimum > 0 else common.as_int(group.get("replicas"), 0)
-        if group.get("suspend") is True:
-            replicas = 0
-        count = replicas * max(common.as_int(group.get("numOfHosts"), 1), 1)
+        count = group_pods(group, autoscaling)
         role = str(group.get("groupName") or f"workers-{index}")
         members.append(common.members_of(group.get("template") or {}, count, role, path, plan.errors))
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     if gid is not None:
         size = sum(m.count for m in members)
         gang = common.build_gang(
-            obj, gid, members, size, f"the {kind}'s head plus minimum workers", plan, head.get("spec") or {}
+            obj, gid, members, size, _SIZE_REASON[autoscaling].format(kind=kind), plan, head.get("spec") or {}
         )
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
@@ -113,6 +136,8 @@ register(
         analyze=analyze_rayjob,
         identity=rayjob_identity,
         pod_owners=RAY_CLUSTERS,
+        # its RayCluster is <rayjob>-<random suffix> (kuberay ray-operator utils.GenerateRayClusterName)
+        owner_name=derived_name,
         version="v1",
         plural="rayjobs",
         suspend_path=("spec", "suspend"),  # KubeRay RayJob spec.suspend
