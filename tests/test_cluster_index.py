@@ -137,3 +137,30 @@ def test_a_waiting_gang_is_placed_again_only_when_room_it_could_use_appears(stor
     finally:
         for informer in informers:
             informer.stop()
+
+
+def test_a_gang_with_more_gated_pods_than_its_minimum_is_released_once_its_minimum_fits(store: Store, api: Api) -> None:
+    """Parallelism 3, min-member 2: room for two pods is room for the gang (its waiting decision, made
+    when one fit, is not kept because all three still do not)."""
+    install_admission(store, "gate")
+    for i, (cpu, used) in enumerate([("8", "3"), ("6", "6"), ("8", "6")]):  # room for one pod of 4 cpus
+        store.create("v1", "nodes", "", node(f"n{i}", cpu=cpu))
+        filler = b.pod(f"filler-{i}", spec=b.pod_spec(b.container(used, "1Gi")), namespace="other")
+        filler["spec"]["nodeName"] = f"n{i}"
+        store.create("v1", "pods", "other", filler)
+    job = b.job("wide", parallelism=3, spec=b.pod_spec(b.container("4", "1Gi")))
+    job["metadata"]["annotations"] = {"gangkeeper.io/min-member": "2"}
+    store.create("batch/v1", "jobs", NS, job)
+    JobController(store).sync(NS, "wide")
+    controller, informers = informed(api)
+    try:
+        settle(store, informers)
+        decision = controller.reconcile_once()["team-a/job-wide"]
+        assert decision.state == "WaitingForCapacity" and decision.message.startswith("1 of 2"), decision.message
+        store.delete("v1", "pods", "other", "filler-1")  # room for one more: two, the gang's minimum
+        settle(store, informers)
+        decision = controller.reconcile_once()["team-a/job-wide"]
+        assert decision.state == "Release", decision.message
+    finally:
+        for informer in informers:
+            informer.stop()

@@ -142,7 +142,7 @@ class ReleaseCycle:
                     avoid,
                     decision,
                     context,
-                    capacity(gang, snapshot.eligibility, room) if fits else {},
+                    capacity(gang, snapshot.eligibility, room, _min_member(resolved)) if fits else {},
                 )
             self.waiting[gang.key] = waiting
         return decision, room
@@ -282,3 +282,7 @@ class ReleaseCycle:
             if resolved.spec.workload_topology is not None
             else frozenset(),
         )
+
+
+def _min_member(resolved: Resolved) -> int | None:
+    return resolved.spec.min_member if resolved.spec is not None else None

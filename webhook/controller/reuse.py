@@ -96,12 +96,22 @@ def resolved_key(resolved: Resolved) -> tuple[object, ...]:
 
 
 def capacity(
-    gang: GangView, eligibility: Eligibility, room: Mapping[str, Mapping[str, int]]
+    gang: GangView, eligibility: Eligibility, room: Mapping[str, Mapping[str, int]], min_member: int | None = None
 ) -> dict[Shape, tuple[int, dict[str, int]]]:
-    needed: dict[Shape, int] = {}
+    """Per shape of the gang's gated pods: the fewest of them that must fit for the gang to start, and
+    how many fit on each node now. The fewest, not all: a gang with more gated pods than it needs (a
+    Job of parallelism 3 with min-member 2) starts once enough of them fit, so it is decided again then."""
+    gated: dict[Shape, int] = {}
+    active = 0
     for pod in gang.pods:
         if pod.gated and not pod.terminal:
-            needed[pod.shape] = needed.get(pod.shape, 0) + 1
+            gated[pod.shape] = gated.get(pod.shape, 0) + 1
+        elif not pod.terminal:
+            active += 1
+    all_gated = sum(gated.values())
+    short = all_gated if min_member is None else max(min_member - active, 1)
+    # at least this many of one shape, whatever the gang's other shapes contribute
+    needed = {shape: min(count, max(short - (all_gated - count), 1)) for shape, count in gated.items()}
     found = {}
     for shape, count in needed.items():
         fits = {}
