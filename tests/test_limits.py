@@ -61,7 +61,7 @@ def test_a_serving_leaderworkerset_of_many_small_groups_is_capped_per_group() ->
     huge = b.lws(size=10_001, replicas=1)
     message = review_response(huge)["status"]["message"]
     assert 'spec.leaderWorkerTemplate.size: Invalid value: "10001": makes 10001 pods' in message
-    assert "limit of 10000 (--max-gang-pods)" in message
+    assert "limit of 10000 pods per gang" in message
 
 
 def test_two_billion_spark_executors_are_refused_naming_the_executor() -> None:
@@ -74,6 +74,22 @@ def test_two_billion_spark_executors_are_refused_naming_the_executor() -> None:
     assert response["allowed"] is False
     message = response["status"]["message"]
     assert 'spec.executor.instances: Invalid value: "2147483647": makes 2147483648 pods' in message
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        (b.job(parallelism=1_000_000), 'spec.parallelism: Invalid value: "1000000"'),
+        (b.job(parallelism=20_000, completions=15_000), 'spec.completions: Invalid value: "15000"'),
+        (b.statefulset(replicas=20_000), 'spec.replicas: Invalid value: "20000"'),
+    ],
+)
+def test_an_oversized_gang_is_refused_naming_the_count_a_tenant_changes(workload: dict, field: str) -> None:
+    """The field that sets the number of pods, not the template, and the cluster's limit, not the
+    operator's flag (which a tenant cannot set)."""
+    message = review_response(workload)["status"]["message"]
+    assert field in message and "above this cluster's limit of 10000 pods per gang" in message, message
+    assert "--max-gang-pods" not in message
 
 
 def test_a_pod_group_size_above_the_limit_is_refused_on_the_annotation() -> None:
@@ -95,7 +111,9 @@ def test_the_limit_is_inclusive_and_configurable() -> None:
     validate(b.patched(at_limit, allowed))
     assert refused["allowed"] is False
     message = refused["status"]["message"]
-    assert 'spec.template: Invalid value: "9": makes 9 pods, above gangkeeper\'s limit of 8' in message
+    assert (
+        'spec.parallelism: Invalid value: "9": makes 9 pods, above this cluster\'s limit of 8 pods per gang' in message
+    )
 
 
 def test_the_flag_sets_the_limit_and_refuses_zero(capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,7 +140,7 @@ def test_the_controller_leaves_a_gang_grown_past_the_limit_with_the_reason(apise
     decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
 
     assert decision.state == "Unknown"
-    assert "makes 2147483647 pods, above gangkeeper's limit of 8" in decision.message
+    assert "makes 2147483647 pods, above this cluster's limit of 8 pods per gang" in decision.message
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ def test_a_job_above_the_gang_size_limit_is_refused_naming_the_field(stack: Stac
 
     assert refused.returncode != 0
     assert 'admission webhook "mutate.gangkeeper.io" denied the request' in refused.stderr
-    assert "makes 20000 pods, above gangkeeper's limit of 10000 (--max-gang-pods)" in refused.stderr
+    assert "makes 20000 pods, above this cluster's limit of 10000 pods per gang" in refused.stderr
     assert stack.plane.get("job", "huge", namespace=namespace) is None
 
 
@@ -48,7 +48,7 @@ def test_scaling_a_leaderworkerset_past_the_limit_is_refused(stack: Stack) -> No
 
     assert refused.returncode != 0
     assert 'admission webhook "validate.gangkeeper.io" denied the request' in refused.stderr
-    assert "makes 20000 pods, above gangkeeper's limit of 10000" in refused.stderr
+    assert "makes 20000 pods, above this cluster's limit of 10000 pods per gang" in refused.stderr
     assert stack.plane.get("leaderworkerset", "lws", namespace=namespace)["spec"]["replicas"] == 1
 
 

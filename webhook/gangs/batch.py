@@ -87,7 +87,8 @@ def _job_plan(obj: Obj, job: Obj, prefix: Path, kind: str) -> Plan:
     gid = identity(name) if name and kind == "Job" else None
     plan.templates.append(TemplateStamp(path=template_path, gang=gid))
     if gid is not None:
-        members = [common.members_of(template, size, "member", template_path, plan.errors)]
+        bound = "completions" if "completions" in reason else "parallelism"
+        members = [common.members_of(template, size, "member", template_path, plan.errors, (*prefix, "spec", bound))]
         gang = common.build_gang(obj, gid, members, size, reason, plan, template.get("spec") or {})
         gang = replace(gang, smallest_wave=last_wave(spec))
         plan.gangs.append(gang)

@@ -32,8 +32,12 @@ def as_int(value: object, default: int) -> int:
     return default
 
 
-def members_of(template: Any, count: int, role: str, path: Path, errors: list[FieldError]) -> Members:
-    """Members built from the PodTemplateSpec at `path`; bad quantities become field errors."""
+def members_of(
+    template: Any, count: int, role: str, path: Path, errors: list[FieldError], count_field: Path | None = None
+) -> Members:
+    """Members built from the PodTemplateSpec at `path`; bad quantities become field errors. Their number
+    is set by `count_field`, by default the template's sibling `replicas` (StatefulSet, Kubeflow's
+    replica specs, Ray's worker groups)."""
     spec = get_path(template, ("spec",)) if isinstance(template, dict) else None
     spec = spec if isinstance(spec, dict) else {}
     try:
@@ -42,7 +46,9 @@ def members_of(template: Any, count: int, role: str, path: Path, errors: list[Fi
     except ValueError as exc:
         errors.append(FieldError(render_path((*path, "spec", "containers")), "resources", f"{exc}"))
         requests, has_requests = {}, False
-    return Members(role, max(count, 0), requests, has_requests, render_path(path))
+    if count_field is None:
+        count_field = (*path[:-1], "replicas") if path and path[-1] == "template" else path
+    return Members(role, max(count, 0), requests, has_requests, render_path(path), render_path(count_field))
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:

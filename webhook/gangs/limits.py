@@ -37,7 +37,10 @@ def set_max_gang_pods(limit: int) -> None:
 
 
 def too_many(path: str, value: object, pods: int, fix: str) -> FieldError:
-    return FieldError(path, value, f"makes {pods} pods, above gangkeeper's limit of {_max_gang_pods} ({FLAG}): {fix}")
+    """The tenant's field and the cluster's limit: the flag that sets it is the operator's, not theirs."""
+    return FieldError(
+        path, value, f"makes {pods} pods, above this cluster's limit of {_max_gang_pods} pods per gang: {fix}"
+    )
 
 
 def refuse_oversized(plan: Plan) -> None:
@@ -47,7 +50,7 @@ def refuse_oversized(plan: Plan) -> None:
         pods = sum(m.count for m in roles)
         if pods > _max_gang_pods:
             largest = max(roles, key=lambda m: m.count)
-            where = largest.path or "spec"
+            where = largest.count_field or largest.path or "spec"
             fix = f"lower the number of {largest.role} pods ({largest.count}) or split the workload"
             plan.errors.append(too_many(where, largest.count, pods, fix))
             plan.gangs = []

@@ -48,6 +48,7 @@ class Members:
     requests: Mapping[str, Decimal]
     has_requests: bool
     path: str = ""  # the pod template they are built from, for error messages
+    count_field: str = ""  # the field that sets how many there are: what a user changes to have fewer
 
 
 @dataclass(frozen=True)
