@@ -97,3 +97,105 @@ def test_native_135_has_no_preemption_fields() -> None:
     (workload,) = make("native", kubernetes_version="1.35").group_objects(analyze(job).gangs, NamespaceInfo())
     validate(workload, "1.35")
     assert "disruptionMode" not in str(workload)
+
+
+# --- membership by identity: the owner's name, not only its kind ----------------------------------
+def test_a_pod_of_another_job_with_a_copied_stamp_is_refused() -> None:
+    """A second Job whose template was copied from Job train's: its pods are not train's members."""
+    pod = copied(owner=("batch/v1", "Job", "train-again"))
+    outcome = admit(pod, "CREATE", make("gate"), "team-a")
+    assert not outcome.allowed and outcome.code == 403
+    assert "its controller is Job train-again, not one of Job train" in outcome.message
+
+
+def rerun_of_train(name: str = "train-again") -> dict[str, Any]:
+    """`kubectl get job train -o yaml`, renamed: the stored template carries train's stamp."""
+    job = b.job(name)
+    template_meta = job["spec"]["template"].setdefault("metadata", {})
+    template_meta["labels"] = {**STAMP["labels"], "batch.kubernetes.io/job-name": "train"}
+    template_meta["annotations"] = dict(STAMP["annotations"])
+    return job
+
+
+@pytest.mark.parametrize("backend", ["gate", "volcano", "coscheduling"])
+def test_a_job_rerun_from_a_copy_of_another_jobs_yaml_gets_its_own_gang(backend: str) -> None:
+    outcome = admit(rerun_of_train(), "CREATE", make(backend), "team-a")
+    assert outcome.allowed and outcome.mutated is not None
+    meta = outcome.mutated["spec"]["template"]["metadata"]
+    assert meta["labels"]["gangkeeper.io/group"] == "job-train-again"
+    assert meta["annotations"]["gangkeeper.io/workload"] == "Job/train-again"
+    assert [g.name for g in outcome.gangs] == ["job-train-again"]
+    assert any("copied with it: this Job gets its own gang job-train-again" in w for w in outcome.warnings)
+
+
+def test_a_template_stamped_by_its_own_controller_owner_keeps_that_gang() -> None:
+    """A workload made by a parent whose gang its pods join keeps the parent's stamp."""
+    job = rerun_of_train("train-child")
+    job["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}
+    ]
+    outcome = admit(job, "CREATE", make("gate"), "team-a")
+    assert outcome.allowed and not outcome.gangs
+    assert "already belongs to gang job-train of Job train" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "group"),
+    [
+        ("the Job's own pod", copied(owner=("batch/v1", "Job", "train")), "job-train"),
+        ("a skip-labelled copy, no owner", copied(**{"gangkeeper.io/skip": "true"}), ""),
+        ("a pod of a rerun Job", copied(owner=("batch/v1", "Job", "train-again")), ""),
+        ("an owner of another kind", copied(owner=("v1", "ConfigMap", "train")), ""),
+        (
+            "a bare pod group",
+            b.pod(
+                "mpi-0",
+                labels={"gangkeeper.io/group-name": "mpi", "gangkeeper.io/group": "pg-mpi"},
+                annotations={"gangkeeper.io/workload": "Pod/mpi"},
+            ),
+            "pg-mpi",
+        ),
+        ("labels without the workload stamp", b.pod("x", labels={"gangkeeper.io/group": "job-train"}), ""),
+    ],
+)
+def test_the_controller_counts_a_pod_only_in_its_workloads_gang(case: str, pod: dict[str, Any], group: str) -> None:
+    from webhook.controller.cluster import ClusterIndex
+    from webhook.gangs.pod import member_group
+
+    assert member_group(pod) == group, case
+    pod["spec"]["schedulingGates"] = [{"name": "gangkeeper.io/gang-gate"}]
+    index = ClusterIndex()
+    index.replace_pods([pod])
+    assert {view.name for view in index.gangs().values()} == ({f"{group}"} if group else set()), case
+    assert len(index.stray_gated) == (0 if group else 1), case
+
+
+@pytest.mark.parametrize(
+    ("workload", "owner", "member"),
+    [
+        ("Deployment/web", ("apps/v1", "ReplicaSet", "web-5d4f8c"), True),
+        ("Deployment/web", ("apps/v1", "ReplicaSet", "webapp-5d4f8c"), False),
+        ("JobSet/js", ("batch/v1", "Job", "js-workers-0"), True),
+        ("JobSet/js", ("batch/v1", "Job", "other-workers-0"), False),
+        ("RayJob/rj", ("ray.io/v1", "RayCluster", "rj-x7k2p"), True),
+        ("RayCluster/rc", ("ray.io/v1", "RayCluster", "rc-copy"), False),
+        ("PyTorchJob/pt", ("kubeflow.org/v1", "PyTorchJob", "pt"), True),
+        ("PyTorchJob/pt", ("kubeflow.org/v1", "PyTorchJob", "pt-2"), False),
+        ("MPIJob/m", ("batch/v1", "Job", "m-launcher"), True),
+    ],
+)
+def test_each_kind_knows_the_names_its_operator_gives_the_pods_owners(
+    workload: str, owner: tuple[str, str, str], member: bool
+) -> None:
+    from webhook.gangs import kinds
+    from webhook.gangs.pod import member_group, stamped_identity
+
+    kind_name, _, name = workload.partition("/")
+    kind = kinds.by_name(kind_name)
+    assert kind is not None
+    gid = kind.identity(name)
+    pod = b.pod(
+        "p", labels={"gangkeeper.io/group": gid.name}, annotations={"gangkeeper.io/workload": workload}, owner=owner
+    )
+    assert stamped_identity(pod) == gid
+    assert (member_group(pod) == gid.name) is member

@@ -17,6 +17,7 @@ from webhook.controller.placement import Eligibility, HostPort, Member, Node, Pl
 from webhook.controller.preemption import Victim
 from webhook.controller.state import PodView, Release, ever_placement, shape_of
 from webhook.gangs.model import Obj
+from webhook.gangs.pod import member_group
 
 
 @dataclass
@@ -151,9 +152,9 @@ class ClusterIndex:
         if not spec.get("schedulingGates") and contract.GROUP_LABEL not in (meta.get("labels") or {}):
             self._set_plain(key, meta, spec, (pod.get("status") or {}).get("phase"))
             return
-        group = (meta.get("labels") or {}).get(contract.GROUP_LABEL)
+        group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
-        view = PodView.from_api(pod, release)
+        view = PodView.from_api(pod, release, group)
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))

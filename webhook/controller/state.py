@@ -22,6 +22,7 @@ from webhook import contract
 from webhook.controller import interning, placement
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape
 from webhook.gangs.model import Topology
+from webhook.gangs.pod import member_group
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_TIMEOUT_SECONDS = 300  # what the native gang scheduler waits at Permit
@@ -143,9 +144,11 @@ class PodView:
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
 
     @staticmethod
-    def from_api(pod: Mapping[str, Any], release: Release | None = None) -> PodView:
+    def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
         """The pod as the controller sees it. Released or not, and where, is the controller's own record
-        (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so."""
+        (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so. Its gang is
+        the one it is a member of by identity (`member_group`, given when already worked out), never
+        the one its labels name alone."""
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         gated = _gated(spec)
         # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
@@ -155,7 +158,7 @@ class PodView:
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
             uid=meta.get("uid", ""),
-            group=(meta.get("labels") or {}).get(contract.GROUP_LABEL, ""),
+            group=member_group(dict(pod)) if group is None else group,
             gated=gated,
             node_name=spec.get("nodeName") or None,
             pinned_node=pinned_to(spec),

@@ -86,7 +86,10 @@ def _with_topology(obj: Obj, plan: Plan) -> None:
 def _marked_template(obj: Obj, plan: Plan) -> str | None:
     """A pod template that already says which gang its pods join, other than the one gangkeeper would
     give: an operator's own gang (Volcano, coscheduling, native, KAI marks) or a parent workload's
-    gangkeeper stamp. Those marks win; overwriting them would split or double the gang."""
+    gangkeeper stamp. Those marks win; overwriting them would split or double the gang. A stamp of a
+    workload that is not this object's controller owner was copied with the object (`kubectl get job
+    train -o yaml`, renamed, applied again): the copy gets its own gang, with a warning."""
+    owner = common.controller_of(obj) or {}
     for stamp in plan.templates:
         template = get_path(obj, stamp.path)
         if not isinstance(template, dict):
@@ -98,8 +101,14 @@ def _marked_template(obj: Obj, plan: Plan) -> str | None:
         where = ".".join(str(p) for p in stamp.path)
         stamped = pod.stamped_identity(template)
         if stamped is not None and stamp.gang is not None and stamped != stamp.gang:
-            owner = f"{stamped.workload_kind} {stamped.workload_name}"
-            return f"{where} already belongs to gang {stamped.name} of {owner}"
+            by_owner = owner.get("kind") == stamped.workload_kind and owner.get("name") == stamped.workload_name
+            copied = f"{stamped.workload_kind} {stamped.workload_name}"
+            if by_owner:
+                return f"{where} already belongs to gang {stamped.name} of {copied}"
+            plan.warnings.append(
+                f"{where} carries the stamp of gang {stamped.name} of {copied}, copied with it: "
+                f"this {plan.kind} gets its own gang {stamp.gang.name}"
+            )
         marker = pod.foreign_gang(template, stamped)
         if marker:
             return f"{where} is already in a gang ({marker})"

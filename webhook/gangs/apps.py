@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from webhook import contract
 from webhook.gangs import common
-from webhook.gangs.kinds import Kind, register
+from webhook.gangs.kinds import Kind, derived_name, register
 from webhook.gangs.model import GangId, Obj, Plan, TemplateStamp
 
 
@@ -98,6 +98,8 @@ register(
         analyze=analyze_deployment,
         identity=deployment_identity,
         pod_owners=frozenset({"ReplicaSet"}),
+        # ReplicaSets are named <deployment>-<pod-template-hash> (k8s pkg/controller/deployment/sync.go)
+        owner_name=derived_name,
         version="v1",
         plural="deployments",
         tag="deploy",

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.gangs import common
 from webhook.gangs.batch import job_size
-from webhook.gangs.kinds import Kind, register
+from webhook.gangs.kinds import Kind, derived_name, register
 from webhook.gangs.model import GangId, Members, Obj, Plan, TemplateStamp
 
 KIND = "JobSet"
@@ -65,7 +65,7 @@ def _replicated_job(
     count = common.as_int(rj.get("replicas"), 1) * per_job
     path = ("spec", "replicatedJobs", index, "template", "spec", "template")
     template = job_spec.get("template") or {}
-    member = common.members_of(template, count, rj_name, path, plan.errors)
+    member = common.members_of(template, count, rj_name, path, plan.errors, (*path[:-1], "parallelism"))
     gid = (_per_job(name, rj_name) if separate else whole) if name else None
     plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     return gid, member, template, separate
@@ -86,7 +86,9 @@ def analyze_trainjob(obj: Obj) -> Plan:
         plan.skip = "the TrainJob's size comes from its runtime; the gang is formed on its JobSet"
         return plan
     template = {"spec": {"containers": [{"name": "node", "resources": trainer.get("resourcesPerNode") or {}}]}}
-    members = [common.members_of(template, nodes, "node", ("spec", "trainer"), plan.errors)]
+    members = [
+        common.members_of(template, nodes, "node", ("spec", "trainer"), plan.errors, ("spec", "trainer", "numNodes"))
+    ]
     plan.gangs.append(common.build_gang(obj, identity(name), members, nodes, "the TrainJob's numNodes", plan))
     return plan
 
@@ -100,6 +102,8 @@ register(
         identity=identity,
         pod_rule=from_pod,
         pod_owners=frozenset({"Job"}),
+        # a Job per replicatedJob replica, <jobset>-<replicatedJob>-<index> (jobset GenJobName)
+        owner_name=derived_name,
         version="v1alpha2",
         plural="jobsets",
         suspend_path=("spec", "suspend"),
@@ -114,6 +118,7 @@ register(
         analyze=analyze_trainjob,
         identity=identity,
         pod_owners=frozenset({"Job"}),
+        owner_name=derived_name,  # its JobSet's Jobs, named as above
         # never a gang's own workload (its JobSet is); read and suspended on the JobSet's behalf; not a
         # gang parent: its gang is the JobSet it creates
         version="v1alpha1",

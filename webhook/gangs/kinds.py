@@ -13,6 +13,19 @@ WAIT = "wait"
 PodRule = Callable[[Obj], "GangId | str | None"]
 
 
+def same_name(workload: str, owner: str) -> bool:
+    """The pods' owner is the workload itself, or an object of the workload's own name (a Job's pods)."""
+    return owner == workload
+
+
+def derived_name(workload: str, owner: str) -> bool:
+    """The pods' owner is an object the operator names after the workload: `<workload>-<suffix>`."""
+    return owner == workload or owner.startswith(f"{workload}-")
+
+
+OwnerName = Callable[[str, str], bool]
+
+
 @dataclass(frozen=True)
 class Kind:
     group: str  # API group ("" for core)
@@ -27,6 +40,10 @@ class Kind:
     # shows at CREATE (a Job's pods: Job; a LeaderWorkerSet's: its StatefulSets); None where an owner
     # may be set after creation (the Spark operator's driver pods), so membership cannot be checked
     pod_owners: frozenset[str] | None = None
+    # (workload name, owner name): whether a pod's controller owner of a kind in pod_owners is one that
+    # this workload made, by name. A pod is a member by identity, never by copyable labels: a second
+    # workload with a copied template (or a copied pod) is never counted in the first one's gang.
+    owner_name: OwnerName = same_name
     # its resource (the webhook's rules admit it), and the version the controller reads it at (none:
     # never read, as a Pod or CronJob, whose gangs come from elsewhere); versions another operator serves
     plural: str = ""

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from webhook.gangs import common
-from webhook.gangs.kinds import Kind, register
+from webhook.gangs.kinds import Kind, derived_name, register, same_name
 from webhook.gangs.model import GangId, Members, Obj, Plan, TemplateStamp
 
 GROUP = "kubeflow.org"
@@ -94,6 +94,8 @@ for _kind in REPLICA_SPECS:
             pod_rule=from_pod if _kind == "PyTorchJob" else None,
             # training-operator makes each replica's pods itself; an MPIJob's launcher may be a Job
             pod_owners=frozenset({_kind, "Job"} if _kind == "MPIJob" else {_kind}),
+            # the launcher Job is <mpijob>-launcher (mpi-operator pkg/controller/mpi_job_controller.go)
+            owner_name=derived_name if _kind == "MPIJob" else same_name,
             version="v1",
             plural=_kind.lower() + "s",
             # mpi-operator v2 serves MPIJob at v2beta1 (training-operator served v1): watched where served

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webhook.gangs import common, limits
-from webhook.gangs.kinds import WAIT, Kind, register
+from webhook.gangs.kinds import WAIT, Kind, derived_name, register
 from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
 
 KIND = "LeaderWorkerSet"
@@ -32,7 +32,7 @@ def analyze(obj: Obj) -> Plan:
     errors: list[FieldError] = plan.errors
     members = [
         common.members_of(leader, 1, "leader", leader_path, errors),
-        common.members_of(worker, size - 1, "worker", (*base, "workerTemplate"), errors),
+        common.members_of(worker, size - 1, "worker", (*base, "workerTemplate"), errors, (*base, "size")),
     ]
     gang_size, reason = size, "the LeaderWorkerSet's leaderWorkerTemplate.size"
     if spec.get("startupPolicy") == "LeaderReady":
@@ -92,6 +92,9 @@ register(
         identity=identity,
         pod_rule=from_pod,
         pod_owners=frozenset({"StatefulSet"}),
+        # the leader StatefulSet has the LWS's name, each group's worker StatefulSet its leader pod's,
+        # <lws>-<group index> (lws pkg/controllers/pod_controller.go)
+        owner_name=derived_name,
         version="v1",
         plural="leaderworkersets",
         # a leader StatefulSet and a worker StatefulSet per group (lws pkg/controllers/leaderworkerset_controller.go)

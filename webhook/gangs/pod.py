@@ -108,24 +108,45 @@ def bare_pod_gang(pod: Obj, group: str, plan: Plan) -> Gang | None:
 
 def unowned_member(pod: Obj, gid: GangId) -> str | None:
     """Why the pod cannot be a member of the workload gang `gid`: a gang's members are the pods its
-    workload's controllers create, each with a controller ownerReference of a kind that creates them. A
-    pod that only carries the gang's labels (a copied pod YAML) would be counted as a member and
-    released in a gang that does not fit. None when it is owned as members are (or cannot be checked)."""
+    workload's controllers create, each with a controller ownerReference to an object of a kind that
+    creates them and of a name that workload gives it (kinds.Kind.owner_name). A pod that only carries
+    the gang's labels (a copied pod YAML, a second Job from a copied template) would be counted as a
+    member and released in a gang that does not fit. None when it is owned as members are (or cannot be
+    checked)."""
     kind = kinds.by_name(gid.workload_kind)
     if kind is None or kind.pod_owners is None or gid.workload_kind == KIND:
         return None
     owner = common.controller_of(pod)
-    owner_kind = str((owner or {}).get("kind", ""))
-    if owner_kind in kind.pod_owners:
+    owner_kind, owner_name = str((owner or {}).get("kind", "")), str((owner or {}).get("name", ""))
+    if owner_kind in kind.pod_owners and kind.owner_name(gid.workload_name, owner_name):
         return None
     creators = " or ".join(sorted(kind.pod_owners))
-    found = f"its controller is a {owner_kind}" if owner else "it has no controller ownerReference"
+    if not owner:
+        found = "it has no controller ownerReference"
+    elif owner_kind in kind.pod_owners:
+        found = f"its controller is {owner_kind} {owner_name}, not one of {gid.workload_kind} {gid.workload_name}"
+    else:
+        found = f"its controller is a {owner_kind}"
     return (
         f"gang {gid.name} ({gid.workload_kind} {gid.workload_name}) counts only the pods its {creators} creates, "
         f"and {found}: remove the gang's labels and annotations ({contract.GROUP_LABEL}, "
         f"{contract.WORKLOAD_ANNOTATION} and the workload's own pod labels) to run it on its own, or use "
         f"{contract.GROUP_NAME_LABEL} for a group of bare pods"
     )
+
+
+def member_group(pod: Obj) -> str:
+    """The gang the pod is a member of, by identity: the group its stamp names, when the stamp is
+    consistent and the pod's controller owner is that gang's workload (unowned_member); "" otherwise.
+    A pod that reached no webhook (label gangkeeper.io/skip) is held to the same rule."""
+    group = common.labels_of(pod).get(contract.GROUP_LABEL) or ""
+    if not group:
+        return ""
+    stamped = stamped_identity(pod)
+    if stamped is None or stamped.workload_kind == KIND:
+        # a bare pod group's stamp (Pod/<group>) or one without its workload: bare pods own themselves
+        return group if stamped is not None or contract.GROUP_NAME_LABEL in common.labels_of(pod) else ""
+    return "" if unowned_member(pod, stamped) else group
 
 
 def analyze(pod: Obj) -> Plan:
