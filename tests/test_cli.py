@@ -221,3 +221,69 @@ def test_the_command_line_starts_before_the_metrics_directory_exists(tmp_path: P
         [sys.executable, "-m", "webhook", "--help"], capture_output=True, text=True, timeout=60, env=env, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+# --- reading files as kubectl reads them ----------------------------------------------------------
+def test_two_objects_without_a_separator_are_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    """PyYAML keeps the last of duplicate keys; kubectl's strict decoding refuses them."""
+    pasted = tmp_path / "pasted.yaml"
+    pasted.write_text(JOB_STREAM.replace("---\n", ""))
+    result = gangkeeper("mutate", "-f", str(pasted))
+    assert result.returncode == 2 and not result.stdout
+    assert result.stderr.strip() == (
+        f"gangkeeper mutate: {pasted}: line 11: key 'apiVersion' already set in the object begun on line 2 "
+        "(two objects without a '---' between them?)"
+    )
+
+
+def test_files_directories_lists_and_stdin_are_read_like_kubectl(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a.yaml").write_text(JOB_STREAM)
+    (tmp_path / "dir" / "notes.txt").write_text("not a manifest")
+    listed = {"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(JOB_STREAM.split("---")[0])]}
+    listed["items"][0]["metadata"]["name"] = "listed"
+    (tmp_path / "list.json").write_text(__import__("json").dumps(listed))
+    stdin = JOB_STREAM.split("---")[0].replace("name: train", "name: piped")
+    result = gangkeeper(
+        "mutate", "-f", str(tmp_path / "dir"), "-f", str(tmp_path / "list.json"), "-f", "-", stdin=stdin
+    )
+    assert result.returncode == 0, result.stderr
+    names = [(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(result.stdout)]
+    assert names == [("Job", "train"), ("ConfigMap", "settings"), ("Job", "listed"), ("Job", "piped")]
+
+
+def test_mutate_says_what_gang_it_found_and_what_it_left_alone() -> None:
+    spark = EXAMPLES / "spark"
+    result = gangkeeper("mutate", "-f", "-", "-f", str(spark), stdin=JOB_STREAM)
+    lines = result.stderr.splitlines()
+    assert 'Job "train": gang job-train: 4 pods to start together (member 4), backend gate' in lines
+    assert (
+        'SparkApplication "spark-pi-volcano": left alone: the Spark operator makes this gang itself '
+        "(batchScheduler volcano)" in lines
+    ), result.stderr
+    assert not any("ConfigMap" in line for line in lines)
+
+
+def test_a_namespace_is_checked_for_namespace_keys_offline_too() -> None:
+    result = gangkeeper("mutate", "-f", str(Path(__file__).parents[1] / "manifests/examples/00-namespace.yaml"))
+    assert result.returncode == 0 and "not one gangkeeper reads" not in result.stderr, result.stderr
+    typo = "apiVersion: v1\nkind: Namespace\nmetadata: {name: t, labels: {gangkeeper.io/enable: 'true'}}\n"
+    result = gangkeeper("mutate", "-f", "-", stdin=typo)
+    assert "did you mean 'gangkeeper.io/enabled'?" in result.stderr
+
+
+def test_a_configuration_and_a_volcano_with_hypernodes_are_previewed(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: gangkeeper.io/v1alpha1\nkind: Configuration\nbackend: volcano\n"
+        "topologyLevels: [topology.kubernetes.io/zone, example.com/rack, kubernetes.io/hostname]\n"
+        "controller: {queuePolicy: backfill}\n"
+    )
+    job = yaml.safe_load(JOB_STREAM.split("---")[0])
+    job["metadata"]["annotations"] = {"gangkeeper.io/topology-required": "example.com/rack"}
+    result = gangkeeper("mutate", "--config", str(config), "--volcano-hypernodes", "-f", "-", stdin=yaml.safe_dump(job))
+    assert result.returncode == 0, result.stderr
+    group = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "PodGroup")
+    validate(group)
+    assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
+    assert "not one of this cluster's topology levels" not in result.stderr

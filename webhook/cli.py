@@ -281,21 +281,25 @@ def _api_client(kubeconfig: str | None) -> Any:
 
 
 def _mutate(args: argparse.Namespace) -> int:
-    import yaml
-
+    from webhook import manifests
     from webhook.offline import diff, dump, mutate_stream
 
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as error:
-        print(f"gangkeeper mutate: cannot read {args.file}: {error.strerror or error}", file=sys.stderr)
+        documents = [d.obj for d in manifests.read(args.file, sys.stdin)]
+    except manifests.ManifestError as error:
+        print(f"gangkeeper mutate: {error}", file=sys.stderr)
         return 2
-    try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        print(f"gangkeeper: {args.file}: not valid YAML: {exc}", file=sys.stderr)
-        return 2
-    result = mutate_stream(documents, args.backend, args.kubernetes_version, args.namespace, args.scheduler_name)
+    result = mutate_stream(
+        documents,
+        args.backend,
+        args.kubernetes_version,
+        args.namespace,
+        args.scheduler_name,
+        _levels_of(args),
+        args.volcano_hypernodes,
+    )
+    for line in result.summary:
+        print(line, file=sys.stderr)
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for note in result.notes:
@@ -542,7 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     mutate = command("mutate", help="show what admission does to a YAML stream, offline")
-    mutate.add_argument("-f", "--file", required=True, help="YAML file, or - for standard input")
+    mutate.add_argument(
+        "-f",
+        "--file",
+        required=True,
+        action="append",
+        help="as kubectl's: a YAML or JSON file, a directory of them, or - for standard input (repeatable)",
+    )
     mutate.add_argument(
         "--backend",
         choices=BACKEND_CHOICES,
@@ -559,6 +569,18 @@ def build_parser() -> argparse.ArgumentParser:
     mutate.add_argument("--namespace", default="default", help="namespace of objects that name none")
     mutate.add_argument("--scheduler-name", default=None, help="schedulerName the backend injects")
     mutate.add_argument("--diff", action="store_true", help="print a unified diff instead of the objects")
+    mutate.add_argument(
+        "--topology-levels",
+        type=_topology_levels,
+        default=None,
+        help="the cluster's topology levels, broadest first (its Configuration's topologyLevels)",
+    )
+    mutate.add_argument(
+        "--volcano-hypernodes",
+        action="store_true",
+        help="volcano backend: preview for a Volcano that serves HyperNodes (topology.volcano.sh, 1.11+)",
+    )
+    _add_config(mutate)
     _add_gang_limit(mutate)
     mutate.set_defaults(func=_mutate)
 

@@ -28,11 +28,11 @@ FLAG = "--config"
 
 # field path -> the flag it stands for, per command that takes it
 FIELDS: dict[str, dict[str, str]] = {
-    "backend": {"serve": "--backend"},
-    "maxGangPods": {"serve": "--max-gang-pods", "controller": "--max-gang-pods"},
+    "backend": {"serve": "--backend", "mutate": "--backend"},
+    "maxGangPods": {"serve": "--max-gang-pods", "controller": "--max-gang-pods", "mutate": "--max-gang-pods"},
     "schedulerNames.volcano": {"serve": "--volcano-scheduler", "controller": "--volcano-scheduler"},
     "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
-    "topologyLevels": {"serve": "--topology-levels"},
+    "topologyLevels": {"serve": "--topology-levels", "mutate": "--topology-levels"},
     "webhook.workers": {"serve": "--workers"},
     "webhook.maxInFlight": {"serve": "--max-in-flight"},
     "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},

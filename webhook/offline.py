@@ -10,11 +10,13 @@ import yaml
 
 from webhook import contract
 from webhook.admission import keys
-from webhook.admission.decide import admit, describe
+from webhook.admission.decide import Outcome, admit, describe
 from webhook.admission.resolve import BackendResolver, StaticNamespaces
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, NamespaceInfo
 from webhook.backends.discovery import Unavailable
+from webhook.gangs import supported
 from webhook.gangs.model import Obj
+from webhook.gangs.topology import DEFAULT_LEVELS
 
 
 @dataclass
@@ -24,6 +26,8 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     originals: list[Obj] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a mechanism does that no object shows
+    # one line per gang found (name, pods by role, backend) and per workload left alone, with why
+    summary: list[str] = field(default_factory=list)
 
 
 def mutate_stream(
@@ -32,6 +36,8 @@ def mutate_stream(
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     namespace: str = "default",
     scheduler_name: str | None = None,
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
+    volcano_hypernodes: bool = False,
 ) -> Result:
     """Every object as admission would leave it, in input order, followed by the gang objects.
 
@@ -39,13 +45,17 @@ def mutate_stream(
     that carries `gangkeeper.io/backend` decides for its objects, else `backend_name`, where `auto`
     means gate (the one mechanism that needs nothing installed). A Namespace in the stream without the
     opt-in label leaves its objects as they are, as the webhook never sees them; a namespace not in the
-    stream counts as opted in.
+    stream counts as opted in. `topology_levels` and `volcano_hypernodes` stand for the cluster's
+    Configuration and for a Volcano that serves HyperNodes (topology.volcano.sh), which offline
+    discovery cannot see.
     """
     schedulers = {"volcano_scheduler": scheduler_name, "coscheduling_scheduler": scheduler_name}
     resolver = BackendResolver(
         default=backend_name,
         namespaces=StaticNamespaces(_namespaces_in(documents)),
         offline_version=kubernetes_version,
+        topology_levels=topology_levels,
+        volcano_hypernodes=volcano_hypernodes,
         **{k: v for k, v in schedulers.items() if v},  # type: ignore[arg-type]
     )
     in_stream = _namespaces_in(documents)
@@ -55,7 +65,11 @@ def mutate_stream(
         if not isinstance(doc, dict):
             continue
         if doc.get("kind") == "Namespace" and doc.get("apiVersion") == "v1":
+            # a namespace's keys are namespace keys: the webhook's namespaces rule checks them, no other
             result.warnings.extend(f"{describe(doc)}: {w}" for w in keys.namespace_warnings(doc))
+            result.originals.append(doc)
+            result.objects.append(doc)
+            continue
         target = (doc.get("metadata") or {}).get("namespace") or namespace
         if target in in_stream and in_stream[target].labels.get(contract.NAMESPACE_ENABLED_LABEL) != "true":
             result.warnings.append(
@@ -71,13 +85,14 @@ def mutate_stream(
         if isinstance(backend, Unavailable):
             result.denials.append(f"{describe(doc)} cannot be given a gang: {backend.message}")
             continue
-        outcome = admit(doc, "CREATE", backend, target, info)
+        outcome = admit(doc, "CREATE", backend, target, info, topology_levels=topology_levels)
         result.warnings.extend(f"{describe(doc)}: {w}" for w in outcome.warnings)
         if not outcome.allowed:
             result.denials.append(outcome.message)
             continue
         result.originals.append(doc)
         result.objects.append(outcome.mutated if outcome.mutated is not None else doc)
+        result.summary.extend(_summary(doc, outcome, backend.name))
         if backend.name == "gate":  # the gate's placement is the controller's: say what it will keep
             result.notes.extend(
                 f"{describe(doc)}: gang {gang.name}: the gate controller places all its pods inside one "
@@ -90,6 +105,18 @@ def mutate_stream(
             groups.setdefault((group["apiVersion"], group["kind"], meta.get("namespace", ""), meta["name"]), group)
     result.objects.extend(groups.values())
     return result
+
+
+def _summary(doc: Obj, outcome: Outcome, backend: str) -> list[str]:
+    if outcome.gangs:
+        return [
+            f"{describe(doc)}: gang {gang.name}: {gang.min_member} pods to start together "
+            f"({', '.join(f'{m.role} {m.count}' for m in gang.members)}), backend {backend}"
+            for gang in outcome.gangs
+        ]
+    if supported(str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")) and doc.get("kind") != "Pod":
+        return [f"{describe(doc)}: left alone: {outcome.reason}"]
+    return []
 
 
 def _namespaces_in(documents: list[Any]) -> dict[str, NamespaceInfo]:

@@ -139,10 +139,11 @@ class BackendResolver:
         queues: Callable[[], dict[str, str] | None] = lambda: None,
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
         priority_classes: Callable[[], frozenset[str] | None] = lambda: None,
+        volcano_hypernodes: bool = False,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
-        self.settings = Settings(schedulers, offline_version, topology_levels)
+        self.settings = Settings(schedulers, offline_version, topology_levels, volcano_hypernodes)
         # (requested, the namespace's scheduler) -> (the discovery it was chosen on, the choice)
         self._cache: dict[tuple[str, str | None], tuple[Served | None, Backend | Unavailable]] = {}
         self.topology_levels = topology_levels

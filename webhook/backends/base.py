@@ -42,6 +42,8 @@ class Settings:
     scheduler_names: Mapping[str, str] = field(default_factory=dict)
     offline_kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+    # offline only (`gangkeeper mutate --volcano-hypernodes`): a Volcano assumed to serve HyperNodes
+    volcano_hypernodes: bool = False
 
     def scheduler(self, mechanism: str, default: str) -> str:
         return self.scheduler_names.get(mechanism) or default

@@ -38,7 +38,7 @@ class Volcano:
 
     @classmethod
     def configured(cls, settings: Settings) -> Volcano:
-        return cls(settings.scheduler(cls.name, "volcano"), topology_levels=settings.topology_levels)
+        return cls(settings.scheduler(cls.name, "volcano"), settings.volcano_hypernodes, settings.topology_levels)
 
     @classmethod
     def discover(cls, served: Served, settings: Settings) -> Volcano | None:
