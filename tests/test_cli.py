@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.schemas import EXAMPLES, validate
@@ -287,3 +288,54 @@ def test_a_configuration_and_a_volcano_with_hypernodes_are_previewed(tmp_path: P
     validate(group)
     assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
     assert "not one of this cluster's topology levels" not in result.stderr
+
+
+# --- explain takes what the user applied ------------------------------------------------------------
+GANG_OBJECTS = [
+    {"metadata": {"name": "job-train"}, "spec": {"workload": {"kind": "Job", "name": "train"}}},
+    {"metadata": {"name": "sts-train"}, "spec": {"workload": {"kind": "StatefulSet", "name": "train"}}},
+    {"metadata": {"name": "lws-serve-0"}, "spec": {"workload": {"kind": "LeaderWorkerSet", "name": "serve"}}},
+    {"metadata": {"name": "lws-serve-1"}, "spec": {"workload": {"kind": "LeaderWorkerSet", "name": "serve"}}},
+    {"metadata": {"name": "pg-mpi"}, "spec": {}},
+]
+
+
+@pytest.mark.parametrize(
+    ("reference", "found"),
+    [
+        ("job-train", ["job-train"]),
+        ("Job/train", ["job-train"]),
+        ("job/train", ["job-train"]),
+        ("jobs/train", ["job-train"]),
+        ("sts/train", ["sts-train"]),
+        ("train", ["job-train", "sts-train"]),  # ambiguous: the CLI names both
+        ("lws/serve", ["lws-serve-0", "lws-serve-1"]),
+        ("pg-mpi", ["pg-mpi"]),
+        ("Job/nothing", []),
+    ],
+)
+def test_explain_finds_the_gang_by_what_was_applied(reference: str, found: list[str]) -> None:
+    from webhook.controller.explain import matching_gangs
+
+    assert matching_gangs(reference, GANG_OBJECTS) == found
+
+
+def test_explain_against_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    result = gangkeeper("explain", "--kubeconfig", str(kubeconfig), "team-a/Job/train")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "gangkeeper explain: cannot reach the API server https://127.0.0.1:1: [Errno 111] Connection refused"
+    )

@@ -392,11 +392,14 @@ def _explain(args: argparse.Namespace) -> int:
     from webhook.controller.explain import UnknownGang, explain, explain_from_gang
     from webhook.kube import Api, ApiError, client_from
 
-    namespace, _, gang = args.gang.partition("/")
-    if not gang:
-        print("gangkeeper explain: expected NAMESPACE/GANG", file=sys.stderr)
+    namespace, _, reference = args.gang.partition("/")
+    if not reference:
+        print("gangkeeper explain: expected NAMESPACE/GANG, NAMESPACE/KIND/NAME or NAMESPACE/NAME", file=sys.stderr)
         return 2
     api = Api(client_from(args.kubeconfig, args.server))
+    gang = _gang_named(api, namespace, reference)
+    if gang is None:
+        return 1
     try:
         try:
             print(explain(api, namespace, gang, args.queue_policy))
@@ -409,6 +412,31 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"gangkeeper explain: {unknown}", file=sys.stderr)
         return 1
     return 0
+
+
+def _gang_named(api: Any, namespace: str, reference: str) -> str | None:
+    """The gang a user means by what they applied (`Job/train`, `train`) or by its name; None, with a
+    line on stderr, when the reference is ambiguous."""
+    from webhook.controller.explain import matching_gangs
+    from webhook.controller.gangobject import GANGS
+    from webhook.kube import ApiError
+
+    try:
+        gangs = api.list(GANGS.path(namespace)).get("items") or []
+    except ApiError as error:
+        if error.status not in (403, 404):
+            raise
+        return reference  # no Gang objects to read: the name as given
+    found = matching_gangs(reference, gangs)
+    if len(found) > 1:
+        print(
+            f"gangkeeper explain: {reference} names {len(found)} gangs in {namespace}: "
+            + ", ".join(found)
+            + f"; give one: gangkeeper explain {namespace}/{found[0]}",
+            file=sys.stderr,
+        )
+        return None
+    return found[0] if found else reference
 
 
 def _default_trace() -> Path:
@@ -655,7 +683,11 @@ def build_parser() -> argparse.ArgumentParser:
     release.set_defaults(func=_release_all)
 
     explain = command("explain", help="why a gang waits: members, capacity, node by node")
-    explain.add_argument("gang", help="NAMESPACE/GANG, the value of the pods' gangkeeper.io/group label")
+    explain.add_argument(
+        "gang",
+        help="NAMESPACE/GANG (the pods' gangkeeper.io/group label), or what you applied: NAMESPACE/KIND/NAME "
+        "(Job/train, job/train) or NAMESPACE/NAME",
+    )
     explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     explain.add_argument("--server", default=None)
     explain.add_argument(
@@ -786,6 +818,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"gangkeeper {args.command}: no cluster to talk to ({error}); set KUBECONFIG or --kubeconfig",
                 file=sys.stderr,
             )
+            return 2
+        if isinstance(error, ApiError) and error.unreachable:
+            print(f"gangkeeper {args.command}: {error.unreachable}", file=sys.stderr)
             return 2
         if isinstance(error, ApiError):
             hint = " (explain lists pods and nodes cluster-wide)" if error.status == 403 else ""

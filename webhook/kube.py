@@ -19,9 +19,25 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, body: str, method: str = "", path: str = "") -> None:
+    """An answer other than success; status 0: no answer at all (refused, reset, timed out)."""
+
+    def __init__(self, status: int, body: str, method: str = "", path: str = "", server: str = "") -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
-        self.status, self.body = status, body
+        self.status, self.body, self.server = status, body, server
+
+    @property
+    def unreachable(self) -> str | None:
+        """For a user, when no answer came: the server and the cause, in one line."""
+        if self.status != 0:
+            return None
+        return f"cannot reach the API server {self.server or '(unknown)'}: {self.body}"
+
+
+def _cause(error: urllib3.exceptions.HTTPError) -> str:
+    """The innermost reason urllib3 gives ("[Errno 111] Connection refused"), not its retry wrapper."""
+    reason = getattr(error, "reason", None) or error
+    text = str(reason)
+    return text.rpartition(": ")[2] if "Failed to establish a new connection" in text else text
 
 
 POOL_SIZE = 96  # connections kept: a release's PATCHes side by side (--release-concurrency) and the watches
@@ -153,7 +169,7 @@ class Api:
                 return self._pool.urlopen(method, url, **options)
             return self._manager.urlopen(method, self._host.removesuffix(self._prefix) + url, **options)
         except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out: an answer callers handle
-            raise ApiError(0, str(error), method, path) from error
+            raise ApiError(0, _cause(error), method, path, self._host) from error
 
     # conveniences
     def get(self, path: str) -> Any:

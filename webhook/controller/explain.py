@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook.controller import placement
 from webhook.controller.gangobject import GANGS
@@ -16,6 +17,28 @@ from webhook.kube import Api, ApiError
 
 class UnknownGang(LookupError):
     """No pod carries the gang's label: a typo, another namespace, or a gang long gone."""
+
+
+def matching_gangs(reference: str, gangs: list[Mapping[str, Any]]) -> list[str]:
+    """The Gang objects `reference` names, as a user writes it: the gang (`job-train`), what they applied
+    (`Job/train`, `job/train`, `jobs/train`), or the workload's name alone (`train`). A workload with
+    several gangs (a LeaderWorkerSet's groups) or two workloads of one name give several."""
+    kind, _, name = reference.rpartition("/")
+    kind = kind.lower()
+    found = []
+    for gang in gangs:
+        gang_name = str((gang.get("metadata") or {}).get("name", ""))
+        workload = (gang.get("spec") or {}).get("workload") or {}
+        workload_kind, workload_name = str(workload.get("kind", "")).lower(), workload.get("name")
+        if gang_name == reference:
+            return [gang_name]
+        if workload_name == name and (not kind or kind in (workload_kind, f"{workload_kind}s", _short(workload_kind))):
+            found.append(gang_name)
+    return sorted(found)
+
+
+def _short(kind: str) -> str:
+    return {"leaderworkerset": "lws", "statefulset": "sts", "deployment": "deploy", "cronjob": "cj"}.get(kind, kind)
 
 
 def explain(
@@ -32,7 +55,10 @@ def explain(
     decisions = controller.reconcile_once()
     gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
     if gang is None:
-        raise UnknownGang(f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name}")
+        raise UnknownGang(
+            f"gang {namespace}/{gang_name}: no pods carry gangkeeper.io/group={gang_name} (kubectl get gangs -n "
+            f"{namespace} lists the gangs; or name what you applied: {namespace}/Job/NAME)"
+        )
     resolved = controller.resolved(gang.key)
     lines = [f"gang {namespace}/{gang_name}"]
     if resolved is None or resolved.spec is None:
