@@ -10,7 +10,7 @@ import pkgutil
 from dataclasses import replace
 
 from webhook import contract
-from webhook.gangs import common, kinds, limits, pod, shape, topology
+from webhook.gangs import common, kinds, limits, pod, shape, topology, values
 from webhook.gangs.model import FieldError, Gang, GangId, Members, Obj, Plan, TemplateStamp, get_path
 
 # every module of the package is imported, so each kind's module registers its record: a new kind is
@@ -57,6 +57,8 @@ def analyze(obj: Obj) -> Plan:
     except (TypeError, AttributeError, ValueError, KeyError) as error:  # a shape shape.check does not know
         detail = f"does not have the shape of a {kind_name} ({type(error).__name__}: {error}); check it against its CRD"
         return Plan(kind=kind_name, errors=[FieldError("spec", "...", detail)])
+    if kind_name != pod.KIND:  # a key written wrong is refused even where the workload is left alone
+        plan.errors.extend(values.errors(obj))
     limits.refuse_oversized(plan)
     _with_topology(obj, plan)
     marked = _marked_template(obj, plan)
