@@ -21,6 +21,7 @@ $(PY_STAMP):
 # what the server needs and nothing more (requirements.lock, as the image)
 $(BIN)/.runtime: requirements.lock $(PY_STAMP)
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .  # .venv/bin/gangkeeper, as the docs use it
 	touch $@
 
 # runtime and test tools, each pinned with its hashes; the package itself without dependencies
