@@ -178,3 +178,17 @@ def test_the_rack_model_keeps_required_gangs_in_one_rack(day: list[trace.TraceJo
     default = report.summarize(engine.run_default_scheduler(fits_a_rack, shape, "node", seed=1), 512)
     assert preferred.one_rack_share >= default.one_rack_share
     assert report.summarize(required, 512).one_rack_share == 1.0
+
+
+def test_the_documented_slice_is_contended_and_its_columns_are_whole() -> None:
+    """docs/simulate.md's slice: the default scheduler holds GPUs in unstarted gangs, gangkeeper holds
+    none; with racks every column's label is printed whole."""
+    command = [sys.executable, "-m", "webhook", "simulate", "--start", "2017-10-25", "--days", "1", "--nodes", "16"]
+    out = subprocess.run(
+        [*command, "--rack-size", "4", "--orderings", "1"], capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    assert "--start 2017-10-25 --days 1 --nodes 16" in (Path(__file__).parents[1] / "docs/simulate.md").read_text()
+    header = next(line for line in out.splitlines() if line.strip().startswith("default scheduler"))
+    assert "gangkeeper first-fit required" in header and "gangkeeper backfill preferred" in header
+    held = next(line for line in out.splitlines() if line.startswith("GPU-h held by unstarted gangs")).split()[5:]
+    assert float(held[0].split("-")[0]) > 0 and all(float(cell) == 0 for cell in held[1:]), held

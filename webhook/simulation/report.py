@@ -138,14 +138,16 @@ def _span(values: Sequence[float]) -> str:
 def table(groups: Sequence[tuple[str, Sequence[Summary]]]) -> str:
     """One block per policy; a policy replayed under several pod orderings shows the range."""
     lines = []
-    header = f"{'':30}" + "".join(f"{label[:22]:>24}" for label, _ in groups)
+    # each column as wide as its label (whole: "gangkeeper first-fit required" is not cut), at least 14
+    widths = [max(len(label), 12) + 2 for label, _ in groups]
+    header = f"{'':30}" + "".join(f"{label:>{width}}" for (label, _), width in zip(groups, widths, strict=True))
     lines.append(header)
 
     def line(name: str, pick: object) -> None:
         cells = []
-        for _, summaries in groups:
+        for (_, summaries), width in zip(groups, widths, strict=True):
             values = [pick(s) for s in summaries]  # type: ignore[operator]
-            cells.append(f"{_span(values):>24}")
+            cells.append(f"{_span(values):>{width}}")
         lines.append(f"{name:30}" + "".join(cells))
 
     line("GPU-h held by unstarted gangs", lambda s: s.held_idle_gpu_hours)
