@@ -181,9 +181,12 @@ def test_jobset_in_order_has_one_gang_per_replicated_job() -> None:
 
 
 def test_pytorch_elastic_min_replicas_and_min_available() -> None:
+    """As training-operator's PodGroup: every replica (it starts them all), elastic or not; minAvailable
+    when the job's scheduling policy sets it."""
     job = first("kubeflow/pytorchjob-simple.yaml")
+    replicas = sum(rs.get("replicas", 1) for rs in job["spec"]["pytorchReplicaSpecs"].values())
     job["spec"]["elasticPolicy"] = {"minReplicas": 1}
-    assert gangs.analyze(job).gangs[0].min_member == 1
+    assert gangs.analyze(job).gangs[0].min_member == replicas
     job["spec"]["runPolicy"] = {"schedulingPolicy": {"minAvailable": 2, "queue": "q"}}
     gang = gangs.analyze(job).gangs[0]
     assert (gang.min_member, gang.queue) == (2, "q")

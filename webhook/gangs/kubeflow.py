@@ -51,14 +51,15 @@ def make_analyze(kind: str) -> Callable[[Obj], Plan]:
             plan.templates.append(
                 TemplateStamp(path=path, gang=common.gang_id(kind, name) if name else None, shape="crd")
             )
+        # As training-operator's own gang integration sizes its PodGroup: every replica
+        # (k8sutil.GetTotalReplicas), or runPolicy.schedulingPolicy.minAvailable when set; an elastic
+        # PyTorchJob's elasticPolicy.minReplicas does not change it (pkg/controller.v1/common/job.go,
+        # ReconcileJobs, v1.9.2): the operator starts every replica
         total = sum(m.count for m in members)
         size, reason = total, f"the {kind}'s total replicas"
         policy = (spec.get("runPolicy") or {}).get("schedulingPolicy") or {}
-        elastic = spec.get("elasticPolicy") or {}
         if isinstance(policy.get("minAvailable"), int):
             size, reason = policy["minAvailable"], "runPolicy.schedulingPolicy.minAvailable"
-        elif kind == "PyTorchJob" and isinstance(elastic.get("minReplicas"), int):
-            size, reason = elastic["minReplicas"], "elasticPolicy.minReplicas"
         elif kind == "MPIJob" and spec.get("launcherCreationPolicy") == "WaitForWorkersReady":
             # The launcher is created only after the workers are ready, so it cannot be waited for.
             launchers = sum(m.count for m in members if m.role.lower() == "launcher")
