@@ -281,3 +281,64 @@ def test_a_guarded_gang_on_the_first_node_sends_the_gang_to_the_unguarded_one(se
     assert f"preempting gang team-a/job-{other}" in decision.message, decision.message
     assert server.store.get("batch/v1", "jobs", "team-a", other)["spec"]["suspend"] is True
     assert not server.store.get("batch/v1", "jobs", "team-a", guarded)["spec"].get("suspend")
+
+
+def with_one_pod_at(store: Store, job: str, priority: int) -> None:
+    """One member of the Job's gang created at another priority (its template names another
+    PriorityClass, as a Kubeflow role or an LWS leader may), before the controller sees it."""
+    pod = next(p for p in pods(store) if p["metadata"]["labels"].get("gangkeeper.io/group") == f"job-{job}")
+    store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k not in ("uid", "resourceVersion")}
+    pod["metadata"]["name"] += "-other"
+    pod["spec"]["priority"] = priority
+    store.create("v1", "pods", "team-a", pod)
+
+
+def test_one_pod_in_a_high_priority_class_lends_its_gang_nothing(server: TestApiServer, api: Api) -> None:
+    """A gang's priority is its least important pod's: three priority-0 pods and one of 1000 may not
+    preempt a gang of 500 (each pod of it could not)."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job_of_priority(server.store, "mid", 500)
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    assert default_scheduler(server.store) == 4
+    controller.reconcile_once()
+    clock.advance(120)
+    job_of_priority(server.store, "mixed", 0)
+    with_one_pod_at(server.store, "mixed", 1000)
+    decision = controller.reconcile_once()["team-a/job-mixed"]
+    assert decision.state == "WaitingForCapacity" and "preempting" not in decision.message, decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "mid")["spec"].get("suspend")
+
+
+def test_a_mixed_gang_is_preempted_at_its_least_important_pods_priority(server: TestApiServer, api: Api) -> None:
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    job_of_priority(server.store, "low", 0)
+    with_one_pod_at(server.store, "low", 2000)  # one member far above the preemptor: the gang ranks at 0
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    assert default_scheduler(server.store) == 4
+    controller.reconcile_once()
+    clock.advance(120)
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert "preempting gang team-a/job-low (priority 0)" in decision.message, decision.message
+
+
+def test_a_gang_of_mixed_priority_classes_is_warned_about_and_its_group_gets_the_lowest() -> None:
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    lws = b.lws(size=4, scheduler=None)
+    template = lws["spec"]["leaderWorkerTemplate"]
+    template["leaderTemplate"] = {"spec": {**template["workerTemplate"]["spec"], "priorityClassName": "urgent"}}
+    template["workerTemplate"]["spec"]["priorityClassName"] = "batch"
+    classes = {"urgent": 1000, "batch": 10, "": 0}
+    for backend in ("volcano", "native"):
+        outcome = admit(lws, "CREATE", make(backend), "team-a", priority_classes=classes)
+        assert outcome.allowed, outcome.message
+        assert any("different PriorityClasses (batch, urgent)" in w for w in outcome.warnings), outcome.warnings
+        assert "'priorityClassName': 'batch'" in str(outcome.group_objects), backend
+        assert "urgent" not in str(outcome.group_objects), backend

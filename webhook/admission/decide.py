@@ -7,8 +7,8 @@ that copy (webhook.admission.patch), so fields gangkeeper does not know are neve
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +119,18 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
     return warnings
 
 
-def _priority_warnings(gangs: list[Gang], known: frozenset[str]) -> list[str]:
+def _at_lowest_class(gang: Gang, known: Collection[str] | None) -> Gang:
+    """A gang of several PriorityClasses gets the lowest in its group object (native, Volcano), the same
+    rule the gate applies to its pods' priorities; when the classes' values are not known, the one its
+    first template names."""
+    if not gang.priority_classes or not isinstance(known, Mapping):
+        return gang
+    values = {c: known.get(c, known.get("", 0)) for c in gang.priority_classes}
+    lowest = min(gang.priority_classes, key=lambda c: (values[c], c))
+    return replace(gang, priority_class=lowest or None)
+
+
+def _priority_warnings(gangs: list[Gang], known: Collection[str]) -> list[str]:
     """A gang whose PriorityClass does not exist: the API server refuses each of its pods (Priority
     admission), so it would never start. Said at apply (a warning: the class may be created next)."""
     missing = sorted({g.priority_class for g in gangs if g.priority_class and g.priority_class not in known})
@@ -198,7 +209,7 @@ class Admission:
     old: Obj | None
     user: str | None
     topology_levels: tuple[str, ...]
-    priority_classes: frozenset[str] | None
+    priority_classes: Collection[str] | None  # names; a Mapping also gives each one's value
 
     @property
     def served(self) -> Backend:
@@ -344,8 +355,9 @@ def stamped(a: Admission) -> Outcome:
     warnings = [*plan.warnings, *a.topology[1]]
     if a.gating and a.controller is not None and a.controller.warning():
         warnings.append(str(a.controller.warning()))
-    outcome = Outcome(True, "gang stamped", warnings=warnings, gangs=plan.gangs, plan=plan)
-    outcome.group_objects = backend.group_objects(plan.gangs, a.namespace_info)
+    gangs = [_at_lowest_class(g, a.priority_classes) for g in plan.gangs]
+    outcome = Outcome(True, "gang stamped", warnings=warnings, gangs=gangs, plan=plan)
+    outcome.group_objects = backend.group_objects(gangs, a.namespace_info)
     if a.queues is not None:
         outcome.warnings.extend(_queue_warnings(outcome.group_objects, a.queues))
     if a.priority_classes is not None:
@@ -396,7 +408,7 @@ def admit(
     old: Obj | None = None,
     user: str | None = None,
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
-    priority_classes: frozenset[str] | None = None,
+    priority_classes: Collection[str] | None = None,
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.

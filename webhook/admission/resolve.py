@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -110,20 +110,28 @@ class WatchedPriorityClasses:
     def __init__(self, api: Api) -> None:
         from webhook.informer import Informer
 
-        self._informer = Informer(api, PRIORITY_CLASSES, transform=_trim_name)
+        self._informer = Informer(api, PRIORITY_CLASSES, transform=_trim_class)
 
     def start(self) -> None:
         self._informer.start()
 
-    def names(self) -> frozenset[str] | None:
-        """None until listed."""
+    def names(self) -> Mapping[str, int] | None:
+        """Each PriorityClass's value by name, and "" for a pod that names none (the global default's
+        value, else 0, as the Priority admission plugin gives it); None until listed."""
         if not self._informer.synced.is_set():
             return None
-        return frozenset(str(c["metadata"]["name"]) for c in self._informer.items())
+        classes = list(self._informer.items())
+        values = {str(c["metadata"]["name"]): int(c.get("value") or 0) for c in classes}
+        values[""] = next((int(c.get("value") or 0) for c in classes if c.get("globalDefault")), 0)
+        return values
 
 
 def _trim_name(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": (obj.get("metadata") or {}).get("name", "")}}
+
+
+def _trim_class(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**_trim_name(obj), "value": obj.get("value"), "globalDefault": obj.get("globalDefault")}
 
 
 class BackendResolver:
@@ -138,7 +146,7 @@ class BackendResolver:
         controller: Callable[[], ControllerHealth | None] = lambda: None,
         queues: Callable[[], dict[str, str] | None] = lambda: None,
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
-        priority_classes: Callable[[], frozenset[str] | None] = lambda: None,
+        priority_classes: Callable[[], Mapping[str, int] | None] = lambda: None,
         volcano_hypernodes: bool = False,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served

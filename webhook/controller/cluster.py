@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from webhook import contract
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape, Units
 from webhook.controller.preemption import Victim
-from webhook.controller.state import PodView, Release, ever_placement, shape_of
+from webhook.controller.state import PodView, Release, ever_placement, gang_priority, shape_of
 from webhook.gangs.model import Obj
 from webhook.gangs.pod import member_group
 
@@ -276,15 +276,26 @@ class ClusterIndex:
         return grown
 
     def nodes_below(self, priority: int) -> set[str]:
-        """The nodes where pods of lower priority hold capacity."""
-        return {node for level, held in self.held_by_priority.items() if level < priority for node in held}
+        """The nodes where pods of lower priority hold capacity, or members of gangs of lower priority."""
+        nodes = {node for level, held in self.held_by_priority.items() if level < priority for node in held}
+        return nodes | {hold.node for hold in self._lifted_holds(priority)}
+
+    def _lifted_holds(self, priority: int) -> list[_Hold]:
+        """Holds of pods at or above `priority` whose gang ranks below it (state.gang_priority): their
+        gang goes whole, so they go with it."""
+        lifted = []
+        for members in self._members.values():
+            holds = [h for h in (self._holds.get(key) for key in members) if h is not None]
+            if holds and gang_priority(h.priority for h in holds) < priority:
+                lifted += [h for h in holds if h.priority >= priority]
+        return lifted
 
     def victims_below(
         self, priority: int, nodes: Iterable[str], gate_gang: Callable[[str], bool], limit: int | None = None
     ) -> list[Victim]:
         """Preemption units holding capacity on these nodes (in order, at most `limit` of them), of lower
-        priority: whole gangs the gate releases (`gate_gang`), and pods in no gang. A unit with a pod
-        already being deleted is going anyway and is left out, as are pods of other mechanisms' gangs
+        priority (a gang's: state.gang_priority): whole gangs the gate releases (`gate_gang`), and pods in
+        no gang. A unit with a pod already being deleted is going anyway and is left out, as are pods of other mechanisms' gangs
         (their scheduler preempts them)."""
         units: dict[str, Victim | None] = {}
         for node in nodes:
@@ -305,7 +316,7 @@ class ClusterIndex:
         if not gang:
             return None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
         held = [h for h in (self._holds.get(k) for k in self._members.get(gang, {})) if h is not None]
-        rank = max(h.priority for h in held)  # a gang is as important as its most important pod
+        rank = gang_priority(h.priority for h in held)  # the same rule as for the gang that preempts
         if not gate_gang(gang) or any(h.going for h in held) or rank >= priority:
             return None
         return Victim(gang, True, rank, tuple((h.node, h.units) for h in held))
@@ -313,11 +324,15 @@ class ClusterIndex:
     def free_without_priorities_below(self, priority: int) -> dict[str, Units] | None:
         """Each node's free capacity if every pod of lower priority were gone; None when there are none."""
         lower = [held for level, held in self.held_by_priority.items() if level < priority]
-        if not any(any(any(units.values()) for units in held.values()) for held in lower):
+        lifted = self._lifted_holds(priority)
+        if not lifted and not any(any(any(units.values()) for units in held.values()) for held in lower):
             return None
         free = {name: dict(units) for name, units in self.free.items()}
         for held in lower:
             for node, units in held.items():
                 if node in free:
                     _add(free[node], units.items(), +1)
+        for hold in lifted:
+            if hold.node in free:
+                _add(free[hold.node], hold.units, +1)
         return free

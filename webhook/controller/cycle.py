@@ -30,6 +30,7 @@ from webhook.controller.state import (
     GangState,
     decide,
     format_time,
+    gang_priority,
     overran_claim,
 )
 
@@ -70,13 +71,13 @@ class ReleaseCycle:
         self.head_of_line.keep_only(live)
 
     def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
-        """Where a gang stands in the queue: its priority (the highest of its pods'), then its arrival
+        """Where a gang stands in the queue: its priority (state.gang_priority), then its arrival
         (its oldest pod's creation), remembered until the gang's pods change."""
         version = self.index.gang_versions[gang.key]
         cached = self.order.get(gang.key)
         if cached is None or cached[0] != version:
             live = [p for p in gang.pods if not p.terminal] or gang.pods
-            key = (-max(p.priority for p in live), min((p.created_at or now for p in live), default=now))
+            key = (-gang_priority(p.priority for p in live), min((p.created_at or now for p in live), default=now))
             cached = self.order[gang.key] = (version, key)
         return cached[1]
 

@@ -11,7 +11,7 @@ from webhook.controller.gangobject import GANGS
 from webhook.controller.queue import DEFAULT_POLICY, Policy
 from webhook.controller.reconciler import Controller
 from webhook.controller.source import Listing
-from webhook.controller.state import Decision, GangSpec, PodView
+from webhook.controller.state import Decision, GangSpec, PodView, gang_priority
 from webhook.kube import Api, ApiError
 
 
@@ -89,7 +89,7 @@ def queue_lines(
     lines = []
     if decision.position:
         waiting = sum(1 for d in decisions.values() if d.position)
-        priority = max(p.priority for p in gated) if gated else 0
+        priority = gang_priority(p.priority for p in gated)
         lines.append(
             f"  queue: position {decision.position} of {waiting} waiting (policy {policy}; "
             f"priority {priority}, then arrival)"

@@ -23,7 +23,7 @@ from webhook.controller.preemption import MAX_CANDIDATES, Victim, budget_blocks,
 from webhook.controller.requeue import Requeuer
 from webhook.controller.resolve import Resolved
 from webhook.controller.reuse import Snapshot
-from webhook.controller.state import Decision, GangState
+from webhook.controller.state import Decision, GangState, gang_priority
 from webhook.kube import PODS, Api, ApiError, Resource
 
 PDBS = Resource("policy/v1", "poddisruptionbudgets")
@@ -66,7 +66,7 @@ class Preemptor:
         going = self._still_going(gang, snapshot, now)
         if going:
             return going
-        priority = max(p.priority for p in gated)
+        priority = gang_priority(p.priority for p in gang.pods if not p.terminal)
         # the nodes one placement would empty first, then every other node lower-priority pods hold: the
         # victims there may be protected (a PodDisruptionBudget, a fresh release) where others are not
         elsewhere = sorted(snapshot.index.nodes_below(priority) - set(decision.preempt_nodes))

@@ -117,6 +117,14 @@ def _refused_by_scheduler(status: Mapping[str, Any]) -> bool:
     )
 
 
+def gang_priority(priorities: Iterable[int]) -> int:
+    """A gang's priority is its least important member's: it may preempt only what each of its pods could
+    (one pod in a rationed PriorityClass lends the gang nothing), and it is preempted, and queued, at
+    that priority too. kube-scheduler preempts each pod at its own priority; a gang goes whole, so its
+    one priority is the one every member has at least."""
+    return min(priorities, default=0)
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     """The parts of a pod the controller acts on."""
@@ -575,7 +583,7 @@ def waits_for_capacity(s: Situation) -> Decision:
     message = f"{len(result.assignments) + len(s.released)} of {spec.min_member} pods fit on free capacity"
     if result.domain_note and spec.topology is not None and spec.topology.required:
         message = f"{spec.topology.word} topology: {result.domain_note}"
-    priority = max(p.priority for p in s.gated)
+    priority = gang_priority(p.priority for p in s.live)
     preempt = _preemption_nodes(s, priority)
     if preempt is not None:
         message += (

@@ -61,6 +61,7 @@ def analyze(obj: Obj) -> Plan:
         plan.errors.extend(values.errors(obj))
     limits.refuse_oversized(plan)
     _with_topology(obj, plan)
+    _with_priority_classes(obj, plan)
     marked = _marked_template(obj, plan)
     if marked:
         plan = Plan(kind=kind_name, skip=marked, warnings=plan.warnings)
@@ -83,6 +84,29 @@ def _with_topology(obj: Obj, plan: Plan) -> None:
     plan.errors.extend([*errors, *outer_errors])
     if intent is not None or outer is not None:
         plan.gangs = [replace(gang, topology=intent, workload_topology=outer) for gang in plan.gangs]
+
+
+def _with_priority_classes(obj: Obj, plan: Plan) -> None:
+    """A gang whose templates name different PriorityClasses (a Kubeflow role, an LWS leader, a JobSet's
+    job) has one priority all the same, its least important pod's (the controller's gang_priority): said
+    at apply, so its author is not surprised that the higher class lends the gang nothing."""
+    for index, gang in enumerate(plan.gangs):
+        named = set()
+        for stamp in plan.templates:
+            template = get_path(obj, stamp.path)
+            # a template stamped per pod (gang None: an LWS group, a CronJob's Job) serves every gang of the plan
+            if stamp.gang in (gang.id, None) and isinstance(template, dict) and stamp.shape != "spark":
+                spec = template.get("spec")
+                named.add(str((spec if isinstance(spec, dict) else {}).get("priorityClassName") or ""))
+        if len(named) < 2:
+            continue
+        classes = tuple(sorted(named))
+        plan.gangs[index] = replace(gang, priority_classes=classes)
+        shown = ", ".join(c or "(none: the cluster's default)" for c in classes)
+        plan.warnings.append(
+            f"gang {gang.name}: its pods name different PriorityClasses ({shown}); a gang has one priority, "
+            "its least important pod's: it preempts, is preempted and is queued at that one"
+        )
 
 
 def _marked_template(obj: Obj, plan: Plan) -> str | None:

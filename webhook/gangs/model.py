@@ -74,6 +74,8 @@ class Gang:
     owner: Obj | None = None  # ownerReference to the workload, when its uid is known
     queue: str | None = None
     priority_class: str | None = None
+    # every PriorityClass its pod templates name ("" for none: the cluster's default), when more than one
+    priority_classes: tuple[str, ...] = ()
     timeout_seconds: int | None = None
     recovery_seconds: int | None = None  # gangkeeper.io/recovery-timeout-seconds, when set
     topology: Topology | None = None  # one domain of a node label for all its pods (topology.py)
