@@ -295,8 +295,8 @@ class ClusterIndex:
     ) -> list[Victim]:
         """Preemption units holding capacity on these nodes (in order, at most `limit` of them), of lower
         priority (a gang's: state.gang_priority): whole gangs the gate releases (`gate_gang`), and pods in
-        no gang. A unit with a pod already being deleted is going anyway and is left out, as are pods of other mechanisms' gangs
-        (their scheduler preempts them)."""
+        no gang. A unit with a pod already being deleted is going anyway and is left out, as are pods of
+        other mechanisms' gangs (their scheduler preempts them)."""
         units: dict[str, Victim | None] = {}
         for node in nodes:
             if limit is not None and len(units) >= limit:
