@@ -342,3 +342,39 @@ def test_a_gang_of_mixed_priority_classes_is_warned_about_and_its_group_gets_the
         assert any("different PriorityClasses (batch, urgent)" in w for w in outcome.warnings), outcome.warnings
         assert "'priorityClassName': 'batch'" in str(outcome.group_objects), backend
         assert "urgent" not in str(outcome.group_objects), backend
+
+
+IMPOSSIBLE_AFFINITY = {
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "nowhere"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
+
+
+def test_a_gang_with_constraints_placement_does_not_model_preempts_nothing(server: TestApiServer, api: Api) -> None:
+    """kube-scheduler would run its filters without the victims and find the affinity still unmet; the
+    gate cannot tell, so it never evicts a running gang for such a gang."""
+    controller = running_low_gang(server, api)
+    job_of_priority(server.store, "picky", 1000, affinity=IMPOSSIBLE_AFFINITY)
+    for _ in range(3):
+        decision = controller.reconcile_once()["team-a/job-picky"]
+    assert decision.state == "WaitingForCapacity"
+    assert "does not model (podAffinity)" in decision.message and "preempts nothing" in decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
+
+
+def test_a_victim_is_not_requeued_twice_in_a_row_for_one_preemptor(server: TestApiServer, api: Api) -> None:
+    from webhook.controller.preemptor import Preemptor
+
+    controller = running_low_gang(server, api)
+    preemptor = next(v for v in vars(controller.cycle).values() if isinstance(v, Preemptor))
+    preemptor.last_preempted_by["team-a/job-low"] = "team-a/job-high"  # as its last preemption left it
+    job_of_priority(server.store, "high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert "gangs it preempted last time are never victims" in decision.message, decision.message
+    assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
+    preemptor.last_preempted_by.clear()  # another preemptor took it since: victim again
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert "preempting gang team-a/job-low" in decision.message, decision.message

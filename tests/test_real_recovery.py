@@ -392,3 +392,39 @@ def test_a_gang_status_written_over_a_stale_version_is_refused(stack: Stack) -> 
     refused = patch_as(stack, path, json.dumps(behind), "gangkeeper-system", "gangkeeper-controller")
     assert refused.returncode == 1 and json.loads(refused.stderr)["code"] == 409, refused.stderr
     assert stack.plane.get("gang", "job-stale", namespace=namespace)["status"] == books
+
+
+def test_a_gang_preemption_cannot_help_preempts_nothing_and_the_victim_runs_on(stack: Stack) -> None:
+    """A high-priority gang whose pods need a pod that does not exist (podAffinity): kube-scheduler would
+    preempt nothing for it; the gate's placement does not model affinity, so it preempts nothing either,
+    where it once requeued the running gang again and again."""
+    stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("preempt-in-vain", "gate")
+    stack.plane.apply(priority_class("gangkeeper-test-high", 1000))
+    stack.plane.apply(workloads.job("low", namespace, 4, "2"))
+    wait_until(lambda: len(running(gang_pods(stack, namespace, "low"))) == 4, "the low gang Running", 120)
+    time.sleep(62)  # past the grace after its release (preemptor.GRACE_SECONDS): a victim from now on
+    picky = with_priority(workloads.job("picky", namespace, 4, "2"), "gangkeeper-test-high")
+    picky["spec"]["template"]["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "nowhere"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    stack.plane.apply(picky)
+    gang = wait_until(
+        lambda: (
+            (g := stack.plane.get("gang", "job-picky", namespace=namespace))
+            and "preempts nothing" in ((g.get("status") or {}).get("message") or "")
+            and g
+        ),
+        "the picky gang saying it preempts nothing",
+        60,
+    )
+    assert "does not model (podAffinity)" in gang["status"]["message"], gang["status"]
+    time.sleep(15)  # several passes
+    low = stack.plane.get("job", "low", namespace=namespace)
+    assert not low["spec"].get("suspend") and len(running(gang_pods(stack, namespace, "low"))) == 4
+    assert "GangPreempt" not in job_events(stack, namespace)
+    assert not bound(gang_pods(stack, namespace, "picky"))

@@ -42,10 +42,16 @@ class Preemptor:
         self.api, self.requeuer, self.may_write = api, requeuer, may_write
         self.mechanisms = mechanisms or Mechanisms()
         self.pending: dict[str, tuple[dt.datetime, tuple[Victim, ...]]] = {}  # preemptor -> (when, victims)
+        # a victim gang -> the gang its last preemption was for: never requeued twice in a row by one
+        # preemptor (the first time did not make that gang start, a second would not either)
+        self.last_preempted_by: dict[str, str] = {}
 
     def keep_only(self, live: Mapping[str, GangView]) -> None:
         for key in self.pending.keys() - live.keys():
             del self.pending[key]
+        for victim, by in list(self.last_preempted_by.items()):
+            if victim not in live or by not in live:
+                del self.last_preempted_by[victim]
 
     def consider(
         self, gang: GangView, resolved: Resolved, decision: Decision, snapshot: Snapshot, now: dt.datetime
@@ -63,6 +69,14 @@ class Preemptor:
             return ""
         if not all(p.preempts for p in gated):
             return "its PriorityClass says preemptionPolicy Never, so it preempts nothing"
+        unmodelled = sorted({c for p in gated for c in p.shape.unmodelled})
+        if unmodelled:
+            # kube-scheduler runs its filters with the victims removed and preempts nothing where they
+            # would still fail; placement cannot tell, so preempting could evict a gang for nothing
+            return (
+                f"its pods have constraints the gate's placement does not model ({', '.join(unmodelled)}), so "
+                "preempting might not make it fit: it preempts nothing and waits for room"
+            )
         going = self._still_going(gang, snapshot, now)
         if going:
             return going
@@ -71,9 +85,13 @@ class Preemptor:
         # victims there may be protected (a PodDisruptionBudget, a fresh release) where others are not
         elsewhere = sorted(snapshot.index.nodes_below(priority) - set(decision.preempt_nodes))
         nodes = [*decision.preempt_nodes, *elsewhere]
-        candidates = snapshot.index.victims_below(
-            priority, nodes, lambda key: self._gate_gang(key, snapshot, now), limit=MAX_CANDIDATES
-        )
+        candidates = [
+            victim
+            for victim in snapshot.index.victims_below(
+                priority, nodes, lambda key: self._gate_gang(key, snapshot, now), limit=MAX_CANDIDATES
+            )
+            if self.last_preempted_by.get(victim.key) != gang.key
+        ]
         budgets: dict[str, list[dict[str, Any]]] = {}
         chosen = choose_victims(
             [Member(p.name, p.shape) for p in gated],
@@ -89,8 +107,8 @@ class Preemptor:
         )
         if chosen is None:
             return (
-                "no whole lower-priority gangs or pods it may preempt make room "
-                "(gangs released in the last minute and pods a PodDisruptionBudget protects are never victims)"
+                "no whole lower-priority gangs or pods it may preempt make room (gangs released in the last "
+                "minute, pods a PodDisruptionBudget protects and gangs it preempted last time are never victims)"
             )
         named = ", ".join(self._named(v, gang.namespace) for v in chosen)
         if not self.may_write():  # `gangkeeper explain`, or a replica that is not the leader: only say it
@@ -108,6 +126,7 @@ class Preemptor:
         now: dt.datetime,
     ) -> None:
         self.pending[gang.key] = (now, chosen)
+        self.last_preempted_by.update({v.key: gang.key for v in chosen if v.gang})
         metrics.PREEMPTIONS.inc(len(chosen))
         for victim in chosen:
             self._take(victim, gang, priority, snapshot, now)
