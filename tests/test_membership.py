@@ -125,7 +125,7 @@ def test_a_job_rerun_from_a_copy_of_another_jobs_yaml_gets_its_own_gang(backend:
     assert meta["labels"]["gangkeeper.io/group"] == "job-train-again"
     assert meta["annotations"]["gangkeeper.io/workload"] == "Job/train-again"
     assert [g.name for g in outcome.gangs] == ["job-train-again"]
-    assert any("copied with it: this Job gets its own gang job-train-again" in w for w in outcome.warnings)
+    assert "gets its own gang job-train-again: spec.template had a copied stamp of Job train" in outcome.warnings
 
 
 def test_a_template_stamped_by_its_own_controller_owner_keeps_that_gang() -> None:

@@ -131,10 +131,8 @@ def _marked_template(obj: Obj, plan: Plan) -> str | None:
             copied = f"{stamped.workload_kind} {stamped.workload_name}"
             if by_owner:
                 return f"{where} already belongs to gang {stamped.name} of {copied}"
-            plan.warnings.append(
-                f"{where} carries the stamp of gang {stamped.name} of {copied}, copied with it: "
-                f"this {plan.kind} gets its own gang {stamp.gang.name}"
-            )
+            # short: the API server's warnings are cut at about 120 characters (review.MAX_WARNING)
+            plan.warnings.append(f"gets its own gang {stamp.gang.name}: {where} had a copied stamp of {copied}")
         marker = pod.foreign_gang(template, stamped)
         if marker:
             return f"{where} is already in a gang ({marker})"
