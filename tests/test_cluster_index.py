@@ -7,12 +7,15 @@ import random
 import time
 from typing import Any
 
+import pytest
+
 from tests import builders as b
 from tests.apiserver import Store
-from tests.cluster import Clock, node
+from tests.cluster import Clock, default_scheduler, node
 from tests.lifecycle import JobController, install_admission
 from webhook.controller.cluster import ClusterIndex
 from webhook.controller.informer import InformerSource, trim_node, trim_pod
+from webhook.controller.queue import Policy
 from webhook.controller.reconciler import Controller
 from webhook.informer import Informer
 from webhook.kube import NODES, PODS, Api
@@ -20,13 +23,13 @@ from webhook.kube import NODES, PODS, Api
 NS = "team-a"
 
 
-def informed(api: Api) -> tuple[Controller, list[Informer]]:
+def informed(api: Api, **options: Any) -> tuple[Controller, list[Informer]]:
     pods = Informer(api, PODS, transform=trim_pod, watch_seconds=5)
     nodes = Informer(api, NODES, transform=trim_node, watch_seconds=5)
     for informer in (pods, nodes):
         informer.start()
     assert pods.synced.wait(5) and nodes.synced.wait(5)
-    return Controller(api, InformerSource(pods, nodes), clock=Clock()), [pods, nodes]
+    return Controller(api, InformerSource(pods, nodes), **{"clock": Clock(), **options}), [pods, nodes]
 
 
 def settle(store: Store, informers: list[Informer]) -> None:
@@ -161,6 +164,64 @@ def test_a_gang_with_more_gated_pods_than_its_minimum_is_released_once_its_minim
         settle(store, informers)
         decision = controller.reconcile_once()["team-a/job-wide"]
         assert decision.state == "Release", decision.message
+    finally:
+        for informer in informers:
+            informer.stop()
+
+
+@pytest.mark.parametrize("seed", range(24))  # seed 15 found the min-member reuse bug
+def test_a_gang_that_fits_is_released_within_one_pass_of_the_change_that_made_it_fit(
+    store: Store, api: Api, seed: int
+) -> None:
+    """Whatever the sequence of pod and node changes, the controller kept by changes (reusing waiting
+    decisions) releases a gang in the pass after the change that made it fit: where a controller built
+    from scratch on the same cluster would release it, it does too."""
+    from webhook.controller.source import Listing
+    from webhook.controller.state import GangState
+    from webhook.kube import Api as ApiClient
+
+    install_admission(store, "gate")
+    rng = random.Random(seed)
+    for i in range(3):
+        store.create("v1", "nodes", "", node(f"n{i}", cpu="8"))
+    nodes, fillers, jobs = [f"n{i}" for i in range(3)], [], 0
+    clock = Clock()
+    controller, informers = informed(api, clock=clock, queue_policy=Policy.FIRST_FIT)
+    readonly = ApiClient(api.client, read_only=True)
+    try:
+        for step in range(14):
+            change = rng.choice(["filler", "filler", "free", "free", "node", "job", "job"])
+            if change == "filler" and nodes:
+                pod = b.pod(
+                    f"filler-{step}", spec=b.pod_spec(b.container(str(rng.randint(1, 6)), "1Gi")), namespace="other"
+                )
+                pod["spec"]["nodeName"] = rng.choice(nodes)
+                store.create("v1", "pods", "other", pod)
+                fillers.append(pod["metadata"]["name"])
+            elif change == "free" and fillers:
+                store.delete("v1", "pods", "other", fillers.pop(rng.randrange(len(fillers))))
+            elif change == "node":
+                name = f"m{step}"
+                store.create("v1", "nodes", "", node(name, cpu=str(rng.choice([4, 8, 16]))))
+                nodes.append(name)
+            elif change == "job" and jobs < 4:
+                parallelism = rng.randint(2, 4)
+                job = b.job(
+                    f"j{step}", parallelism=parallelism, spec=b.pod_spec(b.container(str(rng.randint(1, 5)), "1Gi"))
+                )
+                job["metadata"]["annotations"] = {"gangkeeper.io/min-member": str(rng.randint(1, parallelism))}
+                store.create("batch/v1", "jobs", NS, job)
+                JobController(store).sync(NS, f"j{step}")
+                jobs += 1
+            settle(store, informers)
+            fresh = Controller(readonly, Listing(readonly), clock=clock, queue_policy=Policy.FIRST_FIT)
+            expected = {k: d.state for k, d in fresh.reconcile_once().items()}
+            decided = controller.reconcile_once()
+            for key, state in expected.items():
+                if state == GangState.RELEASE:
+                    assert decided[key].state == GangState.RELEASE, (seed, step, key, decided[key].message)
+            default_scheduler(store)
+            settle(store, informers)
     finally:
         for informer in informers:
             informer.stop()
