@@ -59,8 +59,10 @@ def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiSe
     assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
     assert default_scheduler(server.store) == 0  # nothing starts while gated
     waiting = events(controller, "WaitingForCapacity")
-    assert waiting and "worker1, worker2: taint test=blocked:NoSchedule not tolerated" in waiting[0]["message"]
-    assert "worker3: 1 of 4 pods fit (needs 4 cpu each, 4 cpu free)" in waiting[0]["message"]
+    # what the tenant's event says: counts, never another tenant's nodes, taints or free capacity
+    assert waiting and "3 nodes: a taint its pods do not tolerate" in waiting[0]["message"]  # and the control plane
+    assert "1 node: 1 of 4 pods fit (short of cpu)" in waiting[0]["message"]
+    assert not any(word in waiting[0]["message"] for word in ("worker", "test=blocked", "cpu free"))
 
     for name in ("worker1", "worker2"):
         server.store.patch("v1", "nodes", "", name, {"spec": {"taints": None}})

@@ -81,7 +81,7 @@ START_CASES: dict[str, tuple[GangState, str, dict[str, Any]]] = {
     ),
     "node_taken": (
         GangState.REPAIR,
-        "1 released pods can no longer bind on n0",
+        "1 released pods can no longer bind on the 1 node they were given",
         {"pods": [released("a", 10, "n0"), released("b", 10, "n1", bound=True)], "spec": GangSpec(2), "free": (-1, 4)},
     ),
     "nothing_gated": (

@@ -363,9 +363,7 @@ def test_a_higher_priority_gang_goes_first_and_says_when_it_needs_preemption(sto
     decision = gangs.reconcile_once()["team-a/job-urgent"]
     assert decision.state == "WaitingForCapacity"
     # packed: both on one node once the priority-0 filler and the priority-1000 pod there were gone
-    assert "fits if pods of priority below 5000 on 1 node (worker1) were preempted" in decision.message, (
-        decision.message
-    )
+    assert "fits if pods of priority below 5000 on 1 node were preempted" in decision.message, decision.message
     assert decision.preempt_nodes == ("worker1",)
     # both lone priority-0 fillers go (the fresh priority-1000 gang is nobody's victim): one pod of the
     # urgent gang on each node, named without their namespace; then it fits, as `explain` says

@@ -73,6 +73,8 @@ def explain(
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",
     ]
+    if decision.preempt_nodes:  # named here only: explain's reader may list nodes
+        lines.append(f"  preemption would free: {', '.join(decision.preempt_nodes)}")
     lines += topology_lines(resolved.spec, decision.placement)
     lines += queue_lines(decision, decisions, gated, controller.queue_policy)
     if gated:

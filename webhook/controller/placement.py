@@ -486,6 +486,33 @@ def _needs(shape: Shape, free: Mapping[str, int], fits: int) -> str:
     return "; ".join(parts) or "no requests"
 
 
+# what a tenant is told of a node that can never take its pods: the kind of reason, never the node,
+# its taint or its labels (those are the cluster's, and other tenants', to see in `gangkeeper explain`)
+STATIC_KINDS = (
+    ("taint ", "a taint its pods do not tolerate"),
+    ("nodeSelector ", "its nodeSelector does not match"),
+    ("required node affinity", "its required node affinity does not match"),
+    ("cordoned", "cordoned"),
+)
+
+
+def summarize_for_tenant(why: Mapping[str, Why]) -> list[str]:
+    """Nodes counted by kind of reason, largest group first: ["3 nodes: a taint its pods do not tolerate",
+    "2 nodes: 1 of 4 pods fit (short of cpu)"]: no node's name, taint or free capacity, which belong
+    to the cluster and to other tenants (events and the Gang object are read by the workload's owner)."""
+    counted: dict[str, int] = {}
+    for reason in why.values():
+        if isinstance(reason, str):
+            said = next((text for prefix, text in STATIC_KINDS if reason.startswith(prefix)), "cannot take its pods")
+        else:
+            shape, free, fits, wanted = reason
+            short = [name for name, amount in shape.positive if free.get(name, 0) // amount == fits]
+            said = f"{fits} of {wanted} pods fit (short of {', '.join(short) or 'room'})"
+        counted[said] = counted.get(said, 0) + 1
+    ranked = sorted(counted.items(), key=lambda item: (-item[1], item[0]))
+    return [f"{count} node{'s' if count != 1 else ''}: {said}" for said, count in ranked]
+
+
 def summarize(why: Mapping[str, Why], limit: int = 6) -> list[str]:
     """Nodes grouped by reason, largest group first: ["worker1, worker2: taint ... not tolerated", ...].
     Capacity reasons are grouped by what limits the node, with the most any of them has free, so that

@@ -149,7 +149,7 @@ class Reporter:
             return
         message = f"gang {gang.name}: {decision.message}"
         if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
-            message += "; " + "; ".join(placement.summarize(decision.placement.why, limit=3)[:3])
+            message += "; " + "; ".join(placement.summarize_for_tenant(decision.placement.why)[:3])
         self.event(resolved.workload or gang.raw[0], kind, reason, message)
         if decision.state == "NeverFits":
             for pod in gang.raw:

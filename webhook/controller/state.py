@@ -496,8 +496,9 @@ def node_taken(s: Situation) -> Decision | None:
     nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
     return Decision(
         GangState.REPAIR,
-        f"{len(stolen)} released pods can no longer bind on {', '.join(nodes_lost[:3])}"
-        f"{' and more' if len(nodes_lost) > 3 else ''} (taken by pods bound since, or refused by the scheduler)"
+        f"{len(stolen)} released pods can no longer bind on the {len(nodes_lost)} node"
+        f"{'s' if len(nodes_lost) != 1 else ''} they were given "
+        "(taken by pods bound since, or refused by the scheduler)"
         + ("; replacing them" if s.spec.evictable else "; bare pods: delete and recreate them"),
         evict=s.evict(stolen),
         present=s.present,
@@ -588,7 +589,7 @@ def waits_for_capacity(s: Situation) -> Decision:
     if preempt is not None:
         message += (
             f"; fits if pods of priority below {priority} on {len(preempt)} node{'s' if len(preempt) != 1 else ''} "
-            f"({', '.join(preempt[:3])}{' and more' if len(preempt) > 3 else ''}) were preempted: "
+            "were preempted: "
             "gated pods never trigger preemption, so it waits for them to end"
         )
     return Decision(
