@@ -75,7 +75,11 @@ def test_volcano_queue_comes_from_the_namespace_annotation() -> None:
     outcome = admit(b.job(), "CREATE", Volcano(), "team-a", info)
     assert outcome.group_objects[0]["spec"]["queue"] == "research"
     job = b.job(annotations={"gangkeeper.io/queue": "urgent"})
-    assert admit(job, "CREATE", Volcano(), "team-a", info).group_objects[0]["spec"]["queue"] == "urgent"
+    anywhere = frozenset({"*"})  # --volcano-queues=*: any queue, as before there was a list
+    assert (
+        admit(job, "CREATE", Volcano(), "team-a", info, volcano_queues=anywhere).group_objects[0]["spec"]["queue"]
+        == "urgent"
+    )
 
 
 def test_volcano_podgroup_is_owned_by_the_workload_when_its_uid_is_known() -> None:
@@ -141,7 +145,9 @@ def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
     ],
 )
 def test_a_missing_or_closed_volcano_queue_is_warned_at_apply_time(queue: str, warning: str | None) -> None:
-    resolver = BackendResolver(default="volcano", queues=lambda: {"default": "Open", "closed": "Closed"})
+    resolver = BackendResolver(
+        default="volcano", queues=lambda: {"default": "Open", "closed": "Closed"}, volcano_queues=frozenset({"*"})
+    )
     job = b.job(annotations={"gangkeeper.io/queue": queue})
     response = handle(Handler(resolver), job)
     assert response["allowed"]
@@ -189,7 +195,29 @@ def test_a_namespace_may_name_the_volcano_queues_its_gangs_use(
     if not allowed:
         assert response["status"]["code"] == 403
         assert "Forbidden: Volcano queue" in response["status"]["message"]
-        assert "(gangkeeper.io/volcano-queues: shared, team-a)" in response["status"]["message"]
+        assert "may use: shared, team-a (gangkeeper.io/volcano-queues)" in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("queue", "cluster", "allowed"),
+    [
+        (None, "", True),  # the namespace's default queue
+        ("research", "", False),  # another team's, named by a tenant
+        ("research", "research,shared", True),  # the platform's list
+        ("research", "*", True),
+    ],
+)
+def test_without_the_namespaces_list_a_gang_may_name_its_default_queue_and_the_clusters(
+    queue: str | None, cluster: str, allowed: bool
+) -> None:
+    queues = frozenset(q for q in cluster.split(",") if q)
+    resolver = BackendResolver(default="volcano", volcano_queues=queues)
+    response = handle(Handler(resolver), b.job(annotations={"gangkeeper.io/queue": queue} if queue else None))
+    assert response["allowed"] is allowed
+    if not allowed:
+        message = response["status"]["message"]
+        assert "Forbidden: Volcano queue 'research' is not one namespace team-a may use: default" in message
+        assert "gangkeeper.io/volcano-queues" in message
 
 
 def generate_named(obj: dict) -> dict:

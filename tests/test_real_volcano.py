@@ -172,6 +172,8 @@ def test_a_missing_queue_is_a_warning_at_apply_and_the_jobs_pods_are_refused_by_
     stack = vc
     stack.replace_workers(2)
     namespace = stack.namespace("volcano-no-queue", "volcano")
+    # the namespace's owner lets its gangs use the queue research (only its default queue otherwise)
+    stack.plane.kubectl("annotate", "namespace", namespace, "gangkeeper.io/volcano-queues=research")
     job = workloads.job("train", namespace, 3, "100m", annotations={"gangkeeper.io/queue": "research"})
     applied = wait_until(
         lambda: (

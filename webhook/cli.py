@@ -241,6 +241,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
             volcano_scheduler=args.volcano_scheduler,
             coscheduling_scheduler=args.coscheduling_scheduler,
             topology_levels=_levels_of(args),
+            volcano_queues=_queues_of(args),
         )
     api = Api(api_client)
     namespaces = WatchedNamespaces(api)
@@ -264,7 +265,12 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
         volcano_scheduler=args.volcano_scheduler,
         coscheduling_scheduler=args.coscheduling_scheduler,
         topology_levels=_levels_of(args),
+        volcano_queues=_queues_of(args),
     )
+
+
+def _queues_of(args: argparse.Namespace) -> frozenset[str]:
+    return frozenset(q.strip() for q in str(getattr(args, "volcano_queues", "") or "").split(",") if q.strip())
 
 
 def _api_client(kubeconfig: str | None) -> Any:
@@ -518,6 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cluster's node label keys of topology domains, broadest first, comma-separated "
         "(like Kueue's Topology levels): a gang's topology key is checked against them, and they map to "
         "Volcano's HyperNode tiers (%(default)s)",
+    )
+    serve.add_argument(
+        "--volcano-queues",
+        default="",
+        help="Volcano queues every namespace's gangs may name besides its own default queue, comma-separated; "
+        "* for any (a namespace's gangkeeper.io/volcano-queues annotation replaces this list for it)",
     )
     serve.add_argument("--kubeconfig", default=None)
     # Two processes per core: each runs one event loop, and the kernel hashes connections over their

@@ -33,6 +33,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "schedulerNames.volcano": {"serve": "--volcano-scheduler", "controller": "--volcano-scheduler"},
     "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
     "topologyLevels": {"serve": "--topology-levels", "mutate": "--topology-levels"},
+    "volcanoQueues": {"serve": "--volcano-queues"},
     "webhook.workers": {"serve": "--workers"},
     "webhook.maxInFlight": {"serve": "--max-in-flight"},
     "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},

@@ -79,20 +79,36 @@ def _foreign_scheduler(obj: Obj, plan: Plan, backend: Backend) -> str | None:
     return None
 
 
-def _queue_not_allowed(plan: Plan, backend: Backend, namespace: NamespaceInfo, name: str | None) -> str | None:
+ANY_QUEUE = "*"
+
+
+def _queue_not_allowed(
+    plan: Plan, backend: Backend, namespace: NamespaceInfo, name: str | None, cluster_queues: frozenset[str]
+) -> str | None:
     """A Volcano queue the namespace may not use: queues are shared between tenants, and a tenant who
-    names another team's queue would take its share. Allowed when the namespace names no list."""
-    listed = namespace.annotations.get(contract.NAMESPACE_QUEUES_ANNOTATION)
-    if backend.name != "volcano" or listed is None:
+    names another team's queue would take its share. A namespace may use the queues its owner lists
+    (the namespace annotation), else its own default queue (Volcano's scheduling.volcano.sh/queue-name
+    annotation, else "default") and the ones the platform allows every namespace (--volcano-queues,
+    "*" for any)."""
+    if backend.name != "volcano":
         return None
-    allowed = {q.strip() for q in listed.split(",") if q.strip()}
+    listed = namespace.annotations.get(contract.NAMESPACE_QUEUES_ANNOTATION)
     default = namespace.annotations.get(contract.VOLCANO_QUEUE_NAMESPACE_ANNOTATION) or "default"
+    if listed is not None:
+        allowed, source = {q.strip() for q in listed.split(",") if q.strip()}, contract.NAMESPACE_QUEUES_ANNOTATION
+    elif ANY_QUEUE in cluster_queues:
+        return None
+    else:
+        allowed = {default, *cluster_queues}
+        source = "its default queue and the cluster's --volcano-queues; the namespace's owner may list more with " + (
+            contract.NAMESPACE_QUEUES_ANNOTATION
+        )
     for gang in plan.gangs:
         queue = gang.queue or default
         if queue not in allowed:
             return (
                 f"metadata.annotations[{contract.QUEUE_ANNOTATION}]: Forbidden: Volcano queue {queue!r} is not one "
-                f"namespace {name} may use ({contract.NAMESPACE_QUEUES_ANNOTATION}: {', '.join(sorted(allowed))})"
+                f"namespace {name} may use: {', '.join(sorted(allowed))} ({source})"
             )
     return None
 
@@ -210,6 +226,7 @@ class Admission:
     user: str | None
     topology_levels: tuple[str, ...]
     priority_classes: Collection[str] | None  # names; a Mapping also gives each one's value
+    volcano_queues: frozenset[str] = frozenset()  # queues every namespace may use (--volcano-queues)
 
     @property
     def served(self) -> Backend:
@@ -300,7 +317,7 @@ def backend_unavailable(a: Admission) -> Outcome | None:
 
 
 def queue_forbidden(a: Admission) -> Outcome | None:
-    forbidden = _queue_not_allowed(a.plan, a.served, a.namespace_info, a.namespace)
+    forbidden = _queue_not_allowed(a.plan, a.served, a.namespace_info, a.namespace, a.volcano_queues)
     return a.refuse("queue not allowed", 403, f"{describe(a.obj)}: {forbidden}") if forbidden else None
 
 
@@ -409,6 +426,7 @@ def admit(
     user: str | None = None,
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     priority_classes: Collection[str] | None = None,
+    volcano_queues: frozenset[str] = frozenset(),
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.
@@ -434,6 +452,7 @@ def admit(
         user=user,
         topology_levels=topology_levels,
         priority_classes=priority_classes,
+        volcano_queues=volcano_queues,
     )
     for rule in ADMISSION_RULES:
         outcome = rule(admission)

@@ -80,6 +80,7 @@ class Handler:
             user=_username(request),
             topology_levels=self.resolver.topology_levels,
             priority_classes=self.resolver.priority_classes(),
+            volcano_queues=self.resolver.volcano_queues,
         )
         gang = (
             outcome.plan.pod_gang.name

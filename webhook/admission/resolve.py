@@ -148,6 +148,7 @@ class BackendResolver:
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
         priority_classes: Callable[[], Mapping[str, int] | None] = lambda: None,
         volcano_hypernodes: bool = False,
+        volcano_queues: frozenset[str] = frozenset(),
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
@@ -156,6 +157,7 @@ class BackendResolver:
         self._cache: dict[tuple[str, str | None], tuple[Served | None, Backend | Unavailable]] = {}
         self.topology_levels = topology_levels
         self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
+        self.volcano_queues = volcano_queues  # queues every namespace may use ("*": any)
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
 

@@ -84,6 +84,10 @@ schedulerNames:
   coscheduling: {{ .Values.schedulerNames.coscheduling }}
 topologyLevels:
 {{- toYaml .Values.topologyLevels | nindent 2 }}
+{{- with .Values.volcanoQueues }}
+volcanoQueues:
+{{- toYaml . | nindent 2 }}
+{{- end }}
 webhook:
   workers: {{ .Values.webhook.workers }}
   drainSeconds: 5
