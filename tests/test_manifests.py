@@ -296,6 +296,23 @@ def exercise_controller(server: TestApiServer) -> None:
 
     add_job_pods(store, add_job(store, "left-gated", parallelism=2, cpu="1"))
     assert not release_all(api).failed
+    # on a cluster Karpenter grows: placeholder pods for a gang that waits on capacity, then deleted
+    store.served["karpenter.sh/v1"] = {"nodepools"}
+    store.create("karpenter.sh/v1", "nodepools", "", {"metadata": {"name": "default"}, "spec": {}})
+    add_job_pods(store, add_job(store, "grows", parallelism=2, cpu="100"))
+    grower = Controller(api, clock=clock)
+    grower.reconcile_once()  # its Gang object, which owns the placeholders
+    grower.reconcile_once()
+    assert [
+        p
+        for p in store.list("v1", "pods", "team-a")[0]
+        if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {})
+    ]
+    store.delete("batch/v1", "jobs", "team-a", "grows")
+    for pod in store.list("v1", "pods", "team-a")[0]:
+        if pod["metadata"].get("labels", {}).get("gangkeeper.io/group") == "job-grows":
+            store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    grower.reconcile_once()
 
 
 def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
@@ -360,7 +377,7 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and "batch-high" not in (classes.names() or ()):
         time.sleep(0.05)
-    assert classes.names() == frozenset({"batch-high"})
+    assert classes.names() == {"batch-high": 10, "": 0}  # "": a pod naming none (no global default here)
     assert client and certs
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from webhook import __version__
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, NAMES
 from webhook.backends.native import GENERATIONS
+from webhook.controller.autoscaler import AUTOSCALERS, PAUSE_IMAGE
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY
@@ -390,6 +391,8 @@ def _controller(args: argparse.Namespace) -> int:
         head_of_line_seconds=args.head_of_line_seconds,
         volcano_scheduler=args.volcano_scheduler,
         release_concurrency=args.release_concurrency,
+        autoscaler=args.autoscaler,
+        placeholder_image=args.placeholder_image,
     )
     return 0
 
@@ -679,6 +682,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_BOUND_SECONDS,
         help="a waiting gang holds the gangs behind it back for at most this long at a time, then yields for as "
         "long (0: no bound)",
+    )
+    controller.add_argument(
+        "--autoscaler",
+        choices=AUTOSCALERS,
+        default="auto",
+        help="what adds nodes for Unschedulable pods: a gate gang that waits on capacity gets placeholder pods "
+        "it can see; auto: Karpenter when its NodePools exist",
+    )
+    controller.add_argument(
+        "--placeholder-image", default=PAUSE_IMAGE, help="the image of placeholder pods (they only hold room)"
     )
     controller.add_argument("--log-level", default="info")
     _add_gang_limit(controller)

@@ -48,6 +48,8 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.nativeVersion": {"controller": "--native-version"},
     "controller.intervalSeconds": {"controller": "--interval"},
     "controller.releaseConcurrency": {"controller": "--release-concurrency"},
+    "controller.autoscaler": {"controller": "--autoscaler"},
+    "controller.placeholderImage": {"controller": "--placeholder-image"},
 }
 
 

@@ -35,6 +35,12 @@ TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/topology-preferred"
 WORKLOAD_TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-required"
 WORKLOAD_TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-preferred"
 GATE: Final = f"{PREFIX}/gang-gate"
+# a placeholder pod the gate controller makes for a gang that waits on capacity on an autoscaled cluster
+# (an autoscaler adds nodes only for Unschedulable pods, never for gated ones): the gang it stands for
+PLACEHOLDER_LABEL: Final = f"{PREFIX}/placeholder-for"
+# their PriorityClass (the chart's): below every workload's, never preempting (preemptionPolicy Never),
+# and not below Cluster Autoscaler's expendable cutoff (-10), under which it would not scale up for them
+PLACEHOLDER_PRIORITY_CLASS: Final = "gangkeeper-placeholder"
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.
 WORKLOAD_ANNOTATION: Final = f"{PREFIX}/workload"

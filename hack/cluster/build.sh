@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [core] [rest] [default] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [karpenter] [core] [rest] [default] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -60,6 +60,31 @@ build() {
   printf '%s %s built in %ss\n' "$name" "$version" "$((SECONDS - start))" | tee "$out/.complete" >&2
 }
 
+# module_build NAME MODULE VERSION PKG...: built inside the module's own source from the proxy (a module
+# whose go.mod has no replace directives). Its `go` line may name a later patch release of the local
+# toolchain's minor (Karpenter v1.15.0: go 1.26.9, here 1.26.8), which GOTOOLCHAIN=local refuses and no
+# toolchain can be downloaded here: that line is lowered to the local release, as patch releases add no
+# language features.
+module_build() {
+  local name=$1 module=$2 version=$3; shift 3
+  local out="$GK_CACHE/bin/$name-${version#v}" work="$GK_CACHE/work/$name-${version#v}"
+  if [[ -f "$out/.complete" ]]; then log "$name $version cached in $out"; return; fi
+  log "$name $version: building ${*##*/} in the module's source"
+  local start=$SECONDS local_go
+  rm -rf "$work" "$out"; mkdir -p "$work" "$out"
+  curl -fsSL --retry 3 -o "$work/src.zip" "$PROXY/$module/@v/$version.zip"
+  (cd "$work" && unzip -q src.zip && rm src.zip)
+  local src="$work/$module@$version"
+  chmod -R u+w "$src"
+  local_go="$(go env GOVERSION)"; local_go="${local_go#go}"
+  awk -v local="$local_go" '
+    /^go [0-9.]+$/ { split($2, want, "."); split(local, have, ".");
+      if (want[1] == have[1] && want[2] == have[2] && want[3] + 0 > have[3] + 0) { print "go " local; next } }
+    /^toolchain / { next } { print }' "$src/go.mod" >"$src/go.mod.local" && mv "$src/go.mod.local" "$src/go.mod"
+  (cd "$src" && go build -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$out/" "$@")
+  printf '%s %s built in %ss\n' "$name" "$version" "$((SECONDS - start))" | tee "$out/.complete" >&2
+}
+
 # debian NAME PACKAGE VERSION SHA256 PATH: one binary out of a Debian package from the mirror's pool
 debian() {
   if ! command -v dpkg-deb >/dev/null; then log "$1: not a Debian machine, not fetched (its tests skip)"; return; fi
@@ -100,8 +125,8 @@ for t in "${targets[@]}"; do
     # hack/test.sh builds beside the tests that do not need it: LWS and JobSet (the shared stack's
     # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
     core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool ;;
-    rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator ;;
+    rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator karpenter ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
@@ -124,6 +149,15 @@ for t in "${targets[@]}"; do
     # the operators that make Volcano gangs of their own (issue 20): gangkeeper must leave those alone
     kuberay) build kuberay github.com/ray-project/kuberay/ray-operator "v$KUBERAY_VERSION" "" "" \
                github.com/ray-project/kuberay/ray-operator ;;
+    # Karpenter with its KWOK cloud provider (issue 47): an autoscaler that makes KWOK nodes; its CRDs
+    # (karpenter.sh, and the KWOKNodeClass) are kept beside the binary for the real tier to install
+    karpenter) module_build karpenter sigs.k8s.io/karpenter "v$KARPENTER_VERSION" ./kwok
+               src="$GK_CACHE/work/karpenter-$KARPENTER_VERSION/sigs.k8s.io/karpenter@v$KARPENTER_VERSION"
+               if [[ -d "$src" ]]; then
+                 mkdir -p "$GK_CACHE/bin/karpenter-$KARPENTER_VERSION/crds"
+                 cp "$src"/kwok/charts/crds/*.yaml "$src"/kwok/apis/crds/*.yaml "$GK_CACHE/bin/karpenter-$KARPENTER_VERSION/crds/"
+                 rename "$GK_CACHE/bin/karpenter-$KARPENTER_VERSION" kwok karpenter
+               fi ;;
     training-operator) build training-operator github.com/kubeflow/training-operator "v$TRAINING_OPERATOR_VERSION" "" "" \
                github.com/kubeflow/training-operator/cmd/training-operator.v1
              rename "$GK_CACHE/bin/training-operator-$TRAINING_OPERATOR_VERSION" training-operator.v1 training-operator ;;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from webhook import contract
 from webhook.controller.placement import Eligibility, HostPort, Member, Node, Placement, Shape, Units
@@ -57,6 +57,7 @@ class _Seen:
     gang: str  # "namespace/group", or ""
     gated: bool  # counted among the gated pods
     stray: bool
+    placeholder_for: str = ""  # "namespace/group" of the gang a placeholder pod stands for
 
 
 class ClusterIndex:
@@ -79,6 +80,9 @@ class ClusterIndex:
         self.gang_versions: dict[str, int] = {}
         self._gang_views: dict[str, tuple[int, GangView]] = {}
         self.stray_gated: dict[str, tuple[PodView, Obj]] = {}  # gated, in no gang
+        # "namespace/group" -> placeholder pod key -> (its node or "", its requests): what an autoscaler
+        # made room for on the gang's behalf (controller/placeholders.py)
+        self.placeholders: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
         self.gated = 0
         self._version = 0
         self._node_list: list[Node] | None = None
@@ -149,8 +153,12 @@ class ClusterIndex:
         if pod is None:
             return
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        if not spec.get("schedulingGates") and contract.GROUP_LABEL not in (meta.get("labels") or {}):
+        labels = meta.get("labels") or {}
+        if not spec.get("schedulingGates") and contract.GROUP_LABEL not in labels:
             self._set_plain(key, meta, spec, (pod.get("status") or {}).get("phase"))
+            stands_for = labels.get(contract.PLACEHOLDER_LABEL)
+            if stands_for and not meta.get("deletionTimestamp"):
+                self._set_placeholder(key, f"{meta.get('namespace', '')}/{stands_for}", spec)
             return
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
@@ -186,7 +194,23 @@ class ClusterIndex:
             self._take(hold, +1, key)
         self.pods[key] = _Seen(meta.get("resourceVersion", ""), "", False, False)
 
+    def _set_placeholder(self, key: str, gang: str, spec: Obj) -> None:
+        """A placeholder holds capacity as any pod does (_set_plain); it is also its gang's, whose waiting
+        decision it changes when it binds."""
+        hold = self._holds.get(key)
+        units = hold.units if hold is not None else shape_of(spec).requests
+        self.placeholders.setdefault(gang, {})[key] = (hold.node if hold is not None else "", units)
+        self.pods[key] = replace(self.pods[key], placeholder_for=gang)
+        self._touch(gang)
+
     def _forget(self, key: str, old: _Seen) -> None:
+        if old.placeholder_for:
+            held = self.placeholders.get(old.placeholder_for)
+            if held is not None:
+                held.pop(key, None)
+                if not held:
+                    del self.placeholders[old.placeholder_for]
+            self._touch(old.placeholder_for)
         hold = self._holds.pop(key, None)
         if hold is not None:
             self._take(hold, -1, key)

@@ -16,6 +16,7 @@ from webhook.controller import placement
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.gangobject import GangObjects
 from webhook.controller.headofline import HeadOfLine
+from webhook.controller.placeholders import Placeholders
 from webhook.controller.placement import Eligibility, Member
 from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import QueuePass, seen_from, take_turn
@@ -55,8 +56,10 @@ class ReleaseCycle:
         requeuer: Requeuer,
         head_of_line: HeadOfLine,
         preemptor: Preemptor | None = None,
+        placeholders: Placeholders | None = None,
     ) -> None:
         self.preemptor = preemptor  # whole-gang preemption for gangs that wait on lower-priority pods
+        self.placeholders = placeholders  # an autoscaler's capacity for gangs that wait on it
         self.index, self.gang_objects, self.reporter = index, gang_objects, reporter
         self.releaser, self.requeuer, self.head_of_line = releaser, requeuer, head_of_line
         # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
@@ -98,6 +101,8 @@ class ReleaseCycle:
         expected = resolved.spec.expected_seconds if resolved.spec is not None and not books.claim_broken else None
         decision, room = self._placed(gang, resolved, snapshot, now, waiting, queue, expected)
         decision = self._queued(gang, resolved, decision, snapshot, now, queue, room, expected, books.claim_until)
+        if self.placeholders is not None:
+            decision = self.placeholders.sync(gang, decision)
         self._act(gang, resolved, decision, snapshot, now, queue)
         self.reporter.transition(gang, resolved, decision, now, previous)
         return decision
@@ -118,6 +123,9 @@ class ReleaseCycle:
         held = self.reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
+        own = self._placeholder_room(gang.key)
+        if own:  # what an autoscaler made room for on this gang's behalf is its own to use
+            adjust(free, own, +1)
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
         avoid = self.requeuer.avoided(gang.key, now)
         context = (queue.context(gang.key), room is free)
@@ -133,6 +141,8 @@ class ReleaseCycle:
             self.replaced += 1
         if held is not None:
             adjust(free, held[1], -1)
+        if own:
+            adjust(free, own, -1)
         if reusable(decision, gang):
             if waiting is None or waiting.decision is not decision:
                 fits = decision.state == GangState.WAITING_FOR_CAPACITY
@@ -147,6 +157,16 @@ class ReleaseCycle:
                 )
             self.waiting[gang.key] = waiting
         return decision, room
+
+    def _placeholder_room(self, gang_key: str) -> dict[str, dict[str, int]]:
+        """Node -> the requests of the gang's placeholders bound there."""
+        room: dict[str, dict[str, int]] = {}
+        for node, units in self.index.placeholders.get(gang_key, {}).values():
+            if node:
+                node_room = room.setdefault(node, {})
+                for name, amount in units:
+                    node_room[name] = node_room.get(name, 0) + amount
+        return room
 
     def _queued(
         self,

@@ -51,7 +51,8 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     Pods of gangs keep what release needs; every other pod only counts against its node's capacity.
     """
     metadata = pod.get("metadata") or {}
-    managed = contract.GROUP_LABEL in (metadata.get("labels") or {})
+    labels = metadata.get("labels") or {}
+    managed = contract.GROUP_LABEL in labels or contract.PLACEHOLDER_LABEL in labels
     meta = _keep(metadata, GANG_POD_META if managed else OTHER_POD_META)
     if "namespace" in meta:
         meta["namespace"] = interning.text(meta["namespace"])

@@ -17,6 +17,11 @@ PREEMPTIONS = Counter(
     "gangkeeper_preemption_victims", "Lower-priority gangs and lone pods preempted whole for a waiting gate gang"
 )
 API_ERRORS = Counter("gangkeeper_api_errors", "Kubernetes API calls that failed", ["verb", "code"])
+PLACEHOLDERS = Counter(
+    "gangkeeper_placeholder_pods",
+    "Placeholder pods made for gangs that wait on an autoscaler's capacity, and deleted",
+    ["action"],
+)
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
 POD_WAKES = Counter(
     "gangkeeper_pod_wakes", "Waiting coscheduling pods annotated so a scheduler that lost them queues them again"

@@ -20,6 +20,7 @@ from typing import TypeVar
 from webhook import contract
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, Backend, Mechanisms, Settings, Volcano
 from webhook.controller import metrics
+from webhook.controller.autoscaler import PAUSE_IMAGE, Autoscaler
 from webhook.controller.clockguard import SteadyClock
 from webhook.controller.cluster import ClusterIndex, GangView
 from webhook.controller.cycle import ReleaseCycle
@@ -28,6 +29,7 @@ from webhook.controller.events import EventRecorder, Recorder
 from webhook.controller.gangobject import GANGS, GangObjects
 from webhook.controller.groups import GroupObjects, orphan_groups
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
+from webhook.controller.placeholders import Placeholders
 from webhook.controller.preemptor import Preemptor
 from webhook.controller.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Ending, Policy, QueuePass
 from webhook.controller.related import RelatedObjects, WatchKey
@@ -89,6 +91,8 @@ class Controller:
         volcano_scheduler: str = "volcano",
         native_composite: bool = False,
         recorder: Recorder | None = None,
+        autoscaler: str = "auto",
+        placeholder_image: str = PAUSE_IMAGE,
     ) -> None:
         self.api, self.source = api, source or Listing(api)
         # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
@@ -137,6 +141,14 @@ class Controller:
             self.requeuer,
             HeadOfLine(head_of_line_seconds),
             Preemptor(api, self.requeuer, may_write, self.mechanisms),
+            Placeholders(
+                api,
+                self.index,
+                self.gang_objects.get,
+                Autoscaler(api, autoscaler).present,
+                may_write,
+                placeholder_image,
+            ),
         )
         self.waker = Waker()
 
@@ -411,6 +423,8 @@ class Controller:
             index.replace_pods(self.source.pods())
         live = index.gangs()
         self.cycle.keep_only(live)
+        if self.cycle.placeholders is not None:
+            self.cycle.placeholders.sweep(live)
         self.work.keep_only(live)
         self.gang_objects.keep_only(set(live))
         self.waker.keep_only(set(live))

@@ -15,6 +15,7 @@ from typing import Any
 from webhook import contract
 from webhook.backends import DEFAULT_KUBERNETES_VERSION
 from webhook.controller import garbage, metrics
+from webhook.controller.autoscaler import PAUSE_IMAGE
 from webhook.controller.gangobject import GANGS
 from webhook.controller.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.informer import InformerSource, controller_informer, trim_node, trim_pod
@@ -95,6 +96,8 @@ def run(
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
     volcano_scheduler: str = "volcano",
     release_concurrency: int = RELEASE_CONCURRENCY,
+    autoscaler: str = "auto",
+    placeholder_image: str = PAUSE_IMAGE,
 ) -> None:
     stop = stop or threading.Event()
     collector: garbage.Collector | None = None
@@ -127,6 +130,8 @@ def run(
         monotonic=time.monotonic,
         volcano_scheduler=volcano_scheduler,
         release_concurrency=release_concurrency,
+        autoscaler=autoscaler,
+        placeholder_image=placeholder_image,
     )
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:

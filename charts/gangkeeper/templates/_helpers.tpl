@@ -96,6 +96,8 @@ controller:
   headOfLineSeconds: {{ .Values.controller.headOfLineSeconds }}
   recoveryTimeoutSeconds: {{ .Values.controller.recoveryTimeoutSeconds }}
   nativeVersion: {{ .Values.controller.nativeVersion | quote }}
+  autoscaler: {{ .Values.controller.autoscaler }}
+  placeholderImage: {{ .Values.controller.placeholderImage | quote }}
 {{- end }}
 
 {{/* Mounting the Configuration, and restarting pods when it changes. */}}
