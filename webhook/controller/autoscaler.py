@@ -11,12 +11,13 @@ from webhook.kube import Api, ApiError, Resource
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 NODEPOOLS = Resource("karpenter.sh/v1", "nodepools")
 AUTOSCALERS = ("auto", "karpenter", "cluster-autoscaler", "none")
-CHECK_SECONDS = 60.0
+CHECK_SECONDS = 15.0  # a NodePool made or removed is seen within this long
 
 
 class Autoscaler:
     """Whether nodes come when pods are Unschedulable: `karpenter` or `cluster-autoscaler` as configured,
-    `none`, or `auto` (Karpenter's NodePools exist; Cluster Autoscaler serves no API to find it by)."""
+    `none`, or `auto` (Karpenter's NodePools exist, looked for every CHECK_SECONDS; Cluster Autoscaler serves
+    no API to find it by)."""
 
     def __init__(self, api: Api, mode: str = "auto", clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.mode, self.clock = api, mode, clock

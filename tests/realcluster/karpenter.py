@@ -1,0 +1,113 @@
+"""Karpenter with its KWOK cloud provider, run as a process against the real control plane: it turns
+Unschedulable pods into NodeClaims and those into Nodes annotated `kwok.x-k8s.io/node: fake`, which the
+tier's KWOK makes Ready like the others (hack/cluster/build.sh karpenter builds it and keeps its CRDs
+beside it). Leader election off, as one replica; ports of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.realcluster.controlplane import ControlPlane, Process, binary, built, free_port, versions
+from tests.realcluster.stack import wait_until
+
+NODE_CLASS = {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}}
+
+
+def node_pool(
+    name: str = "default",
+    cpu_per_node: int = 4,
+    limit_cpu: int = 64,
+    consolidate_after: str = "30s",
+    policy: str = "WhenEmptyOrUnderutilized",
+) -> dict[str, Any]:
+    """Nodes of one size (KWOK's instance types of `cpu_per_node` CPUs), at most `limit_cpu` CPUs in all."""
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"type": "kwok", "gangkeeper.test/pool": name}},
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.kwok.sh/instance-cpu", "operator": "In", "values": [str(cpu_per_node)]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                    ],
+                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                    "expireAfter": "Never",
+                },
+            },
+            "limits": {"cpu": str(limit_cpu)},
+            "disruption": {"consolidationPolicy": policy, "consolidateAfter": consolidate_after},
+        },
+    }
+
+
+def home() -> Path:
+    return binary("karpenter", versions()["KARPENTER_VERSION"], "karpenter").parent
+
+
+def missing() -> str | None:
+    path = binary("karpenter", versions()["KARPENTER_VERSION"], "karpenter")
+    if not built(path):
+        return f"not built: {path} (run hack/cluster/build.sh karpenter)"
+    return None
+
+
+@dataclass
+class Karpenter:
+    plane: ControlPlane
+    process: Process | None = None
+
+    def start(self) -> Karpenter:
+        for crd in sorted((home() / "crds").glob("*.yaml")):
+            self.plane.apply(yaml.safe_load(crd.read_text()))
+        for crd in ("nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"):
+            self.plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        self.plane.apply(NODE_CLASS)
+        self.process = self.plane.spawn(
+            "karpenter",
+            [
+                "env",
+                f"KUBECONFIG={self.plane.kubeconfig}",
+                "SYSTEM_NAMESPACE=kube-system",
+                str(binary("karpenter", versions()["KARPENTER_VERSION"], "karpenter")),
+                "--disable-leader-election",
+                f"--metrics-port={free_port()}",
+                f"--health-probe-port={free_port()}",
+                "--batch-idle-duration=1s",
+                "--batch-max-duration=3s",
+            ],
+        )
+        return self
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The nodes Karpenter made (its NodeClaims' nodes), Ready or not."""
+        return [n for n in self.plane.get("nodes") if "karpenter.sh/nodepool" in n["metadata"].get("labels", {})]
+
+    def stop(self) -> None:
+        """Its NodePools and NodeClaims deleted while it runs (it drains and removes its nodes), then the
+        process stopped."""
+        with contextlib.suppress(Exception):
+            self.plane.kubectl("delete", "nodepools.karpenter.sh", "--all", "--wait=false")
+            self.plane.kubectl("delete", "nodeclaims.karpenter.sh", "--all", "--wait=false")
+            wait_until(lambda: not self.nodes(), "Karpenter's nodes gone", 120)
+        if self.process is not None:
+            self.process.stop()
+
+
+@contextlib.contextmanager
+def running(plane: ControlPlane) -> Iterator[Karpenter]:
+    karpenter = Karpenter(plane).start()
+    try:
+        yield karpenter
+    finally:
+        karpenter.stop()

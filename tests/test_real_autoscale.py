@@ -1,0 +1,102 @@
+"""Gangs on a cluster that grows, on the real control plane with a real autoscaler: Karpenter and its KWOK
+cloud provider (tests/realcluster/karpenter.py). The seeds' pinch, autoscaled: a gate gang larger than
+the free capacity makes Karpenter add nodes for all of it (through its placeholder pods: Karpenter never
+sees a gated pod) and starts whole on them, no pod bound before the gang is whole, the placeholders gone
+once it runs, and Karpenter removes the nodes once the gang is done. Every figure is what the cluster
+reports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.realcluster import karpenter, workloads
+from tests.realcluster.stack import Stack, bound, running, wait_until
+from tests.test_real_seeds import assert_started_together
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def autoscaler(stack: Stack) -> Iterator[karpenter.Karpenter]:
+    reason = karpenter.missing()
+    if reason:
+        pytest.skip(reason)
+    with karpenter.running(stack.plane) as running_karpenter:
+        yield running_karpenter
+
+
+def placeholders(stack: Stack, namespace: str) -> list[dict[str, Any]]:
+    return stack.pods(namespace, selector="gangkeeper.io/placeholder-for")
+
+
+def gang_pods(stack: Stack, namespace: str, job: str) -> list[dict[str, Any]]:
+    return stack.pods(namespace, selector=f"batch.kubernetes.io/job-name={job}")
+
+
+def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    stack.replace_workers(2, cpu="4")
+    namespace = stack.namespace("autoscale-pinch", "gate")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
+    # 16 pods of 1 CPU on two nodes of 4: 8 fit; Karpenter's nodes of 4 CPUs must bring the other 8
+    stack.plane.apply(workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"}))
+    started = time.monotonic()
+    first_bound: list[float] = []
+
+    def whole() -> list[dict[str, Any]] | None:
+        pods = gang_pods(stack, namespace, "pinch")
+        if bound(pods) and not first_bound:
+            first_bound.append(time.monotonic())
+        return pods if len(running(pods)) == 16 else None
+
+    try:
+        members = wait_until(whole, "the gang Running whole on Karpenter's nodes", 240, every=1)
+    except AssertionError as error:
+        gang = stack.plane.get("gang", "job-pinch", namespace=namespace)
+        raise AssertionError(
+            f"{error}\ngang: {(gang or {}).get('status')}\nkarpenter's nodes: "
+            f"{[n['metadata']['name'] for n in autoscaler.nodes()]}\n{stack.describe(namespace)}"
+        ) from None
+    assert_started_together(members, 16)
+    all_running = time.monotonic()
+    made = autoscaler.nodes()
+    # nodes provisioned against nodes needed: the 8 pods that did not fit, on nodes that each hold as many
+    # 1-CPU pods as their allocatable CPU (KWOK's instance types keep 100m for the kubelet: 3 of 4)
+    per_node = min(
+        int(
+            float(str(n["status"]["allocatable"]["cpu"]).removesuffix("m"))
+            / (1000 if str(n["status"]["allocatable"]["cpu"]).endswith("m") else 1)
+        )
+        for n in made
+    )
+    needed = -(-8 // per_node)
+    assert len(made) == needed, ([n["metadata"]["name"] for n in made], per_node)
+    on_new = {p["spec"]["nodeName"] for p in members} & {n["metadata"]["name"] for n in made}
+    assert on_new == {n["metadata"]["name"] for n in made}
+    wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone once the gang runs", 30)
+    print(
+        f"\nautoscaled pinch (gate): apply -> all Running {all_running - started:.1f} s, first pod bound "
+        f"{first_bound[0] - started:.1f} s, nodes provisioned {len(made)} (needed {needed})"
+    )
+    # the gang finishes (run-for 20 s); Karpenter takes the emptied nodes away, nothing of gangkeeper's holds them
+    wait_until(lambda: not autoscaler.nodes(), "Karpenter's nodes removed after the gang finished", 180, every=2)
+    assert not placeholders(stack, namespace)
+
+
+def test_a_gang_deleted_while_nodes_are_provisioned_leaves_no_node(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("autoscale-gone", "gate")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="10s"))
+    stack.plane.apply(workloads.job("gone", namespace, 8, "1"))
+    wait_until(lambda: placeholders(stack, namespace), "placeholders made", 60)
+    stack.plane.kubectl("delete", "job", "gone", "-n", namespace, "--wait=false")
+    wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone with the gang", 60)
+    wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)
+    assert not gang_pods(stack, namespace, "gone") or not bound(gang_pods(stack, namespace, "gone"))
