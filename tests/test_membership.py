@@ -199,3 +199,27 @@ def test_each_kind_knows_the_names_its_operator_gives_the_pods_owners(
     )
     assert stamped_identity(pod) == gid
     assert (member_group(pod) == gid.name) is member
+
+
+# --- a running gang is not taken apart by an autoscaler's voluntary disruption ---------------------
+@pytest.mark.parametrize("backend", ["gate", "native", "volcano"])
+def test_gang_pods_ask_karpenter_not_to_disrupt_their_node(backend: str) -> None:
+    outcome = admit(copied(owner=("batch/v1", "Job", "train")), "CREATE", make(backend), "team-a")
+    assert outcome.mutated is not None
+    assert outcome.mutated["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+
+
+def test_a_pods_own_disruption_word_and_the_setting_are_kept() -> None:
+    pod = copied(owner=("batch/v1", "Job", "train"))
+    pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "false"
+    outcome = admit(pod, "CREATE", make("gate"), "team-a")
+    assert (
+        outcome.mutated is not None
+        and outcome.mutated["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "false"
+    )
+    outcome = admit(
+        copied(owner=("batch/v1", "Job", "train")), "CREATE", make("gate"), "team-a", protect_from_disruption=False
+    )
+    assert (
+        outcome.mutated is not None and "karpenter.sh/do-not-disrupt" not in outcome.mutated["metadata"]["annotations"]
+    )

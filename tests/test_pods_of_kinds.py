@@ -162,7 +162,10 @@ def test_deployment_needs_its_own_opt_in() -> None:
     )
     pod["spec"]["schedulerName"] = "volcano"
     assert gangs.analyze(pod).pod_gang == gangs.analyze(deployment).gangs[0].id
-    assert admit(pod, "CREATE", make("volcano"), "team-a").patch == []
+    # stamped by its template already: only Karpenter's do-not-disrupt is added, on the pod
+    assert [op["path"] for op in admit(pod, "CREATE", make("volcano"), "team-a").patch] == [
+        "/metadata/annotations/karpenter.sh~1do-not-disrupt"
+    ]
 
 
 def test_jobset_in_order_has_one_gang_per_replicated_job() -> None:

@@ -243,6 +243,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
             coscheduling_scheduler=args.coscheduling_scheduler,
             topology_levels=_levels_of(args),
             volcano_queues=_queues_of(args),
+            protect_from_disruption=args.protect_from_disruption == "true",
         )
     api = Api(api_client)
     namespaces = WatchedNamespaces(api)
@@ -267,6 +268,7 @@ def _resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
         coscheduling_scheduler=args.coscheduling_scheduler,
         topology_levels=_levels_of(args),
         volcano_queues=_queues_of(args),
+        protect_from_disruption=args.protect_from_disruption == "true",
     )
 
 
@@ -533,6 +535,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="Volcano queues every namespace's gangs may name besides its own default queue, comma-separated; "
         "* for any (a namespace's gangkeeper.io/volcano-queues annotation replaces this list for it)",
+    )
+    serve.add_argument(
+        "--protect-from-disruption",
+        choices=("true", "false"),
+        default="true",
+        help="gang pods carry karpenter.sh/do-not-disrupt, so Karpenter's consolidation, drift and other "
+        "voluntary disruption take no member of a running gang (expiry and kubectl drain still may)",
     )
     serve.add_argument("--kubeconfig", default=None)
     # Two processes per core: each runs one event loop, and the kernel hashes connections over their

@@ -34,6 +34,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "schedulerNames.coscheduling": {"serve": "--coscheduling-scheduler"},
     "topologyLevels": {"serve": "--topology-levels", "mutate": "--topology-levels"},
     "volcanoQueues": {"serve": "--volcano-queues"},
+    "protectFromDisruption": {"serve": "--protect-from-disruption"},
     "webhook.workers": {"serve": "--workers"},
     "webhook.maxInFlight": {"serve": "--max-in-flight"},
     "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},

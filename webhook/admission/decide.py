@@ -135,6 +135,17 @@ def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list
     return warnings
 
 
+# Karpenter's pod annotation: it does not consolidate, drift or voluntarily disrupt a node running a pod
+# with it (karpenter pkg/apis/v1/labels.go DoNotDisruptAnnotationKey), so it takes no member of a running
+# gang away one node at a time. A pod that says otherwise ("false") keeps its word.
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def _not_disrupted(pod: Obj) -> None:
+    annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations.setdefault(DO_NOT_DISRUPT, "true")
+
+
 def _at_lowest_class(gang: Gang, known: Collection[str] | None) -> Gang:
     """A gang of several PriorityClasses gets the lowest in its group object (native, Volcano), the same
     rule the gate applies to its pods' priorities; when the classes' values are not known, the one its
@@ -227,6 +238,7 @@ class Admission:
     topology_levels: tuple[str, ...]
     priority_classes: Collection[str] | None  # names; a Mapping also gives each one's value
     volcano_queues: frozenset[str] = frozenset()  # queues every namespace may use (--volcano-queues)
+    protect_from_disruption: bool = True  # members carry karpenter.sh/do-not-disrupt (--protect-from-disruption)
 
     @property
     def served(self) -> Backend:
@@ -384,6 +396,8 @@ def stamped(a: Admission) -> Outcome:
     mutated: Obj = json_copy(a.obj)
     if plan.pod_gang is not None:
         backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
+        if a.protect_from_disruption:
+            _not_disrupted(mutated)
     for stamp in plan.templates:
         template = get_path(mutated, stamp.path)
         if isinstance(template, dict):
@@ -427,6 +441,7 @@ def admit(
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     priority_classes: Collection[str] | None = None,
     volcano_queues: frozenset[str] = frozenset(),
+    protect_from_disruption: bool = True,
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.
@@ -453,6 +468,7 @@ def admit(
         topology_levels=topology_levels,
         priority_classes=priority_classes,
         volcano_queues=volcano_queues,
+        protect_from_disruption=protect_from_disruption,
     )
     for rule in ADMISSION_RULES:
         outcome = rule(admission)

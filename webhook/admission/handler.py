@@ -81,6 +81,7 @@ class Handler:
             topology_levels=self.resolver.topology_levels,
             priority_classes=self.resolver.priority_classes(),
             volcano_queues=self.resolver.volcano_queues,
+            protect_from_disruption=self.resolver.protect_from_disruption,
         )
         gang = (
             outcome.plan.pod_gang.name

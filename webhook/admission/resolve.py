@@ -149,6 +149,7 @@ class BackendResolver:
         priority_classes: Callable[[], Mapping[str, int] | None] = lambda: None,
         volcano_hypernodes: bool = False,
         volcano_queues: frozenset[str] = frozenset(),
+        protect_from_disruption: bool = True,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
@@ -158,6 +159,7 @@ class BackendResolver:
         self.topology_levels = topology_levels
         self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
         self.volcano_queues = volcano_queues  # queues every namespace may use ("*": any)
+        self.protect_from_disruption = protect_from_disruption
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
 

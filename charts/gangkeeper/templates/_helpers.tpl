@@ -84,6 +84,7 @@ schedulerNames:
   coscheduling: {{ .Values.schedulerNames.coscheduling }}
 topologyLevels:
 {{- toYaml .Values.topologyLevels | nindent 2 }}
+protectFromDisruption: {{ .Values.protectFromDisruption }}
 {{- with .Values.volcanoQueues }}
 volcanoQueues:
 {{- toYaml . | nindent 2 }}
