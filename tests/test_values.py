@@ -74,7 +74,8 @@ def test_the_documented_values_pass(value: str) -> None:
             contract.QUEUE_ANNOTATION: "team-a.gpu",
         }
     )
-    assert admit(job, "CREATE", make("volcano"), "team-a").allowed
+    outcome = admit(job, "CREATE", make("volcano"), "team-a", volcano_queues=frozenset({"team-a.gpu"}))
+    assert outcome.allowed, outcome.message
 
 
 def test_a_deployments_gang_annotation_takes_true_or_false() -> None:
