@@ -1,6 +1,7 @@
 """One command for a local cluster with gangkeeper in it: the test bed, as a demo.
 
     sudo .venv/bin/python hack/cluster/up.py [--kubernetes 1.36.3] [--overlay gate] [--nodes 3] [--lws] [--jobset]
+        [--karpenter]
 
 Starts the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
 from hack/cluster/build.sh's binaries, deploys gangkeeper with `kubectl apply -k manifests/overlays/OVERLAY`,
@@ -32,6 +33,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=3, help="fake 8-CPU nodes (default %(default)s)")
     parser.add_argument("--lws", action="store_true", help="run the LeaderWorkerSet operator")
     parser.add_argument("--jobset", action="store_true", help="run the JobSet operator")
+    parser.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="run Karpenter's KWOK provider with a NodePool of 4-CPU nodes (64 CPUs at most): a gang larger "
+        "than the cluster brings its nodes (hack/cluster/build.sh karpenter)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="state and logs (default: a new temp dir)")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gangkeeper-cluster-"))
@@ -50,6 +57,14 @@ def main() -> int:
             if wanted:
                 operator().install(plane)
         stack.replace_workers(args.nodes)
+        if args.karpenter:
+            from tests.realcluster import karpenter
+
+            if karpenter.missing():
+                print(karpenter.missing(), file=sys.stderr)
+                return 1
+            karpenter.Karpenter(plane).start()
+            plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=64))
         kubectl = plane.k8s_binary("kubectl")
         plugins = Path(__file__).resolve().parents[2] / "plugins"
         env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
