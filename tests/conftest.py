@@ -51,7 +51,14 @@ def pytest_configure(config: pytest.Config) -> None:
 # real-tier modules that need what `hack/cluster/build.sh rest` builds beside the tests (hack/test.sh):
 # scheduler-plugins, the newest Kubernetes, Volcano, KubeRay and training-operator
 NEED_THE_REST = frozenset(
-    {"test_real_autoscale", "test_real_coscheduling", "test_real_newest", "test_real_upgrade", "test_real_volcano"}
+    {
+        "test_real_autoscale",
+        "test_real_coscheduling",
+        "test_real_kueue",
+        "test_real_newest",
+        "test_real_upgrade",
+        "test_real_volcano",
+    }
 )
 # the README's quick start runs `make cluster`, whose `build.sh default` waits for the build's lock: last
 # of all (found on a fresh machine: it waited out its 900 s for the lock while the rest was built)

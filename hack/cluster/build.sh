@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components gangkeeper's cluster tier runs, from the Go module proxy.
-#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [karpenter] [core] [rest] [default] [all]
+#   hack/cluster/build.sh [k8s VERSION...] [etcd] [kwok] [lws] [jobset] [scheduler-plugins] [volcano] [helm] [promtool] [kuberay] [training-operator] [karpenter] [kueue] [core] [rest] [default] [all]
 # Each lands in $GK_CACHE/bin/<name>-<version>/ (default ~/.cache/gangkeeper, outside the clone so a
 # fresh clone on the same machine reuses it) and is rebuilt only when its version changes.
 # Modules whose go.mod uses replace directives (k8s.io/kubernetes, etcd, scheduler-plugins) cannot be
@@ -125,8 +125,8 @@ for t in "${targets[@]}"; do
     # hack/test.sh builds beside the tests that do not need it: LWS and JobSet (the shared stack's
     # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
     core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool ;;
-    rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator karpenter ;;
+    rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter kueue ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator karpenter kueue ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
@@ -149,6 +149,8 @@ for t in "${targets[@]}"; do
     # the operators that make Volcano gangs of their own (issue 20): gangkeeper must leave those alone
     kuberay) build kuberay github.com/ray-project/kuberay/ray-operator "v$KUBERAY_VERSION" "" "" \
                github.com/ray-project/kuberay/ray-operator ;;
+    # Kueue (issue 49): the admission system most batch users run, beside gangkeeper for real
+    kueue) build kueue sigs.k8s.io/kueue "v$KUEUE_VERSION" "" "" sigs.k8s.io/kueue/cmd/kueue ;;
     # Karpenter with its KWOK cloud provider (issue 47): an autoscaler that makes KWOK nodes; its CRDs
     # (karpenter.sh, and the KWOKNodeClass) are kept beside the binary for the real tier to install
     karpenter) module_build karpenter sigs.k8s.io/karpenter "v$KARPENTER_VERSION" ./kwok
