@@ -136,9 +136,15 @@ def job_of_priority(store: Store, name: str, priority: int, namespace: str = "te
     return created
 
 
-def running_low_gang(server: TestApiServer, api: Api) -> Controller:
+def running_low_gang(
+    server: TestApiServer, api: Api, name: str = "low", priority: int = 0, lender: int | None = None
+) -> Controller:
+    """A gang of 4 running on one node, past the grace after its release; `lender`: one of its pods at
+    that priority instead."""
     server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job_of_priority(server.store, "low", 0)
+    job_of_priority(server.store, name, priority)
+    if lender is not None:
+        with_one_pod_at(server.store, name, lender)
     clock = Clock()
     controller = Controller(api, recorder=ListRecorder(), clock=clock)
     controller.reconcile_once()
@@ -297,14 +303,7 @@ def with_one_pod_at(store: Store, job: str, priority: int) -> None:
 def test_one_pod_in_a_high_priority_class_lends_its_gang_nothing(server: TestApiServer, api: Api) -> None:
     """A gang's priority is its least important pod's: three priority-0 pods and one of 1000 may not
     preempt a gang of 500 (each pod of it could not)."""
-    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job_of_priority(server.store, "mid", 500)
-    clock = Clock()
-    controller = Controller(api, recorder=ListRecorder(), clock=clock)
-    controller.reconcile_once()
-    assert default_scheduler(server.store) == 4
-    controller.reconcile_once()
-    clock.advance(120)
+    controller = running_low_gang(server, api, "mid", 500)
     job_of_priority(server.store, "mixed", 0)
     with_one_pod_at(server.store, "mixed", 1000)
     decision = controller.reconcile_once()["team-a/job-mixed"]
@@ -313,15 +312,8 @@ def test_one_pod_in_a_high_priority_class_lends_its_gang_nothing(server: TestApi
 
 
 def test_a_mixed_gang_is_preempted_at_its_least_important_pods_priority(server: TestApiServer, api: Api) -> None:
-    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
-    job_of_priority(server.store, "low", 0)
-    with_one_pod_at(server.store, "low", 2000)  # one member far above the preemptor: the gang ranks at 0
-    clock = Clock()
-    controller = Controller(api, recorder=ListRecorder(), clock=clock)
-    controller.reconcile_once()
-    assert default_scheduler(server.store) == 4
-    controller.reconcile_once()
-    clock.advance(120)
+    # one member far above the preemptor: the gang ranks at 0
+    controller = running_low_gang(server, api, lender=2000)
     job_of_priority(server.store, "high", 1000)
     decision = controller.reconcile_once()["team-a/job-high"]
     assert "preempting gang team-a/job-low (priority 0)" in decision.message, decision.message
