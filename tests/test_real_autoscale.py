@@ -7,6 +7,7 @@ reports."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from tests.realcluster import karpenter, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
-from tests.test_real_seeds import assert_started_together
+from tests.test_real_seeds import assert_started_together, scheduled_at
 
 pytestmark = pytest.mark.cluster
 
@@ -42,29 +43,32 @@ def allocatable_cpus(node: dict[str, Any]) -> float:
     return float(text.removesuffix("m")) / 1000 if text.endswith("m") else float(text)
 
 
+def ready_at(node: dict[str, Any]) -> dt.datetime:
+    condition = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    return dt.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
+
+
 @pytest.mark.parametrize("backend", ["floor", "gate", "native"])
 def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     stack: Stack, autoscaler: karpenter.Karpenter, backend: str
 ) -> None:
     """The floor (the default scheduler, no gang) binds what fits at once and the rest as nodes come;
-    gangkeeper's backends bind none before the gang is whole. Printed side by side: apply -> all Running,
-    pods bound before the gang was whole, nodes provisioned against nodes needed."""
+    gangkeeper's backends bind none before the room for the whole gang is there (the last of Karpenter's
+    nodes Ready). Printed side by side: apply -> all Running, pods bound before that, nodes provisioned
+    against nodes needed. Every time is the cluster's (PodScheduled and the nodes' Ready transitions)."""
     stack.replace_workers(2, cpu="4")
     namespace = stack.namespace(f"autoscale-{backend}", None if backend == "floor" else backend, backend != "floor")
     stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
     # 16 pods of 1 CPU on two nodes of 4: 8 fit; Karpenter's nodes of 4 CPUs must bring the other 8
     stack.plane.apply(workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"}))
     started = time.monotonic()
-    bound_before_whole: list[int] = []
-
-    def whole() -> list[dict[str, Any]] | None:
-        pods = gang_pods(stack, namespace, "pinch")
-        if len(bound(pods)) < 16:
-            bound_before_whole.append(len(bound(pods)))
-        return pods if len(running(pods)) == 16 else None
-
     try:
-        members = wait_until(whole, "the gang Running whole on Karpenter's nodes", 240, every=0.5)
+        members = wait_until(
+            lambda: (p := gang_pods(stack, namespace, "pinch")) and len(running(p)) == 16 and p,
+            "the gang Running whole on Karpenter's nodes",
+            240,
+            every=0.5,
+        )
     except AssertionError as error:
         gang = stack.plane.get("gang", "job-pinch", namespace=namespace)
         raise AssertionError(
@@ -77,16 +81,17 @@ def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     # allocatable CPU (KWOK's instance types keep 100m for the kubelet: 3 of 4)
     per_node = int(min(allocatable_cpus(n) for n in made))
     needed = -(-8 // per_node)
-    partial = max(bound_before_whole, default=0)
+    room = max(ready_at(n) for n in made)  # the whole gang's room is there
+    early = sum(1 for p in members if scheduled_at(p) < room)
     print(
-        f"\nautoscaled pinch, {backend}: apply -> all Running {all_running:.1f} s, pods bound before the gang "
-        f"was whole {partial}, nodes provisioned {len(made)} (needed {needed})"
+        f"\nautoscaled pinch, {backend}: apply -> all Running {all_running:.1f} s, pods bound before the room for "
+        f"the whole gang was there {early}, nodes provisioned {len(made)} (needed {needed})"
     )
     assert len(made) == needed, ([n["metadata"]["name"] for n in made], per_node)
     if backend == "floor":
-        assert partial >= 8  # the default scheduler starts the gang partly: what fits binds at once
+        assert early > 0  # the default scheduler starts the gang partly: what fits binds at once (8 here)
         return
-    assert partial == 0, bound_before_whole
+    assert early == 0, sorted((p["metadata"]["name"], str(scheduled_at(p)), str(room)) for p in members)
     assert_started_together(members, 16)
     if backend == "gate":
         wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone once the gang runs", 30)
