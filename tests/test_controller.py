@@ -901,3 +901,24 @@ def test_a_native_workload_as_the_api_server_stores_it_is_not_written_again(serv
     for _ in range(3):
         controller.reconcile_once()  # resync 0: the gang's objects are looked at again each pass
     assert [r for r in server.store.requests if r[0] == "PATCH" and "/workloads/" in r[1]] == []
+
+
+def test_a_deleted_workloads_gated_pods_are_left_to_the_garbage_collector_then_ungated(
+    server: TestApiServer, api: Api
+) -> None:
+    """`kubectl delete job` (background cascade): the Job is gone at once and the garbage collector deletes its
+    pods within seconds. A gate lifted meanwhile lets one bind on its own (seen on the real tier: a member
+    bound on the free node a second before its deletion); gates come off only pods still there after the grace."""
+    clock = Clock()
+    job = add_job(server.store, parallelism=4, cpu="64")  # more than the cluster: held behind the gate
+    add_job_pods(server.store, job)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, orphan_seconds=30, resync_seconds=0)
+    controller.reconcile_once()
+    server.store.delete("batch/v1", "jobs", "team-a", "train")
+    controller.reconcile_once()
+    clock.advance(29)
+    controller.reconcile_once()
+    assert all(p["spec"].get("schedulingGates") for p in pods(server.store))
+    clock.advance(2)
+    controller.reconcile_once()
+    assert not any(p["spec"].get("schedulingGates") for p in pods(server.store))

@@ -39,7 +39,7 @@ from webhook.controller.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.resolve import Resolved, Workloads
 from webhook.controller.reuse import Snapshot, Waiting
 from webhook.controller.source import ChangeSource, Listing, Source
-from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY, Decision, GangState
+from webhook.controller.state import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY, Decision, GangState, PodView
 from webhook.controller.wakeup import Waker, waiting_gang_fits
 from webhook.controller.workloads import all_workload_resources, group_resource
 from webhook.controller.workqueue import GangQueue
@@ -103,6 +103,7 @@ class Controller:
         self.native_version, self.component = native_version, component
         self.passes, self.orphan_seconds, self.resync_seconds = 0, orphan_seconds, resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
+        self._gone_since: dict[str, float] = {}  # gangs whose workload is deleted: since when
         # per gang: its pods' version when its workload was last read, and what was read
         self._seen: dict[str, tuple[int, Resolved]] = {}
         self.related = RelatedObjects()
@@ -214,6 +215,7 @@ class Controller:
                 decisions[gang.key] = decision
         self.cycle.finish_releases()
         self._seen, self._marks = seen, current.marks
+        self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
@@ -283,9 +285,24 @@ class Controller:
             if mechanism.name == "coscheduling" and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
-        if resolved.gone and self.may_write():
-            self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
+        if not resolved.gone:
+            self._gone_since.pop(gang.key, None)
+        elif gated and self.may_write():
+            self._lift_when_not_collected(gang.key, gated, resolved, now)
         return resolved
+
+    def _lift_when_not_collected(
+        self, key: str, gated: list[tuple[PodView, Obj]], resolved: Resolved, now: dt.datetime
+    ) -> None:
+        """The pods of a deleted workload are the garbage collector's: their ownerReferences dangle and it
+        deletes them within seconds. A gate lifted meanwhile lets one of them bind on its own (a gang
+        started partly for nothing), so gates come off only pods still there after `orphan_seconds`
+        (a garbage collector that is off or far behind)."""
+        since = self._gone_since.setdefault(key, now.timestamp())
+        if now.timestamp() - since < self.orphan_seconds:
+            self.work.add_at(key, since + self.orphan_seconds)
+            return
+        self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
 
     def _resolved(self, gang: GangView, current: _Pass) -> tuple[Resolved, bool]:
         """The gang's workload as read, and whether it was read afresh now: only when the gang's pods,
