@@ -51,11 +51,12 @@ import urllib3
 from tests import builders as b
 from tests.cluster import Clock, add_job, add_job_pods, free_capacity, node
 from tests.conftest import free_port
-from webhook.controller import placement
-from webhook.controller.informer import trim_node, trim_pod
-from webhook.controller.preemption import Victim, choose_victims
-from webhook.controller.reconciler import Controller
-from webhook.controller.state import PodView
+from webhook.controller.decide import placement, shapes
+from webhook.controller.decide.eligibility import Domains, Eligibility
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.preemption import Victim, choose_victims
+from webhook.controller.observe.informer import trim_node, trim_pod
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import NODES as NODES_RESOURCE
 from webhook.kube import PODS, Api, ApiError, Resource, client_from
 
@@ -146,7 +147,7 @@ def bench_placement() -> None:
     for raw in raw_nodes:
         raw["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     raw_pods = [trim_pod(realistic_pod(i, f"node-{i % NODES:04d}")) for i in range(NODES * PODS_PER_NODE)]
-    nodes = [placement.Node.from_api(n) for n in raw_nodes]
+    nodes = [shapes.Node.from_api(n) for n in raw_nodes]
     views = [PodView.from_api(p) for p in raw_pods]
     build = time.perf_counter() - started
     memory = rss_mib() - before
@@ -160,7 +161,7 @@ def bench_placement() -> None:
             "8", "32Gi", resources={"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "1"}}
         )
     )
-    shape = placement.Shape.from_pod_spec(gang_pod)
+    shape = shapes.Shape.from_pod_spec(gang_pod)
     members = [placement.Member(f"trainer-{i}", shape) for i in range(GANG)]
     runs = []
     for _ in range(5):
@@ -168,7 +169,7 @@ def bench_placement() -> None:
         result = placement.place(members, nodes, free)
         runs.append(time.perf_counter() - started)
     assert result.complete
-    eligibility = placement.Eligibility(nodes)  # what the controller keeps until a node changes
+    eligibility = Eligibility(nodes)  # what the controller keeps until a node changes
     placement.place(members, nodes, free, eligibility=eligibility)
     warm = []
     for _ in range(5):
@@ -177,7 +178,7 @@ def bench_placement() -> None:
         warm.append(time.perf_counter() - started)
     assert result.complete
     # topology: the same gang inside one block (100 nodes), cold (nodes grouped afresh) and warm
-    block = placement.Domains(BLOCK, True)
+    block = Domains(BLOCK, True)
     topology_runs, topology_warm = [], []
     for _ in range(5):
         started = time.perf_counter()
@@ -192,7 +193,7 @@ def bench_placement() -> None:
 
     # preemption: 8 high-priority pods of 60 CPUs fit only where lower-priority pods go; the candidates
     # are the lone pods on the nodes the gang would need (the cluster index's victims_below)
-    big = placement.Shape.from_pod_spec(b.pod_spec(b.container("60", "64Gi")))
+    big = shapes.Shape.from_pod_spec(b.pod_spec(b.container("60", "64Gi")))
     urgent = [placement.Member(f"urgent-{i}", big) for i in range(8)]
     assert not placement.place(urgent, nodes, free, eligibility=eligibility).complete
     emptied = {n.name: dict(n.allocatable) for n in nodes}
@@ -219,9 +220,7 @@ def bench_placement() -> None:
     placed = 0
     for _member in members:  # baseline: per pod, scan nodes in order, first fit
         for candidate in nodes:
-            if placement.static_reason(shape, candidate) is None and placement.fit_count(
-                shape, remaining[candidate.name]
-            ):
+            if shapes.static_reason(shape, candidate) is None and shapes.fit_count(shape, remaining[candidate.name]):
                 for res, amount in shape.requests:
                     remaining[candidate.name][res] -= amount
                 placed += 1
@@ -309,7 +308,7 @@ def bench_release() -> None:
             job = add_job(store, "big", parallelism=size, cpu="1")  # type: ignore[arg-type]
             names = add_job_pods(store, job)  # type: ignore[arg-type]
             # as the controller runs: from its informers' caches, synced before the pass
-            from webhook.controller.informer import Informer, InformerSource
+            from webhook.controller.observe.informer import Informer, InformerSource
 
             informers = [
                 Informer(api, PODS, transform=trim_pod),
@@ -377,7 +376,7 @@ def serve_filled(port: int) -> None:
 
 def measure_start(url: str) -> None:
     """In a fresh process: the controller's informers list everything, views are built, then a relist."""
-    from webhook.controller.informer import Informer, InformerSource
+    from webhook.controller.observe.informer import Informer, InformerSource
 
     api = Api(client_from(server=url))
     baseline = rss_mib()
@@ -476,10 +475,10 @@ def measure_pass(url: str, seconds: float) -> None:
     import statistics
     import threading
 
-    from webhook.controller import garbage
     from webhook.controller import metrics as controller_metrics
-    from webhook.controller.informer import Informer, InformerSource
-    from webhook.controller.run import watch_new
+    from webhook.controller.observe.informer import Informer, InformerSource
+    from webhook.controller.run import garbage
+    from webhook.controller.run.process import watch_new
 
     collector = garbage.start()
     api = Api(client_from(server=url))

@@ -11,8 +11,8 @@ from tests.apiserver import Store
 from tests.schemas import validate
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller import placement
-from webhook.controller.state import PodView
+from webhook.controller.decide import placement, shapes
+from webhook.controller.decide.pods import PodView
 
 
 def node(
@@ -83,7 +83,7 @@ def pods(store: Store, namespace: str = "team-a") -> list[dict[str, Any]]:
 
 
 def free_capacity(
-    nodes: Iterable[placement.Node], bound: Iterable[tuple[str, Mapping[str, int]]]
+    nodes: Iterable[shapes.Node], bound: Iterable[tuple[str, Mapping[str, int]]]
 ) -> dict[str, dict[str, int]]:
     """Allocatable minus the requests of each pod bound (or promised) to the node."""
     free = {node.name: dict(node.allocatable) for node in nodes}
@@ -100,7 +100,7 @@ def default_scheduler(store: Store) -> int:
     """The stock kube-scheduler, pod by pod: bind each ungated pod to the first node where it fits."""
     bound = 0
     all_pods = store.list("v1", "pods", None)[0]
-    nodes = [placement.Node.from_api(n) for n in store.list("v1", "nodes", None)[0]]
+    nodes = [shapes.Node.from_api(n) for n in store.list("v1", "nodes", None)[0]]
     views = [PodView.from_api(p) for p in all_pods]
     free = free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
     for view in sorted(views, key=lambda v: v.name):

@@ -1,4 +1,4 @@
-"""Events kept in a list: the recorder the unit tests pass the Controller (webhook/controller/events.py
+"""Events kept in a list: the recorder the unit tests pass the Controller (webhook/controller/act/events.py
 Recorder), where the deployed controller sends them to the API."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from webhook.controller.events import event
+from webhook.controller.act.events import event
 
 
 class ListRecorder:

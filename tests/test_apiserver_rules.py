@@ -10,7 +10,7 @@ import pytest
 from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import node
-from webhook.controller.leader import LeaderElector
+from webhook.controller.run.leader import LeaderElector
 from webhook.informer import Informer
 from webhook.kube import NODES, PODS, Api, ApiError
 

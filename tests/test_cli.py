@@ -190,7 +190,7 @@ def test_explain_for_a_tenant_without_cluster_wide_read_shows_the_gang_object(
     from tests.apiserver import Reject, TestApiServer
     from tests.cluster import Clock, add_job, add_job_pods, node
     from webhook.cli import main
-    from webhook.controller.reconciler import Controller
+    from webhook.controller.run.reconciler import Controller
     from webhook.kube import Api, client_from
 
     assert isinstance(apiserver, TestApiServer)
@@ -315,7 +315,7 @@ GANG_OBJECTS = [
     ],
 )
 def test_explain_finds_the_gang_by_what_was_applied(reference: str, found: list[str]) -> None:
-    from webhook.controller.explain import matching_gangs
+    from webhook.controller.run.explain import matching_gangs
 
     assert matching_gangs(reference, GANG_OBJECTS) == found
 

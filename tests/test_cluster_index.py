@@ -13,10 +13,10 @@ from tests import builders as b
 from tests.apiserver import Store
 from tests.cluster import Clock, default_scheduler, node
 from tests.lifecycle import JobController, install_admission
-from webhook.controller.cluster import ClusterIndex
-from webhook.controller.informer import InformerSource, trim_node, trim_pod
-from webhook.controller.queue import Policy
-from webhook.controller.reconciler import Controller
+from webhook.controller.decide.queue import Policy
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.informer import InformerSource, trim_node, trim_pod
+from webhook.controller.run.reconciler import Controller
 from webhook.informer import Informer
 from webhook.kube import NODES, PODS, Api
 
@@ -176,8 +176,8 @@ def test_a_gang_that_fits_is_released_within_one_pass_of_the_change_that_made_it
     """Whatever the sequence of pod and node changes, the controller kept by changes (reusing waiting
     decisions) releases a gang in the pass after the change that made it fit: where a controller built
     from scratch on the same cluster would release it, it does too."""
-    from webhook.controller.source import Listing
-    from webhook.controller.state import GangState
+    from webhook.controller.decide.situation import GangState
+    from webhook.controller.observe.source import Listing
     from webhook.kube import Api as ApiClient
 
     install_admission(store, "gate")

@@ -87,3 +87,25 @@ def test_the_release_manifests_configuration_is_valid() -> None:
         assert parsed(["controller", "--config", str(path)]).queue_policy == "backfill"  # type: ignore[attr-defined]
     finally:
         path.unlink()
+
+
+def test_the_controllers_settings_come_from_the_configuration_and_the_flags(tmp_path: Path) -> None:
+    """One bootstrap: `gangkeeper controller` builds its ControllerSettings from the parsed command line
+    (the Configuration file merged in), and every flag that tunes the controller is one of its fields."""
+    from dataclasses import fields
+
+    from webhook.controller.decide.queue import Policy
+    from webhook.controller.run.bootstrap import ControllerSettings
+
+    path = write(tmp_path, {"controller": {"queuePolicy": "fifo", "headOfLineSeconds": 60}})
+    args = parsed(
+        ["controller", "--config", path, "--recovery-timeout", "45", "--autoscaler", "none", "--queue-depth", "3"]
+    )
+    settings = ControllerSettings.from_args(args)  # type: ignore[arg-type]
+    assert (settings.queue_policy, settings.head_of_line_seconds) == (Policy.FIFO, 60)
+    assert (settings.recovery_seconds, settings.autoscaler, settings.queue_depth) == (45, "none", 3)
+    assert ControllerSettings.from_args(parsed(["controller"])) == ControllerSettings()  # type: ignore[arg-type]
+    process_only = {"kubeconfig", "server", "namespace", "interval", "metrics_port", "log_level", "config"}
+    process_only |= {"max_gang_pods", "native_version", "recovery_timeout", "func", "command", "help"}
+    flags = {a.dest for a in _commands(build_parser())["controller"]._actions}
+    assert flags - process_only <= {f.name for f in fields(ControllerSettings)}, flags - process_only

@@ -23,8 +23,8 @@ from tests.cluster import (
     pods,
 )
 from tests.recorder import ListRecorder
-from webhook.controller.reconciler import Controller
-from webhook.controller.state import pinned_to
+from webhook.controller.decide.pods import pinned_to
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api, ApiError
 
 
@@ -400,7 +400,7 @@ def test_watched_group_object_deleted_is_recreated_at_once(server: TestApiServer
 
 def test_events_wait_while_a_release_is_in_flight(server: TestApiServer, api: Api) -> None:
     """A 1,000-pod release's PATCHes go first; the events recorded meanwhile are sent when it ends."""
-    from webhook.controller.events import EventRecorder
+    from webhook.controller.act.events import EventRecorder
 
     recorder = EventRecorder(api, "gangkeeper-test", clock=Clock())
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a", "uid": "u"}}
@@ -432,13 +432,13 @@ def test_zone_less_times_a_tenant_writes_stop_no_gang(server: TestApiServer, api
 
 @pytest.mark.parametrize("text", ["2030-01-01T00:00:00", "2030-01-01", "not a time", ""])
 def test_times_without_a_zone_are_unreadable(text: str) -> None:
-    from webhook.controller.state import parse_time
+    from webhook.controller.decide.pods import parse_time
 
     assert parse_time(text) is None
 
 
 def test_times_with_a_zone_are_read() -> None:
-    from webhook.controller.state import parse_time
+    from webhook.controller.decide.pods import parse_time
 
     moment = parse_time("2030-01-01T00:00:00Z")
     assert moment is not None and moment.utcoffset() is not None and moment.year == 2030
@@ -550,7 +550,7 @@ def test_a_volcano_podgroup_is_made_from_the_workload_before_any_pod(server: Tes
 
 
 def test_an_operators_own_volcano_group_is_not_made_ahead(server: TestApiServer, api: Api) -> None:
-    from webhook.controller.groups import volcano_groups_in
+    from webhook.controller.act.groups import volcano_groups_in
 
     own = {"spec": {"template": {"metadata": {"annotations": {"scheduling.k8s.io/group-name": "theirs"}}, "spec": {}}}}
     assert volcano_groups_in(own) == set()
@@ -713,7 +713,7 @@ def refused_by_the_scheduler(server: TestApiServer, namespace: str = "team-a") -
 
 
 def woken_at(server: TestApiServer) -> str | None:
-    from webhook.controller.wakeup import WAKE_ANNOTATION
+    from webhook.controller.act.wakeup import WAKE_ANNOTATION
 
     group = server.store.get("scheduling.x-k8s.io/v1alpha1", "podgroups", "team-a", "job-train")
     return ((group.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION)
@@ -724,7 +724,7 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
     (no touch), the taint goes, the model sees the four fit and the PodGroup is touched, then not again
     before WAKE_INTERVAL_SECONDS."""
     from tests.schemas import validate
-    from webhook.controller.wakeup import CHECK_INTERVAL_SECONDS, WAKE_INTERVAL_SECONDS
+    from webhook.controller.act.wakeup import CHECK_INTERVAL_SECONDS, WAKE_INTERVAL_SECONDS
 
     seed_cluster(server)  # room for one 4-cpu pod of four
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="4"), backend="coscheduling")
@@ -757,7 +757,7 @@ def test_a_coscheduling_gang_the_scheduler_gave_up_on_is_woken_once_it_fits(serv
 
 
 def woken_pod(pod: dict[str, Any]) -> str | None:
-    from webhook.controller.wakeup import WAKE_ANNOTATION
+    from webhook.controller.act.wakeup import WAKE_ANNOTATION
 
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION)
 
@@ -812,7 +812,7 @@ def test_an_upgraded_api_server_gets_the_gangs_group_objects_in_the_version_it_s
     """A 1.36 control plane upgraded to 1.37 under the controller (v1alpha2 no longer served, v1beta1 and
     the composite API now): re-discovery moves the native mechanism to v1beta1, and a gang still running
     gets its Workload and PodGroup again in v1beta1; an outage of discovery changes nothing."""
-    from webhook.controller.run import native_served
+    from webhook.controller.run.process import native_served
 
     store = server.store
     for old in [v for v in store.served if v.startswith("scheduling.k8s.io/")]:
@@ -837,7 +837,7 @@ def test_an_upgraded_api_server_gets_the_gangs_group_objects_in_the_version_it_s
 
 
 def test_native_discovery_that_fails_is_no_answer(api: Api) -> None:
-    from webhook.controller.run import native_served
+    from webhook.controller.run.process import native_served
 
     class Down:
         def get(self, path: str) -> object:
@@ -850,7 +850,7 @@ def test_a_binding_gangs_counts_are_written_every_few_seconds_not_every_pass(ser
     """A status PATCH costs the API server the whole Gang (300 ms of its CPU with 1,000 release records):
     while the released pods bind, the counts alone are written at most every COUNTS_SECONDS, the state
     change at once, and the last counts in the pass the controller asked for when it held them back."""
-    from webhook.controller.gangobject import COUNTS_SECONDS
+    from webhook.controller.act.books import COUNTS_SECONDS
 
     server.store.create("v1", "nodes", "", node("worker1", cpu="64"))
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"))

@@ -7,7 +7,7 @@ from tests.apiserver import TestApiServer
 from webhook.admission.controller_lease import LeaseWatch
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.leader import LeaderElector
+from webhook.controller.run.leader import LeaderElector
 from webhook.kube import Api
 
 JOB_POD = b.pod(labels={"batch.kubernetes.io/job-name": "train"})

@@ -18,9 +18,10 @@ import pytest
 from tests.apiserver import TestApiServer
 from tests.cluster import add_job, node
 from tests.conftest import free_port
-from webhook.controller import garbage, metrics
-from webhook.controller.reconciler import Controller
-from webhook.controller.run import STUCK_SECONDS, Probes, run, watch_new
+from webhook.controller import metrics
+from webhook.controller.run import garbage
+from webhook.controller.run.process import STUCK_SECONDS, Probes, run, watch_new
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api, client_from
 
 
@@ -175,7 +176,7 @@ def test_a_full_collection_runs_between_passes_when_due_never_by_the_allocator(c
 
 def test_the_controller_process_freezes_what_it_imported_once_and_leaves_full_collections_to_its_loop() -> None:
     code = (
-        "import gc; from webhook.controller import garbage; "
+        "import gc; from webhook.controller.run import garbage; "
         "a = garbage.start(); n = gc.get_freeze_count(); b = garbage.start(); "
         "print(n > 1000, a is b, sum(isinstance(c, garbage.Collector) for c in gc.callbacks), "
         "gc.get_threshold() == garbage.THRESHOLDS)"

@@ -14,7 +14,7 @@ from tests.apiserver import Store
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.lifecycle import LeaderWorkerSetController, install_admission
 from webhook.controller import metrics
-from webhook.controller.reconciler import Controller
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 NS = "team-a"

@@ -1,5 +1,5 @@
 """The two central decisions as rule tables, a case per rule: the controller's start rules
-(webhook.controller.state.START_RULES) and admission's (webhook.admission.decide.ADMISSION_RULES).
+(webhook.controller.decide.start.START_RULES) and admission's (webhook.admission.decide.ADMISSION_RULES).
 
 Each case builds the least input under which its rule is the first that applies and checks which rule
 decided and what it decided; the last test of each table checks every rule has its case, so a rule
@@ -19,8 +19,10 @@ from webhook.admission.controller_lease import ControllerHealth
 from webhook.admission.decide import ADMISSION_RULES, Outcome, admit
 from webhook.backends import Mechanisms, NamespaceInfo, Native, Settings, make
 from webhook.backends.discovery import Unavailable
-from webhook.controller.placement import Node, Shape
-from webhook.controller.state import START_RULES, GangSpec, GangState, PodView, Release, start_decision
+from webhook.controller.decide.pods import PodView, Release
+from webhook.controller.decide.shapes import Node, Shape
+from webhook.controller.decide.situation import GangSpec, GangState
+from webhook.controller.decide.start import START_RULES, start_decision
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))

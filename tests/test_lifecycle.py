@@ -22,7 +22,7 @@ from tests.lifecycle import (
     kubelet,
 )
 from tests.schemas import EXAMPLES, validate
-from webhook.controller.reconciler import Controller
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 NS = "team-a"
@@ -297,12 +297,18 @@ def test_a_gate_on_a_pod_of_no_gang_is_lifted(store: Store, api: Api) -> None:
     assert not store.get("v1", "pods", NS, "stray")["spec"].get("schedulingGates")
 
 
-def test_the_gates_of_a_gang_whose_workload_is_gone_are_lifted(store: Store, api: Api) -> None:
+def test_the_gates_of_an_orphaned_gang_are_lifted(store: Store, api: Api) -> None:
     install_admission(store, "gate")
     store.create("batch/v1", "jobs", NS, b.job("train", parallelism=3))
     JobController(store).sync(NS, "train")
     assert all(p["spec"]["schedulingGates"] == GATE for p in gang_pods(store))
     store.delete("batch/v1", "jobs", NS, "train")  # orphaned (say, deleted with --cascade=orphan)
+    # the garbage collector's orphan finalizer takes the Job off its pods' ownerReferences: they are
+    # no one's members now (a pod still naming the deleted Job is the collector's to delete, and waits:
+    # tests/test_controller.py test_a_deleted_workloads_gated_pods_are_left_to_the_garbage_collector_...)
+    for pod in gang_pods(store):
+        pod["metadata"].pop("ownerReferences")
+        store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
     Controller(api, clock=Clock()).reconcile_once()
     assert gang_pods(store) and all(not p["spec"].get("schedulingGates") for p in gang_pods(store))
 
@@ -532,7 +538,7 @@ def test_gated_pods_of_a_gang_moved_to_another_backend_are_let_go(store: Store, 
 
 def test_a_pod_being_deleted_still_holds_its_node_until_it_is_gone(store: Store, api: Api) -> None:
     """kube-scheduler counts a terminating pod on its node until it is deleted; so does placement."""
-    from webhook.controller.state import PodView
+    from webhook.controller.decide.pods import PodView
 
     leaving = b.pod("leaving", spec=b.pod_spec(b.container("6", "1Gi")), namespace="other")
     leaving["spec"]["nodeName"] = "worker1"

@@ -17,7 +17,7 @@ from tests.cluster import Clock, add_job, add_job_pods, node
 from tests.schemas import validate
 from webhook.admission.handler import Handler
 from webhook.admission.resolve import BackendResolver
-from webhook.controller.reconciler import Controller
+from webhook.controller.run.reconciler import Controller
 from webhook.gangs import analyze, limits
 from webhook.kube import Api
 from webhook.serving.limits import usable_cpus

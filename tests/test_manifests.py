@@ -20,9 +20,9 @@ from tests.cluster import Clock, add_job, add_job_pods, node
 from tests.schemas import is_crd_kind, validate
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.leader import LeaderElector
-from webhook.controller.reconciler import Controller
-from webhook.controller.workloads import SUSPEND_PATHS, WORKLOAD_RESOURCES
+from webhook.controller.observe.workloads import SUSPEND_PATHS, WORKLOAD_RESOURCES
+from webhook.controller.run.leader import LeaderElector
+from webhook.controller.run.reconciler import Controller
 from webhook.gangs import kinds
 from webhook.informer import Informer
 from webhook.kube import NAMESPACES, NODES, PODS, Api, client_from
@@ -218,8 +218,8 @@ def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def exercise_controller(server: TestApiServer) -> None:
-    from webhook.controller.gangobject import GANGS
-    from webhook.controller.run import served
+    from webhook.controller.act.gangobject import GANGS
+    from webhook.controller.run.process import served
 
     store, api = server.store, Api(client_from(server=server.url))
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
@@ -288,11 +288,11 @@ def exercise_controller(server: TestApiServer) -> None:
     controller.reconcile_once()
     controller.recorder.flush()
     # whole-gang preemption reads the victims' PodDisruptionBudgets before any pod goes
-    from webhook.controller.preemption import Victim
+    from webhook.controller.decide.preemption import Victim
 
     assert not controller.cycle.preemptor._protected(Victim("team-a/x", False, 0, ()), controller.snapshot(), {})
     # the chart's pre-delete hook runs `gangkeeper release-all` with the controller's account
-    from webhook.controller.uninstall import release_all
+    from webhook.controller.act.uninstall import release_all
 
     add_job_pods(store, add_job(store, "left-gated", parallelism=2, cpu="1"))
     assert not release_all(api).failed

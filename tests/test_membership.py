@@ -159,7 +159,7 @@ def test_a_template_stamped_by_its_own_controller_owner_keeps_that_gang() -> Non
     ],
 )
 def test_the_controller_counts_a_pod_only_in_its_workloads_gang(case: str, pod: dict[str, Any], group: str) -> None:
-    from webhook.controller.cluster import ClusterIndex
+    from webhook.controller.observe.cluster import ClusterIndex
     from webhook.gangs.pod import member_group
 
     assert member_group(pod) == group, case

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tests.apiserver import Reject, check_pod_update, merge_patch
-from webhook.controller.state import PodView, pin_terms, pinned_to, release_patch
+from webhook.controller.decide.pods import PodView, pin_terms, pinned_to
+from webhook.controller.decide.state import release_patch
 
 ZONE_A = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
 GPU = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["w9"]}]}

@@ -12,7 +12,7 @@ from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
 from tests.recorder import ListRecorder
 from tests.schemas import validate
-from webhook.controller.reconciler import Controller
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 

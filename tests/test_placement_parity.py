@@ -15,9 +15,9 @@ from tests.cluster import Clock, gang_status, node
 from tests.lifecycle import JobController, StatefulSetController, install_admission, kubelet
 from tests.scheduler import overcommitted, schedule
 from tests.schemas import validate
-from webhook.controller.explain import explain
-from webhook.controller.reconciler import Controller
-from webhook.controller.state import HOSTNAME_LABEL, pinned_to
+from webhook.controller.decide.pods import HOSTNAME_LABEL, pinned_to
+from webhook.controller.run.explain import explain
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api, client_from
 
 NS = "team-a"

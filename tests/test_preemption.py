@@ -12,9 +12,10 @@ from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.recorder import ListRecorder
 from tests.test_controller import events
-from webhook.controller.placement import Member, Node, Shape
-from webhook.controller.preemption import Victim, budget_blocks, choose_victims
-from webhook.controller.reconciler import Controller
+from webhook.controller.decide.placement import Member
+from webhook.controller.decide.preemption import Victim, budget_blocks, choose_victims
+from webhook.controller.decide.shapes import Node, Shape
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 CPU = Shape(requests=(("cpu", 1000), ("pods", 1)))
@@ -221,8 +222,8 @@ def test_a_victim_in_another_namespace_is_not_named(server: TestApiServer, api: 
 def test_the_controllers_trimmed_pod_keeps_the_preemption_policy() -> None:
     """The informer keeps only what the controller reads: a PriorityClass's preemptionPolicy Never must
     survive it (the real tier caught it dropped)."""
-    from webhook.controller.informer import trim_pod
-    from webhook.controller.state import PodView
+    from webhook.controller.decide.pods import PodView
+    from webhook.controller.observe.informer import trim_pod
 
     pod = b.pod("p", labels={"gangkeeper.io/group": "job-train"}, spec=b.pod_spec(preemptionPolicy="Never"))
     assert PodView.from_api(trim_pod(pod)).preempts is False
@@ -358,7 +359,7 @@ def test_a_gang_with_constraints_placement_does_not_model_preempts_nothing(serve
 
 
 def test_a_victim_is_not_requeued_twice_in_a_row_for_one_preemptor(server: TestApiServer, api: Api) -> None:
-    from webhook.controller.preemptor import Preemptor
+    from webhook.controller.act.preemptor import Preemptor
 
     controller = running_low_gang(server, api)
     preemptor = next(v for v in vars(controller.cycle).values() if isinstance(v, Preemptor))

@@ -10,9 +10,9 @@ from tests.cluster import Clock, gang_status, node
 from tests.lifecycle import JobController, install_admission, kubelet
 from tests.scheduler import schedule
 from tests.schemas import validate
-from webhook.controller.explain import explain
-from webhook.controller.queue import Policy
-from webhook.controller.reconciler import Controller
+from webhook.controller.decide.queue import Policy
+from webhook.controller.run.explain import explain
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 NS = "team-a"
@@ -155,7 +155,7 @@ def test_a_backfilled_gang_that_overruns_its_claim_is_requeued_and_never_believe
     still runs while `big` waits on its reservation: `short` is requeued whole (its Job suspended, no
     failure counted), not `big` delayed; from then on its claim is not believed, so it is not backfilled
     again ahead of the head."""
-    from webhook.controller.state import CLAIM_GRACE_SECONDS
+    from webhook.controller.decide.recovery import CLAIM_GRACE_SECONDS
 
     clock = Clock()
     running_cluster(store, api, clock)

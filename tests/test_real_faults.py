@@ -20,7 +20,7 @@ from tests.realcluster.faultproxy import Fault, FaultProxy, Request
 from tests.realcluster.stack import Stack, bound, gated, running, wait_until
 from tests.test_real_recovery import job_events
 from tests.test_real_seeds import assert_started_together
-from webhook.controller.state import pinned_to
+from webhook.controller.decide.pods import pinned_to
 
 pytestmark = pytest.mark.cluster
 CONTROLLER = "gangkeeper-controller"

@@ -17,10 +17,13 @@ from tests.recorder import ListRecorder
 from tests.test_controller import events, timed_out_and_suspended
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.gangobject import GangObjects, desired_object
-from webhook.controller.placement import Shape
-from webhook.controller.reconciler import Controller
-from webhook.controller.state import Decision, GangSpec, GangState, History, PodView, recover
+from webhook.controller.act.books import desired_object
+from webhook.controller.act.gangobject import GangObjects
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.recovery import recover
+from webhook.controller.decide.shapes import Shape
+from webhook.controller.decide.situation import Decision, GangSpec, GangState, History
+from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
 RECOVERY = {"gangkeeper.io/recovery-timeout-seconds": "60"}

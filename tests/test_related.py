@@ -1,8 +1,8 @@
-"""A watched object's change wakes exactly the gangs it concerns (webhook/controller/related.py)."""
+"""A watched object's change wakes exactly the gangs it concerns (webhook/controller/observe/related.py)."""
 
 from __future__ import annotations
 
-from webhook.controller.related import RelatedObjects
+from webhook.controller.observe.related import RelatedObjects
 
 JOBS, PODGROUPS = ("batch/v1", "jobs"), ("scheduling.volcano.sh/v1beta1", "podgroups")
 

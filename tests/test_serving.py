@@ -395,7 +395,7 @@ def test_the_webhook_stays_within_its_pods_memory_share_under_both_attacks_at_on
     the chart's 768Mi limit (four workers) is 384 MiB, with the container's malloc settings.
     bench/webhook_memory.py measures the chart's four. Measured here: 290-295 MiB with the attack holding
     2,000-2,040 connections; 540 MiB without the chart's MALLOC_MMAP_THRESHOLD_ (the TLS read buffers
-    in the heap, see webhook/cli.py _map_large_buffers), 350 MiB with only the in-process fallback."""
+    in the heap, see webhook/cli/serve.py _map_large_buffers), 350 MiB with only the in-process fallback."""
     from bench import webhook_memory
 
     malloc = webhook_memory.deployed_malloc_env()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.controller import interning
-from webhook.controller.state import shape_of
+from webhook.controller.decide.pods import shape_of
 
 CONTAINERS = [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]
 ANTI_AFFINITY = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.controller.queue import Policy, Reservation
-from webhook.simulation import DEFAULT_TRACE, Settings, engine, report, run, trace
+from webhook.controller.decide.queue import Policy, Reservation
+from webhook.simulation import DEFAULT_TRACE, Settings, engine, kube_scheduler, report, run, trace
 
 WEEK_SHA256 = "44ce3f9a658d55b96d8f6847c5bde973775d69a96dc82a1aa7f855dfd7ca29be"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_jobs_pollux.csv"
@@ -47,7 +47,7 @@ def test_no_partial_gang_ever_holds_gpus_under_gangkeeper(day: list[trace.TraceJ
 
 
 def test_the_default_scheduler_lets_partial_gangs_hold_gpus_on_the_same_day(day: list[trace.TraceJob]) -> None:
-    result = engine.run_default_scheduler(day, SHAPE, "gpu", seed=1)  # one GPU per pod: the stress case
+    result = kube_scheduler.run_default_scheduler(day, SHAPE, "gpu", seed=1)  # one GPU per pod: the stress case
     held = sum(o.held_idle_gpu_seconds for o in result.outcomes)
     assert held > 0 and any(s.idle_held_gpus > 0 for s in result.samples)
 
@@ -155,7 +155,7 @@ def test_the_gpu_plot_says_what_the_table_says(day: list[trace.TraceJob]) -> Non
     from webhook.simulation.report import gpu_panel, summarize
 
     gangkeeper_run = engine.run_gangkeeper(day, SHAPE, "node", Policy.BACKFILL)
-    default_run = engine.run_default_scheduler(day, SHAPE, "gpu", seed=1)
+    default_run = kube_scheduler.run_default_scheduler(day, SHAPE, "gpu", seed=1)
     title, holds = gpu_panel(gangkeeper_run)
     assert not holds and title.endswith(": 0.0 GPU-hours held by gangs not yet started")
     title, holds = gpu_panel(default_run)
@@ -175,7 +175,7 @@ def test_the_rack_model_keeps_required_gangs_in_one_rack(day: list[trace.TraceJo
     preferred = report.summarize(
         engine.run_gangkeeper(fits_a_rack, shape, "node", Policy.BACKFILL, topology="preferred"), 512
     )
-    default = report.summarize(engine.run_default_scheduler(fits_a_rack, shape, "node", seed=1), 512)
+    default = report.summarize(kube_scheduler.run_default_scheduler(fits_a_rack, shape, "node", seed=1), 512)
     assert preferred.one_rack_share >= default.one_rack_share
     assert report.summarize(required, 512).one_rack_share == 1.0
 

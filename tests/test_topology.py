@@ -11,9 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook import gangs
-from webhook.controller import placement
-from webhook.controller.placement import Domains, Member, Node, Shape
-from webhook.controller.state import GangSpec, GangState, PodView, decide
+from webhook.controller.decide import placement
+from webhook.controller.decide.eligibility import Domains
+from webhook.controller.decide.placement import Member
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.shapes import Node, Shape
+from webhook.controller.decide.situation import GangSpec, GangState
+from webhook.controller.decide.state import decide
 from webhook.gangs import topology
 from webhook.gangs.model import Topology
 
@@ -464,8 +468,8 @@ def test_a_leaderworkersets_groups_share_a_block_each_in_a_rack_through_the_cont
     from tests import builders as b
     from tests.cluster import Clock, default_scheduler, gang_status, node
     from tests.lifecycle import LeaderWorkerSetController, install_admission, kubelet
-    from webhook.controller.explain import explain
-    from webhook.controller.reconciler import Controller
+    from webhook.controller.run.explain import explain
+    from webhook.controller.run.reconciler import Controller
 
     install_admission(store, "gate")
     layout = {("b1", "r1"): "8", ("b1", "r2"): "4", ("b2", "r3"): "8", ("b2", "r4"): "8"}
@@ -509,7 +513,7 @@ def test_the_controller_writes_the_composite_pod_group_before_the_pod_groups_tha
     share a zone gets its CompositePodGroup (owned by the Job, like its Workload and PodGroup), and the
     PodGroup names it as its parent."""
     from tests.cluster import add_job, add_job_pods
-    from webhook.controller.reconciler import Controller
+    from webhook.controller.run.reconciler import Controller
 
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
     store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}
@@ -532,7 +536,7 @@ def test_a_jobsets_stages_share_one_native_workload_written_whole_by_the_first(s
     from tests.cluster import Clock, node
     from tests.test_lifecycle import NS, example
     from webhook.backends import make
-    from webhook.controller.reconciler import Controller
+    from webhook.controller.run.reconciler import Controller
 
     store.served["scheduling.k8s.io/v1beta1"] = {"podgroups", "workloads"}
     store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}

@@ -10,7 +10,7 @@ from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import add_job, add_job_pods, pods
 from tests.schemas import validate
-from webhook.controller.uninstall import release_all
+from webhook.controller.act.uninstall import release_all
 from webhook.kube import Api
 
 

@@ -13,10 +13,10 @@ import pytest
 from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, node, pods
 from webhook import contract
-from webhook.controller.deadlines import MIN_REQUEUE_SECONDS, earliest
-from webhook.controller.reconciler import Controller
-from webhook.controller.run import run
-from webhook.controller.workqueue import GangQueue
+from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest
+from webhook.controller.run.process import run
+from webhook.controller.run.reconciler import Controller
+from webhook.controller.run.workqueue import GangQueue
 from webhook.kube import Api, client_from
 
 NS = "team-a"

@@ -3,7 +3,7 @@
 A watch resumes from the last resourceVersion it saw; when the server says that version is too old
 (410 Gone) or the connection fails, the cache lists again from scratch. The webhook keeps namespaces,
 queues and PriorityClasses this way; the controller its pods, nodes and workloads
-(webhook.controller.informer trims what it keeps).
+(webhook.controller.observe.informer trims what it keeps).
 """
 
 from __future__ import annotations

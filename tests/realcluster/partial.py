@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 GATE = "gangkeeper.io/gang-gate"
-# the default recovery timeout (120 s, webhook/controller/state.py) plus a few passes: the longest a
+# the default recovery timeout (120 s, webhook/controller/decide/pods.py) plus a few passes: the longest a
 # gang may legitimately run short while its replacement waits (a tighter bound holds for each release)
 LIMIT_SECONDS = 150.0
 EVERY_SECONDS = 3.0

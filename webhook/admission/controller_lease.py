@@ -2,7 +2,7 @@
 
 A pod gated with no controller running would wait forever, so admission refuses to gate when no
 controller has ever held the Lease, and warns while its holder has stopped renewing. Staleness is
-judged as the controller's own election does (webhook.controller.leader): by how long this process
+judged as the controller's own election does (webhook.controller.run.leader): by how long this process
 has seen `renewTime` unchanged, never by comparing another machine's clock with ours.
 """
 

@@ -8,27 +8,33 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from webhook import contract, gangs, naming
+from webhook import gangs
 from webhook.admission import forgery, keys
+from webhook.admission.checks import (
+    at_lowest_class,
+    mark_not_disrupted,
+    named_ahead,
+    other_scheduler,
+    priority_warnings,
+    queue_not_allowed,
+    queue_warnings,
+    topology_verdict,
+)
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
-from webhook.backends.volcano import API_VERSION as VOLCANO_API
-from webhook.gangs import topology
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 from webhook.gangs.pod import unowned_member
 from webhook.gangs.topology import DEFAULT_LEVELS
 
 if TYPE_CHECKING:  # the decision only asks it; the Lease is read at admission's edge
     from webhook.admission.controller_lease import ControllerHealth
-
-_OWN_SCHEDULERS = {"", "default-scheduler"}
 
 
 @dataclass
@@ -65,166 +71,12 @@ def _with_namespace(obj: Obj, namespace: str | None) -> Obj:
     return {**obj, "metadata": {**(meta or {}), "namespace": namespace}}
 
 
-def _foreign_scheduler(obj: Obj, plan: Plan, backend: Backend) -> str | None:
-    ours = _OWN_SCHEDULERS | ({backend.scheduler_name} if backend.scheduler_name else set())
-    targets = (
-        [Target(obj, "pod")]
-        if plan.pod_gang
-        else [Target(get_path(obj, t.path) or {}, t.shape) for t in plan.templates]
-    )
-    for target in targets:
-        name = target.scheduler_name()
-        if name and name not in ours:
-            return name
-    return None
-
-
-ANY_QUEUE = "*"
-
-
-def _queue_not_allowed(
-    plan: Plan, backend: Backend, namespace: NamespaceInfo, name: str | None, cluster_queues: frozenset[str]
-) -> str | None:
-    """A Volcano queue the namespace may not use: queues are shared between tenants, and a tenant who
-    names another team's queue would take its share. A namespace may use the queues its owner lists
-    (the namespace annotation), else its own default queue (Volcano's scheduling.volcano.sh/queue-name
-    annotation, else "default") and the ones the platform allows every namespace (--volcano-queues,
-    "*" for any)."""
-    if backend.name != "volcano":
-        return None
-    listed = namespace.annotations.get(contract.NAMESPACE_QUEUES_ANNOTATION)
-    default = namespace.annotations.get(contract.VOLCANO_QUEUE_NAMESPACE_ANNOTATION) or "default"
-    if listed is not None:
-        allowed, source = {q.strip() for q in listed.split(",") if q.strip()}, contract.NAMESPACE_QUEUES_ANNOTATION
-    elif ANY_QUEUE in cluster_queues:
-        return None
-    else:
-        allowed = {default, *cluster_queues}
-        source = "its default queue and the cluster's --volcano-queues; the namespace's owner may list more with " + (
-            contract.NAMESPACE_QUEUES_ANNOTATION
-        )
-    for gang in plan.gangs:
-        queue = gang.queue or default
-        if queue not in allowed:
-            return (
-                f"metadata.annotations[{contract.QUEUE_ANNOTATION}]: Forbidden: Volcano queue {queue!r} is not one "
-                f"namespace {name} may use: {', '.join(sorted(allowed))} ({source})"
-            )
-    return None
-
-
-def _queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list[str]:
-    """Volcano's pod admission refuses a pod whose PodGroup's queue is missing or not Open (volcano
-    pkg/webhooks/admission/pods/validate/admit_pod.go, checkPGQueueState): the workload would get no pods.
-    Said at apply time, when the webhook can see the queues (a warning: the queue may come next)."""
-    warnings = []
-    for group in group_objects:
-        if group.get("apiVersion") != VOLCANO_API:
-            continue
-        queue = str((group.get("spec") or {}).get("queue") or "default")
-        state = queues.get(queue)
-        if state is None:
-            warnings.append(
-                f"Volcano queue {queue!r} does not exist: Volcano refuses the pods of PodGroup "
-                f"{group['metadata']['name']} until it does (kubectl get queues)"
-            )
-        elif state != "Open":
-            warnings.append(
-                f"Volcano queue {queue!r} is {state}: PodGroup {group['metadata']['name']} waits until it opens"
-            )
-    return warnings
-
-
-# Karpenter's pod annotation: it does not consolidate, drift or voluntarily disrupt a node running a pod
-# with it (karpenter pkg/apis/v1/labels.go DoNotDisruptAnnotationKey), so it takes no member of a running
-# gang away one node at a time. A pod that says otherwise ("false") keeps its word.
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
-
-
-def _not_disrupted(pod: Obj) -> None:
-    annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
-    annotations.setdefault(DO_NOT_DISRUPT, "true")
-
-
-def _at_lowest_class(gang: Gang, known: Collection[str] | None) -> Gang:
-    """A gang of several PriorityClasses gets the lowest in its group object (native, Volcano), the same
-    rule the gate applies to its pods' priorities; when the classes' values are not known, the one its
-    first template names."""
-    if not gang.priority_classes or not isinstance(known, Mapping):
-        return gang
-    values = {c: known.get(c, known.get("", 0)) for c in gang.priority_classes}
-    lowest = min(gang.priority_classes, key=lambda c: (values[c], c))
-    return replace(gang, priority_class=lowest or None)
-
-
-def _priority_warnings(gangs: list[Gang], known: Collection[str]) -> list[str]:
-    """A gang whose PriorityClass does not exist: the API server refuses each of its pods (Priority
-    admission), so it would never start. Said at apply (a warning: the class may be created next)."""
-    missing = sorted({g.priority_class for g in gangs if g.priority_class and g.priority_class not in known})
-    return [
-        f"priorityClassName {name!r}: no such PriorityClass; the API server refuses this workload's pods until "
-        "it exists (kubectl get priorityclasses), and its gang never starts"
-        for name in missing[:3]
-    ]
-
-
-def _topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> tuple[str | None, list[str]]:
-    """A required topology the backend cannot honour is refused (the gang would start scattered, the
-    one thing its author ruled out); a preferred one, or one the backend only partly honours, is warned
-    about; a key that is none of the cluster's levels is warned about on every backend."""
-    gang = next((g for g in plan.gangs if g.topology is not None or g.workload_topology is not None), None)
-    if gang is None:
-        return None, []
-    warnings: list[str] = []
-    for intent in (gang.topology, gang.workload_topology):
-        if intent is None:
-            continue
-        if (warning := topology.level_warning(intent, levels)) is not None:
-            warnings.append(warning)
-        gap = backend.topology_gap(intent) if intent is gang.topology else backend.workload_topology_gap(intent)
-        if gap is None:
-            continue
-        if intent.required and gap.refuse:
-            return f"{intent.field}: Invalid value: {intent.key!r}: {gap.why}", warnings
-        warnings.append(
-            f"{intent.field}: {intent.word} topology {intent.key!r} on the {backend.name} backend: {gap.why}"
-        )
-    if gang.workload_topology is not None:
-        if len(plan.gangs) == 1:
-            warnings.append(
-                f"{gang.workload_topology.field}: this workload is one gang; its workload topology is its gang's"
-            )
-        elif (nesting := topology.nesting_warning(gang.topology, gang.workload_topology, levels)) is not None:
-            warnings.append(nesting)
-    return None, warnings
-
-
-def _named_ahead(obj: Obj, operation: str, backend: Backend | Unavailable) -> Obj:
-    """A workload created with only `generateName` has no name at admission, so its gang cannot be named
-    and, under Volcano, no PodGroup made ahead of its pods, which Volcano's pod admission then refuses
-    (volcano pkg/webhooks/admission/pods/validate/admit_pod.go, checkPG). The name is chosen here, as the
-    API server would choose it (it generates one only when admission left metadata.name empty)."""
-    meta = obj.get("metadata")
-    if (
-        operation != "CREATE"
-        or isinstance(backend, Unavailable)
-        or backend.name != "volcano"
-        or obj.get("kind") == "Pod"  # a pod's gang comes from its owner's labels, not its own name
-        or not isinstance(meta, dict)
-        or meta.get("name")
-        or not isinstance(meta.get("generateName"), str)
-        or not meta["generateName"]
-    ):
-        return obj
-    return {**obj, "metadata": {**meta, "name": naming.generated_name(meta["generateName"])}}
-
-
 @dataclass(frozen=True)
 class Admission:
     """One object under admission and what is known around it: what the rules of `admit` read."""
 
     received: Obj  # as the API server sent it: the patch is the difference from this
-    obj: Obj  # with a name chosen ahead where one is needed (_named_ahead)
+    obj: Obj  # with a name chosen ahead where one is needed (named_ahead)
     operation: str
     backend: Backend | Unavailable
     plan: Plan
@@ -248,7 +100,7 @@ class Admission:
 
     @cached_property
     def topology(self) -> tuple[str | None, list[str]]:
-        return _topology_verdict(self.plan, self.served, self.topology_levels)
+        return topology_verdict(self.plan, self.served, self.topology_levels)
 
     @property
     def gating(self) -> bool:
@@ -329,7 +181,7 @@ def backend_unavailable(a: Admission) -> Outcome | None:
 
 
 def queue_forbidden(a: Admission) -> Outcome | None:
-    forbidden = _queue_not_allowed(a.plan, a.served, a.namespace_info, a.namespace, a.volcano_queues)
+    forbidden = queue_not_allowed(a.plan, a.served, a.namespace_info, a.namespace, a.volcano_queues)
     return a.refuse("queue not allowed", 403, f"{describe(a.obj)}: {forbidden}") if forbidden else None
 
 
@@ -360,7 +212,7 @@ def topology_refused(a: Admission) -> Outcome | None:
 
 def foreign_scheduler(a: Admission) -> Outcome | None:
     """A template that names another scheduler is that scheduler's business: left without a gang."""
-    foreign = _foreign_scheduler(a.obj, a.plan, a.served)
+    foreign = other_scheduler(a.obj, a.plan, a.served)
     if not foreign:
         return None
     warning = (
@@ -384,20 +236,20 @@ def stamped(a: Admission) -> Outcome:
     warnings = [*plan.warnings, *a.topology[1]]
     if a.gating and a.controller is not None and a.controller.warning():
         warnings.append(str(a.controller.warning()))
-    gangs = [_at_lowest_class(g, a.priority_classes) for g in plan.gangs]
+    gangs = [at_lowest_class(g, a.priority_classes) for g in plan.gangs]
     outcome = Outcome(True, "gang stamped", warnings=warnings, gangs=gangs, plan=plan)
     outcome.group_objects = backend.group_objects(gangs, a.namespace_info)
     if a.queues is not None:
-        outcome.warnings.extend(_queue_warnings(outcome.group_objects, a.queues))
+        outcome.warnings.extend(queue_warnings(outcome.group_objects, a.queues))
     if a.priority_classes is not None:
-        outcome.warnings.extend(_priority_warnings(plan.gangs, a.priority_classes))
+        outcome.warnings.extend(priority_warnings(plan.gangs, a.priority_classes))
     if not a.mutate:
         return outcome
     mutated: Obj = json_copy(a.obj)
     if plan.pod_gang is not None:
         backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
         if a.protect_from_disruption:
-            _not_disrupted(mutated)
+            mark_not_disrupted(mutated)
     for stamp in plan.templates:
         template = get_path(mutated, stamp.path)
         if isinstance(template, dict):
@@ -449,7 +301,7 @@ def admit(
     `controller` is what is known of gangkeeper's controller (None: unknown, as offline); a pod is
     never gated when no controller has run, since nothing would lift its gate.
     """
-    named = _named_ahead(obj, operation, backend) if mutate else obj
+    named = named_ahead(obj, operation, backend) if mutate else obj
     plan = gangs.analyze(_with_namespace(named, namespace))
     plan.warnings[:0] = keys.object_warnings(named)
     admission = Admission(

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.controller.queue import DEFAULT_DEPTH, Policy
-from webhook.simulation import engine, report, trace
+from webhook.controller.decide.queue import DEFAULT_DEPTH, Policy
+from webhook.simulation import engine, kube_scheduler, report, trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "philly-2017-10-23-week.csv"
 GANG_POLICIES = tuple(p.value for p in Policy)
@@ -79,7 +79,7 @@ def run(settings: Settings) -> tuple[list[tuple[str, list[engine.Result]]], list
         if policy == "default":
             for i in range(settings.orderings):
                 args: tuple[Any, ...] = (jobs, settings.shape, settings.split, settings.seed + i)
-                replays.append(("default scheduler", engine.run_default_scheduler, args))
+                replays.append(("default scheduler", kube_scheduler.run_default_scheduler, args))
         else:
             for topology in settings.topologies if settings.shape.nodes_per_rack else ("none",):
                 args = (

@@ -1,0 +1,173 @@
+"""Placeholder pods: how a gate gang that waits on capacity makes an autoscaler add nodes for all of it.
+
+Karpenter and Cluster Autoscaler add nodes only for pods that kube-scheduler refused (PodScheduled False,
+reason Unschedulable: Karpenter pkg/utils/pod/scheduling.go FailedToSchedule, Cluster Autoscaler
+utils/kubernetes/listers.go isUnschedulable); a pod behind the gate is SchedulingGated and invisible to
+both. So while a gang waits for capacity on an autoscaled cluster, each of its gated members has a
+placeholder: a pause pod with the member's requests, node selector, node affinity and tolerations, that
+kube-scheduler schedules or refuses like the member would. The autoscaler provisions for the refused
+ones; as they bind, the room they hold counts as the gang's own (cycle.py) and once the gang fits there
+it is released onto that room, its placeholders deleted in the same turn.
+
+A placeholder is never a member (it carries no gang label, and gangkeeper.io/skip keeps every webhook
+off it); it never preempts and is the first thing any scheduler preempts (PriorityClass
+gangkeeper-placeholder, value -10: the lowest Cluster Autoscaler still scales up for); it is owned by the
+gang's Gang object, so the garbage collector removes it when the gang or gangkeeper goes; the controller
+deletes it as soon as its gang is released, deleted, times out, gives up, waits for anything other than
+capacity, or its namespace opts out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from webhook import contract
+from webhook.controller import metrics
+from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
+from webhook.controller.act.books import KIND as GANG_KIND
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.observe.autoscaler import PAUSE_IMAGE
+from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.gangs.model import Obj
+from webhook.kube import PODS, Api, ApiError
+
+# the states in which a gang waits on capacity alone (not on the queue, its members, a backoff)
+WAITS_ON_CAPACITY = (GangState.WAITING_FOR_CAPACITY, GangState.NEVER_FITS)
+
+
+def placeholder_name(member: PodView) -> str:
+    return f"placeholder-{member.uid}" if member.uid else f"placeholder-{member.name}"[:253]
+
+
+def quantities(requests: tuple[tuple[str, int], ...]) -> dict[str, str]:
+    """A shape's units (cpu in millicores, the rest in whole units) as resource quantities."""
+    return {name: f"{amount}m" if name == "cpu" else str(amount) for name, amount in requests if name != "pods"}
+
+
+def placeholder_for(member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], image: str) -> Obj:
+    """The pause pod that stands in for `member` (raw: its pod as the informer keeps it)."""
+    spec = raw.get("spec") or {}
+    meta = gang_object.get("metadata") or {}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+    requests = quantities(member.shape.requests)
+    pod_spec: Obj = {
+        "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "placeholder",
+                "image": image,
+                "resources": {"requests": requests, "limits": requests},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+    }
+    for key in ("nodeSelector", "tolerations"):
+        if spec.get(key):
+            pod_spec[key] = spec[key]
+    if node_affinity:
+        pod_spec["affinity"] = {"nodeAffinity": node_affinity}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": placeholder_name(member),
+            "namespace": member.namespace,
+            "labels": {contract.PLACEHOLDER_LABEL: str(meta.get("name", "")), contract.SKIP_LABEL: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": GANG_API_VERSION,
+                    "kind": GANG_KIND,
+                    "name": meta.get("name"),
+                    "uid": meta.get("uid"),
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": pod_spec,
+    }
+
+
+def wanted(gang: GangView, decision: Decision, autoscaled: bool) -> dict[str, tuple[PodView, Obj]]:
+    """Placeholder name -> the member it stands for, with the member's pod: one per gated member while
+    the gang waits on capacity alone on an autoscaled cluster; none otherwise."""
+    if not autoscaled or decision.state not in WAITS_ON_CAPACITY:
+        return {}
+    return {
+        placeholder_name(view): (view, raw)
+        for view, raw in zip(gang.pods, gang.raw, strict=True)
+        if view.gated and not view.terminal
+    }
+
+
+def progress(gang_key: str, index: ClusterIndex, wanted_count: int) -> str:
+    """What the Gang says while the autoscaler works: how many of its pods have room."""
+    bound = sum(1 for node, _ in index.placeholders.get(gang_key, {}).values() if node)
+    return f"waiting for the autoscaler: capacity for {bound} of {wanted_count} pods provisioned"
+
+
+class Placeholders:
+    def __init__(
+        self,
+        api: Api,
+        index: ClusterIndex,
+        gang_object: Callable[[str, str], Obj | None],
+        autoscaler: Callable[[], bool],
+        may_write: Callable[[], bool] = lambda: True,
+        image: str = PAUSE_IMAGE,
+    ) -> None:
+        self.api, self.index, self.gang_object = api, index, gang_object
+        self.autoscaler, self.may_write, self.image = autoscaler, may_write, image
+
+    def sync(self, gang: GangView, decision: Decision) -> Decision:
+        """Make the gang's placeholders what its decision calls for; the decision says how far along."""
+        want = wanted(gang, decision, self.autoscaler())
+        have = self.index.placeholders.get(gang.key, {})
+        if not want and not have:
+            return decision
+        if self.may_write():
+            for key in have.keys() - {f"{gang.namespace}/{name}" for name in want}:
+                self._delete(key)
+            owner = self.gang_object(gang.namespace, gang.name)
+            if owner is not None and (owner.get("metadata") or {}).get("uid"):
+                for name, (view, raw) in want.items():
+                    if f"{gang.namespace}/{name}" not in have:
+                        self._create(placeholder_for(view, raw, owner, self.image))
+        if not want:
+            return decision
+        return replace(decision, message=f"{decision.message}; {progress(gang.key, self.index, len(want))}")
+
+    def sweep(self, live: Mapping[str, GangView]) -> None:
+        """Placeholders whose gang is gone (its pods all deleted, the namespace opted out)."""
+        if not self.may_write():
+            return
+        for gang_key in list(self.index.placeholders.keys() - live.keys()):
+            for key in list(self.index.placeholders.get(gang_key, {})):
+                self._delete(key)
+
+    def _create(self, pod: Obj) -> None:
+        try:
+            self.api.create(PODS.path(pod["metadata"]["namespace"]), pod)
+            metrics.PLACEHOLDERS.labels("created").inc()
+        except ApiError as error:
+            if error.status != 409:  # 409: made by an earlier pass, not yet seen by the watch
+                metrics.API_ERRORS.labels("create", str(error.status)).inc()
+
+    def _delete(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            self.api.request("DELETE", PODS.path(namespace, name), body={"gracePeriodSeconds": 0}, answer=False)
+            metrics.PLACEHOLDERS.labels("deleted").inc()
+        except ApiError as error:
+            if error.status != 404:
+                metrics.API_ERRORS.labels("delete", str(error.status)).inc()

@@ -1,0 +1,230 @@
+"""What people see of each gang: its Gang object brought to the decision (state, counts, queue place,
+conditions, the controller's books), an event when its state changes, and the gauges."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from webhook.controller import metrics
+from webhook.controller.act.books import (
+    COUNTS_SECONDS,
+    Books,
+    books_of,
+    desired_object,
+    desired_status,
+    differs,
+    differs_beyond_counts,
+    release_records,
+)
+from webhook.controller.act.events import Recorder
+from webhook.controller.act.gangobject import GangObjects
+from webhook.controller.decide import reasons
+from webhook.controller.decide.pods import PodView, Release
+from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.resolve import Resolved
+from webhook.gangs.model import Obj
+
+
+class Reporter:
+    def __init__(self, recorder: Recorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
+        self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
+        self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
+        self.counts_written: dict[str, dt.datetime] = {}  # when each Gang's counts were last written
+        self.counts_due: dict[str, dt.datetime] = {}  # Gangs whose newer counts wait for COUNTS_SECONDS
+
+    def keep_only(self, live: set[str]) -> None:
+        for times in (self.last_state, self.counts_written, self.counts_due):
+            for key in set(times) - live:
+                del times[key]
+
+    def save_books(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        decision: Decision,
+        books: Books,
+        now: dt.datetime,
+        later: bool = False,
+    ) -> bool:
+        """Write the gang's books (and its state) to its Gang object; False when that failed. `later`: sent
+        at the pass's end (GangObjects.flush), for a report nothing waits on."""
+        state, message, position = decision.state, decision.message, decision.position
+        return self._write_gang(gang, resolved, "gate", state, message, position, books, now, later=later)
+
+    def _write_gang(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        backend: str,
+        state: str,
+        message: str,
+        position: int,
+        books: Books,
+        now: dt.datetime,
+        released: Mapping[str, Release] | None = None,
+        later: bool = False,
+    ) -> bool:
+        min_member = resolved.spec.min_member if resolved.spec is not None else max(1, len(gang.pods))
+        wanted = desired_object(gang.namespace, gang.name, backend, min_member, resolved.workload)
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        live = [p for p in gang.pods if not p.terminal]
+        counts = (len(live), sum(1 for p in live if p.node_name), sum(1 for p in live if p.gated))
+        status = desired_status(
+            state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now
+        )
+        records = _records_to_write(current, live, released or {})
+        if records:
+            status["released"] = records
+        elif current is not None and differs(current.get("status") or {}, status):
+            status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
+        return self.gang_objects.write(wanted, status, later=later) is not None
+
+    def _counts_now_or_later(self, key: str, current: Obj, status: Obj, now: dt.datetime) -> Obj:
+        """The status to write this pass: a change of the counts alone waits until COUNTS_SECONDS after
+        the last one written (a pass comes then: `counts_due`); any other change goes at once."""
+        last = self.counts_written.get(key)
+        if not differs_beyond_counts(current, status) and last is not None:
+            due = last + dt.timedelta(seconds=COUNTS_SECONDS)
+            if now < due:
+                self.counts_due[key] = due
+                return {}
+        self.counts_written[key] = now
+        self.counts_due.pop(key, None)
+        return status
+
+    def record_releases(
+        self, gang: GangView, resolved: Resolved, decision: Decision, released: Mapping[str, Release], now: dt.datetime
+    ) -> bool:
+        """The release recorded in the gang's Gang object (created if need be), with the decision's state in
+        the same write; False when it could not be written."""
+        books = books_of(self.gang_objects.get(gang.namespace, gang.name))
+        state, message, position = decision.state, decision.message, decision.position
+        return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
+
+    def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
+        """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""
+        previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
+        live = [p for p in gang.pods if not p.terminal]
+        running = sum(1 for p in live if p.node_name)
+        need = resolved.spec.min_member if resolved.spec is not None else len(live)
+        state = str(GangState.RUNNING) if running >= need else "Pending"
+        message = f"{running} of {need} members scheduled by the {backend} gang scheduler"
+        if resolved.spec is None:
+            state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
+        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now, later=True)
+
+    def state_of(self, gang: GangView) -> str | None:
+        """The gang's state as its Gang object says (before this pass acts on it)."""
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        return ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
+
+    def transition(
+        self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime, previous: str | None
+    ) -> None:
+        """The Gang object brought to the decision; an event when its state changes from `previous`
+        (level-based: compared with the Gang's, so a workload recreated under the same name is told again)."""
+        current = self.gang_objects.get(gang.namespace, gang.name)
+        self.last_state[gang.key] = decision.state
+        books = next_books(books_of(current), gang, decision, now)
+        if self.may_write():
+            self.save_books(gang, resolved, decision, books, now, later=True)
+        if previous != decision.state:
+            self._tell(gang, resolved, decision)
+
+    def _tell(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
+        """The event of the state the gang entered, on its workload; on its pods too when they stay
+        Pending for good (NeverFits), so `kubectl describe pod` says why. A released pod is told by the
+        scheduler's own Scheduled event: a per-pod GangReleased was 1,000 event writes racing a
+        1,000-pod gang's bindings on the API server (bench/cluster.py)."""
+        reason, kind = STATE_EVENTS.get(decision.state, ("", ""))
+        if not reason:
+            return
+        message = f"gang {gang.name}: {decision.message}"
+        if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
+            message += "; " + "; ".join(reasons.summarize_for_tenant(decision.placement.why)[:3])
+        self.event(resolved.workload or gang.raw[0], kind, reason, message)
+        if decision.state == "NeverFits":
+            for pod in gang.raw:
+                self.event(pod, kind, reason, message)
+
+    def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+        self.recorder.record(obj, kind, reason, message)
+
+    def publish(self, decisions: Mapping[str, Decision], gated: int) -> None:
+        counts: dict[str, int] = {}
+        for decision in decisions.values():
+            counts[decision.state] = counts.get(decision.state, 0) + 1
+        for state in GangState:
+            metrics.GANGS.labels(state.value).set(counts.get(state, 0))
+        metrics.GATED_PODS.set(gated)
+
+
+# the event a gang's entry into a state sends: (reason, type)
+STATE_EVENTS = {
+    "WaitingForMembers": ("WaitingForMembers", "Normal"),
+    "WaitingForCapacity": ("WaitingForCapacity", "Normal"),
+    "NeverFits": ("GangTooLarge", "Warning"),
+    "Release": ("GangReleased", "Normal"),
+    "Running": ("GangRunning", "Normal"),
+    "Backoff": ("GangBackoff", "Normal"),
+    "Unknown": ("GangUnknown", "Warning"),
+    "GaveUp": ("GangGaveUp", "Warning"),
+}
+
+
+def next_books(books: Books, gang: GangView, decision: Decision, now: dt.datetime) -> Books:
+    """The gang's books after this decision: budget, recovery clock, claim and domain."""
+    return _domain_books(_claim_books(_run_books(books, gang, decision, now), decision), decision)
+
+
+def _run_books(books: Books, gang: GangView, decision: Decision, now: dt.datetime) -> Books:
+    # pods still running from a release that was requeued since (preempted whole, their Job just
+    # suspended): the requeue's books stand until they are gone
+    released = [p.released_at for p in gang.pods if p.released_at is not None and not p.terminal]
+    requeued = books.suspended_at is not None or (
+        books.not_before is not None and (not released or books.not_before > max(released))
+    )
+    if decision.state == GangState.RUNNING:
+        if requeued:
+            return books
+        # a gang that runs gets its whole budget back, and is whole with the members it runs now
+        running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
+        return replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)
+    if decision.short and decision.state != GangState.TIMED_OUT:
+        return replace(books, short_since=books.short_since or now)  # the recovery clock starts
+    if not decision.short:
+        return replace(books, short_since=None)
+    return books
+
+
+def _claim_books(books: Books, decision: Decision) -> Books:
+    if decision.state == GangState.RELEASE and decision.claim_until is not None:
+        return replace(books, claim_until=decision.claim_until)
+    if decision.whole_gang:
+        return replace(books, claim_until=None, claim_broken=books.claim_broken or decision.claim_broken)
+    return books
+
+
+def _domain_books(books: Books, decision: Decision) -> Books:
+    chosen = decision.placement.domain if decision.placement is not None else None
+    if decision.state == GangState.RELEASE and chosen:
+        return replace(books, domain=chosen)  # shown by `kubectl get gangs -o wide`
+    if decision.whole_gang:
+        return replace(books, domain=None)
+    return books
+
+
+def _records_to_write(current: Obj | None, live: Sequence[PodView], released: Mapping[str, Release]) -> dict[str, Any]:
+    """The changes to the Gang's release records: the new releases, and a null (a merge-patch delete) for
+    the record of each pod gone or replaced under the same name."""
+    live_uids = {p.name: p.uid for p in live}
+    recorded = ((current or {}).get("status") or {}).get("released") or {}
+    records: dict[str, Any] = {
+        n: None for n, r in recorded.items() if not isinstance(r, dict) or live_uids.get(n) != r.get("uid")
+    }
+    records.update(release_records(released))
+    return records

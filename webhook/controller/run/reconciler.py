@@ -1,0 +1,400 @@
+"""The controller's pass: each gang reconciled on its own, then one release cycle for the gate gangs.
+
+Level-based, as controller-runtime and Kueue reconcilers are: a gang is looked at when its pods, its
+workload or its group object changed, or when it falls due in the work queue (a deadline of its own,
+its periodic resync, the end of its backoff after a failure); whatever it needs is read from the cluster
+(the informers' caches when they run), so a controller killed at any moment and started again picks up
+exactly where the cluster is. The gate gangs share the nodes, so their release is one cycle in queue
+order; the pass ends with the moment it must run again although nothing changes (`next_wake`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, TypeVar
+
+from webhook.backends import Backend
+from webhook.controller import metrics
+from webhook.controller.act.events import Recorder
+from webhook.controller.act.gangobject import GANGS
+from webhook.controller.act.groups import orphan_groups
+from webhook.controller.act.wakeup import Waker, waiting_gang_fits
+from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.queue import Ending, Policy, QueuePass
+from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.related import RelatedObjects, WatchKey, watch_keys
+from webhook.controller.observe.resolve import Resolved
+from webhook.controller.observe.reuse import Snapshot, Waiting, running_endings
+from webhook.controller.observe.source import ChangeSource, Listing, Source
+from webhook.controller.observe.workloads import all_workload_resources, group_resource
+from webhook.controller.run.bootstrap import ControllerSettings, wire
+from webhook.controller.run.clockguard import SteadyClock
+from webhook.controller.run.workqueue import GangQueue
+from webhook.gangs.model import Obj
+from webhook.informer import Informer
+from webhook.kube import Api
+
+log = logging.getLogger("gangkeeper.controller")
+_T = TypeVar("_T")
+VOLCANO_PODGROUPS = group_resource("scheduling.volcano.sh/v1beta1", "PodGroup")
+
+
+@dataclass
+class _Pass:
+    """What one pass shares between its gangs' turns."""
+
+    snapshot: Snapshot
+    now: dt.datetime
+    due: set[str]  # gangs the work queue says are due: looked at afresh even if nothing changed
+    touched: set[str]  # gangs whose workload or group object changed since the last pass
+    workloads: dict[tuple[str, str, str], Obj | None]
+    seen: dict[str, tuple[int, Resolved]]
+    waiting: dict[str, Waiting]
+    queue: QueuePass
+    # each gang's mechanism and the other mechanisms its pods carry, kept while its pods are unchanged
+    marks: dict[str, tuple[int, Backend, frozenset[str]]] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self,
+        api: Api,
+        source: Source | None = None,
+        settings: ControllerSettings | None = None,
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        informers: Mapping[tuple[str, str], Informer] | None = None,
+        may_write: Callable[[], bool] = lambda: True,
+        opted_out: Callable[[str], bool] = lambda namespace: False,
+        monotonic: Callable[[], float] | None = None,
+        recorder: Recorder | None = None,
+        **tuning: Any,
+    ) -> None:
+        """`settings` (bootstrap.ControllerSettings), with any of its fields given by name in `tuning`."""
+        self.settings = settings = replace(settings or ControllerSettings(), **tuning)
+        self.api, self.source = api, source or Listing(api)
+        # a namespace that left gangkeeper (its gangkeeper.io/enabled label gone): its gates are lifted
+        self.opted_out = opted_out
+        # every deadline is judged by the time that really passed: a wall-clock jump moves none of them
+        # (tests that drive the wall clock by hand pass no monotonic clock: their steps are real time)
+        self.clock = SteadyClock(clock, monotonic) if monotonic is not None else clock
+        self.native_version = settings.native_version
+        self.passes, self.orphan_seconds, self.resync_seconds = 0, settings.orphan_seconds, settings.resync_seconds
+        self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
+        self._gone_since: dict[str, float] = {}  # gangs whose workload is deleted: since when
+        # per gang: its pods' version when its workload was last read, and what was read
+        self._seen: dict[str, tuple[int, Resolved]] = {}
+        self.related = RelatedObjects()
+        self._marks: dict[str, tuple[int, Backend, frozenset[str]]] = {}
+        self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
+        self.decisions: dict[str, Decision] = {}
+        # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
+        # must not release a gang another replica is deciding about
+        self.may_write = may_write
+        self.queue_policy, self.queue_depth = Policy(settings.queue_policy), settings.queue_depth
+        parts = wire(api, settings, self.informers, may_write, self.clock, recorder)
+        self.recorder, self.gang_objects, self.workloads = parts.recorder, parts.gang_objects, parts.workloads
+        self.reporter, self.releaser, self.requeuer = parts.reporter, parts.releaser, parts.requeuer
+        self.mechanisms, self.groups, self.index, self.cycle = parts.mechanisms, parts.groups, parts.index, parts.cycle
+        # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
+        self.work = GangQueue()
+        self.next_wake: float | None = None  # when the next pass must run although nothing changes
+        self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
+        self.waker = Waker()
+
+    @property
+    def replaced(self) -> int:
+        """Decisions re-placed in the last pass (the others were reused)."""
+        return self.cycle.replaced
+
+    def resolved(self, gang_key: str) -> Resolved | None:
+        """What the last pass read of the gang's workload (its size, timeout, topology), or None."""
+        seen = self._seen.get(gang_key)
+        return seen[1] if seen is not None else None
+
+    def reconcile_once(self) -> dict[str, Decision]:
+        with metrics.PASS_SECONDS.time():
+            return self._reconcile(self.clock())
+
+    def _reconcile(self, now: dt.datetime) -> dict[str, Decision]:
+        stamp = now.timestamp()
+        due = self.work.take_due(stamp)
+        wakes: list[float | None] = []
+        if self.may_write():
+            wakes.append(self.requeuer.resume_due(now))
+        snapshot = self.snapshot()
+        workloads: dict[tuple[str, str, str], Obj | None] = {}
+        decisions: dict[str, Decision] = {}
+        if self.may_write():
+            # a gate on a pod that is in no gang (its label removed, a stray template) holds it forever
+            self.releaser.lift_gates(snapshot.stray_gated, "it belongs to no gang", now)
+            if (VOLCANO_PODGROUPS.group_version, VOLCANO_PODGROUPS.plural) in self.informers:
+                watched = [self.informers.get((r.group_version, r.plural)) for r in all_workload_resources()]
+                self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
+        seen: dict[str, tuple[int, Resolved]] = {}
+        touched = self.related.touched(self.changed_objects())
+        wakes.append(self.cycle.apply_reservations(snapshot, now))
+        waiting, self.cycle.waiting = self.cycle.waiting, {}
+        self.cycle.replaced, self._next_ending = 0, None
+        queue = QueuePass(
+            self.queue_policy,
+            snapshot.nodes,
+            snapshot.free,
+            lambda: self.endings(snapshot, seen, workloads, now),
+            stamp,
+            snapshot.eligibility,
+            self.queue_depth,
+            lambda gang: self.cycle.head_of_line.may_hold(gang, now),
+        )
+        current = _Pass(snapshot, now, due, touched, workloads, seen, waiting, queue)
+        # each gang on its own: group objects of the other backends, gates nothing will release
+        cycle: list[tuple[GangView, Resolved]] = []
+        for gang in snapshot.gangs.values():
+            done, resolved = self._guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
+            if done and resolved is not None:
+                cycle.append((gang, resolved))
+            elif done:
+                self.work.forget(gang.key)
+        # the release cycle, gate gangs only: higher priority first, then whoever waited longest
+        for gang, resolved in sorted(cycle, key=lambda item: self.cycle.queue_key(item[0], now)):
+            done, decision = self._guarded(gang.key, stamp, partial(self._release_turn, gang, resolved, current))
+            if done and decision is not None:
+                self.work.forget(gang.key)
+                decisions[gang.key] = decision
+        self.cycle.finish_releases()
+        self._seen, self._marks = seen, current.marks
+        self._gone_since = _kept(self._gone_since, snapshot.gangs)
+        self.gang_objects.flush()  # every gang's reported status, side by side
+        self.reporter.publish(decisions, self.index.gated)
+        self.decisions = decisions
+        self.passes += 1
+        if stamp >= self._orphans_at and self.may_write():
+            self._orphans_at = stamp + self.orphan_seconds
+            live = {(g.namespace, g.name) for g in snapshot.gangs.values()}
+            deleted = orphan_groups(self.api, live, [*self.groups.resources(), GANGS])
+            if deleted:
+                metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
+                log.info("deleted orphaned group objects", extra={"objects": deleted})
+        hol = self.cycle.head_of_line.next_change(now)
+        wakes += [self.work.next_at(), self._orphans_at, self._next_ending, hol.timestamp() if hol else None]
+        self.next_wake = earliest(wakes, stamp)
+        return decisions
+
+    def serve_native(self, version: str, composite: bool) -> bool:
+        """Write native group objects in what the API server serves now (re-discovered: a control plane
+        upgraded under the controller); every gang's group objects are then synced again this pass."""
+        native = self.mechanisms.native
+        if (version, composite) == (native.generation.kubernetes, native.composite_groups):
+            return False
+        log.info("native API changed", extra={"from": native.api_version, "kubernetes": version})
+        self.native_version = version
+        self.mechanisms.serve_native(version, composite)
+        self._seen.clear()
+        self._marks.clear()
+        self.related.clear()  # the group kinds changed with the generation
+        return True
+
+    def _guarded(self, key: str, stamp: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
+        """A gang's turn, (whether it ran through, what it returned); one that raises is that gang's
+        failure alone: counted, logged, and the gang waits out its own backoff while the others go on."""
+        if self.work.backing_off(key, stamp):
+            return False, None
+        try:
+            return True, turn()
+        except Exception:
+            log.exception("gang reconciliation failed", extra={"gang": key})
+            metrics.GANG_FAILURES.inc()
+            self.work.failed(key, stamp)
+            return False, None
+
+    def _reconcile_gang(self, gang: GangView, current: _Pass) -> Resolved | None:
+        """One gang's own reconciliation: its gates lifted when nothing will release it, its group objects
+        synced (other backends). Returns the gang's workload when the release cycle must decide for it."""
+        now = current.now
+        resolved, fresh = self._resolved(gang, current)
+        mechanism, switched = self._mechanisms_of(gang, current)
+        gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+        if self.opted_out(gang.namespace):
+            # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
+            # release (the opt-out docs/operations.md gives to unblock a namespace)
+            if gated and self.may_write():
+                self.releaser.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
+            return None
+        if switched and gated and self.may_write():
+            # the namespace moved this gang to another mechanism: its new members will never join
+            # the gated ones, who would otherwise wait for a gang that cannot fill
+            why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
+            self.releaser.lift_gates(gated, why, now)
+            return None
+        if mechanism.name != "gate":
+            if fresh and self.may_write():
+                self.groups.sync(gang, resolved, mechanism)
+                self.reporter.report_other(gang, resolved, mechanism.name, now)
+            if mechanism.name == "coscheduling" and self.may_write():
+                self._wake_if_it_fits(gang, resolved, current)
+            return None
+        if not resolved.gone:
+            self._gone_since.pop(gang.key, None)
+        elif gated and self.may_write():
+            self._lift_when_not_collected(gang.key, gated, resolved, now)
+        return resolved
+
+    def _lift_when_not_collected(
+        self, key: str, gated: list[tuple[PodView, Obj]], resolved: Resolved, now: dt.datetime
+    ) -> None:
+        """The pods of a deleted workload are the garbage collector's: their ownerReferences dangle and it
+        deletes them within seconds. A gate lifted meanwhile lets one of them bind on its own (a gang
+        started partly for nothing), so gates come off only pods still there after `orphan_seconds`
+        (a garbage collector that is off or far behind)."""
+        since = self._gone_since.setdefault(key, now.timestamp())
+        if now.timestamp() - since < self.orphan_seconds:
+            self.work.add_at(key, since + self.orphan_seconds)
+            return
+        self.releaser.lift_gates(gated, f"its gang's workload is gone ({resolved.problem})", now)
+
+    def _resolved(self, gang: GangView, current: _Pass) -> tuple[Resolved, bool]:
+        """The gang's workload as read, and whether it was read afresh now: only when the gang's pods,
+        workload or group object changed, or when the gang falls due (a quiet cluster costs no API calls
+        per pass)."""
+        version = self.index.gang_versions[gang.key]
+        self.related.note(gang.key, version, lambda: self.related_objects(gang))
+        cached = self._seen.get(gang.key)
+        woken = gang.key in current.due or gang.key in current.touched
+        if cached is not None and cached[0] == version and not woken:
+            current.seen[gang.key] = cached
+            return cached[1], False
+        resolved = self.workloads.resolve(gang, current.workloads)
+        self.work.add_at(gang.key, current.now.timestamp() + self.resync_seconds)
+        current.seen[gang.key] = (version, resolved)
+        return resolved, True
+
+    def _mechanisms_of(self, gang: GangView, current: _Pass) -> tuple[Backend, frozenset[str]]:
+        """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: read off
+        every pod only when the gang's pods changed (a steady pass over thousands of pods reads none)."""
+        version = self.index.gang_versions[gang.key]
+        known = self._marks.get(gang.key)
+        if known is None or known[0] != version:
+            switched = frozenset(self.mechanisms.of_pod(raw).name for raw in gang.raw) - {"gate"}
+            known = (version, self.mechanisms.of_pod(gang.raw[0]), switched)
+        current.marks[gang.key] = known
+        return known[1], known[2]
+
+    def _wake_if_it_fits(self, gang: GangView, resolved: Resolved, current: _Pass) -> None:
+        """A coscheduling gang the scheduler stopped retrying, woken when the model sees it fit (wakeup.py)."""
+        stamp = current.now.timestamp()
+        if resolved.spec is None or not self.waker.due(gang.key, stamp):
+            return
+        fits = waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot)
+        again = self.waker.checked(gang.key, stamp, woken=fits)
+        if not fits:
+            return
+        log.info(
+            "coscheduling gang fits: its PodGroup touched for the scheduler to retry it",
+            extra={"gang": gang.key, "pods_too": again},
+        )
+        self.groups.wake(resolved, current.now)
+        if again:  # the last wake did not get it scheduled: a pod may be lost from the scheduler's queue
+            self.releaser.touch([p for p in gang.pods if not p.finished and not p.node_name], current.now)
+
+    def _release_turn(self, gang: GangView, resolved: Resolved, current: _Pass) -> Decision:
+        """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""
+        now = current.now
+        decision = self.cycle.step(gang, resolved, current.snapshot, now, current.waiting.get(gang.key), current.queue)
+        books = self.gang_objects.books(gang.namespace, gang.name)
+        moments = [
+            gang_deadline(
+                gang.pods,
+                resolved.spec,
+                books.not_before,
+                now,
+                books.short_since,
+                self.gang_objects.releases(gang.namespace, gang.name),
+            ),
+            self.requeuer.avoid_ends(gang.key),
+            self.reporter.counts_due.get(gang.key),  # newer counts held back (report.py)
+        ]
+        if decision.state == GangState.RELEASE and resolved.spec is not None:  # the pods just released
+            moments.append(now + dt.timedelta(seconds=resolved.spec.timeout_seconds, milliseconds=1))
+        deadline = min((moment for moment in moments if moment is not None), default=None)
+        if deadline is not None:
+            self.work.add_at(gang.key, max(deadline.timestamp(), now.timestamp() + MIN_REQUEUE_SECONDS))
+        return decision
+
+    def endings(
+        self,
+        snapshot: Snapshot,
+        seen: Mapping[str, tuple[int, Resolved]],
+        workloads: dict[tuple[str, str, str], Obj | None],
+        now: dt.datetime,
+    ) -> list[Ending]:
+        """When the capacity held by running gangs returns (`running_endings`); the pass runs again when
+        the first of those promises lapses."""
+
+        def resolved_of(key: str, gang: GangView) -> Resolved | None:
+            known = seen.get(key) or self._seen.get(key)
+            try:
+                return known[1] if known is not None else self.workloads.resolve(gang, workloads)
+            except Exception:  # that gang's failure is reported on its own turn, not on the one asking
+                return None
+
+        found = running_endings(snapshot.gangs, resolved_of, now)
+        first = min((ending.at for ending in found), default=None)
+        if first is not None:
+            self._next_ending = min(first, self._next_ending if self._next_ending is not None else first)
+        return found
+
+    def related_objects(self, gang: GangView) -> list[WatchKey]:
+        """The watched workload and group objects of a gang (`related.watch_keys`)."""
+        return watch_keys(gang, self.workloads.workload_resource, self.groups.resources())
+
+    def changed_objects(self) -> list[WatchKey]:
+        """What the watched workloads and group objects changed since the last pass (the informers'
+        changes, drained: the reconciler is their one reader of changes)."""
+        return [
+            (group_version, plural, key)
+            for (group_version, plural), informer in list(self.informers.items())
+            for key in informer.drain()
+        ]
+
+    def snapshot(self) -> Snapshot:
+        """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
+        comparing a full listing), and a copy of the free capacity for the pass to promise from."""
+        index = self.index
+        if isinstance(self.source, ChangeSource):
+            pod_changes, node_changes = self.source.changes()
+            index.apply_nodes(node_changes)
+            index.apply_pods(pod_changes)
+        else:
+            index.replace_nodes(self.source.nodes())
+            index.replace_pods(self.source.pods())
+        live = index.gangs()
+        self.cycle.keep_only(live)
+        if self.cycle.placeholders is not None:
+            self.cycle.placeholders.sweep(live)
+        self.work.keep_only(live)
+        self.gang_objects.keep_only(set(live))
+        self.waker.keep_only(set(live))
+        self.reporter.keep_only(set(live))
+        self.related.keep_only(live)
+        return Snapshot(
+            nodes=index.node_list(),
+            # the index's figures, shared: a pass replaces a node's figures when it promises capacity
+            free=dict(index.free),
+            gangs=live,
+            stray_gated=list(index.stray_gated.values()),
+            ports=dict(index.ports),
+            eligibility=index.eligibility(),
+            index=index,
+            grown=index.take_grown(),
+        )
+
+
+def _kept(since: Mapping[str, float], live: Mapping[str, object]) -> dict[str, float]:
+    """The entries of gangs still there."""
+    return {key: at for key, at in since.items() if key in live}
