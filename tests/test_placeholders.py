@@ -109,3 +109,44 @@ def test_a_placeholder_holds_room_no_other_gang_may_take(apiserver: TestApiServe
     decisions = controller.reconcile_once()
     assert decisions["team-a/job-second"].state != "Release", decisions["team-a/job-second"].message
     assert b  # builders kept for symmetry with the other controller tests
+
+
+def test_a_nodepool_limit_below_the_gangs_need_is_named_and_the_gang_waits_whole(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """Karpenter adds no node past a NodePool's spec.limits: a gang whose pods without room need more
+    than every NodePool may still add waits whole, and its Gang says which limit stops it."""
+    store = apiserver.store
+    store.served["karpenter.sh/v1"] = {"nodepools"}
+    for name, limit in (("small-pool", "4"), ("gpu-pool", "64")):
+        pool = {"metadata": {"name": name}, "spec": {"limits": {"cpu": limit}}, "status": {"resources": {"cpu": "2"}}}
+        if name == "gpu-pool":
+            pool["spec"]["limits"] = {"nvidia.com/gpu": "8", "cpu": "5"}
+        store.create("karpenter.sh/v1", "nodepools", "", pool)
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    add_job_pods(store, add_job(store, "train", parallelism=4, cpu="3"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    controller.reconcile_once()
+    default_scheduler(store)  # one placeholder binds on the room there is; three need 9 CPUs
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert "capacity for 1 of 4 pods provisioned" in decision.message, decision.message
+    assert "its pods without room need 9 cpu, 3Gi memory, more than any NodePool's limits allow" in decision.message
+    assert "NodePool small-pool may add 2 cpu more (spec.limits 4 cpu)" in decision.message
+    assert "NodePool gpu-pool may add 3 cpu more (spec.limits 5 cpu)" in decision.message
+    assert not any(p["spec"].get("nodeName") for p in pods(store) if p not in placeholders(store))
+    gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
+    assert "spec.limits 4 cpu" in gang["status"]["message"]
+
+
+def test_a_nodepool_with_room_for_the_gang_is_not_named(apiserver: TestApiServer, api: Api) -> None:
+    store = apiserver.store
+    store.served["karpenter.sh/v1"] = {"nodepools"}
+    store.create("karpenter.sh/v1", "nodepools", "", {"metadata": {"name": "big"}, "spec": {"limits": {"cpu": "64"}}})
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    add_job_pods(store, add_job(store, "train", parallelism=4, cpu="3"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert "capacity for 0 of 4 pods provisioned" in decision.message
+    assert "NodePool" not in decision.message, decision.message

@@ -112,3 +112,29 @@ def test_a_gang_deleted_while_nodes_are_provisioned_leaves_no_node(
     wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone with the gang", 60)
     wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)
     assert not gang_pods(stack, namespace, "gone") or not bound(gang_pods(stack, namespace, "gone"))
+
+
+def test_a_nodepool_limit_below_the_gangs_need_is_named_and_nothing_starts(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    """Karpenter adds no node past a NodePool's spec.limits: 16 one-CPU pods, a 4-CPU node and a NodePool
+    limited to 8 CPUs never hold the whole gang. It waits whole, its Gang names the limit, and once it is
+    deleted nothing of it stays (no placeholder, no node)."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("autoscale-limit", "gate")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=8, consolidate_after="10s"))
+    stack.plane.apply(workloads.job("capped", namespace, 16, "1"))
+
+    def names_the_limit() -> dict[str, Any] | None:
+        gang = stack.plane.get("gang", "job-capped", namespace=namespace)
+        message = str(((gang or {}).get("status") or {}).get("message", ""))
+        return gang if "NodePool default may add" in message and "(spec.limits 8 cpu)" in message else None
+
+    gang = wait_until(names_the_limit, "the Gang naming the NodePool's limit", 120, every=1)
+    print(f"\n{gang['status']['message']}")
+    time.sleep(10)  # Karpenter has made what its limit allows: still nothing of the gang bound
+    assert len(autoscaler.nodes()) <= 2, [n["metadata"]["name"] for n in autoscaler.nodes()]
+    assert not bound(gang_pods(stack, namespace, "capped")), stack.describe(namespace)
+    stack.plane.kubectl("delete", "job", "capped", "-n", namespace)
+    wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone with the gang", 90)
+    wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)

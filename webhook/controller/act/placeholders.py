@@ -19,7 +19,7 @@ capacity, or its namespace opts out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,8 +28,10 @@ from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.shapes import PODS as POD_COUNT
+from webhook.controller.decide.shapes import show
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.autoscaler import PAUSE_IMAGE
+from webhook.controller.observe.autoscaler import PAUSE_IMAGE, NodePoolRoom
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
@@ -110,10 +112,35 @@ def wanted(gang: GangView, decision: Decision, autoscaled: bool) -> dict[str, tu
     }
 
 
-def progress(gang_key: str, index: ClusterIndex, wanted_count: int) -> str:
-    """What the Gang says while the autoscaler works: how many of its pods have room."""
-    bound = sum(1 for node, _ in index.placeholders.get(gang_key, {}).values() if node)
-    return f"waiting for the autoscaler: capacity for {bound} of {wanted_count} pods provisioned"
+def progress(gang_key: str, index: ClusterIndex, wanted_count: int, pools: Sequence[NodePoolRoom] = ()) -> str:
+    """What the Gang says while the autoscaler works: how many of its pods have room, and the NodePool
+    limits that stop the rest, if every NodePool's does."""
+    held = index.placeholders.get(gang_key, {}).values()
+    bound = sum(1 for node, _ in held if node)
+    said = f"waiting for the autoscaler: capacity for {bound} of {wanted_count} pods provisioned"
+    need: dict[str, int] = {}
+    for node, units in held:
+        for name, amount in units if not node else ():
+            if name != POD_COUNT:
+                need[name] = need.get(name, 0) + amount
+    stopped = limits_in_the_way(pools, need)
+    return f"{said}; {stopped}" if stopped else said
+
+
+def limits_in_the_way(pools: Sequence[NodePoolRoom], need: Mapping[str, int]) -> str | None:
+    """Why no NodePool adds what the gang's pods without room need: each one's limit, named; None when
+    one of them may add it all (or none is known)."""
+    shorts = [(pool, pool.short_of(need)) for pool in pools]
+    if not need or not shorts or any(name is None for _, name in shorts):
+        return None
+    asked = ", ".join(show(name, amount) for name, amount in sorted(need.items()))
+    each = "; ".join(
+        f"NodePool {pool.name} may add {show(name, max(0, pool.limits[name] - pool.used.get(name, 0)))} more "
+        f"(spec.limits {show(name, pool.limits[name])})"
+        for pool, name in shorts
+        if name is not None
+    )
+    return f"its pods without room need {asked}, more than any NodePool's limits allow: {each}"
 
 
 class Placeholders:
@@ -125,9 +152,10 @@ class Placeholders:
         autoscaler: Callable[[], bool],
         may_write: Callable[[], bool] = lambda: True,
         image: str = PAUSE_IMAGE,
+        pools: Callable[[], Sequence[NodePoolRoom]] = lambda: (),
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
-        self.autoscaler, self.may_write, self.image = autoscaler, may_write, image
+        self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
 
     def sync(self, gang: GangView, decision: Decision) -> Decision:
         """Make the gang's placeholders what its decision calls for; the decision says how far along."""
@@ -145,7 +173,8 @@ class Placeholders:
                         self._create(placeholder_for(view, raw, owner, self.image))
         if not want:
             return decision
-        return replace(decision, message=f"{decision.message}; {progress(gang.key, self.index, len(want))}")
+        said = progress(gang.key, self.index, len(want), self.pools())
+        return replace(decision, message=f"{decision.message}; {said}")
 
     def sweep(self, live: Mapping[str, GangView]) -> None:
         """Placeholders whose gang is gone (its pods all deleted, the namespace opted out)."""

@@ -104,13 +104,9 @@ def wire(
         settings.native_composite,
     )
     index = ClusterIndex(gang_objects.releases)
+    autoscaler = Autoscaler(api, settings.autoscaler)
     placeholders = Placeholders(
-        api,
-        index,
-        gang_objects.get,
-        Autoscaler(api, settings.autoscaler).present,
-        may_write,
-        settings.placeholder_image,
+        api, index, gang_objects.get, autoscaler.present, may_write, settings.placeholder_image, autoscaler.pools
     )
     cycle = ReleaseCycle(
         index,

@@ -1,0 +1,627 @@
+"""A real GPU cluster's trace replayed on the real control plane: gangkeeper against every gang mechanism.
+
+Hours of the Philly trace (the week `gangkeeper simulate` replays, data/traces/philly-2017-10-23-week.csv)
+are applied to the real tier's control plane (tests/realcluster/: etcd, kube-apiserver, kube-controller-
+manager, kube-scheduler, KWOK, gangkeeper deployed from manifests/overlays/gate), once per backend on the
+same slice and the same cluster shape: --nodes KWOK nodes of 8 `nvidia.com/gpu` each, labelled in racks
+(`topology.kubernetes.io/zone`, --rack-size nodes each).
+
+Each trace job becomes a Job at its arrival time, in an opted-in namespace of its Philly virtual cluster:
+ceil(g/8) workers (as `simulate --split node` splits it), each asking for ceil(g/workers) GPUs, an Indexed
+Job when it has more than one; each pod runs for the job's duration (KWOK's `gangkeeper.test/run-for`).
+Arrivals and durations are compressed by --speedup; every figure is given back in trace time. The mix:
+every --high-every-th job in PriorityClass `replay-high` (1000, the rest 0), and the multi-node jobs ask
+to stay in one rack (`gangkeeper.io/topology-preferred`), so preemption and topology run under load.
+
+Backends: floor (a namespace not opted in: the default scheduler, no gang), gate, native (the control
+plane's own version: GK_K8S_VERSION, 1.36 or 1.37), volcano and coscheduling (when built).
+
+Faults while it runs (--faults, on by default; each recorded in the JSON with what it cost): a node
+drained at 30% of the slice and uncordoned at 45%, another tainted NoSchedule at 40% and untainted at
+55%, gangkeeper's controller restarted at 50%, a webhook pod killed at 70%.
+
+Every figure comes from what the cluster reports (one watch of the replay's pods and one of its Jobs,
+local receive times; Events), never from gangkeeper's own state:
+gpu_hours_held_by_incomplete_gangs, gangs_stuck_partial_over_5min, gangs_finished, gangs_total, wait_s
+(mean/p50/p95/p99 and by gang size), jct_s (mean/p95), gpu_utilization, multi_node_gangs_in_one_rack_pct,
+preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod and peak memory.
+
+    python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 64 --hours 12 \\
+        --speedup 120 --json replay.json [--start 2017-10-23] [--no-faults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kubernetes import client, config, watch
+
+from bench.cluster import GANGKEEPER, components, cpu_seconds, rss_mib
+from tests.realcluster import coscheduling, volcano
+from tests.realcluster.controlplane import ControlPlane, versions
+from tests.realcluster.stack import Stack, wait_until
+from webhook.simulation import trace
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly-2017-10-23-week.csv"
+GPU, ZONE, GATE = "nvidia.com/gpu", "topology.kubernetes.io/zone", "gangkeeper.io/gang-gate"
+JOB_LABEL = "replay.gangkeeper.io/job"
+HIGH_CLASS = "replay-high"
+GPUS_PER_NODE = 8
+STUCK_TRACE_SECONDS = 300.0
+SIZE_CLASSES = ((1, "1 pod"), (2, "2-4 pods"), (5, "5+ pods"))
+# kube-scheduler's (native), Volcano's and gangkeeper's events for a gang preempted, and for one requeued
+PREEMPTIONS = frozenset({"Preempted", "GangPreempted", "Evict"})
+REQUEUES = frozenset({"GangRequeued", "GangEvicted", "GangMembersRequeued"})
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    name: str
+    cluster: str  # the Philly virtual cluster: one namespace each
+    arrival: float  # real seconds after the replay starts
+    duration: float  # real seconds each pod runs
+    pods: int
+    gpus_per_pod: int
+    high: bool
+
+    @property
+    def size_class(self) -> str:
+        return next(label for least, label in reversed(SIZE_CLASSES) if self.pods >= least)
+
+
+def replay_jobs(
+    jobs: Iterable[trace.TraceJob], speedup: float, high_every: int, split: str = "node", max_job_hours: float = 0
+) -> list[ReplayJob]:
+    """The trace's jobs as the replay applies them: `split` node gives ceil(g/8) workers of
+    ceil(g/workers) GPUs (`gangkeeper simulate`'s headline split), gpu one pod per GPU; each job's run
+    time capped at `max_job_hours` of trace time (0: as the trace says)."""
+    made = []
+    for job in jobs:
+        workers = job.gpus if split == "gpu" else max(1, math.ceil(job.gpus / GPUS_PER_NODE))
+        duration = min(job.duration, max_job_hours * 3600) if max_job_hours > 0 else job.duration
+        made.append(
+            ReplayJob(
+                name=f"j{job.index:05d}",
+                cluster=job.cluster,
+                arrival=job.arrival / speedup,
+                duration=max(1.0, duration / speedup),
+                pods=max(1, workers),
+                gpus_per_pod=max(1, math.ceil(job.gpus / max(1, workers))),
+                high=high_every > 0 and job.index % high_every == 0,
+            )
+        )
+    return made
+
+
+def job_manifest(job: ReplayJob) -> dict[str, Any]:
+    gpus = {GPU: str(job.gpus_per_pod)}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "work",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi", **gpus}, "limits": gpus},
+            }
+        ],
+    }
+    if job.high:
+        pod_spec["priorityClassName"] = HIGH_CLASS
+    annotations = {"gangkeeper.io/topology-preferred": ZONE} if job.pods > 1 else {}
+    spec: dict[str, Any] = {
+        "parallelism": job.pods,
+        "completions": job.pods,
+        "backoffLimit": 20,
+        # an evicted or preempted member is not the job's failure (the gang is requeued, or retried)
+        "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+        "template": {
+            "metadata": {
+                "labels": {JOB_LABEL: job.name},
+                "annotations": {"gangkeeper.test/run-for": f"{job.duration:.1f}s"},
+            },
+            "spec": pod_spec,
+        },
+    }
+    if job.pods > 1:
+        spec["completionMode"] = "Indexed"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "labels": {JOB_LABEL: job.name}, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+@dataclass
+class PodSeen:
+    job: str
+    gpus: int
+    created: float
+    bound: float | None = None
+    node: str = ""
+    ended: float | None = None
+
+
+@dataclass
+class Recorder:
+    """What the watches saw, in local monotonic seconds."""
+
+    pods: dict[str, PodSeen] = field(default_factory=dict)  # by namespace/name
+    completed: dict[str, float] = field(default_factory=dict)  # job -> when its Complete condition came
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def see_pod(self, kind: str, pod: Any, now: float) -> None:
+        meta, spec, status = pod.metadata, pod.spec, pod.status
+        key = f"{meta.namespace}/{meta.name}"
+        with self.lock:
+            seen = self.pods.get(key)
+            if seen is None:
+                gpus = sum(int((c.resources.requests or {}).get(GPU, 0)) for c in spec.containers)
+                seen = self.pods[key] = PodSeen((meta.labels or {}).get(JOB_LABEL, ""), gpus, now)
+            if spec.node_name and seen.bound is None:
+                seen.bound, seen.node = now, spec.node_name
+            finished = kind == "DELETED" or meta.deletion_timestamp or (status.phase in ("Succeeded", "Failed"))
+            if finished and seen.ended is None:
+                seen.ended = now
+
+    def see_job(self, job: Any, now: float) -> None:
+        conditions = (job.status.conditions if job.status else None) or []
+        if any(c.type == "Complete" and c.status == "True" for c in conditions):
+            with self.lock:
+                self.completed.setdefault(job.metadata.name, now)
+
+
+def watch_forever(list_call: Callable[..., Any], see: Callable[[str, Any], None], stop: threading.Event) -> None:
+    """One watch, restarted whenever the API server ends it (a watch's lifetime, a restart)."""
+    while not stop.is_set():
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(list_call, label_selector=JOB_LABEL, timeout_seconds=30):
+                see(event["type"], event["object"])
+                if stop.is_set():
+                    break
+        except Exception:  # ended or refused: start another (the records keep the first sightings)
+            time.sleep(0.2)
+        finally:
+            stream.stop()
+
+
+class Usage:
+    """gangkeeper's CPU seconds (every process it ran, a restarted one's included) and peak RSS."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack, self.peak_mib = stack, 0.0
+        self.cpu_by_pid: dict[int, float] = {}
+
+    def sample(self) -> None:
+        pids = [pid for name, pid in components(self.stack).items() if name.startswith(GANGKEEPER)]
+        for pid in pids:
+            self.cpu_by_pid[pid] = max(self.cpu_by_pid.get(pid, 0.0), cpu_seconds(pid))
+        self.peak_mib = max(self.peak_mib, sum(rss_mib(pid) for pid in pids))
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(2.0):
+            self.sample()
+
+    @property
+    def cpu(self) -> float:
+        return sum(self.cpu_by_pid.values())
+
+
+@dataclass
+class Settings:
+    nodes: int
+    rack_size: int
+    speedup: float
+    faults: bool
+    drain_limit: float  # real seconds to wait for the last jobs after the last arrival
+
+
+def make_nodes(stack: Stack, settings: Settings) -> list[str]:
+    return stack.replace_workers(
+        settings.nodes,
+        cpu="64",
+        memory="512Gi",
+        gpus=GPUS_PER_NODE,
+        prefix="gpu",
+        labels=lambda index: {ZONE: f"rack-{index // settings.rack_size}"},
+    )
+
+
+def kubectl(stack: Stack, *args: str) -> str:
+    return stack.plane.kubectl(*args, check=False, timeout=120).stdout or ""
+
+
+def fault_plan(span: float, nodes: list[str]) -> list[tuple[float, str, Callable[[Stack], dict[str, Any]]]]:
+    """(when, what, how) of the faults, at shares of the slice's span (real seconds)."""
+    drained, tainted = nodes[0], nodes[len(nodes) // 2]
+
+    def drain(stack: Stack) -> dict[str, Any]:
+        on_node = [p for p in all_pods(stack) if p["spec"].get("nodeName") == drained]
+        kubectl(stack, "drain", drained, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=60s")
+        return {"node": drained, "pods_evicted": len(on_node)}
+
+    def restart_controller(stack: Stack) -> dict[str, Any]:
+        holder = lease_holder(stack)
+        started = time.monotonic()
+        kubectl(stack, "-n", "gangkeeper-system", "delete", "pod", "-l", "app.kubernetes.io/component=controller")
+        wait_until(lambda: lease_holder(stack) not in ("", holder), "a new controller leading", 180, every=1)
+        return {"seconds_without_a_leader": round(time.monotonic() - started, 1)}
+
+    def kill_webhook(stack: Stack) -> dict[str, Any]:
+        selector = "app.kubernetes.io/component=webhook"
+        names = kubectl(stack, "-n", "gangkeeper-system", "get", "pod", "-l", selector, "-o", "name").split()
+        kubectl(stack, "-n", "gangkeeper-system", "delete", "--wait=false", "--grace-period=0", "--force", names[0])
+        return {"pod": names[0]}
+
+    return [
+        (0.30 * span, "drain", drain),
+        (
+            0.40 * span,
+            "taint",
+            lambda s: {"node": tainted, "out": kubectl(s, "taint", "node", tainted, "replay=fault:NoSchedule")},
+        ),
+        (0.45 * span, "uncordon", lambda s: {"node": drained, "out": kubectl(s, "uncordon", drained)}),
+        (0.50 * span, "controller restart", restart_controller),
+        (0.55 * span, "untaint", lambda s: {"node": tainted, "out": kubectl(s, "taint", "node", tainted, "replay-")}),
+        (0.70 * span, "webhook pod killed", kill_webhook),
+    ]
+
+
+def lease_holder(stack: Stack) -> str:
+    lease = stack.plane.get("lease", "gangkeeper-controller", namespace="gangkeeper-system") or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def all_pods(stack: Stack) -> list[dict[str, Any]]:
+    return list(stack.plane.get("pods", selector=JOB_LABEL, all_namespaces=True))
+
+
+def submit(batch: client.BatchV1Api, job: ReplayJob, namespace: str) -> int:
+    """The Job created, retried while the API (or its webhook, killed by a fault) refuses; the retries."""
+    for attempt in range(120):
+        try:
+            batch.create_namespaced_job(namespace, job_manifest(job))
+            return attempt
+        except client.ApiException as error:
+            if error.status == 409:
+                return attempt
+            time.sleep(1.0)
+    return 120
+
+
+def namespaces_for(stack: Stack, backend: str, clusters: Iterable[str]) -> dict[str, str]:
+    made = {}
+    for cluster in sorted(set(clusters)):
+        name = f"rp-{backend[:5]}-{cluster}"
+        made[cluster] = stack.namespace(name, None if backend == "floor" else backend, backend != "floor")
+    return made
+
+
+def start_watches(stack: Stack, recorder: Recorder, usage: Usage, stop: threading.Event) -> None:
+    api = config.new_client_from_config(str(stack.plane.kubeconfig))
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+
+    def see_pod(kind: str, pod: Any) -> None:
+        recorder.see_pod(kind, pod, time.monotonic())
+
+    def see_job(kind: str, job: Any) -> None:
+        recorder.see_job(job, time.monotonic())
+
+    for target, args in (
+        (watch_forever, (core.list_pod_for_all_namespaces, see_pod, stop)),
+        (watch_forever, (batch.list_job_for_all_namespaces, see_job, stop)),
+        (usage.run, (stop,)),
+    ):
+        threading.Thread(target=target, args=args, daemon=True).start()
+
+
+def inject_faults(
+    stack: Stack, plan: list[tuple[float, str, Callable[[Stack], dict[str, Any]]]], started: float, speedup: float
+) -> list[dict[str, Any]]:
+    """Each fault at its time (beside the arrivals, which go on meanwhile), with what it cost."""
+    done: list[dict[str, Any]] = []
+    for at, what, act in plan:
+        time.sleep(max(0.0, started + at - time.monotonic()))
+        try:
+            result = act(stack)
+        except Exception as error:  # a fault that could not be made is recorded, not fatal
+            result = {"error": str(error)[:200]}
+        done.append({"kind": what, "at_trace_s": round(at * speedup), **result})
+    return done
+
+
+def submit_all(stack: Stack, jobs: list[ReplayJob], namespaces: dict[str, str], started: float) -> int:
+    """Every Job at its arrival time; the creations retried (a fault's webhook outage)."""
+    batch = client.BatchV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
+    retries = 0
+    for job in sorted(jobs, key=lambda j: j.arrival):
+        time.sleep(max(0.0, started + job.arrival - time.monotonic()))
+        retries += submit(batch, job, namespaces[job.cluster])
+    return retries
+
+
+def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Settings) -> dict[str, Any]:
+    nodes = make_nodes(stack, settings)
+    namespaces = namespaces_for(stack, backend, (j.cluster for j in jobs))
+    recorder, usage, stop = Recorder(), Usage(stack), threading.Event()
+    start_watches(stack, recorder, usage, stop)
+    usage.sample()
+    cpu_before, started = usage.cpu, time.monotonic()
+    span = max((j.arrival for j in jobs), default=0.0)
+    plan = fault_plan(span, nodes) if settings.faults and backend != "floor" else []
+    faults: list[dict[str, Any]] = []
+    injector = threading.Thread(target=lambda: faults.extend(inject_faults(stack, plan, started, settings.speedup)))
+    injector.start()
+    retries = submit_all(stack, jobs, namespaces, started)
+    injector.join()
+    deadline = time.monotonic() + settings.drain_limit
+    while time.monotonic() < deadline and len(recorder.completed) < len(jobs):
+        time.sleep(1.0)
+    ended = time.monotonic()
+    usage.sample()
+    left = all_pods(stack)
+    events = Counter(e.get("reason", "") for ns in namespaces.values() for e in stack.plane.get("events", namespace=ns))
+    stop.set()
+    racks = {n: f"rack-{i // settings.rack_size}" for i, n in enumerate(nodes)}
+    return {
+        **measure(recorder, jobs, settings, started, ended, racks),
+        "pods_gated_at_end": sum(1 for p in left if any(g.get("name") == GATE for g in gates_of(p))),
+        "gangs_partly_bound_at_end": len(partly_bound(left)),
+        "preemptions": sum(n for reason, n in events.items() if reason in PREEMPTIONS),
+        "requeues": sum(n for reason, n in events.items() if reason in REQUEUES),
+        "events": dict(events.most_common(12)),
+        "gangkeeper_cpu_ms_per_pod": round(1000 * (usage.cpu - cpu_before) / max(1, len(recorder.pods)), 2),
+        "gangkeeper_peak_rss_mib": round(usage.peak_mib, 1),
+        "pods_created": len(recorder.pods),
+        "job_create_retries": retries,
+        "faults": faults,
+    }
+
+
+def gates_of(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(pod["spec"].get("schedulingGates") or [])
+
+
+def partly_bound(pods: list[dict[str, Any]]) -> set[str]:
+    """Jobs with live pods both bound and not bound (gated or pending)."""
+    state: dict[str, set[bool]] = {}
+    for pod in pods:
+        if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        job = f"{pod['metadata']['namespace']}/{pod['metadata']['labels'].get(JOB_LABEL, '')}"
+        state.setdefault(job, set()).add(bool(pod["spec"].get("nodeName")))
+    return {job for job, seen in state.items() if seen == {True, False}}
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p95": None, "p99": None, "count": 0}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {
+        "mean": round(statistics.fmean(ordered), 1),
+        "p50": at(0.5),
+        "p95": at(0.95),
+        "p99": at(0.99),
+        "count": len(ordered),
+    }
+
+
+@dataclass
+class GangTimes:
+    """One job's gang as the cluster showed it: when it was first whole, and its partial intervals."""
+
+    whole_at: float | None
+    partial_gpu_seconds: float
+    longest_partial: float
+    whole_nodes: list[str]
+
+
+def gang_times(pods: list[PodSeen], size: int, end: float) -> GangTimes:
+    """A sweep over the pods' bound intervals until the gang is first whole: the GPU-seconds its bound
+    pods held while fewer than `size` were bound, and the longest such stretch (after it was whole,
+    members ending one by one is the job finishing, not a gang started partly)."""
+    marks = [(p.bound, 1, i) for i, p in enumerate(pods) if p.bound is not None]
+    marks += [(p.ended, -1, i) for i, p in enumerate(pods) if p.bound is not None and p.ended is not None]
+    bound: set[int] = set()
+    held, longest, since, last = 0.0, 0.0, None, 0.0
+    for moment, step, index in sorted(marks):
+        if bound and len(bound) < size:
+            held += (moment - last) * sum(pods[i].gpus for i in bound)
+        (bound.add if step > 0 else bound.discard)(index)
+        partial = 0 < len(bound) < size
+        if since is not None and not partial:
+            longest, since = max(longest, moment - since), None
+        if len(bound) >= size:
+            return GangTimes(moment, held, longest, [pods[i].node for i in bound])
+        if partial and since is None:
+            since = moment
+        last = moment
+    if bound:
+        held += (end - last) * sum(pods[i].gpus for i in bound)
+    if since is not None:
+        longest = max(longest, end - since)
+    return GangTimes(None, held, longest, [])
+
+
+def measure(
+    recorder: Recorder, jobs: list[ReplayJob], settings: Settings, started: float, ended: float, rack_of: dict[str, str]
+) -> dict[str, Any]:
+    """Every figure in trace time (real seconds x speedup), from what the watches saw."""
+    x = settings.speedup
+    by_job: dict[str, list[PodSeen]] = {}
+    for seen in recorder.pods.values():
+        by_job.setdefault(seen.job, []).append(seen)
+    waits: list[float] = []
+    by_size: dict[str, list[float]] = {}
+    jcts, partial_held, stuck, one_rack, multi = [], 0.0, 0, 0, 0
+    for job in jobs:
+        pods = by_job.get(job.name, [])
+        times = gang_times(pods, job.pods, ended)
+        partial_held += times.partial_gpu_seconds
+        stuck += times.longest_partial * x > STUCK_TRACE_SECONDS
+        submitted = min((p.created for p in pods), default=None)
+        if times.whole_at is not None and submitted is not None:
+            waits.append((times.whole_at - submitted) * x)
+            by_size.setdefault(job.size_class, []).append(waits[-1])
+            if job.pods > 1:
+                multi += 1
+                one_rack += len({rack_of.get(n, n) for n in times.whole_nodes}) == 1
+        done = recorder.completed.get(job.name)
+        if done is not None and submitted is not None:
+            jcts.append((done - submitted) * x)
+    busy = sum(((p.ended or ended) - p.bound) * p.gpus for p in recorder.pods.values() if p.bound is not None)
+    window = max(1e-9, ended - started)
+    jct = percentiles(jcts)
+    return {
+        "gangs_total": len(jobs),
+        "gangs_finished": len(recorder.completed),
+        "gpu_hours_held_by_incomplete_gangs": round(partial_held * x / 3600, 2),
+        "gangs_stuck_partial_over_5min": stuck,
+        "wait_s": {**percentiles(waits), "by_gang_size": {k: percentiles(v) for k, v in sorted(by_size.items())}},
+        "jct_s": {"mean": jct["mean"], "p95": jct["p95"], "count": jct["count"]},
+        "gpu_utilization": round(busy / (window * settings.nodes * GPUS_PER_NODE), 3),
+        "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
+        "trace_seconds_replayed": round(window * x),
+    }
+
+
+def print_table(results: dict[str, dict[str, Any]]) -> None:
+    columns = [
+        ("GPU-h held partial", lambda r: r["gpu_hours_held_by_incomplete_gangs"]),
+        ("stuck >5min", lambda r: r["gangs_stuck_partial_over_5min"]),
+        ("finished", lambda r: f"{r['gangs_finished']}/{r['gangs_total']}"),
+        ("wait p50 s", lambda r: r["wait_s"]["p50"]),
+        ("wait p95 s", lambda r: r["wait_s"]["p95"]),
+        ("JCT mean s", lambda r: r["jct_s"]["mean"]),
+        ("GPU util", lambda r: r["gpu_utilization"]),
+        ("1 rack %", lambda r: r["multi_node_gangs_in_one_rack_pct"]),
+        ("preempt", lambda r: r["preemptions"]),
+        ("requeue", lambda r: r["requeues"]),
+        ("gated at end", lambda r: r["pods_gated_at_end"]),
+        ("gk CPU ms/pod", lambda r: r["gangkeeper_cpu_ms_per_pod"]),
+        ("gk peak MiB", lambda r: r["gangkeeper_peak_rss_mib"]),
+    ]
+    print("backend".ljust(13) + "".join(name.rjust(max(10, len(name) + 2)) for name, _ in columns))
+    for backend, result in results.items():
+        cells = [str(get(result)).rjust(max(10, len(name) + 2)) for name, get in columns]
+        print(backend.ljust(13) + "".join(cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="floor,gate,native,volcano,coscheduling")
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--rack-size", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=12.0, help="trace hours replayed per backend")
+    parser.add_argument("--start", default="2017-10-23", help="the slice's first day (YYYY-MM-DD)")
+    parser.add_argument("--speedup", type=float, default=120.0, help="trace seconds per real second")
+    parser.add_argument("--high-every", type=int, default=10, help="every Nth job in PriorityClass replay-high")
+    parser.add_argument(
+        "--split", choices=("node", "gpu"), default="node", help="node: ceil(g/8) workers; gpu: 1 per GPU"
+    )
+    parser.add_argument(
+        "--max-job-hours", type=float, default=3.0, help="each job's run time capped at this (trace hours; 0: none)"
+    )
+    parser.add_argument(
+        "--drain-hours",
+        type=float,
+        default=1.0,
+        help="trace hours, past the longest run time, to wait for the last jobs",
+    )
+    parser.add_argument("--no-faults", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    result = replay(args)
+    print_table(result["backends"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+def mix_of(jobs: list[ReplayJob], speedup: float) -> dict[str, Any]:
+    return {
+        "jobs": len(jobs),
+        "pods": sum(j.pods for j in jobs),
+        "multi_node_jobs": sum(1 for j in jobs if j.pods > 1),
+        "high_priority_jobs": sum(1 for j in jobs if j.high),
+        "high_priority_class": f"{HIGH_CLASS} (1000; the rest 0)",
+        "topology": f"multi-pod jobs prefer one {ZONE}",
+        "gpu_hours_asked": round(sum(j.pods * j.gpus_per_pod * j.duration for j in jobs) * speedup / 3600, 1),
+    }
+
+
+def replay_on(stack: Stack, backends: list[str], jobs: list[ReplayJob], settings: Settings) -> dict[str, Any]:
+    """Each backend in turn on the same jobs and a fresh cluster of the same shape."""
+    stack.plane.apply(
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_CLASS}, "value": 1000}
+    )
+    # the replay's pods all ask for GPUs, which the system nodes have none of: gangkeeper's own pods
+    # may be rescheduled there when a fault restarts them
+    stack.cordon_system(False)
+    results: dict[str, Any] = {}
+    try:
+        for backend in backends:
+            print(f"{backend}: replaying {len(jobs)} jobs", flush=True)
+            results[backend] = run_backend(stack, backend, jobs, settings)
+            print(json.dumps({backend: results[backend]}), flush=True)
+    finally:
+        stack.cordon_system(True)
+    return results
+
+
+def replay(args: argparse.Namespace) -> dict[str, Any]:
+    version = os.environ.get("GK_K8S_VERSION") or versions()["K8S_DEFAULT"]
+    _, sliced = trace.read(TRACE, args.start, args.hours / 24)
+    jobs = replay_jobs(sliced, args.speedup, args.high_every, args.split, args.max_job_hours)
+    drain = max((j.duration for j in jobs), default=0.0) + args.drain_hours * 3600 / args.speedup
+    settings = Settings(args.nodes, args.rack_size, args.speedup, not args.no_faults, drain)
+    backends = [b for b in args.backends.split(",") if b]
+    for name, module in (("volcano", volcano), ("coscheduling", coscheduling)):
+        if name in backends and module.missing():
+            print(f"{name} skipped: {module.missing()}", flush=True)
+            backends.remove(name)
+    mix = mix_of(jobs, args.speedup)
+    print(f"Kubernetes {version}; {args.hours} trace hours from {args.start} at {args.speedup}x: {mix}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gk-replay-") as tmp, ExitStack() as running:
+        plane = ControlPlane(Path(tmp), kubernetes_version=version)
+        missing = plane.missing()
+        if missing:
+            sys.exit(missing)
+        stack = running.enter_context(Stack(plane, overlay="gate").running())
+        if "volcano" in backends:
+            processes = volcano.start(plane)
+            running.callback(volcano.stop, plane, processes)
+        if "coscheduling" in backends:
+            running.callback(coscheduling.start(plane).stop)
+        results = replay_on(stack, backends, jobs, settings)
+    keys = ("nodes", "rack_size", "hours", "start", "speedup", "split", "max_job_hours", "high_every")
+    return {
+        "kubernetes": version,
+        "settings": {**{k: getattr(args, k) for k in keys}, "faults": not args.no_faults},
+        "mix": {**mix, "high_every": args.high_every},
+        "backends": results,
+    }
+
+
+if __name__ == "__main__":
+    main()
