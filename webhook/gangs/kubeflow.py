@@ -54,14 +54,19 @@ def make_analyze(kind: str) -> Callable[[Obj], Plan]:
         # As training-operator's own gang integration sizes its PodGroup: every replica
         # (k8sutil.GetTotalReplicas), or runPolicy.schedulingPolicy.minAvailable when set; an elastic
         # PyTorchJob's elasticPolicy.minReplicas does not change it (pkg/controller.v1/common/job.go,
-        # ReconcileJobs, v1.9.2): the operator starts every replica
+        # ReconcileJobs, v1.9.2): the operator starts every replica. mpi-operator v2's MPIJob the same:
+        # the workers + 1 launcher, or minAvailable (pkg/controller/podgroup.go calculateMinAvailable, v0.8.0)
         total = sum(m.count for m in members)
         size, reason = total, f"the {kind}'s total replicas"
         policy = (spec.get("runPolicy") or {}).get("schedulingPolicy") or {}
         if isinstance(policy.get("minAvailable"), int):
             size, reason = policy["minAvailable"], "runPolicy.schedulingPolicy.minAvailable"
         elif kind == "MPIJob" and spec.get("launcherCreationPolicy") == "WaitForWorkersReady":
-            # The launcher is created only after the workers are ready, so it cannot be waited for.
+            # mpi-operator v2 sizes its PodGroup as the workers + 1 launcher, or minAvailable
+            # (pkg/controller/podgroup.go calculateMinAvailable, v0.8.0), whatever the policy; but under
+            # WaitForWorkersReady it creates the launcher only once every worker is ready
+            # (mpi_job_controller.go, syncHandler): a gang that waits for the launcher would hold the
+            # workers for ever behind the gate, so this gang is the workers alone.
             launchers = sum(m.count for m in members if m.role.lower() == "launcher")
             size, reason = total - launchers, "the MPIJob's workers"
             members = [m for m in members if m.role.lower() != "launcher"] + [

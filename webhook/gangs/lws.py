@@ -34,6 +34,8 @@ def analyze(obj: Obj) -> Plan:
         common.members_of(leader, 1, "leader", leader_path, errors),
         common.members_of(worker, size - 1, "worker", (*base, "workerTemplate"), errors, (*base, "size")),
     ]
+    # as LWS's own gang integration sizes a group's PodGroup: leaderWorkerTemplate.size, or 1 under
+    # startupPolicy LeaderReady (pkg/schedulerprovider/volcano_provider.go CreatePodGroupIfNotExists, v0.8.0)
     gang_size, reason = size, "the LeaderWorkerSet's leaderWorkerTemplate.size"
     if spec.get("startupPolicy") == "LeaderReady":
         # Workers are created only once the leader is ready: waiting for them would deadlock.

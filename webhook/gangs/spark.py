@@ -83,7 +83,8 @@ def analyze(obj: Obj) -> Plan:
     if name:
         # Only a running driver asks for executors, so waiting for them before the driver would deadlock:
         # the gang is the driver, with the executors' resources counted and checked at release, as the
-        # Spark operator's own Volcano integration sizes its PodGroup (minMember 1, minResources of all).
+        # Spark operator's own Volcano integration sizes its PodGroup (minMember 1, minResources of all:
+        # internal/scheduler/volcano/scheduler.go syncPodGroupInClusterMode, spark-operator v2.5.0).
         gang = common.build_gang(
             obj, identity(name), members[:1], 1, "the driver (it creates the executors)", plan, driver
         )
