@@ -162,18 +162,23 @@ class PodSeen:
 class Recorder:
     """What the watches saw, in local monotonic seconds."""
 
+    namespaces: frozenset[str]  # this run's: a namespace of an earlier run still going is not seen
     pods: dict[str, PodSeen] = field(default_factory=dict)  # by namespace/name
-    completed: dict[str, float] = field(default_factory=dict)  # job -> when its Complete condition came
+    completed: dict[str, float] = field(default_factory=dict)  # namespace/job -> when it was Complete
+    submitted: dict[str, float] = field(default_factory=dict)  # namespace/job -> when it was first seen
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def see_pod(self, kind: str, pod: Any, now: float) -> None:
         meta, spec, status = pod.metadata, pod.spec, pod.status
+        if meta.namespace not in self.namespaces:
+            return
         key = f"{meta.namespace}/{meta.name}"
         with self.lock:
             seen = self.pods.get(key)
             if seen is None:
                 gpus = sum(int((c.resources.requests or {}).get(GPU, 0)) for c in spec.containers)
-                seen = self.pods[key] = PodSeen((meta.labels or {}).get(JOB_LABEL, ""), gpus, now)
+                job = f"{meta.namespace}/{(meta.labels or {}).get(JOB_LABEL, '')}"
+                seen = self.pods[key] = PodSeen(job, gpus, now)
             if spec.node_name and seen.bound is None:
                 seen.bound, seen.node = now, spec.node_name
             finished = kind == "DELETED" or meta.deletion_timestamp or (status.phase in ("Succeeded", "Failed"))
@@ -182,9 +187,14 @@ class Recorder:
 
     def see_job(self, job: Any, now: float) -> None:
         conditions = (job.status.conditions if job.status else None) or []
-        if any(c.type == "Complete" and c.status == "True" for c in conditions):
-            with self.lock:
-                self.completed.setdefault(job.metadata.name, now)
+        complete = any(c.type == "Complete" and c.status == "True" for c in conditions)
+        if job.metadata.namespace not in self.namespaces:
+            return
+        key = f"{job.metadata.namespace}/{job.metadata.name}"
+        with self.lock:
+            self.submitted.setdefault(key, now)
+            if complete:
+                self.completed.setdefault(key, now)
 
 
 def watch_forever(list_call: Callable[..., Any], see: Callable[[str, Any], None], stop: threading.Event) -> None:
@@ -360,19 +370,20 @@ def submit_all(stack: Stack, jobs: list[ReplayJob], namespaces: dict[str, str], 
 def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Settings) -> dict[str, Any]:
     nodes = make_nodes(stack, settings)
     namespaces = namespaces_for(stack, backend, (j.cluster for j in jobs))
-    recorder, usage, stop = Recorder(), Usage(stack), threading.Event()
+    recorder, usage, stop = Recorder(frozenset(namespaces.values())), Usage(stack), threading.Event()
+    keys = {job.name: f"{namespaces[job.cluster]}/{job.name}" for job in jobs}
     start_watches(stack, recorder, usage, stop)
     usage.sample()
     cpu_before, started = usage.cpu, time.monotonic()
     span = max((j.arrival for j in jobs), default=0.0)
-    plan = fault_plan(span, nodes) if settings.faults and backend != "floor" else []
+    plan = fault_plan(span, nodes) if settings.faults else []
     faults: list[dict[str, Any]] = []
     injector = threading.Thread(target=lambda: faults.extend(inject_faults(stack, plan, started, settings.speedup)))
     injector.start()
     retries = submit_all(stack, jobs, namespaces, started)
     injector.join()
     deadline = time.monotonic() + settings.drain_limit
-    while time.monotonic() < deadline and len(recorder.completed) < len(jobs):
+    while time.monotonic() < deadline and not set(keys.values()) <= recorder.completed.keys():
         time.sleep(1.0)
     ended = time.monotonic()
     usage.sample()
@@ -381,7 +392,7 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
     stop.set()
     racks = {n: f"rack-{i // settings.rack_size}" for i, n in enumerate(nodes)}
     return {
-        **measure(recorder, jobs, settings, started, ended, racks),
+        **measure(recorder, jobs, keys, settings, started, ended, racks),
         "pods_gated_at_end": sum(1 for p in left if any(g.get("name") == GATE for g in gates_of(p))),
         "gangs_partly_bound_at_end": len(partly_bound(left)),
         "preemptions": sum(n for reason, n in events.items() if reason in PREEMPTIONS),
@@ -465,7 +476,13 @@ def gang_times(pods: list[PodSeen], size: int, end: float) -> GangTimes:
 
 
 def measure(
-    recorder: Recorder, jobs: list[ReplayJob], settings: Settings, started: float, ended: float, rack_of: dict[str, str]
+    recorder: Recorder,
+    jobs: list[ReplayJob],
+    keys: dict[str, str],
+    settings: Settings,
+    started: float,
+    ended: float,
+    rack_of: dict[str, str],
 ) -> dict[str, Any]:
     """Every figure in trace time (real seconds x speedup), from what the watches saw."""
     x = settings.speedup
@@ -476,18 +493,19 @@ def measure(
     by_size: dict[str, list[float]] = {}
     jcts, partial_held, stuck, one_rack, multi = [], 0.0, 0, 0, 0
     for job in jobs:
-        pods = by_job.get(job.name, [])
+        key = keys[job.name]
+        pods = by_job.get(key, [])
         times = gang_times(pods, job.pods, ended)
         partial_held += times.partial_gpu_seconds
         stuck += times.longest_partial * x > STUCK_TRACE_SECONDS
-        submitted = min((p.created for p in pods), default=None)
+        submitted = recorder.submitted.get(key, min((p.created for p in pods), default=None))
         if times.whole_at is not None and submitted is not None:
             waits.append((times.whole_at - submitted) * x)
             by_size.setdefault(job.size_class, []).append(waits[-1])
             if job.pods > 1:
                 multi += 1
                 one_rack += len({rack_of.get(n, n) for n in times.whole_nodes}) == 1
-        done = recorder.completed.get(job.name)
+        done = recorder.completed.get(key)
         if done is not None and submitted is not None:
             jcts.append((done - submitted) * x)
     busy = sum(((p.ended or ended) - p.bound) * p.gpus for p in recorder.pods.values() if p.bound is not None)
@@ -495,7 +513,7 @@ def measure(
     jct = percentiles(jcts)
     return {
         "gangs_total": len(jobs),
-        "gangs_finished": len(recorder.completed),
+        "gangs_finished": sum(1 for job in jobs if keys[job.name] in recorder.completed),
         "gpu_hours_held_by_incomplete_gangs": round(partial_held * x / 3600, 2),
         "gangs_stuck_partial_over_5min": stuck,
         "wait_s": {**percentiles(waits), "by_gang_size": {k: percentiles(v) for k, v in sorted(by_size.items())}},
