@@ -26,8 +26,8 @@ gpu_hours_held_by_incomplete_gangs, gangs_stuck_partial_over_5min, gangs_finishe
 (mean/p50/p95/p99 and by gang size), jct_s (mean/p95), gpu_utilization, multi_node_gangs_in_one_rack_pct,
 preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod and peak memory.
 
-    python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 64 --hours 12 \\
-        --speedup 120 --json replay.json [--start 2017-10-23] [--no-faults]
+    python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 16 --hours 12 \\
+        --speedup 120 --json replay.json [--plots DIR] [--start 2017-10-23] [--split node|gpu] [--no-faults]
 """
 
 from __future__ import annotations
@@ -546,11 +546,48 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         print(backend.ljust(13) + "".join(cells))
 
 
+PLOTTED = (
+    ("GPU-hours held by gangs started partly", lambda r: r["gpu_hours_held_by_incomplete_gangs"]),
+    ("gangs partly bound over 5 trace minutes", lambda r: r["gangs_stuck_partial_over_5min"]),
+    ("wait p50 / p95 (trace s)", lambda r: (r["wait_s"]["p50"] or 0, r["wait_s"]["p95"] or 0)),
+    ("job completion time, mean (trace s)", lambda r: r["jct_s"]["mean"] or 0),
+    ("GPU utilization", lambda r: r["gpu_utilization"]),
+    ("multi-pod gangs in one rack (%)", lambda r: r["multi_node_gangs_in_one_rack_pct"] or 0),
+)
+
+
+def plot(results: dict[str, dict[str, Any]], directory: Path) -> Path:
+    """One figure of the headline figures, a panel each, the backends side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(2, 3, figsize=(15, 8))
+    names = list(results)
+    for axis, (title, value) in zip(axes.flat, PLOTTED, strict=True):
+        values = [value(results[name]) for name in names]
+        if values and isinstance(values[0], tuple):
+            for offset, part, label in ((-0.2, 0, "p50"), (0.2, 1, "p95")):
+                axis.bar([i + offset for i in range(len(names))], [v[part] for v in values], width=0.4, label=label)
+            axis.legend()
+        else:
+            axis.bar(range(len(names)), values)
+        axis.set_xticks(range(len(names)), names)
+        axis.set_title(title, fontsize=10)
+    figure.tight_layout()
+    path = directory / "replay.png"
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="floor,gate,native,volcano,coscheduling")
-    parser.add_argument("--nodes", type=int, default=64)
-    parser.add_argument("--rack-size", type=int, default=8)
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--rack-size", type=int, default=4)
     parser.add_argument("--hours", type=float, default=12.0, help="trace hours replayed per backend")
     parser.add_argument("--start", default="2017-10-23", help="the slice's first day (YYYY-MM-DD)")
     parser.add_argument("--speedup", type=float, default=120.0, help="trace seconds per real second")
@@ -569,11 +606,14 @@ def main() -> None:
     )
     parser.add_argument("--no-faults", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plots", type=Path, default=None, help="a directory for replay.png")
     args = parser.parse_args()
     result = replay(args)
     print_table(result["backends"])
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    if args.plots:
+        print(f"plots: {plot(result['backends'], args.plots)}")
 
 
 def mix_of(jobs: list[ReplayJob], speedup: float) -> dict[str, Any]:

@@ -6,9 +6,11 @@ pod killed). Every figure is what the cluster reported; the full replay runs eve
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench.replay import TRACE, Settings, print_table, replay_jobs, replay_on
+from bench.replay import TRACE, Settings, plot, print_table, replay_jobs, replay_on
 from tests.realcluster.stack import Stack
 from webhook.simulation import trace
 
@@ -32,13 +34,16 @@ FIGURES = {
 }
 
 
-def test_a_traced_hour_replayed_starts_every_gang_whole_and_ends_with_nothing_held(stack: Stack) -> None:
+def test_a_traced_hour_replayed_starts_every_gang_whole_and_ends_with_nothing_held(
+    stack: Stack, tmp_path: Path
+) -> None:
     _, sliced = trace.read(TRACE, "2017-10-23", 1 / 24)
     jobs = replay_jobs(sliced, speedup=120, high_every=5, split="gpu", max_job_hours=0.5)
     settings = Settings(nodes=2, rack_size=1, speedup=120, faults=True, drain_limit=60 + max(j.duration for j in jobs))
     results = replay_on(stack, ["floor", "gate"], jobs, settings)
     print()
     print_table(results)
+    assert plot(results, tmp_path).read_bytes().startswith(b"\x89PNG")
     floor, gate = results["floor"], results["gate"]
     for backend in (floor, gate):
         assert set(backend) >= FIGURES, FIGURES - set(backend)
