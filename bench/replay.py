@@ -400,6 +400,7 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
         "events": dict(events.most_common(12)),
         "gangkeeper_cpu_ms_per_pod": round(1000 * (usage.cpu - cpu_before) / max(1, len(recorder.pods)), 2),
         "gangkeeper_peak_rss_mib": round(usage.peak_mib, 1),
+        "gangkeeper_peak_rss_kib_per_pod": round(1024 * usage.peak_mib / max(1, len(recorder.pods)), 1),
         "pods_created": len(recorder.pods),
         "job_create_retries": retries,
         "faults": faults,
