@@ -61,6 +61,7 @@ from webhook.simulation import trace
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly-2017-10-23-week.csv"
 GPU, ZONE, GATE = "nvidia.com/gpu", "topology.kubernetes.io/zone", "gangkeeper.io/gang-gate"
 JOB_LABEL = "replay.gangkeeper.io/job"
+WORKERS_TAINT = "replay.gangkeeper.io/workers"  # on the GPU nodes; the replay's pods tolerate it
 HIGH_CLASS = "replay-high"
 GPUS_PER_NODE = 8
 STUCK_TRACE_SECONDS = 300.0
@@ -121,6 +122,7 @@ def job_manifest(job: ReplayJob) -> dict[str, Any]:
             }
         ],
     }
+    pod_spec["tolerations"] = [{"key": WORKERS_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     if job.high:
         pod_spec["priorityClassName"] = HIGH_CLASS
     annotations = {"gangkeeper.io/topology-preferred": ZONE} if job.pods > 1 else {}
@@ -244,7 +246,9 @@ class Settings:
 
 
 def make_nodes(stack: Stack, settings: Settings) -> list[str]:
-    return stack.replace_workers(
+    """The GPU nodes, tainted so that only the replay's pods go there: gangkeeper's own pods, restarted
+    by a fault, must land on the system nodes (a pod on a KWOK node only looks Running)."""
+    nodes = stack.replace_workers(
         settings.nodes,
         cpu="64",
         memory="512Gi",
@@ -252,6 +256,8 @@ def make_nodes(stack: Stack, settings: Settings) -> list[str]:
         prefix="gpu",
         labels=lambda index: {ZONE: f"rack-{index // settings.rack_size}"},
     )
+    stack.plane.kubectl("taint", "node", *nodes, f"{WORKERS_TAINT}=true:NoSchedule")
+    return nodes
 
 
 def kubectl(stack: Stack, *args: str) -> str:
@@ -277,8 +283,10 @@ def fault_plan(span: float, nodes: list[str]) -> list[tuple[float, str, Callable
     def kill_webhook(stack: Stack) -> dict[str, Any]:
         selector = "app.kubernetes.io/component=webhook"
         names = kubectl(stack, "-n", "gangkeeper-system", "get", "pod", "-l", selector, "-o", "name").split()
+        started = time.monotonic()
         kubectl(stack, "-n", "gangkeeper-system", "delete", "--wait=false", "--grace-period=0", "--force", names[0])
-        return {"pod": names[0]}
+        wait_until(lambda: len(stack.webhook_endpoints()) >= len(names), "the webhook's endpoints ready", 180, every=1)
+        return {"pod": names[0], "seconds_to_full_strength": round(time.monotonic() - started, 1)}
 
     return [
         (0.30 * span, "drain", drain),
