@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
 from tests.recorder import ListRecorder
 from tests.schemas import validate
+from webhook.controller.decide.autoscaling import NodePoolRoom, never_held
+from webhook.controller.decide.shapes import Shape, Taint
+from webhook.controller.observe.autoscaler import pool_room
 from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 
@@ -150,3 +155,109 @@ def test_a_nodepool_with_room_for_the_gang_is_not_named(apiserver: TestApiServer
     decision = controller.reconcile_once()["team-a/job-train"]
     assert "capacity for 0 of 4 pods provisioned" in decision.message
     assert "NodePool" not in decision.message, decision.message
+
+
+GPU_POOL = NodePoolRoom(
+    "gpu",
+    limits={"cpu": 64000, "nvidia.com/gpu": 16},
+    used={},
+    labels={"example.com/accelerator": frozenset({"a100", "h100"}), "karpenter.sh/nodepool": frozenset({"gpu"})},
+    taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),),
+)
+TOLERATES_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def shape(
+    selector: dict[str, str] | None = None, cpu: str = "1", tolerations: Any = None, affinity: Any = None
+) -> Shape:
+    spec: dict[str, Any] = {"containers": [b.container(cpu, "1Gi")], "tolerations": tolerations or TOLERATES_GPU}
+    if selector:
+        spec["nodeSelector"] = selector
+    if affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}}
+    return Shape.from_pod_spec(spec)
+
+
+def term(key: str, *values: str) -> dict[str, Any]:
+    return {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}]}
+
+
+@pytest.mark.parametrize(
+    ("pod", "refusal"),
+    [
+        (shape(), None),
+        (shape({"example.com/accelerator": "h100"}), None),
+        (shape({"topology.kubernetes.io/zone": "zone-b"}), None),  # a well-known label: any value may come
+        (shape({"karpenter.kwok.sh/instance-family": "c"}), None),  # the provider's own labels likewise
+        (shape(affinity=term("example.com/accelerator", "v100", "a100")), None),
+        (shape({"example.com/accelerator": "v100"}), "its nodes never carry example.com/accelerator=v100"),
+        (shape({"example.com/team": "a"}), "its nodes never carry example.com/team=a"),
+        (shape({"karpenter.sh/nodepool": "cpu"}), "its nodes never carry karpenter.sh/nodepool=cpu"),
+        (shape({"kubernetes.io/hostname": "n1"}), "nodeSelector kubernetes.io/hostname=n1 names a node"),
+        (shape(affinity=term("example.com/accelerator", "v100")), "never match the pod's required node affinity"),
+        (shape(tolerations=[{"key": "other", "operator": "Exists"}]), "its nodes' taint nvidia.com/gpu:NoSchedule"),
+        (shape(cpu="65"), "one pod's 65 cpu is more than its spec.limits 64 cpu"),
+    ],
+)
+def test_what_a_nodepool_could_never_hold(pod: Shape, refusal: str | None) -> None:
+    said = GPU_POOL.refusal(pod)
+    assert (said is None) if refusal is None else (said is not None and refusal in said), said
+
+
+def test_a_pod_any_pool_might_hold_is_not_hopeless() -> None:
+    cpu_pool = NodePoolRoom("cpu", limits={}, used={})
+    assert never_held({"p": shape({"example.com/accelerator": "v100"})}, [GPU_POOL]) is not None
+    assert never_held({"p": shape({"karpenter.sh/nodepool": "cpu"})}, [GPU_POOL, cpu_pool]) is None
+    assert never_held({"p": shape({"example.com/team": "a"})}, []) is None  # no pool known: nothing said
+
+
+def test_nodepool_labels_from_its_template_and_requirements() -> None:
+    pool = pool_room(
+        {
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": {"example.com/team": "ml"}},
+                    "spec": {
+                        "requirements": [
+                            {"key": "example.com/accelerator", "operator": "In", "values": ["a100", "h100"]},
+                            {"key": "example.com/accelerator", "operator": "In", "values": ["h100"]},
+                            {"key": "example.com/spot", "operator": "Exists"},
+                        ],
+                        "taints": [{"key": "gpu", "effect": "NoSchedule"}],
+                    },
+                }
+            },
+        }
+    )
+    assert pool.labels == {
+        "example.com/team": frozenset({"ml"}),
+        "example.com/accelerator": frozenset({"h100"}),
+        "example.com/spot": None,
+        "karpenter.sh/nodepool": frozenset({"gpu"}),
+    }
+    assert pool.taints == (Taint("gpu", "", "NoSchedule"),)
+
+
+def test_a_gang_no_nodepool_could_ever_hold_gets_no_placeholders_and_says_why(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """Placeholders for pods no NodePool could ever make a node for would bring nothing (or nodes the
+    gang cannot use): none are made, and the Gang names each pool's reason."""
+    store = apiserver.store
+    store.served["karpenter.sh/v1"] = {"nodepools"}
+    pool = {"metadata": {"name": "general"}, "spec": {"template": {"metadata": {"labels": {"team": "b"}}}}}
+    store.create("karpenter.sh/v1", "nodepools", "", pool)
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    job = add_job(store, "train", parallelism=4, cpu="3")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"team": "a"}
+    add_job_pods(store, job)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert not placeholders(store)
+    assert "no placeholders: no NodePool can ever make a node for pod" in decision.message, decision.message
+    assert "NodePool general: its nodes never carry team=a" in decision.message
+    assert decision.state != "Release"
+    gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
+    assert "its nodes never carry team=a" in gang["status"]["message"]

@@ -27,11 +27,12 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
+from webhook.controller.decide.autoscaling import NodePoolRoom, never_held
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS as POD_COUNT
 from webhook.controller.decide.shapes import show
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.autoscaler import PAUSE_IMAGE, NodePoolRoom
+from webhook.controller.observe.autoscaler import PAUSE_IMAGE
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
@@ -158,11 +159,15 @@ class Placeholders:
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
 
     def sync(self, gang: GangView, decision: Decision) -> Decision:
-        """Make the gang's placeholders what its decision calls for; the decision says how far along."""
+        """Make the gang's placeholders what its decision calls for; the decision says how far along,
+        or why no NodePool could ever hold the gang (then it has none: nothing would come of them)."""
         want = wanted(gang, decision, self.autoscaler())
         have = self.index.placeholders.get(gang.key, {})
         if not want and not have:
             return decision
+        hopeless = never_held({view.name: view.shape for view, _ in want.values()}, self.pools()) if want else None
+        if hopeless:
+            want = {}
         if self.may_write():
             for key in have.keys() - {f"{gang.namespace}/{name}" for name in want}:
                 self._delete(key)
@@ -171,6 +176,8 @@ class Placeholders:
                 for name, (view, raw) in want.items():
                     if f"{gang.namespace}/{name}" not in have:
                         self._create(placeholder_for(view, raw, owner, self.image))
+        if hopeless:
+            return replace(decision, message=f"{decision.message}; no placeholders: {hopeless}")
         if not want:
             return decision
         said = progress(gang.key, self.index, len(want), self.pools())

@@ -172,15 +172,15 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
     if isinstance(value, tuple) and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in value):
-        return {k: _thaw(v) for k, v in value}
+        return {k: thaw(v) for k, v in value}
     if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
-def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.effect:
             continue
@@ -228,18 +228,18 @@ def static_reason(shape: Shape, node: Node) -> str | None:
     (NodeUnschedulable: nodeunschedulable/node_unschedulable.go; NodeAffinity: nodeaffinity/node_affinity.go,
     nodeSelector and required terms ORed; TaintToleration: tainttoleration/taint_toleration.go, NoSchedule
     and NoExecute.)"""
-    tolerations = _thaw(shape.tolerations) or []
-    if node.unschedulable and not _tolerates(tolerations, Taint(CORDON_TAINT, "", "NoSchedule")):
+    tolerations = thaw(shape.tolerations) or []
+    if node.unschedulable and not tolerates(tolerations, Taint(CORDON_TAINT, "", "NoSchedule")):
         return "cordoned"
     for key, value in shape.node_selector:
         if node.labels.get(key) != value:
             return f"nodeSelector {key}={value} does not match"
     if shape.affinity_terms is not None:
-        terms = _thaw(shape.affinity_terms) or []
+        terms = thaw(shape.affinity_terms) or []
         if not any(_term_matches(term, node) for term in terms):
             return "required node affinity does not match"
     for taint in node.taints:
-        if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return f"taint {taint} not tolerated"
     return None
 

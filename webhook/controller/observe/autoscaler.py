@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from webhook import resources
-from webhook.controller.decide.shapes import to_units
+from webhook.controller.decide.autoscaling import NodePoolRoom
+from webhook.controller.decide.shapes import Taint, to_units
 from webhook.kube import Api, ApiError, Resource
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -18,33 +18,37 @@ AUTOSCALERS = ("auto", "karpenter", "cluster-autoscaler", "none")
 CHECK_SECONDS = 15.0  # a NodePool made or removed is seen within this long
 
 
-@dataclass(frozen=True)
-class NodePoolRoom:
-    """What a Karpenter NodePool may still add: its `spec.limits` less the capacity it has made
-    (`status.resources`), in a shape's units; a resource it does not limit is not listed."""
-
-    name: str
-    limits: Mapping[str, int]
-    used: Mapping[str, int]
-
-    def short_of(self, need: Mapping[str, int]) -> str | None:
-        """The first limited resource this pool cannot add `need` of, None when it can add all of it."""
-        for name, amount in sorted(need.items()):
-            limit = self.limits.get(name)
-            if limit is not None and amount > limit - self.used.get(name, 0):
-                return name
-        return None
+def pool_labels(template: Mapping[str, Any]) -> dict[str, frozenset[str] | None]:
+    """The labels a NodePool's nodes carry: its template's labels, and its requirements (In: those
+    values; Exists and the other operators: any value, not modelled), keyed by label."""
+    labels: dict[str, frozenset[str] | None] = {
+        str(k): frozenset({str(v)}) for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+    }
+    for requirement in (template.get("spec") or {}).get("requirements") or []:
+        key = str(requirement.get("key", ""))
+        values = frozenset(str(v) for v in requirement.get("values") or [])
+        narrowed = values if requirement.get("operator") == "In" else None
+        known = labels.get(key, narrowed)
+        labels[key] = narrowed if known is None else known if narrowed is None else known & narrowed
+    return labels
 
 
 def pool_room(pool: Mapping[str, Any]) -> NodePoolRoom:
     """A NodePool as listed (limits that cannot be read limit nothing gangkeeper can tell)."""
     name = str((pool.get("metadata") or {}).get("name", ""))
+    template = (pool.get("spec") or {}).get("template") or {}
+    labels = pool_labels(template)
+    labels.setdefault("karpenter.sh/nodepool", frozenset({name}))
+    taints = tuple(
+        Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+        for t in (template.get("spec") or {}).get("taints") or []
+    )
     try:
         limits = to_units({k: resources.parse(v) for k, v in ((pool.get("spec") or {}).get("limits") or {}).items()})
         used = to_units({k: resources.parse(v) for k, v in ((pool.get("status") or {}).get("resources") or {}).items()})
     except (ValueError, ArithmeticError):
-        return NodePoolRoom(name, {}, {})
-    return NodePoolRoom(name, limits, used)
+        return NodePoolRoom(name, {}, {}, labels, taints)
+    return NodePoolRoom(name, limits, used, labels, taints)
 
 
 class Autoscaler:

@@ -1,0 +1,114 @@
+"""What an autoscaler's node pools could ever hold, pure: the rule that keeps placeholders from asking a
+Karpenter NodePool for a pod none of its nodes could take (controller/act/placeholders.py).
+
+Karpenter makes a node for a pod only when the pod's node requirements meet a NodePool's, the pod
+tolerates the pool's taints and the pool's limits leave room (karpenter pkg/controllers/provisioning/
+scheduling/nodeclaim.go CanAdd; the labels it knows without a pool naming them: pkg/apis/v1/labels.go
+WellKnownLabels, and RestrictedLabels: no new node carries a chosen kubernetes.io/hostname). What is
+not modelled here (instance types' sizes, requirement operators other than In) is taken as possible:
+a pool is ruled out only for what is sure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.controller.decide.shapes import PODS, Shape, Taint, show, thaw, tolerates
+
+HOSTNAME = "kubernetes.io/hostname"
+# pkg/apis/v1/labels.go WellKnownLabels and NormalizedLabels: values a pool's nodes may carry unnamed
+WELL_KNOWN = frozenset(
+    {
+        "karpenter.sh/nodepool",
+        "karpenter.sh/capacity-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "node.kubernetes.io/windows-build",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+    }
+)
+# each cloud provider adds its own (the KWOK provider's karpenter.kwok.sh/..., AWS's karpenter.k8s.aws/...)
+PROVIDER_DOMAINS = ("karpenter.kwok.sh/", "karpenter.k8s.aws/", "karpenter.azure.com/", "karpenter.k8s.gcp/")
+
+
+@dataclass(frozen=True)
+class NodePoolRoom:
+    """A Karpenter NodePool: what it may still add (`spec.limits` less the capacity it has made,
+    `status.resources`, in a shape's units; a resource it does not limit is not listed), the labels its
+    nodes carry (a key to the values allowed, None for any) and its nodes' taints."""
+
+    name: str
+    limits: Mapping[str, int]
+    used: Mapping[str, int]
+    labels: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def short_of(self, need: Mapping[str, int]) -> str | None:
+        """The first limited resource this pool cannot add `need` of, None when it can add all of it."""
+        for name, amount in sorted(need.items()):
+            limit = self.limits.get(name)
+            if limit is not None and amount > limit - self.used.get(name, 0):
+                return name
+        return None
+
+    def values_of(self, key: str) -> frozenset[str] | None:
+        """The values this pool's nodes may carry for `key` (None: any; empty: never the label)."""
+        if key in self.labels:
+            return self.labels[key]
+        if key in WELL_KNOWN or key.startswith(PROVIDER_DOMAINS):
+            return None
+        return frozenset()
+
+    def refusal(self, shape: Shape) -> str | None:
+        """Why no node this pool could ever make takes a pod of `shape`; None when one might."""
+        for key, value in shape.node_selector:
+            if key == HOSTNAME:
+                return f"nodeSelector {key}={value} names a node, and a new node's name is its own"
+            allowed = self.values_of(key)
+            if allowed is not None and value not in allowed:
+                return f"its nodes never carry {key}={value}"
+        terms = thaw(shape.affinity_terms) if shape.affinity_terms is not None else None
+        if terms and not any(self._term_possible(term) for term in terms):
+            return "its nodes never match the pod's required node affinity"
+        tolerations = thaw(shape.tolerations) or []
+        for taint in self.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+                return f"its nodes' taint {taint} is not tolerated"
+        for name, amount in shape.requests:
+            limit = self.limits.get(name)
+            if name != PODS and limit is not None and amount > limit:
+                return f"one pod's {show(name, amount)} is more than its spec.limits {show(name, limit)}"
+        return None
+
+    def _term_possible(self, term: Mapping[str, Any]) -> bool:
+        for expression in term.get("matchExpressions") or []:
+            key = expression.get("key", "")
+            if expression.get("operator") != "In":
+                continue  # the other operators are taken as possible (not modelled)
+            if key == HOSTNAME:
+                return False
+            allowed = self.values_of(key)
+            if allowed is not None and not allowed & set(expression.get("values") or []):
+                return False
+        return True
+
+
+def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> str | None:
+    """Why no NodePool could ever make a node for one of a gang's pods (pod name -> its shape), each
+    pool's reason named; None when every pod has a pool that might, or no pool is known."""
+    if not pools:
+        return None
+    for name, shape in sorted(shapes.items()):
+        reasons = [(pool.name, pool.refusal(shape)) for pool in pools]
+        if all(reason is not None for _, reason in reasons):
+            each = "; ".join(f"NodePool {pool}: {reason}" for pool, reason in reasons)
+            return f"no NodePool can ever make a node for pod {name} ({each})"
+    return None
