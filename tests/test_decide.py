@@ -96,6 +96,11 @@ START_CASES: dict[str, tuple[GangState, str, dict[str, Any]]] = {
         "1 of 2 pods exist",
         {"pods": [member("a")], "spec": GangSpec(2)},
     ),
+    "gated_by_others": (
+        GangState.WAITING_FOR_MEMBERS,
+        "1 of 2 gated pods also carry kueue.x-k8s.io/topology: waiting for it to lift",
+        {"pods": [member("a", other_gates=("kueue.x-k8s.io/topology",)), member("b")], "spec": GangSpec(2)},
+    ),
     "backing_off": (
         GangState.BACKOFF,
         "next release attempt after",
@@ -285,3 +290,11 @@ def test_every_mechanism_reads_back_the_marks_it_stamps() -> None:
             backend.stamp(Target(pod, "pod"), gang, is_pod=True)
             assert backend.marks(pod), (name, version)
             assert Mechanisms(native_version=version).of_pod(pod).name == name
+
+
+def test_a_pods_other_scheduling_gates_are_seen_beside_gangkeepers() -> None:
+    gates = [{"name": "kueue.x-k8s.io/topology"}, {"name": "gangkeeper.io/gang-gate"}]
+    pod = {"metadata": {"name": "p", "namespace": "team-a", "uid": "u"}, "spec": {"schedulingGates": gates}}
+    view = PodView.from_api(pod, group="train")
+    assert view.gated and view.other_gates == ("kueue.x-k8s.io/topology",)
+    assert PodView.from_api({**pod, "spec": {"schedulingGates": gates[1:]}}, group="train").other_gates == ()

@@ -1,8 +1,11 @@
 """Kueue beside gangkeeper, for real (tests/realcluster/operators.py runs Kueue as released): Kueue
 admits a Job by its queue's quota (its webhook suspends the Job, its controller resumes it once the
 Workload is admitted) and gangkeeper starts the admitted Job's pods whole, with no suspend and resume
-between the two. A Job that does not fit the quota waits, suspended, with no pods for gangkeeper to
-hold, and starts whole when the quota frees. Every assertion reads what the cluster reports."""
+between the two, on the gate and the native backend. A Job that does not fit the quota waits,
+suspended, with no pods for gangkeeper to hold, and starts whole when the quota frees; a gang Kueue
+evicts (its quota reclaimed by a higher priority) goes whole; one that cannot be placed is left to
+Kueue's own timeout, never suspended by gangkeeper under it; Kueue's topology-aware scheduling and
+gangkeeper's gate agree on one rack. Every assertion reads what the cluster reports."""
 
 from __future__ import annotations
 
@@ -13,12 +16,14 @@ import pytest
 
 from tests.realcluster import operators, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
+from tests.test_real_recovery import priority_class
 from tests.test_real_seeds import assert_started_together
+from tests.test_real_topology import RACK, blocker, racks_of
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def kueue(stack: Stack) -> Iterator[operators.Operator]:
     operator = operators.kueue()
     if operator.missing():
@@ -28,7 +33,9 @@ def kueue(stack: Stack) -> Iterator[operators.Operator]:
     operator.uninstall(stack.plane)
 
 
-def queues(namespace: str, cpu: str) -> list[dict[str, Any]]:
+def queues(namespace: str, cpu: str, flavor: str = "default", **cluster_queue: Any) -> list[dict[str, Any]]:
+    """A ResourceFlavor, a ClusterQueue of `cpu` in `flavor` (its other spec fields from `cluster_queue`)
+    and the namespace's LocalQueue `lq` pointing at it."""
     return [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}},
         {
@@ -37,12 +44,13 @@ def queues(namespace: str, cpu: str) -> list[dict[str, Any]]:
             "metadata": {"name": f"cq-{namespace}"},
             "spec": {
                 "namespaceSelector": {},
+                **cluster_queue,
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu", "memory"],
                         "flavors": [
                             {
-                                "name": "default",
+                                "name": flavor,
                                 "resources": [
                                     {"name": "cpu", "nominalQuota": cpu},
                                     {"name": "memory", "nominalQuota": "64Gi"},
@@ -62,21 +70,58 @@ def queues(namespace: str, cpu: str) -> list[dict[str, Any]]:
     ]
 
 
-def queued_job(name: str, namespace: str, size: int, cpu: str, run_for: str | None = None) -> dict[str, Any]:
+def queued_job(
+    name: str,
+    namespace: str,
+    size: int,
+    cpu: str,
+    run_for: str | None = None,
+    pod_annotations: dict[str, str] | None = None,
+    priority_class: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     job = workloads.job(
-        name, namespace, size, cpu, pod_annotations={"gangkeeper.test/run-for": run_for} if run_for else None
+        name,
+        namespace,
+        size,
+        cpu,
+        annotations=annotations,
+        pod_annotations={**(pod_annotations or {}), **({"gangkeeper.test/run-for": run_for} if run_for else {})},
     )
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    if priority_class:
+        job["spec"]["template"]["spec"]["priorityClassName"] = priority_class
     return job
+
+
+def kueue_workload(stack: Stack, namespace: str, job: str) -> dict[str, Any]:
+    owned = [
+        w
+        for w in stack.plane.get("workloads.kueue.x-k8s.io", namespace=namespace)
+        if w["metadata"]["ownerReferences"][0]["name"] == job
+    ]
+    assert len(owned) == 1, owned
+    return owned[0]
+
+
+def condition(workload: dict[str, Any], kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in workload.get("status", {}).get("conditions", []))
+
+
+def events_of(stack: Stack, namespace: str) -> str:
+    return str(stack.plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
 
 
 def job_pods(stack: Stack, namespace: str, job: str) -> list[dict[str, Any]]:
     return stack.pods(namespace, selector=f"batch.kubernetes.io/job-name={job}")
 
 
-def test_kueue_admits_by_quota_and_gangkeeper_starts_each_job_whole(stack: Stack, kueue: operators.Operator) -> None:
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_kueue_admits_by_quota_and_gangkeeper_starts_each_job_whole(
+    stack: Stack, kueue: operators.Operator, backend: str
+) -> None:
     stack.replace_workers(2, cpu="8")
-    namespace = stack.namespace("kueue-gate", "gate")
+    namespace = stack.namespace(f"kueue-{backend}", backend)
     stack.plane.apply(queues(namespace, "8"))
     stack.plane.apply(queued_job("first", namespace, 4, "1", run_for="30s"))
     first = wait_until(
@@ -104,14 +149,123 @@ def test_kueue_admits_by_quota_and_gangkeeper_starts_each_job_whole(stack: Stack
     assert not bound(job_pods(stack, namespace, "first")) or all(
         p["status"]["phase"] == "Succeeded" for p in job_pods(stack, namespace, "first")
     )
-    events = str(stack.plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
+    events = events_of(stack, namespace)
     assert "GangRequeued" not in events and "GangTimedOut" not in events  # no suspend and resume by gangkeeper
     for name in ("first", "second"):
-        workload_of = [
-            w
-            for w in stack.plane.get("workloads.kueue.x-k8s.io", namespace=namespace)
-            if w["metadata"]["ownerReferences"][0]["name"] == name
-        ]
-        assert workload_of and any(
-            c["type"] == "Admitted" and c["status"] == "True" for c in workload_of[0]["status"]["conditions"]
-        )
+        assert condition(kueue_workload(stack, namespace, name), "Admitted")
+
+
+def test_a_gang_kueue_evicts_for_a_higher_priority_goes_whole_and_starts_whole_again(
+    stack: Stack, kueue: operators.Operator
+) -> None:
+    """A ClusterQueue of 4 CPUs that preempts lower priorities: a running 4-pod gang is evicted by Kueue
+    (its Job suspended, every pod removed by the Job controller) for a higher-priority 4-pod Job, which
+    starts whole once none of the first gang's pods is left; when that one ends, Kueue admits the evicted
+    Job again and gangkeeper starts it whole again. gangkeeper suspends and resumes nothing itself."""
+    stack.replace_workers(2, cpu="8")
+    namespace = stack.namespace("kueue-evict", "gate")
+    stack.plane.apply(
+        [priority_class("gangkeeper-test-kueue-low", 100), priority_class("gangkeeper-test-kueue-high", 1000)]
+    )
+    stack.plane.apply(queues(namespace, "4", preemption={"withinClusterQueue": "LowerPriority"}))
+    stack.plane.apply(queued_job("low", namespace, 4, "1", priority_class="gangkeeper-test-kueue-low"))
+    low = wait_until(
+        lambda: (p := job_pods(stack, namespace, "low")) and len(running(p)) == 4 and p, "the low gang Running", 120
+    )
+    assert_started_together(low, 4)
+    stack.plane.apply(queued_job("high", namespace, 4, "1", run_for="20s", priority_class="gangkeeper-test-kueue-high"))
+    high = wait_until(
+        lambda: (p := job_pods(stack, namespace, "high")) and len(running(p)) == 4 and p,
+        "the high gang admitted by preemption and Running whole",
+        120,
+    )
+    assert_started_together(high, 4)
+    first_high_bound = min(p["metadata"]["creationTimestamp"] for p in high)
+    assert not running(job_pods(stack, namespace, "low")), "the evicted gang left a member running"
+    evicted = kueue_workload(stack, namespace, "low")
+    assert condition(evicted, "Evicted") or condition(evicted, "Preempted"), evicted["status"]
+    assert stack.plane.get("job", "low", namespace=namespace)["spec"]["suspend"] is True
+    # the high Job ends; Kueue admits the evicted one again, and it starts whole again
+    again = wait_until(
+        lambda: (p := job_pods(stack, namespace, "low")) and len(running(p)) == 4 and p,
+        "the evicted gang admitted again and Running whole",
+        180,
+    )
+    assert_started_together(again, 4)
+    assert all(p["metadata"]["creationTimestamp"] > first_high_bound for p in again)  # new pods, not survivors
+    events = events_of(stack, namespace)
+    assert "GangRequeued" not in events and "GangTimedOut" not in events
+
+
+def test_a_released_gang_that_times_out_unbound_is_left_to_kueue_never_suspended_by_gangkeeper(
+    stack: Stack, kueue: operators.Operator
+) -> None:
+    """Admitted by Kueue and released by the gate, but refused by kube-scheduler (a required pod affinity
+    to a pod that does not exist yet: a constraint the gate's placement does not model): the release times
+    out, and gangkeeper does not suspend a Job whose suspend field Kueue owns; it says so in an event and
+    leaves the requeue to Kueue's waitForPodsReady. The Job stays admitted and unsuspended, no pod is
+    evicted; once the pod it asks to be near exists, the gang binds."""
+    stack.replace_workers(2, cpu="4")
+    namespace = stack.namespace("kueue-timeout", "gate")
+    stack.plane.apply(queues(namespace, "16"))
+    job = queued_job("near", namespace, 2, "1", annotations={"gangkeeper.io/timeout-seconds": "5"})
+    near_anchor = {"labelSelector": {"matchLabels": {"app": "anchor"}}, "topologyKey": "kubernetes.io/hostname"}
+    job["spec"]["template"]["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [near_anchor]}
+    }
+    stack.plane.apply(job)
+    wait_until(lambda: "GangLeftToKueue" in events_of(stack, namespace), "gangkeeper leaving the timeout to Kueue", 90)
+    members = job_pods(stack, namespace, "near")
+    assert len(members) == 2 and not bound(members), stack.describe(namespace)
+    assert stack.plane.get("job", "near", namespace=namespace)["spec"].get("suspend") is not True
+    assert condition(kueue_workload(stack, namespace, "near"), "Admitted")
+    anchor = blocker(namespace, "anchor", stack.workers[0], "1")
+    anchor["metadata"]["labels"] = {"app": "anchor"}
+    stack.plane.apply(anchor)
+    near = wait_until(
+        lambda: (p := job_pods(stack, namespace, "near")) and len(running(p)) == 2 and p,
+        "the gang Running beside its anchor",
+        120,
+    )
+    assert {p["metadata"]["uid"] for p in near} == {p["metadata"]["uid"] for p in members}  # none evicted
+    events = events_of(stack, namespace)
+    assert "GangRequeued" not in events and "GangTimedOut" not in events
+
+
+def test_kueue_topology_aware_scheduling_and_the_gate_agree_on_one_rack(
+    stack: Stack, kueue: operators.Operator
+) -> None:
+    """Kueue's TAS (a Topology of racks and hosts, a flavor bound to it) and gangkeeper's gate both hold
+    the pods of a Job asking `kueue.x-k8s.io/podset-required-topology` for one rack; rack r1 cannot take
+    four 2-CPU pods (3 CPUs taken there): Kueue assigns rack r2, and gangkeeper releases the gang whole
+    there. Kueue's Workload carries its topology assignment."""
+    nodes = stack.replace_workers(
+        4, cpu="4", labels=lambda index: {RACK: f"r{index // 2 + 1}", "gangkeeper.test/tas": "on"}
+    )
+    namespace = stack.namespace("kueue-tas", "gate")
+    stack.plane.apply(blocker(namespace, "blocker", nodes[0], "3"))
+    wait_until(lambda: running(stack.pods(namespace)), "the blocker Running", 60)
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "racks"},
+        "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "tas"},
+        "spec": {"nodeLabels": {"gangkeeper.test/tas": "on"}, "topologyName": "racks"},
+    }
+    stack.plane.apply([topology, flavor, *queues(namespace, "16", flavor="tas")])
+    annotations = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    stack.plane.apply(queued_job("train", namespace, 4, "2", pod_annotations=annotations))
+    train = wait_until(
+        lambda: (p := job_pods(stack, namespace, "train")) and len(running(p)) == 4 and p,
+        "the gang placed by Kueue's TAS and Running whole",
+        120,
+    )
+    assert_started_together(train, 4)
+    assert racks_of(stack, train) == ["r2"] * 4
+    admission = kueue_workload(stack, namespace, "train")["status"]["admission"]
+    assert admission["podSetAssignments"][0].get("topologyAssignment"), admission

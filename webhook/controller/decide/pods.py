@@ -97,6 +97,11 @@ def _gated(spec: Mapping[str, Any]) -> bool:
     return any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
 
 
+def _other_gates(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    names = (str(g.get("name", "")) for g in spec.get("schedulingGates") or [])
+    return tuple(sorted(name for name in names if name != contract.GATE))
+
+
 def _controller_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
 
@@ -153,6 +158,7 @@ class PodView:
     planned_node: str | None = None  # where its release promised it capacity (the Gang's record)
     succeeded: bool = False  # phase Succeeded: its work is done (a Job's wave ends), not lost
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
+    other_gates: tuple[str, ...] = ()  # scheduling gates not gangkeeper's (Kueue's topology gate)
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
@@ -187,6 +193,7 @@ class PodView:
             planned_node=mine.node if mine is not None else None,
             succeeded=phase == "Succeeded",
             preempts=spec.get("preemptionPolicy") != "Never",
+            other_gates=_other_gates(spec),
         )
 
     @property

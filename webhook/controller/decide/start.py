@@ -102,6 +102,23 @@ def members_missing(s: Situation) -> Decision | None:
     return Decision(GangState.WAITING_FOR_MEMBERS, f"{s.present} of {s.spec.min_member} pods exist", present=s.present)
 
 
+def gated_by_others(s: Situation) -> Decision | None:
+    """Rule 4b: a gated member still carries another controller's scheduling gate. The one that lifts it
+    may set where the pod goes first (Kueue's topology-aware scheduling writes each pod's nodeSelector as
+    it removes kueue.x-k8s.io/topology: kueue pkg/controller/tas/topology_ungater.go); a release planned
+    before that would pin the pod to a node of its own choosing, which the two constraints together may
+    leave no node for. The gang waits until only gangkeeper's gate is left."""
+    waiting = [p for p in s.gated if p.other_gates]
+    if not waiting:
+        return None
+    gates = ", ".join(sorted({gate for p in waiting for gate in p.other_gates}))
+    return Decision(
+        GangState.WAITING_FOR_MEMBERS,
+        f"{len(waiting)} of {len(s.gated)} gated pods also carry {gates}: waiting for it to lift",
+        present=s.present,
+    )
+
+
 def backing_off(s: Situation) -> Decision | None:
     """Rule 5: within the backoff after a requeue."""
     if s.not_before is None or s.now >= s.not_before:
@@ -208,6 +225,7 @@ START_RULES: tuple[Callable[[Situation], Decision | None], ...] = (
     node_taken,
     nothing_gated,
     members_missing,
+    gated_by_others,
     backing_off,
     fits,
     never_fits,
