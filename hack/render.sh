@@ -11,6 +11,8 @@ helm="${HELM:-${GK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangkeeper}/bin/helm-$
 {
   echo "# Rendered from charts/gangkeeper by hack/render.sh: edit the chart, not this file."
   echo "# kubectl apply -f manifests/base/gangkeeper.yaml   (backend auto; overlays pick one)"
+  echo "# The webhook's NetworkPolicy here admits any source on 8443 (no cluster to read the API server's"
+  echo "# addresses from): patch its ingress to them, or install the chart, which reads them."
   "$helm" template gangkeeper charts/gangkeeper --namespace gangkeeper-system --no-hooks \
-    --kube-version "$K8S_DEFAULT" --set namespace.create=true
+    --kube-version "$K8S_DEFAULT" --set namespace.create=true,networkPolicy.allowAnySource=true
 } >manifests/base/gangkeeper.yaml

@@ -82,6 +82,13 @@ def test_helm_install_serves_admission_and_releases_gangs(cluster: tuple[Stack, 
         60,
     )
     assert {p["spec"]["nodeName"] for p in gangkeeper_pods(stack)} == set(SYSTEM_NODES)
+    # no apiServerCIDRs given: the webhook's NetworkPolicy admits the API server's own endpoints alone,
+    # as the cluster listed them at install
+    slices = stack.plane.get("endpointslices", namespace="default", selector="kubernetes.io/service-name=kubernetes")
+    addresses = {f"{a}/32" for s in slices for e in s["endpoints"] for a in e["addresses"]}
+    policy = stack.plane.get("networkpolicy", "gangkeeper-webhook", namespace=NAMESPACE)
+    sources = {peer["ipBlock"]["cidr"] for peer in policy["spec"]["ingress"][0]["from"] if "ipBlock" in peer}
+    assert addresses and sources == addresses, (sources, addresses)
     stack.replace_workers(3, cpu="4")
     stack.plane.kubectl("taint", "nodes", stack.workers[2], "test=blocked:NoSchedule")
     namespace = stack.namespace("helm-team", "gate")

@@ -106,17 +106,44 @@ controller:
 gangkeeper.io/config-checksum: {{ include "gangkeeper.configuration" . | sha256sum }}
 {{- end }}
 
+{{/* The API server's addresses, as CIDRs (a JSON list): networkPolicy.apiServerCIDRs when set; else,
+unless allowAnySource, the `kubernetes` Service's endpoints read from the cluster at install (each
+address alone); rendering fails when neither can say, rather than leave the webhook open unasked. */}}
+{{- define "gangkeeper.apiServerCIDRs" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $cidrs := list -}}
+{{- if $np.apiServerCIDRs -}}
+{{- $cidrs = $np.apiServerCIDRs -}}
+{{- else if not $np.allowAnySource -}}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
+{{- range ($slices.items | default list) -}}
+{{- if eq (index (.metadata.labels | default dict) "kubernetes.io/service-name" | default "") "kubernetes" -}}
+{{- range (.endpoints | default list) -}}
+{{- range (.addresses | default list) -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $cidrs -}}
+{{- fail "networkPolicy: the API server's addresses could not be read from the cluster (helm template or a client-side dry run): set networkPolicy.apiServerCIDRs to them, or networkPolicy.allowAnySource=true to let any source reach the webhook" -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $cidrs -}}
+{{- end }}
+
 {{/* Egress both components need: the API server, and the cluster DNS only. */}}
 {{- define "gangkeeper.networkEgress" -}}
+{{- $cidrs := include "gangkeeper.apiServerCIDRs" . | fromJsonArray -}}
 {{- $np := .Values.networkPolicy -}}
 - ports:
     - port: 443
       protocol: TCP
     - port: 6443
       protocol: TCP
-  {{- if $np.apiServerCIDRs }}
+  {{- if $cidrs }}
   to:
-    {{- range $np.apiServerCIDRs }}
+    {{- range $cidrs }}
     - ipBlock: {cidr: {{ . | quote }}}
     {{- end }}
   {{- end }}
