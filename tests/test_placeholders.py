@@ -14,7 +14,8 @@ from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
 from tests.recorder import ListRecorder
 from tests.schemas import validate
-from webhook.controller.decide.autoscaling import NodePoolRoom, never_held
+from webhook.controller.decide.autoscaling import NodePoolRoom, never_held, unseen_by_autoscalers
+from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import Shape, Taint
 from webhook.controller.observe.autoscaler import pool_room
 from webhook.controller.run.reconciler import Controller
@@ -261,3 +262,34 @@ def test_a_gang_no_nodepool_could_ever_hold_gets_no_placeholders_and_says_why(
     assert decision.state != "Release"
     gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
     assert "its nodes never carry team=a" in gang["status"]["message"]
+
+
+def pending(name: str, unschedulable: bool, node: str | None = None) -> PodView:
+    return PodView(
+        "team-a",
+        name,
+        name,
+        "g",
+        False,
+        node,
+        None,
+        None,
+        None,
+        False,
+        False,
+        shape(),
+        None,
+        "1",
+        unschedulable=unschedulable,
+    )
+
+
+def test_a_gang_its_scheduler_marks_partly_schedulable_is_unseen_by_autoscalers() -> None:
+    """Volcano marks the tasks it could place Schedulable while its gang waits (volcano-sh/volcano#3976):
+    an autoscaler sees only the others, and counts the free room as theirs."""
+    split = [pending("a", True), pending("b", False), pending("c", False)]
+    said = unseen_by_autoscalers(split, "volcano")
+    assert said is not None and said.startswith("2 of its 3 pending pods are not marked Unschedulable by the volcano")
+    assert unseen_by_autoscalers([pending("a", True), pending("b", True)], "volcano") is None  # all seen
+    assert unseen_by_autoscalers([pending("a", False), pending("b", False)], "volcano") is None  # not looked at yet
+    assert unseen_by_autoscalers([pending("a", True), pending("b", False, node="n1")], "volcano") is None  # started

@@ -22,6 +22,7 @@ from webhook.controller.act.books import (
 from webhook.controller.act.events import Recorder
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.decide import reasons
+from webhook.controller.decide.autoscaling import unseen_by_autoscalers
 from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
@@ -105,14 +106,20 @@ class Reporter:
         state, message, position = decision.state, decision.message, decision.position
         return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
 
-    def report_other(self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime) -> None:
-        """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows."""
+    def report_other(
+        self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime, autoscaled: bool = False
+    ) -> None:
+        """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows;
+        on an autoscaled cluster, whether the autoscaler can see the pods it waits for."""
         previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
         live = [p for p in gang.pods if not p.terminal]
         running = sum(1 for p in live if p.node_name)
         need = resolved.spec.min_member if resolved.spec is not None else len(live)
         state = str(GangState.RUNNING) if running >= need else "Pending"
         message = f"{running} of {need} members scheduled by the {backend} gang scheduler"
+        unseen = unseen_by_autoscalers(gang.pods, backend) if autoscaled else None
+        if unseen:
+            message = f"{message}; {unseen}"
         if resolved.spec is None:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
         self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now, later=True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS, Shape, Taint, show, thaw, tolerates
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -112,3 +113,23 @@ def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> st
             each = "; ".join(f"NodePool {pool}: {reason}" for pool, reason in reasons)
             return f"no NodePool can ever make a node for pod {name} ({each})"
     return None
+
+
+def unseen_by_autoscalers(pods: Sequence[PodView], scheduler: str) -> str | None:
+    """What to say of a gang another scheduler holds, none of it bound, when the scheduler marked some of
+    its pending pods Unschedulable and not the others: autoscalers add nodes only for Unschedulable pods
+    (Karpenter pkg/utils/pod/scheduling.go FailedToSchedule), and count the free room the others would
+    have taken as room for these, so no node comes. Volcano's gang plugin marks the tasks it could place
+    `Schedulable` while the gang waits (volcano-sh/volcano#3976; seen on the real tier with Karpenter)."""
+    live = [p for p in pods if not p.terminal]
+    if any(p.node_name for p in live):
+        return None
+    refused = sum(1 for p in live if p.unschedulable)
+    unseen = len(live) - refused
+    if not refused or not unseen:
+        return None
+    return (
+        f"{unseen} of its {len(live)} pending pods are not marked Unschedulable by the {scheduler} scheduler, so "
+        "no autoscaler adds nodes for them and the free room they would take is counted for the others: the "
+        "gang waits until room frees; on an autoscaled cluster the gate backend brings nodes for the whole gang"
+    )

@@ -64,6 +64,10 @@ class ReleaseCycle:
         self.order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
         self.replaced = 0  # decisions re-placed in the last cycle (the others were reused)
 
+    def autoscaled(self) -> bool:
+        """Whether something adds nodes for Unschedulable pods here (an autoscaler known to the placeholders)."""
+        return self.placeholders is not None and self.placeholders.autoscaler()
+
     def keep_only(self, live: Mapping[str, GangView]) -> None:
         for key in self.order.keys() - live.keys():
             del self.order[key]

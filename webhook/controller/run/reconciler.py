@@ -235,7 +235,7 @@ class Controller:
         if mechanism.name != "gate":
             if fresh and self.may_write():
                 self.groups.sync(gang, resolved, mechanism)
-                self.reporter.report_other(gang, resolved, mechanism.name, now)
+                self.reporter.report_other(gang, resolved, mechanism.name, now, self.cycle.autoscaled())
             if mechanism.name == "coscheduling" and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
