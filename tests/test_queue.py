@@ -194,3 +194,35 @@ def test_a_backfilled_gang_that_overruns_its_claim_is_requeued_and_never_believe
     decisions = gangs.reconcile_once()
     assert decisions["team-a/job-short"].state == "WaitingForCapacity", decisions["team-a/job-short"].message
     assert "may only use what does not delay" in decisions["team-a/job-short"].message
+
+
+def test_one_namespaces_giants_hold_another_namespaces_gang_back_for_one_bound_not_one_each(
+    store: Store, api: Api
+) -> None:
+    """The fairness rule: the head-of-line bound is the namespace's. Two giants of team-a, each of which
+    could take the head in turn, hold team-b's small gang back for one bound (60 s) in all, then every
+    gang of team-a yields; with a clock per gang the second giant took over the head when the first
+    yielded, and the small gang waited a bound per giant."""
+    clock = Clock()
+    install_admission(store, "gate")
+    for name in ("worker1", "worker2"):
+        store.create("v1", "nodes", "", node(name, cpu="8"))
+    add_job(store, "run", 2, "6", arrived=0, expected=600)
+    assert Controller(api, clock=clock).reconcile_once()["team-a/job-run"].state == "Release"
+    schedule(store)
+    kubelet(store, NS)
+    add_job(store, "giant1", 2, "8", arrived=1)
+    add_job(store, "giant2", 2, "8", arrived=2)
+    theirs = b.job("small", parallelism=1, spec=b.pod_spec(b.container("1", "1Gi")))
+    theirs["metadata"]["namespace"] = "team-b"
+    store.create("batch/v1", "jobs", "team-b", theirs)
+    JobController(store).sync("team-b", "small")
+    clock.advance(5)
+    gangs = Controller(api, clock=clock, queue_policy=Policy.FIFO, head_of_line_seconds=60)
+    assert gangs.reconcile_once()["team-b/job-small"].state == "Queued"
+    clock.advance(30)
+    assert gangs.reconcile_once()["team-b/job-small"].state == "Queued"  # within the bound
+    clock.advance(31)
+    decisions = gangs.reconcile_once()
+    assert decisions["team-b/job-small"].state == "Release", decisions["team-b/job-small"].message
+    assert "holds no gang back until" in decisions["team-a/job-giant2"].message

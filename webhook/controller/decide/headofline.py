@@ -5,6 +5,13 @@ its nodes, or fifo's block. A gang that needs capacity held by work of unknown l
 ever frees up at once, would hold everyone back for ever. So a gang holds others back for at most
 `bound` seconds at a time, then yields for as long (the gangs behind it may start on what it would
 have reserved), then holds again: neither it nor the ones behind it wait without end.
+
+The clock is the namespace's, not each gang's (the fairness rule): all the gangs of one namespace
+together hold others back for at most `bound` seconds at a time, then all of them yield for as long.
+Twenty giants of one tenant, each taking its turn at the head, would otherwise hold another tenant's
+small gang back for twenty bounds in a row (Kueue bounds a ClusterQueue's head the same way, not each
+workload's: pkg/queue, BestEffortFIFO; Volcano's fair share is per queue). The clock starts afresh once
+no gang of the namespace holds others back any more.
 """
 
 from __future__ import annotations
@@ -16,24 +23,31 @@ from dataclasses import dataclass, field
 DEFAULT_BOUND_SECONDS = 1800.0
 
 
+def namespace_of(gang: str) -> str:
+    return gang.partition("/")[0]
+
+
 @dataclass
 class HeadOfLine:
     bound_seconds: float = DEFAULT_BOUND_SECONDS  # 0: no bound
-    _since: dict[str, dt.datetime] = field(default_factory=dict)  # gang -> when it first held others back
+    _since: dict[str, dt.datetime] = field(default_factory=dict)  # namespace -> when its gangs began to hold
+    _holders: dict[str, set[str]] = field(default_factory=dict)  # namespace -> its gangs that held others back
 
     def may_hold(self, gang: str, now: dt.datetime) -> bool:
-        since = self._since.get(gang)
+        since = self._since.get(namespace_of(gang))
         if since is None or self.bound_seconds <= 0:
             return True
         return (now - since).total_seconds() % (2 * self.bound_seconds) < self.bound_seconds
 
     def holds(self, gang: str, now: dt.datetime) -> None:
         """The gang holds others back in this pass."""
-        self._since.setdefault(gang, now)
+        namespace = namespace_of(gang)
+        self._since.setdefault(namespace, now)
+        self._holders.setdefault(namespace, set()).add(gang)
 
     def yields_until(self, gang: str, now: dt.datetime) -> dt.datetime | None:
-        """While the gang yields: when it holds others back again; None when it does not yield now."""
-        since = self._since.get(gang)
+        """While the gang's namespace yields: when it holds others back again; None when it does not yield now."""
+        since = self._since.get(namespace_of(gang))
         if since is None or self.may_hold(gang, now):
             return None
         period = 2 * self.bound_seconds
@@ -48,10 +62,19 @@ class HeadOfLine:
         return min(since + ((now - since) // bound + 1) * bound for since in self._since.values())
 
     def done(self, gang: str) -> None:
-        """The gang started (or left the queue): its next wait starts afresh."""
-        self._since.pop(gang, None)
+        """The gang started (or left the queue); once no gang of its namespace held others back, the
+        namespace's next wait starts afresh."""
+        namespace = namespace_of(gang)
+        holders = self._holders.get(namespace, set())
+        holders.discard(gang)
+        if not holders:
+            self._holders.pop(namespace, None)
+            self._since.pop(namespace, None)
 
     def keep_only(self, gangs: Iterable[str]) -> None:
         live = set(gangs)
-        for gang in self._since.keys() - live:
-            del self._since[gang]
+        for holders in list(self._holders.values()):
+            for gang in holders - live:
+                self.done(gang)
+        for namespace in self._since.keys() - self._holders.keys():
+            del self._since[namespace]
