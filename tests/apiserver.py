@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import bisect
 import copy
+import datetime as dt
 import json
 import re
 import ssl
@@ -211,6 +212,7 @@ class Store:
         self.history = history
         self.requests: list[tuple[str, str]] = []
         self.credentials: list[str | None] = []  # each request's Authorization header
+        self.wall: Callable[[], dt.datetime] | None = None  # the server's clock (its Date header), when set
         # what discovery (GET /apis/<group>/<version>) reports as served; tests may change it
         self.served: dict[str, set[str]] = {
             "batch/v1": {"jobs", "cronjobs"},
@@ -393,6 +395,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # the tests read the store, not logs
         pass
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """As http.server's, but the Date header is the store's clock when a test sets one (the API
+        server's clock, which the controller anchors its own on), and absent otherwise."""
+        self.log_request(code)
+        self.send_response_only(code, message)
+        self.send_header("Server", self.version_string())
+        if self.store.wall is not None:
+            self.send_header("Date", self.date_time_string(self.store.wall().timestamp()))
 
     def _send(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests import builders as b
 from tests.apiserver import Store
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
@@ -340,3 +342,24 @@ def test_the_gangs_released_in_one_pass_have_their_pods_patched_side_by_side(sto
     assert slow_pod_patch.most > 4, slow_pod_patch.most  # more than one gang's four PATCHes in flight at once
     assert all(not gated(store, f"side{index}") for index in range(3))
     assert controller.index.gated == 0  # known released from the PATCHes' answers
+
+
+@pytest.mark.parametrize(("jump", "passed", "state"), [(360, 1, "Releasing"), (-3600, 301, "TimedOut")])
+def test_a_clock_jump_then_a_restart_judges_deadlines_by_the_api_servers_clock(
+    store: Store, api: Api, jump: float, passed: float, state: str
+) -> None:
+    """This host's wall clock steps (+360 s, or -3,600 s) and the controller restarts: the new process
+    reads the release time its predecessor wrote, and judges it by the API server's clock (its Date
+    header), which did not step. +360 s with 1 s really passed: no timeout (a host-anchored clock timed
+    it out and suspended the Job); -3,600 s with 301 s passed: the real timeout (300 s) ends it."""
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(store, add_job(store, "steady", parallelism=2, cpu="1"))
+    host, server = Clock(), Clock()
+    store.wall = server
+    first = Controller(api, clock=host, monotonic=lambda: 0.0)
+    assert first.reconcile_once()["team-a/job-steady"].state == "Release"
+    host.advance(jump + passed)  # the step, and the time that really passed
+    server.advance(passed)
+    restarted = Controller(api, clock=host, monotonic=lambda: 0.0)
+    assert restarted.reconcile_once()["team-a/job-steady"].state == state
+    assert store.get("batch/v1", "jobs", NS, "steady")["spec"].get("suspend") is not True or state == "TimedOut"

@@ -6,6 +6,8 @@ keeps its authentication (in-cluster token, kubeconfig, exec plugins) and TLS ha
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -128,6 +130,19 @@ class Api:
         if not 200 <= response.status < 300:
             raise ApiError(response.status, data.decode(errors="replace"), method, path)
         return json.loads(data) if data and answer else None
+
+    def server_time(self) -> dt.datetime | None:
+        """The API server's clock, from its answer's Date header (whole seconds); None when it cannot
+        be read. A clock that is not this host's: the controller anchors its own on it."""
+        try:
+            response = self._send("GET", "/api", None, None, JSON, 10.0, stream=False)
+        except ApiError:
+            return None
+        date = response.headers.get("Date")
+        try:
+            return email.utils.parsedate_to_datetime(date) if date and 200 <= response.status < 300 else None
+        except (TypeError, ValueError):
+            return None
 
     def stream(self, path: str, query: Mapping[str, str], timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Watch events, one JSON object per line, until the server ends the watch."""

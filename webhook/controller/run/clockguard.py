@@ -5,8 +5,13 @@ objects), but every deadline is judged within a process by the time that really 
 of the wall clock (an NTP step, a VM resumed) would otherwise time out every healthy release at once and
 requeue its gang, and a backward jump would delay a real timeout by the jump. `SteadyClock` starts equal
 to the wall clock and then moves only with the monotonic one, so neither jump moves any deadline. A
-jump is still seen (the wall and the steady clock part) and counted, so an operator knows the marks a
-restart reads back were written in the other frame.
+jump is still seen (the wall and the steady clock part) and counted.
+
+A restart reads back marks written before it: anchored on this host's wall clock after a jump, the new
+process would judge them in the other frame (a +360 s step timed healthy releases out and suspended
+their Jobs; a -3,600 s one left a release Releasing for an hour). So the anchor is the API server's
+clock when it can be read (its Date header, `anchor`), the one clock every controller process of the
+cluster shares; this host's wall clock only when it cannot.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ TOLERANCE_SECONDS = 5.0  # scheduling noise between two readings is not a jump
 class SteadyClock:
     wall: Callable[[], dt.datetime]
     monotonic: Callable[[], float]
+    anchor: Callable[[], dt.datetime | None] = lambda: None  # the API server's clock, read once
     _anchor: tuple[dt.datetime, float] | None = None
     _drift: float = 0.0  # how far the wall clock had moved from this one at the last reading (seconds)
 
     def __call__(self) -> dt.datetime:
-        tick, wall = self.monotonic(), self.wall()
         if self._anchor is None:
-            self._anchor = (wall, tick)
+            start, tick = self.anchor(), self.monotonic()
+            self._anchor = (start or self.wall(), tick)
+            self._drift = (self.wall() - self._anchor[0]).total_seconds()
+        tick, wall = self.monotonic(), self.wall()
         steady = self._anchor[0] + dt.timedelta(seconds=tick - self._anchor[1])
         drift = (wall - steady).total_seconds()
         if abs(drift - self._drift) > TOLERANCE_SECONDS:

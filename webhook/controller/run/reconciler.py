@@ -83,7 +83,7 @@ class Controller:
         self.opted_out = opted_out
         # every deadline is judged by the time that really passed: a wall-clock jump moves none of them
         # (tests that drive the wall clock by hand pass no monotonic clock: their steps are real time)
-        self.clock = SteadyClock(clock, monotonic) if monotonic is not None else clock
+        self.clock = SteadyClock(clock, monotonic, api.server_time) if monotonic is not None else clock
         self.native_version = settings.native_version
         self.passes, self.orphan_seconds, self.resync_seconds = 0, settings.orphan_seconds, settings.resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
