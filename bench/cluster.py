@@ -13,7 +13,10 @@ namespace of one cluster:
 
 Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once; `pinch`,
 the --pods gang into a pool of unused nodes that holds 90% of it, the rest of the pool added once every
-pod exists (bound before the capacity came: a partial start; then capacity -> all bound); `crowded`, a
+pod exists (bound before the capacity came: a partial start; then capacity -> all bound); `autoscale`, the
+--pods gang into a pool of unused nodes holding a quarter of it, the rest brought by Karpenter (its KWOK
+provider, a NodePool of 32-CPU nodes: pods bound before the room for the whole gang was there, nodes
+made against nodes needed; the pool is deleted after each run so the next starts small); `crowded`, a
 64-pod gang into a cluster already running --crowd pods (default 100,000; made once, before the first
 `crowded` run, in a namespace not opted in, bound by name round the nodes and requesting nothing, so
 they weigh on every watch, cache and informer but take no room the other scenarios count on). Per
@@ -27,7 +30,7 @@ Times come from one watch of the namespace's pods (local receive time of each po
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
-                            [--scenarios one,many,pinch,crowded] [--crowd 100000] [--json out.json]
+                            [--scenarios one,many,pinch,autoscale,crowded] [--crowd 100000] [--json out.json]
                             [--repeat N] [--apiserver-profiles DIR] [--gangkeeper-profiles DIR] [--gangkeeper-logs DIR]
 
 --repeat runs every backend N times per scenario, interleaved (floor, gate, native, floor, ...), and
@@ -66,9 +69,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realcluster import coscheduling, volcano, workloads
+from tests.realcluster import coscheduling, karpenter, volcano, workloads
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import FAKE, Stack, wait_until
+from webhook import resources
+from webhook.controller.observe.autoscaler import CHECK_SECONDS
 
 GANGKEEPER = ("gangkeeper-webhook", "gangkeeper-controller")
 
@@ -451,6 +456,8 @@ POOL_LABEL = "bench.gangkeeper.io/pool"
 CROWDED_GANG = 64  # the issue's: a 64-pod gang into a cluster already running 100,000 pods
 # the pinch: the pool first holds this share of the gang, then the rest of what it needs is added
 PINCH_SHARE = 0.9
+AUTOSCALE_SHARE = 0.25  # the autoscale scenario's pool starts with a quarter of the gang's need
+AUTOSCALE_NODE_CPU = 32  # Karpenter's nodes (one KWOK instance type of this many CPUs)
 
 
 def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
@@ -458,7 +465,7 @@ def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, An
         return [workloads.job("gang", namespace, pods, "1")]
     if scenario == "crowded":
         return [workloads.job("gang", namespace, CROWDED_GANG, "1")]
-    if scenario == "pinch":
+    if scenario in ("pinch", "autoscale"):
         job = workloads.job("gang", namespace, pods, "1")
         job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: namespace}
         return [job]
@@ -476,14 +483,16 @@ class Pinch:
     rest: list[str]
 
     @classmethod
-    def take(cls, stack: Stack, namespace: str, pods: int, node_cpu: int, used: list[int]) -> Pinch:
+    def take(
+        cls, stack: Stack, namespace: str, pods: int, node_cpu: int, used: list[int], share_of_need: float = PINCH_SHARE
+    ) -> Pinch:
         need = -(-pods // node_cpu)
         start = used[0]
         names = stack.workers[start : start + need]
         if len(names) < need:
             raise SystemExit(f"the pinch needs {need} unused nodes; add --nodes")
         used[0] = start + need
-        share = int(need * PINCH_SHARE)
+        share = int(need * share_of_need)
         pinch = cls(stack, namespace, names[:share], names[share:])
         pinch.label(pinch.first)
         return pinch
@@ -496,6 +505,62 @@ class Pinch:
         """The rest of the pool labelled; returns when (monotonic) the capacity arrived."""
         self.label(self.rest)
         return time.monotonic()
+
+
+@dataclass
+class Autoscaled:
+    """The autoscale scenario's pool: a quarter of the gang's need in unused nodes labelled for this
+    namespace, and a Karpenter NodePool whose nodes carry the same label, so Karpenter brings the rest
+    (through gangkeeper's placeholders on the gate, the Unschedulable pods elsewhere). Each new node's
+    Ready is seen by polling (1 s), so the pods bound before the room for the whole gang was there count."""
+
+    stack: Stack
+    namespace: str
+    pool: dict[str, Any]
+    ready: dict[str, float] = field(default_factory=dict)
+    last_poll: float = 0.0
+
+    @classmethod
+    def start(cls, stack: Stack, namespace: str, pods: int, node_cpu: int, used: list[int]) -> Autoscaled:
+        Pinch.take(stack, namespace, pods, node_cpu, used, AUTOSCALE_SHARE)
+        pool = karpenter.node_pool(
+            namespace[-63:], cpu_per_node=AUTOSCALE_NODE_CPU, limit_cpu=pods * 2, consolidate_after="30s"
+        )
+        pool["spec"]["template"]["metadata"]["labels"][POOL_LABEL] = namespace
+        stack.plane.apply(pool)
+        time.sleep(CHECK_SECONDS + 1)  # gangkeeper's controller looks for NodePools this often
+        return cls(stack, namespace, pool)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        name = self.pool["metadata"]["name"]
+        return list(self.stack.plane.get("nodes", selector=f"karpenter.sh/nodepool={name}"))
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        if now - self.last_poll < 1.0:
+            return
+        self.last_poll = now
+        for node in self.nodes():
+            conditions = node.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                self.ready.setdefault(node["metadata"]["name"], now)
+
+    def figures(self, pods: int, node_cpu: int, bound: list[float]) -> dict[str, Any]:
+        made = self.nodes()
+        # one-CPU pods per node: its allocatable CPUs, whole (KWOK's instance types keep some for the kubelet)
+        per_node = min((int(resources.parse(n["status"]["allocatable"]["cpu"])) for n in made), default=0)
+        had = int(-(-pods // node_cpu) * AUTOSCALE_SHARE) * node_cpu
+        room = max(self.ready.values(), default=None)
+        return {
+            "nodes_made": len(made),
+            "nodes_needed": -(-(pods - had) // per_node) if per_node else None,
+            "bound_before_room": sum(1 for t in bound if room is not None and t < room),
+        }
+
+    def remove(self) -> None:
+        """The NodePool deleted: Karpenter drains and removes its nodes before the next run starts small."""
+        self.stack.plane.kubectl("delete", "nodepools.karpenter.sh", self.pool["metadata"]["name"], "--wait=false")
+        wait_until(lambda: not self.nodes(), "Karpenter's nodes of the run removed", 600, every=3)
 
 
 def run_one(
@@ -515,6 +580,7 @@ def run_one(
     )
     jobs = scenario_jobs(scenario, namespace, pods)
     pinch = Pinch.take(stack, namespace, pods, node_cpu, used or [0]) if scenario == "pinch" else None
+    autoscaled = Autoscaled.start(stack, namespace, pods, node_cpu, used or [0]) if scenario == "autoscale" else None
     expected = sum(j["spec"]["parallelism"] for j in jobs)
     core = client.CoreV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
     timeline, stop = Timeline(), threading.Event()
@@ -545,6 +611,8 @@ def run_one(
         for name, pid in components(stack).items():
             if name.startswith(GANGKEEPER):
                 peak_rss[name] = max(peak_rss[name], rss_mib(pid))
+        if autoscaled is not None:
+            autoscaled.poll()
         # the pinch: once every pod exists and the cluster had 10 s to place what fits, the rest arrives
         settled = len(timeline.created) >= expected and time.monotonic() - max(timeline.created.values()) >= 10
         if pinch is not None and widened is None and settled:
@@ -603,6 +671,7 @@ def run_one(
             if pinch is not None
             else {}
         ),
+        **(autoscaled.figures(expected, node_cpu, bound) if autoscaled is not None else {}),
         "pod_patch_ms": {
             q: (lambda v: None if v is None else round(v * 1000, 1))(
                 quantile(
@@ -635,6 +704,8 @@ def run_one(
     wait_until(
         lambda: not core.list_namespaced_pod(namespace, limit=1).items, f"the pods of {namespace} gone", 600, every=2
     )
+    if autoscaled is not None:
+        autoscaled.remove()
     return result
 
 
@@ -663,6 +734,11 @@ def print_table(results: list[dict[str, Any]]) -> None:
                 print(
                     f"{'':<9} gates: all lifted {r['all_ungated_after_all_created_s']} s after the last creation "
                     f"(over {r['gates_lifted_spread_s']} s), all bound {r['last_ungated_to_all_bound_s']} s after"
+                )
+            if "nodes_made" in r:
+                print(
+                    f"{'':<9} autoscale: {r['bound_before_room']} of {r['pods']} bound before the room for the "
+                    f"whole gang was there; Karpenter made {r['nodes_made']} nodes (needed {r['nodes_needed']})"
                 )
             if "capacity_to_all_bound_s" in r:
                 print(
@@ -765,6 +841,10 @@ def main() -> None:
             running.callback(volcano.stop, plane, processes)
         if "coscheduling" in backends:
             running.callback(coscheduling.start(plane).stop)
+        if "autoscale" in args.scenarios.split(","):
+            if karpenter.missing():
+                sys.exit(karpenter.missing())
+            running.enter_context(karpenter.running(plane))
         make_nodes(stack, args.nodes, args.node_cpu)
         used = [0]  # the pinch takes nodes no earlier run used
         for scenario in args.scenarios.split(","):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import karpenter, workloads
+from tests.realcluster import coscheduling, karpenter, volcano, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import assert_started_together, scheduled_at
 
@@ -48,6 +48,26 @@ def ready_at(node: dict[str, Any]) -> dt.datetime:
     return dt.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
 
 
+@pytest.fixture(scope="module")
+def volcano_running(stack: Stack) -> Iterator[Stack]:
+    reason = volcano.missing()
+    if reason:
+        pytest.skip(reason)
+    processes = volcano.start(stack.plane)
+    yield stack
+    volcano.stop(stack.plane, processes)
+
+
+@pytest.fixture(scope="module")
+def coscheduling_running(stack: Stack) -> Iterator[Stack]:
+    reason = coscheduling.missing()
+    if reason:
+        pytest.skip(reason)
+    process = coscheduling.start(stack.plane)
+    yield stack
+    process.stop()
+
+
 @pytest.mark.parametrize("backend", ["floor", "gate", "native"])
 def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     stack: Stack, autoscaler: karpenter.Karpenter, backend: str
@@ -56,11 +76,57 @@ def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     gangkeeper's backends bind none before the room for the whole gang is there (the last of Karpenter's
     nodes Ready). Printed side by side: apply -> all Running, pods bound before that, nodes provisioned
     against nodes needed. Every time is the cluster's (PodScheduled and the nodes' Ready transitions)."""
+    autoscaled_pinch(stack, autoscaler, backend)
+
+
+def test_the_pinch_beside_karpenter_under_volcano_waits_and_says_why(
+    volcano_running: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    """Volcano's gang plugin marks the tasks it could place `Schedulable` while their gang waits, the
+    rest `Unschedulable` (volcano-sh/volcano#3976). Karpenter sees only the Unschedulable ones and counts
+    the free room as theirs: no node comes, and the gang waits whole (no pod bound) until room frees.
+    gangkeeper cannot change what Volcano writes on its pods; its Gang says so and points to the gate."""
+    stack = volcano_running
+    stack.replace_workers(2, cpu="4")
+    namespace = stack.namespace("autoscale-volcano", "volcano")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
+    pinch = workloads.job("pinch", namespace, 16, "1")
+    wait_until(lambda: stack.plane.apply(pinch), "the Job admitted", 90, every=5)
+
+    def says_why() -> dict[str, Any] | None:
+        gang = stack.plane.get("gang", "job-pinch", namespace=namespace)
+        message = str(((gang or {}).get("status") or {}).get("message", ""))
+        return gang if "not marked Unschedulable by the volcano scheduler" in message else None
+
+    gang = wait_until(says_why, "the Gang saying why no node comes", 120, every=1)
+    print(f"\n{gang['status']['message']}")
+    reasons = sorted(
+        c.get("reason", "")
+        for p in gang_pods(stack, namespace, "pinch")
+        for c in p["status"].get("conditions", [])
+        if c["type"] == "PodScheduled"
+    )
+    assert "Schedulable" in reasons and "Unschedulable" in reasons, reasons
+    time.sleep(30)  # Karpenter batches and provisions within seconds for pods it sees
+    assert not autoscaler.nodes(), [n["metadata"]["name"] for n in autoscaler.nodes()]
+    assert not bound(gang_pods(stack, namespace, "pinch"))  # whole: nothing started
+
+
+def test_the_pinch_autoscaled_under_coscheduling(coscheduling_running: Stack, autoscaler: karpenter.Karpenter) -> None:
+    """scheduler-plugins' Coscheduling refuses a gang's pods at PreFilter while the gang cannot be
+    whole (Unschedulable), so Karpenter sees them too; the plugin lets them through once the nodes are there."""
+    autoscaled_pinch(coscheduling_running, autoscaler, "coscheduling")
+
+
+def autoscaled_pinch(stack: Stack, autoscaler: karpenter.Karpenter, backend: str) -> None:
     stack.replace_workers(2, cpu="4")
     namespace = stack.namespace(f"autoscale-{backend}", None if backend == "floor" else backend, backend != "floor")
     stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
     # 16 pods of 1 CPU on two nodes of 4: 8 fit; Karpenter's nodes of 4 CPUs must bring the other 8
-    stack.plane.apply(workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"}))
+    pinch = workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"})
+    # the webhook's API discovery refreshes each minute: until it sees Volcano's or scheduler-plugins'
+    # API (installed a moment ago) the backend is refused, naming what is missing
+    wait_until(lambda: stack.plane.apply(pinch), "the Job admitted", 90, every=5)
     started = time.monotonic()
     try:
         members = wait_until(
@@ -138,3 +204,82 @@ def test_a_nodepool_limit_below_the_gangs_need_is_named_and_nothing_starts(
     stack.plane.kubectl("delete", "job", "capped", "-n", namespace)
     wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone with the gang", 90)
     wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)
+
+
+def test_a_gang_no_nodepool_could_hold_gets_no_placeholders_and_no_node(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    """A gang whose pods select a label no NodePool's nodes carry: placeholders would bring nothing, so
+    none is made; the Gang says which NodePool refuses and why; Karpenter makes no node; the gang waits
+    whole."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("autoscale-never", "gate")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="10s"))
+    job = workloads.job("elsewhere", namespace, 8, "1")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "gpu"}
+    stack.plane.apply(job)
+
+    def says_why() -> dict[str, Any] | None:
+        gang = stack.plane.get("gang", "job-elsewhere", namespace=namespace)
+        message = str(((gang or {}).get("status") or {}).get("message", ""))
+        return gang if "no NodePool can ever make a node for pod" in message else None
+
+    gang = wait_until(says_why, "the Gang saying no NodePool could hold it", 90, every=1)
+    assert "NodePool default: its nodes never carry gangkeeper.test/pool=gpu" in gang["status"]["message"]
+    time.sleep(10)  # what Karpenter would have done by now for an Unschedulable pod
+    assert not placeholders(stack, namespace)
+    assert not autoscaler.nodes(), [n["metadata"]["name"] for n in autoscaler.nodes()]
+    assert len(gang_pods(stack, namespace, "elsewhere")) == 8 and not bound(gang_pods(stack, namespace, "elsewhere"))
+
+
+def drifted(stack: Stack) -> list[str]:
+    """The NodeClaims Karpenter found drifted from their NodePool (its Drifted condition)."""
+    return [
+        claim["metadata"]["name"]
+        for claim in stack.plane.get("nodeclaims.karpenter.sh")
+        if any(c["type"] == "Drifted" and c["status"] == "True" for c in claim.get("status", {}).get("conditions", []))
+    ]
+
+
+@pytest.mark.parametrize("backend", ["floor", "gate"])
+def test_a_running_gang_is_not_taken_apart_by_karpenter_drift_or_consolidation(
+    stack: Stack, autoscaler: karpenter.Karpenter, backend: str
+) -> None:
+    """Six pods on Karpenter's nodes (they select its NodePool), consolidation on; then the NodePool's
+    template changes, so every node it made has drifted and Karpenter replaces them one at a time,
+    evicting what runs there. Without a gang (the floor) Karpenter takes members one node at a time; a
+    gangkeeper gang's pods carry karpenter.sh/do-not-disrupt, so its nodes stay drifted and every member
+    runs on, the same pods."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace(f"disrupt-{backend}", None if backend == "floor" else backend, backend != "floor")
+    pool = karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="5s")
+    stack.plane.apply(pool)
+    steady = workloads.job("steady", namespace, 6, "1")
+    steady["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
+    stack.plane.apply(steady)
+    members = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "steady")) and len(running(p)) == 6 and p,
+        "the six pods Running on Karpenter's nodes",
+        180,
+        every=1,
+    )
+    first = {p["metadata"]["uid"] for p in members}
+    pool["spec"]["template"]["metadata"]["labels"]["gangkeeper.test/generation"] = "2"
+    stack.plane.apply(pool)
+    wait_until(lambda: drifted(stack), "Karpenter finding its nodes drifted", 120, every=2)
+    if backend == "floor":
+        taken = wait_until(
+            lambda: first - {p["metadata"]["uid"] for p in running(gang_pods(stack, namespace, "steady"))},
+            "Karpenter evicting a pod of a drifted node",
+            180,
+            every=1,
+        )
+        print(f"\ndrift, floor: {len(taken)} of 6 pods evicted by Karpenter one node at a time")
+        return
+    deadline = time.monotonic() + 60  # what took the floor's pods in well under a minute
+    while time.monotonic() < deadline:
+        still = {p["metadata"]["uid"] for p in running(gang_pods(stack, namespace, "steady"))}
+        assert still == first, f"members taken: {sorted(first - still)}\n{stack.describe(namespace)}"
+        time.sleep(2)
+    assert drifted(stack)  # still drifted, still there: their members asked not to be disrupted
+    print(f"\ndrift, {backend}: 0 of 6 members evicted in 60 s; {len(drifted(stack))} drifted nodes kept")
