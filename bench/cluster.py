@@ -73,6 +73,7 @@ from tests.realcluster import coscheduling, karpenter, volcano, workloads
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import FAKE, Stack, wait_until
 from webhook import resources
+from webhook.contract import PLACEHOLDER_LABEL
 from webhook.controller.observe.autoscaler import CHECK_SECONDS
 
 GANGKEEPER = ("gangkeeper-webhook", "gangkeeper-controller")
@@ -90,6 +91,8 @@ class Timeline:
     ungated: dict[str, float] = field(default_factory=dict)
 
     def see(self, pod: Any, now: float) -> None:
+        if PLACEHOLDER_LABEL in (pod.metadata.labels or {}):
+            return  # an autoscaler's placeholder stands in for a member: never one itself
         name = pod.metadata.name
         self.created.setdefault(name, now)
         if pod.spec.scheduling_gates:

@@ -575,12 +575,11 @@ def bench_topology(gangs: int = 100) -> None:
     packed = sorted(r[1][0] for r in rounds)[1]
     assert rounds[0][0][1] == 0 and rounds[0][1][1] == gangs
     print(f"required topology that no domain meets: {gangs} gangs of 4 x 3 CPUs, {NODES} nodes with 4 CPUs free")
-    print(
-        f"  required kubernetes.io/hostname (none placed) {required * 1000:8.1f} ms  ({required / gangs * 1000:.2f} ms a gang)"
-    )
-    print(
-        f"  the same gangs, no topology (all packed)     {packed * 1000:8.1f} ms  ({packed / gangs * 1000:.2f} ms a gang)"
-    )
+    for label, seconds in (
+        ("required kubernetes.io/hostname (none placed)", required),
+        ("the same gangs, no topology (all packed)", packed),
+    ):
+        print(f"  {label:<46} {seconds * 1000:8.1f} ms  ({seconds / gangs * 1000:.2f} ms a gang)")
     print(f"  ratio {required / packed:.2f}x (target 1.5x)")
 
 
