@@ -189,6 +189,32 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running_stack
 
 
+@pytest.fixture(scope="module")
+def vc(stack: Stack) -> Iterator[Stack]:
+    """Volcano (its scheduler, controller manager and admission, real) beside the stack, for one module."""
+    from tests.realcluster import volcano
+
+    reason = volcano.missing()
+    if reason:
+        pytest.skip(reason)
+    processes = volcano.start(stack.plane)
+    yield stack
+    volcano.stop(stack.plane, processes)
+
+
+@pytest.fixture(scope="module")
+def cosched(stack: Stack) -> Iterator[Stack]:
+    """scheduler-plugins' Coscheduling as a second scheduler beside the stack, for one module."""
+    from tests.realcluster import coscheduling
+
+    reason = coscheduling.missing()
+    if reason:
+        pytest.skip(reason)
+    process = coscheduling.start(stack.plane)
+    yield stack
+    process.stop()
+
+
 IMAGE_TOOLS = ("mmdebstrap", "umoci", "skopeo", "runc")
 
 

@@ -33,7 +33,7 @@ def add_job(store: Store, name: str, pods: int, cpu: str, arrived: int, expected
                 obj["metadata"]["creationTimestamp"] = f"2026-11-21T11:00:{arrived:02d}Z"
 
 
-def running_cluster(store: Store, api: Api, clock: Clock) -> None:
+def two_nodes_taken(store: Store, api: Api, clock: Clock) -> None:
     """Two 8-cpu nodes, each 6 cpus taken by a gang expected to run 600 s more."""
     install_admission(store, "gate")
     for name in ("worker1", "worker2"):
@@ -42,6 +42,12 @@ def running_cluster(store: Store, api: Api, clock: Clock) -> None:
     assert Controller(api, clock=clock).reconcile_once()["team-a/job-run"].state == "Release"
     schedule(store)
     kubelet(store, NS)
+
+
+def running_cluster(store: Store, api: Api, clock: Clock) -> None:
+    """two_nodes_taken, and three gangs waiting behind: a head needing both nodes whole, a short one and
+    one of unknown length."""
+    two_nodes_taken(store, api, clock)
     add_job(store, "big", 2, "8", arrived=1)  # the head: needs both nodes whole
     add_job(store, "short", 1, "2", arrived=2, expected=300)  # done before the head could start
     add_job(store, "long", 1, "2", arrived=3)  # runs for an unknown time
@@ -204,13 +210,7 @@ def test_one_namespaces_giants_hold_another_namespaces_gang_back_for_one_bound_n
     gang of team-a yields; with a clock per gang the second giant took over the head when the first
     yielded, and the small gang waited a bound per giant."""
     clock = Clock()
-    install_admission(store, "gate")
-    for name in ("worker1", "worker2"):
-        store.create("v1", "nodes", "", node(name, cpu="8"))
-    add_job(store, "run", 2, "6", arrived=0, expected=600)
-    assert Controller(api, clock=clock).reconcile_once()["team-a/job-run"].state == "Release"
-    schedule(store)
-    kubelet(store, NS)
+    two_nodes_taken(store, api, clock)
     add_job(store, "giant1", 2, "8", arrived=1)
     add_job(store, "giant2", 2, "8", arrived=2)
     theirs = b.job("small", parallelism=1, spec=b.pod_spec(b.container("1", "1Gi")))

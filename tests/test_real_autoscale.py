@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import coscheduling, karpenter, volcano, workloads
+from tests.realcluster import karpenter, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import assert_started_together, scheduled_at
 
@@ -48,26 +48,6 @@ def ready_at(node: dict[str, Any]) -> dt.datetime:
     return dt.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
 
 
-@pytest.fixture(scope="module")
-def volcano_running(stack: Stack) -> Iterator[Stack]:
-    reason = volcano.missing()
-    if reason:
-        pytest.skip(reason)
-    processes = volcano.start(stack.plane)
-    yield stack
-    volcano.stop(stack.plane, processes)
-
-
-@pytest.fixture(scope="module")
-def coscheduling_running(stack: Stack) -> Iterator[Stack]:
-    reason = coscheduling.missing()
-    if reason:
-        pytest.skip(reason)
-    process = coscheduling.start(stack.plane)
-    yield stack
-    process.stop()
-
-
 @pytest.mark.parametrize("backend", ["floor", "gate", "native"])
 def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     stack: Stack, autoscaler: karpenter.Karpenter, backend: str
@@ -80,13 +60,13 @@ def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
 
 
 def test_the_pinch_beside_karpenter_under_volcano_waits_and_says_why(
-    volcano_running: Stack, autoscaler: karpenter.Karpenter
+    vc: Stack, autoscaler: karpenter.Karpenter
 ) -> None:
     """Volcano's gang plugin marks the tasks it could place `Schedulable` while their gang waits, the
     rest `Unschedulable` (volcano-sh/volcano#3976). Karpenter sees only the Unschedulable ones and counts
     the free room as theirs: no node comes, and the gang waits whole (no pod bound) until room frees.
     gangkeeper cannot change what Volcano writes on its pods; its Gang says so and points to the gate."""
-    stack = volcano_running
+    stack = vc
     stack.replace_workers(2, cpu="4")
     namespace = stack.namespace("autoscale-volcano", "volcano")
     stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
@@ -112,10 +92,10 @@ def test_the_pinch_beside_karpenter_under_volcano_waits_and_says_why(
     assert not bound(gang_pods(stack, namespace, "pinch"))  # whole: nothing started
 
 
-def test_the_pinch_autoscaled_under_coscheduling(coscheduling_running: Stack, autoscaler: karpenter.Karpenter) -> None:
+def test_the_pinch_autoscaled_under_coscheduling(cosched: Stack, autoscaler: karpenter.Karpenter) -> None:
     """scheduler-plugins' Coscheduling refuses a gang's pods at PreFilter while the gang cannot be
     whole (Unschedulable), so Karpenter sees them too; the plugin lets them through once the nodes are there."""
-    autoscaled_pinch(coscheduling_running, autoscaler, "coscheduling")
+    autoscaled_pinch(cosched, autoscaler, "coscheduling")
 
 
 def autoscaled_pinch(stack: Stack, autoscaler: karpenter.Karpenter, backend: str) -> None:

@@ -15,16 +15,6 @@ from tests.realcluster.stack import Stack, bound, running, wait_until
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def cosched(stack: Stack) -> Iterator[Stack]:
-    reason = coscheduling.missing()
-    if reason:
-        pytest.skip(reason)
-    process = coscheduling.start(stack.plane)
-    yield stack
-    process.stop()
-
-
 def test_coscheduling_pinch_then_all_start(cosched: Stack) -> None:
     stack = cosched
     nodes = stack.replace_workers(3)

@@ -21,16 +21,6 @@ pytestmark = pytest.mark.cluster
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
 
 
-@pytest.fixture(scope="module")
-def vc(stack: Stack) -> Iterator[Stack]:
-    reason = volcano.missing()
-    if reason:
-        pytest.skip(reason)
-    processes = volcano.start(stack.plane)
-    yield stack
-    volcano.stop(stack.plane, processes)
-
-
 def admitted(stack: Stack, manifest: dict[str, Any]) -> None:
     # the webhook's API discovery refreshes each minute: until it sees Volcano's API the backend is
     # refused, naming what is missing (the CRDs were installed a moment ago)
