@@ -4,6 +4,7 @@ lost Lease stops a release at once, a clock jump times nothing out, the books ar
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -16,8 +17,9 @@ from tests.apiserver import Store
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.lifecycle import LeaderWorkerSetController, install_admission
 from webhook.controller import metrics
+from webhook.controller.run.clockguard import SteadyClock
 from webhook.controller.run.reconciler import Controller
-from webhook.kube import Api
+from webhook.kube import Api, http_date
 
 NS = "team-a"
 
@@ -363,3 +365,16 @@ def test_a_clock_jump_then_a_restart_judges_deadlines_by_the_api_servers_clock(
     restarted = Controller(api, clock=host, monotonic=lambda: 0.0)
     assert restarted.reconcile_once()["team-a/job-steady"].state == state
     assert store.get("batch/v1", "jobs", NS, "steady")["spec"].get("suspend") is not True or state == "TimedOut"
+
+
+def test_the_api_servers_date_is_read_from_the_first_header_and_never_without_a_zone() -> None:
+    """A proxy on the way may add its own Date beside the API server's (the real tier's fault proxy
+    does): joined, email.utils read them as a time with no zone, and the controller's clock failed in
+    every pass (no release at all). Only the first is read; a zoneless or unreadable one is refused, and
+    the steady clock then starts from this host's."""
+    date = "Fri, 27 Nov 2026 21:57:10 GMT"
+    assert http_date([date, date]) == dt.datetime(2026, 11, 27, 21, 57, 10, tzinfo=dt.UTC)
+    assert http_date([]) is None and http_date(["yesterday"]) is None
+    assert http_date(["Fri, 27 Nov 2026 21:57:10"]) is None  # no zone
+    naive = SteadyClock(Clock(), lambda: 0.0, lambda: dt.datetime(2026, 11, 27, 21, 57, 10))
+    assert naive().tzinfo is not None  # anchored on the host's clock, never failing

@@ -84,6 +84,20 @@ EVENTS = Resource("v1", "events")
 LEASES = Resource("coordination.k8s.io/v1", "leases")
 
 
+def http_date(values: list[str]) -> dt.datetime | None:
+    """The first Date header's time, in UTC; None when there is none or it cannot be read. A proxy on the
+    way may add its own Date beside the API server's (the test tier's fault proxy does): the values then
+    come joined, which email.utils reads as a time with no zone, so only the first is read, and a time
+    without a zone is refused."""
+    for value in values[:1]:
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        return parsed if parsed.tzinfo is not None else None
+    return None
+
+
 class Api:
     """Requests through the kubernetes client's own connection pool and authentication.
 
@@ -138,11 +152,9 @@ class Api:
             response = self._send("GET", "/api", None, None, JSON, 10.0, stream=False)
         except ApiError:
             return None
-        date = response.headers.get("Date")
-        try:
-            return email.utils.parsedate_to_datetime(date) if date and 200 <= response.status < 300 else None
-        except (TypeError, ValueError):
+        if not 200 <= response.status < 300:
             return None
+        return http_date(response.headers.getlist("Date"))
 
     def stream(self, path: str, query: Mapping[str, str], timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Watch events, one JSON object per line, until the server ends the watch."""

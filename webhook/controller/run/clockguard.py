@@ -37,7 +37,7 @@ class SteadyClock:
 
     def __call__(self) -> dt.datetime:
         if self._anchor is None:
-            start, tick = self.anchor(), self.monotonic()
+            start, tick = self._server_time(), self.monotonic()
             self._anchor = (start or self.wall(), tick)
             self._drift = (self.wall() - self._anchor[0]).total_seconds()
         tick, wall = self.monotonic(), self.wall()
@@ -51,3 +51,15 @@ class SteadyClock:
             )
             self._drift = drift
         return steady
+
+    def _server_time(self) -> dt.datetime | None:
+        """The API server's clock, when it can be read and compared with this host's (a time of another
+        kind, or an error reading it, leaves the anchor to the wall clock: the clock never fails)."""
+        try:
+            start = self.anchor()
+            if start is not None:
+                start - self.wall()  # comparable with this host's, or TypeError
+        except Exception:  # any failure only costs the anchor
+            log.warning("the API server's clock could not be read; the controller's clock starts from this host's")
+            return None
+        return start
