@@ -15,12 +15,14 @@ trap 'rm -rf "$out"' EXIT
 for k in base overlays/volcano overlays/coscheduling overlays/native overlays/gate examples; do
   kubectl kustomize "manifests/$k" > "$out/$(echo "$k" | tr / -).yaml"
 done
-# the chart with every optional object (cert-manager certificates, monitoring, the uninstall hook)
+# the chart with every optional object (cert-manager certificates, monitoring, the uninstall hook); no
+# cluster to read the API server's addresses from, so one is given (the chart refuses to guess)
 source hack/cluster/versions.env
 helm="${HELM:-${GK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangkeeper}/bin/helm-$HELM_VERSION/helm}"
 [[ -x "$helm" ]] || bash hack/cluster/build.sh helm
 "$helm" template gangkeeper charts/gangkeeper --namespace gangkeeper-system --kube-version "$K8S_DEFAULT" \
   --set certificates.mode=cert-manager,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true \
+  --set "networkPolicy.apiServerCIDRs={192.0.2.10/32}" \
   > "$out/chart-everything.yaml"
 "$scan_venv/bin/checkov" --quiet --compact --skip-download -d "$out" --framework kubernetes
 "$scan_venv/bin/checkov" --quiet --compact --skip-download -f Dockerfile --framework dockerfile
