@@ -15,12 +15,13 @@
 4. The steady-state pass (models the controller's CPU per pass; a real API server only adds the watch
    events' decoding, which the informers here do too): the controller as `gangkeeper controller` runs
    it (informers on pods and nodes, workload informers from discovery) against a test API server
-   process holding 5,000 nodes, 150,000 pods and 100 waiting gangs, while that server changes 50 pods
-   a second. Reported: the passes'
-   p50/p99/max, next to the baseline measured in the same run: the first pass, which builds every
-   view and places every gang (what every pass did before the index was kept by changes); and the
-   garbage collector's full collections while measured, with what one costs over everything cached
-   (every thread of the controller waits while it runs).
+   process holding 5,000 nodes and 150,000 pods, 16,000 of them the members of 2,000 running gangs,
+   and 100 waiting gangs, while that server changes 50 pods of no gang a second. Reported: the
+   passes' p50/p99/max and CPU, half the time with a turn for every gang each pass (the baseline, as
+   passes ran before each change was mapped to the gangs it concerns) and half with turns only for
+   the gangs whose pods, workload or deadline changed and the waiting ones; the first pass, which
+   builds every view and places every gang; and the garbage collector's full collections while
+   measured, with what one costs over everything cached (every thread of the controller waits).
 6. Required topology that cannot be met: 100 waiting gangs of four 3-CPU pods with
    `gangkeeper.io/topology-required: kubernetes.io/hostname` on 5,000 nodes with 4 CPUs free each (no
    node holds a gang), against the same 100 gangs without topology (each packed on four nodes): the
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -433,10 +435,26 @@ def bench_start_memory() -> None:
 
 
 GANGS_WAITING, CHURN_PER_SECOND = 100, 50
+RUNNING_GANGS, RUNNING_GANG_SIZE = 2000, 8
+
+
+def running_gangs(store: Any, pods: list[dict[str, Any]]) -> None:
+    """The first RUNNING_GANGS * RUNNING_GANG_SIZE pods made the bound members of running gate gangs: each
+    8 pods of a Job in namespace train, stamped and owned as the webhook and the Job controller make them."""
+    for g in range(RUNNING_GANGS):
+        job = add_job(store, f"run-{g}", parallelism=RUNNING_GANG_SIZE, cpu="500m", namespace="train")
+        for pod in pods[g * RUNNING_GANG_SIZE : (g + 1) * RUNNING_GANG_SIZE]:
+            meta = pod["metadata"]
+            meta["namespace"] = "train"
+            meta["labels"] = {"gangkeeper.io/group": f"job-run-{g}", "batch.kubernetes.io/job-name": f"run-{g}"}
+            meta["annotations"] = {"gangkeeper.io/workload": f"Job/run-{g}"}
+            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": f"run-{g}", "uid": job["metadata"]["uid"]}
+            meta["ownerReferences"] = [{**owner, "controller": True, "blockOwnerDeletion": True}]
 
 
 def serve_busy(port: int) -> None:
-    """serve_filled's cluster plus 100 gated gangs that do not fit now, and 50 pod changes a second."""
+    """serve_filled's cluster, 2,000 of whose 8-pod groups are running gate gangs, plus 100 gated gangs
+    that do not fit now, and 50 changes a second to the pods of no gang."""
     import random
     import threading
 
@@ -444,7 +462,9 @@ def serve_busy(port: int) -> None:
 
     store = Store(history=20000)  # about kube-apiserver's 5 min compaction window at 50 changes/s
     store.load("v1", "nodes", gpu_nodes())
-    store.load("v1", "pods", [realistic_pod(i, f"node-{i % NODES:04d}") for i in range(NODES * PODS_PER_NODE)])
+    pods = [realistic_pod(i, f"node-{i % NODES:04d}") for i in range(NODES * PODS_PER_NODE)]
+    running_gangs(store, pods)
+    store.load("v1", "pods", pods)
     for g in range(GANGS_WAITING):
         # 48 cpus a pod: every node has ~39 free, so each gang waits for capacity (it fits an empty node)
         job = add_job(store, f"wait-{g}", parallelism=8, cpu="48", namespace="train")
@@ -453,7 +473,7 @@ def serve_busy(port: int) -> None:
 
     def churn() -> None:
         rng, serial, period = random.Random(1), 0, 1.0 / CHURN_PER_SECOND
-        live = [f"app-{i}" for i in range(NODES * PODS_PER_NODE)]
+        live = [f"app-{i}" for i in range(RUNNING_GANGS * RUNNING_GANG_SIZE, NODES * PODS_PER_NODE)]
         next_at = time.monotonic()
         while True:
             next_at += period
@@ -475,8 +495,8 @@ def serve_busy(port: int) -> None:
 
 
 def measure_pass(url: str, seconds: float) -> None:
-    """The controller's loop as run.py runs it, each pass timed."""
-    import statistics
+    """The controller's loop as process.py runs it, each pass timed: half the time with a turn for every
+    gang (the baseline), half with turns only for the gangs something changed for."""
     import threading
 
     from webhook.controller import metrics as controller_metrics
@@ -509,28 +529,26 @@ def measure_pass(url: str, seconds: float) -> None:
     full_collection = time.perf_counter() - started
     collector.between_passes()
     pauses_before = gc_pauses(controller_metrics.GC_PAUSES)
-    durations, replaced = [], []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        changed.wait(1.0)
-        changed.clear()
-        started = time.perf_counter()
-        controller.reconcile_once()
-        durations.append(time.perf_counter() - started)
-        replaced.append(controller.replaced)
-        collector.between_passes()
-    durations.sort()
-
-    def pct(q: float) -> float:
-        return durations[min(len(durations) - 1, int(q * len(durations)))] * 1000
-
-    print(f"  gangs waiting          {waiting:>15}       (of {len(first)} gangs)")
+    half = seconds / 2
+    # the baseline first: a turn for every gang every pass, as each pass took before item 4 of issue 50
+    controller.settings = replace(controller.settings, visit_settled=True)
+    every = steady_passes(controller, changed, collector, half)
+    controller.settings = replace(controller.settings, visit_settled=False)
+    mapped = steady_passes(controller, changed, collector, half)
+    running_now = sum(1 for d in controller.decisions.values() if d.state == "Running")
+    print(f"  gangs                  {len(first):>15}       ({waiting} waiting, {running_now} running)")
     print(f"  baseline: first pass   {cold * 1000:15.1f} ms  (every view built, every gang placed)")
-    print(f"  steady passes          {len(durations):>15}       in {seconds:.0f} s, {CHURN_PER_SECOND} pod changes/s")
-    print(f"  pass p50               {pct(0.5):15.1f} ms")
-    print(f"  pass p99               {pct(0.99):15.1f} ms  (target < 200 ms)")
-    print(f"  pass max               {durations[-1] * 1000:15.1f} ms")
-    print(f"  gangs placed again     {statistics.mean(replaced):15.2f}       per pass (mean; the rest reused)")
+    print(f"  steady, each half      {half:15.0f} s   {CHURN_PER_SECOND} pod changes/s to pods of no gang")
+    for label, run in (("every gang a turn", every), ("changed gangs only", mapped)):
+        print(
+            f"  {label:<22} p50 {run.pct(0.5):7.1f} ms  p99 {run.pct(0.99):7.1f} ms  max {run.pct(1.0):7.1f} ms  "
+            f"CPU {run.cpu_ms:7.1f} ms/pass  gangs visited {run.visited:7.1f}/pass  placed again {run.replaced:5.2f}"
+            f"  ({len(run.durations)} passes)"
+        )
+    print(
+        f"  after / before         p50 {mapped.pct(0.5) / every.pct(0.5):7.2f}x  "
+        f"CPU per pass {mapped.cpu_ms / every.cpu_ms:.2f}x  (target: p99 < 200 ms)"
+    )
     print(f"  peak RSS               {rss_mib():15.0f} MiB (target < 500 MiB)")
     count, total = (a - b for a, b in zip(gc_pauses(controller_metrics.GC_PAUSES), pauses_before, strict=True))
     print(
@@ -540,11 +558,43 @@ def measure_pass(url: str, seconds: float) -> None:
     gang_writes = sum(n for k, n in first_writes.items() if k.startswith("gangs"))
     per_gang = gang_writes / max(1, len(first))
     print(f"  first pass writes      {per_gang:15.2f}       Gang writes per gang {first_writes}")
+    passes = len(every.durations) + len(mapped.durations)
     steady = sum(n for k, n in writes.items() if k.startswith("gangs"))
     print(
-        f"  steady writes          {steady / max(1, len(first)) / max(1, len(durations)):15.3f}       "
+        f"  steady writes          {steady / max(1, len(first)) / max(1, passes):15.3f}       "
         f"Gang writes per gang per pass {dict(sorted(writes.items()))}"
     )
+
+
+@dataclass
+class SteadyRun:
+    durations: list[float]
+    visited: float  # gangs given a turn, mean per pass
+    replaced: float  # gangs placed again, mean per pass
+    cpu_ms: float  # this process's CPU per pass
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.durations)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def steady_passes(controller: Controller, changed: Any, collector: Any, seconds: float) -> SteadyRun:
+    """The controller's loop as process.py runs it for `seconds`, each pass timed."""
+    durations, visited, replaced = [], [], []
+    cpu_before = time.process_time()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        changed.wait(1.0)
+        changed.clear()
+        started = time.perf_counter()
+        controller.reconcile_once()
+        durations.append(time.perf_counter() - started)
+        visited.append(controller.visited)
+        replaced.append(controller.replaced)
+        collector.between_passes()
+    passes = max(1, len(durations))
+    cpu = (time.process_time() - cpu_before) * 1000 / passes  # informers' threads too: the process's CPU
+    return SteadyRun(durations, sum(visited) / passes, sum(replaced) / passes, cpu)
 
 
 def gc_pauses(histogram: Any) -> tuple[float, float]:
@@ -585,7 +635,8 @@ def bench_topology(gangs: int = 100) -> None:
 
 def bench_pass(seconds: float) -> None:
     print(
-        f"steady-state pass: {NODES} nodes, {NODES * PODS_PER_NODE} pods, {GANGS_WAITING} waiting gangs, "
+        f"steady-state pass: {NODES} nodes, {NODES * PODS_PER_NODE} pods, {RUNNING_GANGS} running and "
+        f"{GANGS_WAITING} waiting gangs, "
         f"{CHURN_PER_SECOND} pod changes/s (test API server in its own process)"
     )
     against_server("--serve-busy", ["--measure-pass", "--seconds", str(seconds)])

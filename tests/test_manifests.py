@@ -254,6 +254,7 @@ def exercise_controller(server: TestApiServer) -> None:
             owner=("apps/v1", "StatefulSet", "db"),
             spec=dict(template["spec"]),
         )
+        pod["metadata"]["ownerReferences"][0]["uid"] = stored_sts["metadata"]["uid"]  # made by that very one
         store.create("v1", "pods", "team-a", admit(pod, "CREATE", make("gate"), "team-a").mutated)
     # group objects of every backend, then a scale-up so each is patched
     for backend in ("volcano", "coscheduling", "native"):

@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 
 from tests import builders as b
+from tests.apiserver import TestApiServer
+from tests.cluster import Clock, add_job, add_job_pods, node, pods
 from webhook.admission.decide import admit
 from webhook.backends import make
+from webhook.controller.run.reconciler import Controller
+from webhook.kube import Api
 
 STAMP = {"labels": {"gangkeeper.io/group": "job-train"}, "annotations": {"gangkeeper.io/workload": "Job/train"}}
 
@@ -223,3 +227,98 @@ def test_a_pods_own_disruption_word_and_the_setting_are_kept() -> None:
     assert (
         outcome.mutated is not None and "karpenter.sh/do-not-disrupt" not in outcome.mutated["metadata"]["annotations"]
     )
+
+
+# --- membership by uid: a workload deleted and made again under its name --------------------------
+def jobset_job(uid: str = "js-uid-1") -> dict[str, Any]:
+    """A Job as the JobSet controller makes it: its template carries JobSet js's stamp, and its
+    controller ownerReference is that JobSet, by name and uid."""
+    job = b.job("js-workers-0")
+    job["spec"]["template"]["metadata"] = {
+        "labels": {"gangkeeper.io/group": "jobset-js"},
+        "annotations": {"gangkeeper.io/workload": "JobSet/js"},
+    }
+    job["metadata"]["ownerReferences"] = [
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": uid, "controller": True}
+    ]
+    return job
+
+
+def test_a_job_its_jobset_made_carries_the_jobsets_uid_to_its_pods() -> None:
+    outcome = admit(jobset_job(), "CREATE", make("gate"), "team-a")
+    assert outcome.allowed and not outcome.gangs and outcome.mutated is not None
+    annotations = outcome.mutated["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"gangkeeper.io/workload": "JobSet/js", "gangkeeper.io/workload-uid": "js-uid-1"}
+    assert outcome.patch == [
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/annotations/gangkeeper.io~1workload-uid",
+            "value": "js-uid-1",
+        }
+    ]
+
+
+def test_a_workloads_copied_uid_comes_off_its_own_template() -> None:
+    """`kubectl get job js-workers-0 -o yaml`, its owner taken out, applied: a Job of its own."""
+    job = jobset_job()
+    del job["metadata"]["ownerReferences"]
+    job["spec"]["template"]["metadata"]["annotations"]["gangkeeper.io/workload-uid"] = "js-uid-1"
+    outcome = admit(job, "CREATE", make("gate"), "team-a")
+    assert outcome.allowed and outcome.mutated is not None
+    annotations = outcome.mutated["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"gangkeeper.io/workload": "Job/js-workers-0"}
+
+
+@pytest.mark.parametrize(
+    ("case", "owner", "annotations", "uid"),
+    [
+        ("a Job's pod: its owner's uid", ("batch/v1", "Job", "train"), {}, "uid-of-train"),
+        (
+            "a JobSet's Job's pod: the stamped uid",
+            ("batch/v1", "Job", "js-workers-0"),
+            {"gangkeeper.io/workload": "JobSet/js", "gangkeeper.io/workload-uid": "js-uid-1"},
+            "js-uid-1",
+        ),
+        (
+            "a Job's pod with a stamped uid: its owner's uid wins",
+            ("batch/v1", "Job", "train"),
+            {"gangkeeper.io/workload-uid": "forged"},
+            "uid-of-train",
+        ),
+        (
+            "a JobSet's Job's pod made before uids were stamped",
+            ("batch/v1", "Job", "js-workers-0"),
+            {"gangkeeper.io/workload": "JobSet/js"},
+            "",
+        ),
+    ],
+)
+def test_a_pod_says_the_uid_of_the_workload_it_was_made_for(
+    case: str, owner: tuple[str, str, str], annotations: dict[str, str], uid: str
+) -> None:
+    from webhook.gangs.pod import workload_uid
+
+    stamp = {"gangkeeper.io/workload": "Job/train", **annotations}
+    group = "jobset-js" if stamp["gangkeeper.io/workload"] == "JobSet/js" else "job-train"
+    pod = b.pod("p", labels={"gangkeeper.io/group": group}, annotations=stamp, owner=owner)
+    if owner[2] == "train":
+        pod["metadata"]["ownerReferences"][0]["uid"] = "uid-of-train"
+    assert workload_uid(pod) == uid, case
+
+
+def test_the_pods_of_a_deleted_job_are_no_members_of_its_namesakes_gang(apiserver: TestApiServer, api: Api) -> None:
+    """Job train deleted while its two gated pods wait for the garbage collector, and made again: the
+    old pods carry the same name and labels but its old uid. Counted by name, they were released in
+    the new gang's place (and deleted a moment later by the garbage collector)."""
+    store = apiserver.store
+    store.create("v1", "nodes", "", node("n1", cpu="8"))  # room for one gang of two 4-CPU pods
+    old = add_job(store, parallelism=2, cpu="4")
+    old_pods = add_job_pods(store, old)
+    store.delete("batch/v1", "jobs", "team-a", "train")  # the garbage collector has not run yet
+    new = add_job(store, parallelism=2, cpu="4")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    new_pods = add_job_pods(store, new)
+    decision = Controller(api, clock=Clock()).reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release"
+    assert sorted(decision.release) == sorted(new_pods)
+    assert {p["metadata"]["name"] for p in pods(store) if p["spec"].get("schedulingGates")} == set(old_pods)

@@ -118,3 +118,33 @@ def test_a_rerun_of_a_completed_job_runs_as_its_own_gang(stack: Stack) -> None:
     pods = job_pods(stack, namespace, "done-again")
     assert {p["metadata"]["labels"]["gangkeeper.io/group"] for p in pods} == {"job-done-again"}
     assert all(p["status"]["phase"] == "Succeeded" for p in pods)
+
+
+def test_a_jobset_made_again_under_its_name_starts_its_own_pods_whole(stack: Stack) -> None:
+    """The real JobSet controller's Jobs carry their JobSet's uid on their pod templates (the webhook
+    writes it from each Job's controller ownerReference), so its pods say which JobSet they were made
+    for: a JobSet deleted and applied again under its name has the same gang name, and only its new
+    pods are counted in it (the old ones, by their old uid, are the garbage collector's)."""
+    stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("membership-uid", "gate")
+    jobset = workloads.job_set("js", namespace, "1", workers=2)
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        replicated["template"]["spec"]["template"]["metadata"] = {"annotations": {"gangkeeper.test/run-for": "1h"}}
+
+    def started_whole(uid: str) -> list[dict[str, Any]] | None:
+        pods = [p for p in stack.pods(namespace) if not p["metadata"].get("deletionTimestamp")]
+        mine = [p for p in pods if p["metadata"]["annotations"].get("gangkeeper.io/workload-uid") == uid]
+        return mine if len(pods) == 3 and len(running(mine)) == 3 else None
+
+    uids = []
+    for _ in range(2):
+        stack.plane.apply(jobset)
+        uid = stack.plane.get("jobset", "js", namespace=namespace)["metadata"]["uid"]
+        wait_until(lambda uid=uid: started_whole(uid), f"JobSet js ({uid}) Running whole", 120)
+        for job in stack.plane.get("jobs", namespace=namespace):
+            annotations = job["spec"]["template"]["metadata"]["annotations"]
+            assert annotations["gangkeeper.io/workload-uid"] == uid, job["metadata"]["name"]
+        uids.append(uid)
+        stack.plane.kubectl("-n", namespace, "delete", "jobset", "js", "--wait=false")
+        wait_until(lambda: not stack.plane.get("jobset", "js", namespace=namespace), "JobSet js gone", 60)
+    assert uids[0] != uids[1]

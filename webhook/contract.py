@@ -44,6 +44,10 @@ PLACEHOLDER_PRIORITY_CLASS: Final = "gangkeeper-placeholder"
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.
 WORKLOAD_ANNOTATION: Final = f"{PREFIX}/workload"
+# The uid of that workload, written on the pod template of an object its operator made for it (a JobSet's
+# Job, an MPIJob's launcher) from that object's controller ownerReference: its pods' own owner is not the
+# workload, and a workload deleted and made again under its name has the same name but another uid
+WORKLOAD_UID_ANNOTATION: Final = f"{PREFIX}/workload-uid"
 SIZE_ANNOTATION: Final = f"{PREFIX}/gang-size"
 
 SYSTEM_NAMESPACE: Final = "gangkeeper-system"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from webhook import gangs
+from webhook import contract, gangs
 from webhook.admission import forgery, keys
 from webhook.admission.checks import (
     at_lowest_class,
@@ -166,9 +166,14 @@ def no_gang(a: Admission) -> Outcome | None:
     if not a.plan.skip:
         return None
     outcome = Outcome(True, a.plan.skip, warnings=a.plan.warnings, plan=a.plan)
-    if a.plan.unstamp and a.operation == "CREATE" and a.mutate:
+    if (a.plan.unstamp or a.plan.owner_uid) and a.operation == "CREATE" and a.mutate:
         outcome.mutated = json_copy(a.received)
-        remove_stamp(outcome.mutated)
+        if a.plan.unstamp:
+            remove_stamp(outcome.mutated)
+        for path in a.plan.owner_uid_templates:
+            template = get_path(outcome.mutated, path)
+            if isinstance(template, dict):
+                Target(template, "pod").annotations()[contract.WORKLOAD_UID_ANNOTATION] = a.plan.owner_uid
         outcome.patch = diff(a.received, outcome.mutated)
     return outcome
 
@@ -254,6 +259,11 @@ def stamped(a: Admission) -> Outcome:
         template = get_path(mutated, stamp.path)
         if isinstance(template, dict):
             backend.stamp(Target(template, stamp.shape), stamp.gang, is_pod=False)
+            # a workload's uid on its own template was copied with it (kubectl get -o yaml): not its own
+            holder = template if stamp.shape == "spark" else template.get("metadata")
+            held = holder.get("annotations") if isinstance(holder, dict) else None
+            if isinstance(held, dict):
+                held.pop(contract.WORKLOAD_UID_ANNOTATION, None)
     outcome.mutated = mutated
     outcome.patch = diff(a.received, mutated)
     if not outcome.patch:

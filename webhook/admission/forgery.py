@@ -41,6 +41,7 @@ MEMBERSHIP = (
     ("labels", "gangkeeper.io/group-name"),
     ("annotations", "gangkeeper.io/group-size"),
     ("annotations", "gangkeeper.io/workload"),
+    ("annotations", "gangkeeper.io/workload-uid"),
 )
 
 # its state, without gang-status (what it shows people, read back by nothing)

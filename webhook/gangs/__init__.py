@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from webhook import contract
 from webhook.gangs import common, kinds, limits, pod, shape, topology, values
@@ -49,9 +51,10 @@ def analyze(obj: Obj) -> Plan:
         return Plan.leave(kind_name, f"opted out with label {contract.SKIP_LABEL}")
     owner = common.controller_of(obj)
     if kind_name != pod.KIND and owner and owner.get("kind") in GANG_PARENTS:
-        return Plan.leave(
+        left = Plan.leave(
             kind_name, f"created by {owner['kind']} {owner.get('name')}, whose gang its pods join: not grouped again"
         )
+        return _with_owner_uid(left, obj, kind, owner)
     try:
         plan = kind.analyze(obj)
     except (TypeError, AttributeError, ValueError, KeyError) as error:  # a shape shape.check does not know
@@ -64,7 +67,30 @@ def analyze(obj: Obj) -> Plan:
     _with_priority_classes(obj, plan)
     marked = _marked_template(obj, plan)
     if marked:
-        plan = Plan(kind=kind_name, skip=marked, warnings=plan.warnings)
+        plan = _with_owner_uid(Plan(kind=kind_name, skip=marked, warnings=plan.warnings), obj, kind, owner or {})
+    return plan
+
+
+def _with_owner_uid(plan: Plan, obj: Obj, kind: kinds.Kind, owner: Mapping[str, Any]) -> Plan:
+    """An object an operator made for a workload whose gang its pods join (a JobSet's Job, an MPIJob's
+    launcher): its pod templates that carry that workload's stamp get the workload's uid too, from the
+    object's controller ownerReference. Its pods' own owner is this object, not the workload, and a
+    workload deleted and made again under its name keeps the name but not the uid: the controller
+    counts a pod whose stamped uid is not its workload's in no gang (decide/pods.py owner_uid)."""
+    uid = str(owner.get("uid") or "")
+    if not uid:
+        return plan
+    try:
+        stamps = kind.analyze(obj).templates
+    except (TypeError, AttributeError, ValueError, KeyError):
+        return plan
+    for stamp in stamps:
+        template = get_path(obj, stamp.path)
+        stamped = pod.stamped_identity(template) if isinstance(template, dict) and stamp.shape != "spark" else None
+        made_by = (owner.get("kind"), owner.get("name"))
+        if stamped is not None and (stamped.workload_kind, stamped.workload_name) == made_by:
+            plan.owner_uid_templates.append(stamp.path)
+    plan.owner_uid = uid if plan.owner_uid_templates else ""
     return plan
 
 

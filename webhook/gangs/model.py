@@ -133,6 +133,10 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     skip: str | None = None  # why the object is left alone
     unstamp: bool = False  # left alone, and gangkeeper's stamp from an earlier pass must come off
+    # left alone as its owner's: the uid of that owner (the gang's workload), to be written on these
+    # pod templates (contract.WORKLOAD_UID_ANNOTATION)
+    owner_uid: str = ""
+    owner_uid_templates: list[Path] = field(default_factory=list)
 
     @staticmethod
     def leave(kind: str, reason: str, warning: str | None = None) -> Plan:

@@ -75,6 +75,18 @@ def stamped_identity(pod: Obj) -> GangId | None:
     return gid if gid.name == group else None
 
 
+def workload_uid(pod: Obj) -> str:
+    """The uid of the workload the pod was made for, where it can be told: its controller owner's when
+    that owner is the workload itself (a Job's pod), else the one the webhook wrote on the template of
+    the object its operator made for it (a JobSet's Job: gangs._with_owner_uid). "" when neither says:
+    the pod is then a member by its owner's name alone (a LeaderWorkerSet's, whose templates carry no stamp)."""
+    stamped = stamped_identity(pod)
+    owner = common.controller_of(pod) or {}
+    if stamped is not None and owner.get("kind") == stamped.workload_kind:
+        return str(owner.get("uid") or "")
+    return common.annotations_of(pod).get(contract.WORKLOAD_UID_ANNOTATION, "")
+
+
 def workload_stamp(gid: GangId) -> str:
     """The `gangkeeper.io/workload` value from which `stamped_identity` rebuilds the gang."""
     return "/".join((gid.workload_kind, gid.workload_name, *gid.parts))

@@ -295,6 +295,9 @@ def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterab
                 deleted.append(f"{meta.get('namespace')}/{meta['name']}")
             except ApiError:
                 pass
+    if deleted:
+        metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
+        log.info("deleted orphaned group objects", extra={"objects": deleted})
     return deleted
 
 

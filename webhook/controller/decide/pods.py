@@ -13,7 +13,7 @@ from typing import Any
 from webhook import contract
 from webhook.controller import interning
 from webhook.controller.decide.shapes import Shape
-from webhook.gangs.pod import member_group
+from webhook.gangs.pod import member_group, workload_uid
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -159,6 +159,7 @@ class PodView:
     succeeded: bool = False  # phase Succeeded: its work is done (a Job's wave ends), not lost
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
     other_gates: tuple[str, ...] = ()  # scheduling gates not gangkeeper's (Kueue's topology gate)
+    workload_uid: str = ""  # the uid of the workload it was made for, where that can be told
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
@@ -194,6 +195,7 @@ class PodView:
             succeeded=phase == "Succeeded",
             preempts=spec.get("preemptionPolicy") != "Never",
             other_gates=_other_gates(spec),
+            workload_uid=workload_uid(dict(pod)),
         )
 
     @property

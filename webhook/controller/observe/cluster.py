@@ -34,6 +34,16 @@ class GangView:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    def made_for(self, workload: Obj | None) -> GangView:
+        """The gang's pods made for this very workload. A pod whose workload uid is another's was made for
+        an earlier workload of the same name, since deleted (its name and labels are the same): the
+        garbage collector is deleting it, and it is no member of the new one's gang."""
+        uid = ((workload or {}).get("metadata") or {}).get("uid")
+        kept = [i for i, view in enumerate(self.pods) if not uid or view.workload_uid in ("", uid)]
+        if len(kept) == len(self.pods):
+            return self
+        return GangView(self.namespace, self.name, [self.pods[i] for i in kept], [self.raw[i] for i in kept])
+
 
 def _add(target: dict[str, int], units: Iterable[tuple[str, int]], sign: int) -> None:
     for resource, amount in units:

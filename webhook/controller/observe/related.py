@@ -11,7 +11,7 @@ State: owned by the reconciler, one pass at a time; a gang's entry is rebuilt on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from webhook import contract
@@ -19,6 +19,7 @@ from webhook.kube import Resource
 
 if TYPE_CHECKING:
     from webhook.controller.observe.cluster import GangView
+    from webhook.informer import Informer
 
 # (group/version, plural, "namespace/name"): an object as an informer caches it
 WatchKey = tuple[str, str, str]
@@ -78,3 +79,13 @@ def watch_keys(
         keys.append((workload.group_version, workload.plural, f"{gang.namespace}/{rest.split('/')[0]}"))
     keys += [(r.group_version, r.plural, f"{gang.namespace}/{gang.name}") for r in group_resources]
     return keys
+
+
+def drained(informers: Mapping[tuple[str, str], Informer]) -> list[WatchKey]:
+    """What the watched workloads and group objects changed since the last pass (the informers' changes,
+    drained: the reconciler is their one reader of changes)."""
+    return [
+        (group_version, plural, key)
+        for (group_version, plural), informer in list(informers.items())
+        for key in informer.drain()
+    ]

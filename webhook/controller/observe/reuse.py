@@ -37,6 +37,21 @@ class Snapshot:
     _by_workload: dict[tuple[str, str], set[str]] | None = None
     _released: list[tuple[GangView, list[str]]] = field(default_factory=list)
 
+    @staticmethod
+    def of(index: ClusterIndex, live: dict[str, GangView]) -> Snapshot:
+        """The index's figures, shared; the free capacity copied: a pass replaces a node's figures when
+        it promises capacity."""
+        return Snapshot(
+            nodes=index.node_list(),
+            free=dict(index.free),
+            gangs=live,
+            stray_gated=list(index.stray_gated.values()),
+            ports=dict(index.ports),
+            eligibility=index.eligibility(),
+            index=index,
+            grown=index.take_grown(),
+        )
+
     def workload_nodes(self, gang: GangView) -> frozenset[str]:
         """The nodes the other gangs of this gang's workload hold (bound or promised), built once a pass
         and only when a gang with a workload topology asks."""

@@ -48,6 +48,7 @@ class ControllerSettings:
     component: str = "gangkeeper-controller"  # the Events' reporting component
     orphan_seconds: float = 30.0  # test-only: how often stray group objects are looked for
     resync_seconds: float = 10.0  # test-only: how long a gang's workload read is trusted without a change
+    visit_settled: bool = False  # test-only: a turn for every gang every pass (the benchmark's baseline)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ControllerSettings:

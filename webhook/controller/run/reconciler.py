@@ -28,7 +28,7 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
-from webhook.controller.observe.related import RelatedObjects, WatchKey, watch_keys
+from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, running_endings
 from webhook.controller.observe.source import ChangeSource, Listing, Source
@@ -105,6 +105,7 @@ class Controller:
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
+        self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
         self.waker = Waker()
 
@@ -138,7 +139,7 @@ class Controller:
                 watched = [self.informers.get((r.group_version, r.plural)) for r in all_workload_resources()]
                 self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
         seen: dict[str, tuple[int, Resolved]] = {}
-        touched = self.related.touched(self.changed_objects())
+        touched = self.related.touched(drained(self.informers))
         wakes.append(self.cycle.apply_reservations(snapshot, now))
         waiting, self.cycle.waiting = self.cycle.waiting, {}
         self.cycle.replaced, self._next_ending = 0, None
@@ -155,10 +156,16 @@ class Controller:
         current = _Pass(snapshot, now, due, touched, workloads, seen, waiting, queue)
         # each gang on its own: group objects of the other backends, gates nothing will release
         cycle: list[tuple[GangView, Resolved]] = []
+        self.visited = 0
         for gang in snapshot.gangs.values():
-            done, resolved = self._guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
-            if done and resolved is not None:
-                cycle.append((gang, resolved))
+            if self._untouched_running(gang, current):
+                current.seen[gang.key], current.marks[gang.key] = self._seen[gang.key], self._marks[gang.key]
+                decisions[gang.key] = self.decisions[gang.key]
+                continue
+            self.visited += 1
+            done, turn = self._guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
+            if done and turn is not None:
+                cycle.append(turn)
             elif done:
                 self.work.forget(gang.key)
         # the release cycle, gate gangs only: higher priority first, then whoever waited longest
@@ -169,7 +176,7 @@ class Controller:
                 decisions[gang.key] = decision
         self.cycle.finish_releases()
         self._seen, self._marks = seen, current.marks
-        self._gone_since = _kept(self._gone_since, snapshot.gangs)
+        self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
@@ -177,10 +184,7 @@ class Controller:
         if stamp >= self._orphans_at and self.may_write():
             self._orphans_at = stamp + self.orphan_seconds
             live = {(g.namespace, g.name) for g in snapshot.gangs.values()}
-            deleted = orphan_groups(self.api, live, [*self.groups.resources(), GANGS])
-            if deleted:
-                metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
-                log.info("deleted orphaned group objects", extra={"objects": deleted})
+            orphan_groups(self.api, live, [*self.groups.resources(), GANGS])
         hol = self.cycle.head_of_line.next_change(now)
         wakes += [self.work.next_at(), self._orphans_at, self._next_ending, hol.timestamp() if hol else None]
         self.next_wake = earliest(wakes, stamp)
@@ -213,11 +217,31 @@ class Controller:
             self.work.failed(key, stamp)
             return False, None
 
-    def _reconcile_gang(self, gang: GangView, current: _Pass) -> Resolved | None:
+    def _untouched_running(self, gang: GangView, current: _Pass) -> bool:
+        """A running gate gang nothing of its own changed since its last turn (its pods' version, its
+        workload or group object, its deadlines and periodic re-read, its backfill claim) would decide
+        Running again: skipped whole. A steady pass costs the changed and the waiting gangs, not the
+        thousands that run."""
+        last, seen, key = self.decisions.get(gang.key), self._seen.get(gang.key), gang.key
+        return (
+            not self.settings.visit_settled
+            and (last is not None and last.state == GangState.RUNNING and seen is not None)
+            and seen[0] == self.index.gang_versions[key]
+            and key in self._marks
+            and key not in current.due
+            and key not in current.touched
+            and self.gang_objects.books(gang.namespace, gang.name).claim_until is None
+        )
+
+    def _reconcile_gang(self, whole: GangView, current: _Pass) -> tuple[GangView, Resolved] | None:
         """One gang's own reconciliation: its gates lifted when nothing will release it, its group objects
-        synced (other backends). Returns the gang's workload when the release cycle must decide for it."""
+        synced (other backends). Returns the gang's members, by their workload's uid, and its workload
+        when the release cycle must decide for it."""
         now = current.now
-        resolved, fresh = self._resolved(gang, current)
+        resolved, fresh = self._resolved(whole, current)
+        gang = whole.made_for(resolved.workload)
+        if not gang.pods:
+            return None
         mechanism, switched = self._mechanisms_of(gang, current)
         gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
         if self.opted_out(gang.namespace):
@@ -243,7 +267,7 @@ class Controller:
             self._gone_since.pop(gang.key, None)
         elif gated and self.may_write():
             self._lift_when_not_collected(gang.key, gated, resolved, now)
-        return resolved
+        return gang, resolved
 
     def _lift_when_not_collected(
         self, key: str, gated: list[tuple[PodView, Obj]], resolved: Resolved, now: dt.datetime
@@ -263,7 +287,9 @@ class Controller:
         workload or group object changed, or when the gang falls due (a quiet cluster costs no API calls
         per pass)."""
         version = self.index.gang_versions[gang.key]
-        self.related.note(gang.key, version, lambda: self.related_objects(gang))
+        self.related.note(
+            gang.key, version, lambda: watch_keys(gang, self.workloads.workload_resource, self.groups.resources())
+        )
         cached = self._seen.get(gang.key)
         woken = gang.key in current.due or gang.key in current.touched
         if cached is not None and cached[0] == version and not woken:
@@ -349,19 +375,6 @@ class Controller:
             self._next_ending = min(first, self._next_ending if self._next_ending is not None else first)
         return found
 
-    def related_objects(self, gang: GangView) -> list[WatchKey]:
-        """The watched workload and group objects of a gang (`related.watch_keys`)."""
-        return watch_keys(gang, self.workloads.workload_resource, self.groups.resources())
-
-    def changed_objects(self) -> list[WatchKey]:
-        """What the watched workloads and group objects changed since the last pass (the informers'
-        changes, drained: the reconciler is their one reader of changes)."""
-        return [
-            (group_version, plural, key)
-            for (group_version, plural), informer in list(self.informers.items())
-            for key in informer.drain()
-        ]
-
     def snapshot(self) -> Snapshot:
         """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
         comparing a full listing), and a copy of the free capacity for the pass to promise from."""
@@ -382,19 +395,4 @@ class Controller:
         self.waker.keep_only(set(live))
         self.reporter.keep_only(set(live))
         self.related.keep_only(live)
-        return Snapshot(
-            nodes=index.node_list(),
-            # the index's figures, shared: a pass replaces a node's figures when it promises capacity
-            free=dict(index.free),
-            gangs=live,
-            stray_gated=list(index.stray_gated.values()),
-            ports=dict(index.ports),
-            eligibility=index.eligibility(),
-            index=index,
-            grown=index.take_grown(),
-        )
-
-
-def _kept(since: Mapping[str, float], live: Mapping[str, object]) -> dict[str, float]:
-    """The entries of gangs still there."""
-    return {key: at for key, at in since.items() if key in live}
+        return Snapshot.of(index, live)
