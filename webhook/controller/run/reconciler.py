@@ -35,7 +35,7 @@ from webhook.controller.observe.source import ChangeSource, Listing, Source
 from webhook.controller.observe.workloads import all_workload_resources, group_resource
 from webhook.controller.run.bootstrap import ControllerSettings, wire
 from webhook.controller.run.clockguard import SteadyClock
-from webhook.controller.run.workqueue import GangQueue
+from webhook.controller.run.workqueue import GangQueue, staggered
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Api
@@ -296,7 +296,7 @@ class Controller:
             current.seen[gang.key] = cached
             return cached[1], False
         resolved = self.workloads.resolve(gang, current.workloads)
-        self.work.add_at(gang.key, current.now.timestamp() + self.resync_seconds)
+        self.work.add_at(gang.key, current.now.timestamp() + staggered(gang.key, self.resync_seconds))
         current.seen[gang.key] = (version, resolved)
         return resolved, True
 

@@ -9,10 +9,17 @@ once it succeeds. Times are seconds on the controller's clock; nothing here read
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections.abc import Iterable
 
 BASE_BACKOFF_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 300.0
+
+
+def staggered(key: str, seconds: float) -> float:
+    """`seconds` less up to a quarter of it, the same for a key every time: the periodic re-reads of
+    gangs first read together (a controller's first pass) fall due spread out, not in one pass."""
+    return seconds * (1 - (zlib.crc32(key.encode()) % 1000) / 4000)
 
 
 class GangQueue:
