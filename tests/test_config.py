@@ -109,3 +109,26 @@ def test_the_controllers_settings_come_from_the_configuration_and_the_flags(tmp_
     process_only |= {"max_gang_pods", "native_version", "recovery_timeout", "func", "command", "help"}
     flags = {a.dest for a in _commands(build_parser())["controller"]._actions}
     assert flags - process_only <= {f.name for f in fields(ControllerSettings)}, flags - process_only
+
+
+def test_the_webhooks_settings_come_from_the_configuration_and_the_flags(tmp_path: Path) -> None:
+    """One bootstrap for the webhook too: `gangkeeper serve` builds WebhookSettings from the parsed
+    command line (the Configuration merged in) and every flag that tunes admission is one of its fields."""
+    from dataclasses import fields
+
+    from webhook.admission.bootstrap import WebhookSettings, build_resolver
+
+    args = parsed(["serve", "--backend", "gate", "--volcano-queues", "a, b", "--protect-from-disruption", "false"])
+    settings = WebhookSettings.from_args(args)  # type: ignore[arg-type]
+    assert (settings.backend, settings.volcano_queues) == ("gate", frozenset({"a", "b"}))
+    assert not settings.protect_from_disruption
+    assert WebhookSettings.from_args(parsed(["serve"])) == WebhookSettings()  # type: ignore[arg-type]
+    resolver = build_resolver(settings)
+    assert (resolver.default, resolver.volcano_queues, resolver.protect_from_disruption) == ("gate", {"a", "b"}, False)
+    serving = {"host", "port", "cert_dir", "kubeconfig", "workers", "graceful_timeout", "handshake_timeout"}
+    serving |= {"header_timeout", "body_timeout", "idle_timeout", "max_in_flight", "max_in_flight_mib"}
+    serving |= {"cert_reload_seconds", "noop_endpoint", "namespace", "service", "san", "cert_sync_seconds"}
+    serving |= {"log_level", "config", "func", "command", "help", "cert_secret", "drain_seconds"}
+    serving |= {"max_connections", "max_waiting_connections", "max_gang_pods"}  # the process's own limits
+    flags = {a.dest for a in _commands(build_parser())["serve"]._actions}
+    assert flags - serving <= {f.name for f in fields(WebhookSettings)}, flags - serving

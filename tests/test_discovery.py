@@ -9,8 +9,8 @@ import pytest
 
 from tests import builders as b
 from tests.schemas import validate
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.decide import admit
-from webhook.admission.resolve import BackendResolver
 from webhook.backends import Backend, Coscheduling, Gate, Native, Volcano
 from webhook.backends.discovery import Served, Unavailable, choose
 
@@ -43,7 +43,7 @@ def test_named_backend_missing_from_a_bare_cluster_is_unavailable(backend: str) 
 
 
 def test_denial_when_nothing_fits_names_what_to_install() -> None:
-    resolver = BackendResolver(default="volcano", served=lambda: served("scheduler-plugins"))
+    resolver = build_resolver(WebhookSettings(backend="volcano"), served=lambda: served("scheduler-plugins"))
     outcome = admit(b.job(), "CREATE", resolver.resolve("team-a"), "team-a")
     assert not outcome.allowed
     assert outcome.message == (
@@ -58,7 +58,7 @@ def test_denial_when_nothing_fits_names_what_to_install() -> None:
     [("native-1.35", "workloadRef"), ("native-1.36", "schedulingGroup"), ("native-1.37", "schedulingGroup")],
 )
 def test_auto_on_native_clusters_stamps_the_served_generation(cluster: str, field: str) -> None:
-    resolver = BackendResolver(default="auto", served=lambda: served(cluster))
+    resolver = build_resolver(WebhookSettings(backend="auto"), served=lambda: served(cluster))
     pod = b.pod(labels={"batch.kubernetes.io/job-name": "train"})
     outcome = admit(pod, "CREATE", resolver.resolve("team-a"), "team-a")
     assert outcome.mutated is not None and field in outcome.mutated["spec"]

@@ -9,6 +9,7 @@ import pytest
 
 from tests import builders as b
 from tests.schemas import validate
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
 from webhook.admission.resolve import BackendResolver, StaticNamespaces
 from webhook.backends import NamespaceInfo
@@ -39,8 +40,8 @@ def namespaces(**labels_by_namespace: dict[str, str]) -> StaticNamespaces:
 
 
 def test_namespace_label_chooses_the_backend() -> None:
-    resolver = BackendResolver(
-        default="volcano", namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "gate"}})
+    resolver = build_resolver(
+        WebhookSettings(backend="volcano"), namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "gate"}})
     )
     pod = b.pod(labels={"batch.kubernetes.io/job-name": "train"})
     response = handle(Handler(resolver), pod)
@@ -51,7 +52,9 @@ def test_namespace_label_chooses_the_backend() -> None:
 
 
 def test_unknown_backend_label_is_denied_with_the_supported_values() -> None:
-    resolver = BackendResolver(namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "kueue"}}))
+    resolver = build_resolver(
+        WebhookSettings(), namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "kueue"}})
+    )
     response = handle(Handler(resolver), b.job())
     assert response["allowed"] is False and response["status"]["code"] == 403
     assert 'gangkeeper.io/backend: Unsupported value: "kueue"' in response["status"]["message"]
@@ -59,7 +62,7 @@ def test_unknown_backend_label_is_denied_with_the_supported_values() -> None:
 
 def test_native_backend_on_a_cluster_without_the_api_is_denied_with_how_to_enable() -> None:
     bare = Served({"v1": frozenset({"pods"}), "scheduling.k8s.io/v1": frozenset({"priorityclasses"})})
-    resolver = BackendResolver(default="native", served=lambda: bare)
+    resolver = build_resolver(WebhookSettings(backend="native"), served=lambda: bare)
     response = handle(Handler(resolver), b.job())
     assert response["allowed"] is False
     assert "GenericWorkload" in response["status"]["message"]
@@ -105,8 +108,8 @@ def test_volcano_podgroup_is_owned_by_the_workload_when_its_uid_is_known() -> No
 
 def test_coscheduling_scheduler_name_per_namespace_for_the_default_schedulers_profile() -> None:
     """scheduler-plugins' production install runs Coscheduling inside default-scheduler."""
-    resolver = BackendResolver(
-        default="coscheduling",
+    resolver = build_resolver(
+        WebhookSettings(backend="coscheduling"),
         namespaces=StaticNamespaces(
             {
                 "team-a": NamespaceInfo(annotations={"gangkeeper.io/scheduler-name": "default-scheduler"}),
@@ -125,8 +128,8 @@ def test_coscheduling_scheduler_name_per_namespace_for_the_default_schedulers_pr
 
 
 def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
-    resolver = BackendResolver(
-        default="volcano",
+    resolver = build_resolver(
+        WebhookSettings(backend="volcano"),
         namespaces=StaticNamespaces(
             {"team-a": NamespaceInfo(annotations={"gangkeeper.io/scheduler-name": "Bad_Name"})}
         ),
@@ -145,8 +148,9 @@ def test_an_invalid_scheduler_name_annotation_is_denied_naming_it() -> None:
     ],
 )
 def test_a_missing_or_closed_volcano_queue_is_warned_at_apply_time(queue: str, warning: str | None) -> None:
-    resolver = BackendResolver(
-        default="volcano", queues=lambda: {"default": "Open", "closed": "Closed"}, volcano_queues=frozenset({"*"})
+    resolver = build_resolver(
+        WebhookSettings(backend="volcano", volcano_queues=frozenset({"*"})),
+        queues=lambda: {"default": "Open", "closed": "Closed"},
     )
     job = b.job(annotations={"gangkeeper.io/queue": queue})
     response = handle(Handler(resolver), job)
@@ -167,7 +171,9 @@ def test_scale_past_the_gang_size_limit_is_refused(replicas: int, allowed: bool)
         "resource": "leaderworkersets",
     }
     document["request"]["subResource"] = "scale"
-    status, answer = Handler(BackendResolver(default="volcano")).handle("validate", json.dumps(document).encode())
+    status, answer = Handler(build_resolver(WebhookSettings(backend="volcano"))).handle(
+        "validate", json.dumps(document).encode()
+    )
     response = answer["response"]
     assert status == 200 and response["allowed"] is allowed
     if not allowed:
@@ -185,7 +191,7 @@ def test_a_namespace_may_name_the_volcano_queues_its_gangs_use(
 ) -> None:
     """Queues are shared between tenants: a namespace's owner lists the ones its gangs may take."""
     listed = NamespaceInfo(annotations={"gangkeeper.io/volcano-queues": "team-a, shared"})
-    resolver = BackendResolver(default="volcano", namespaces=StaticNamespaces({"team-a": listed}))
+    resolver = build_resolver(WebhookSettings(backend="volcano"), namespaces=StaticNamespaces({"team-a": listed}))
     job = b.job(annotations={"gangkeeper.io/queue": queue} if queue else None)
     document = b.review(job, operation=operation, old=job if operation == "UPDATE" else None)
     endpoint = "mutate" if operation == "CREATE" else "validate"
@@ -211,7 +217,7 @@ def test_without_the_namespaces_list_a_gang_may_name_its_default_queue_and_the_c
     queue: str | None, cluster: str, allowed: bool
 ) -> None:
     queues = frozenset(q for q in cluster.split(",") if q)
-    resolver = BackendResolver(default="volcano", volcano_queues=queues)
+    resolver = build_resolver(WebhookSettings(backend="volcano", volcano_queues=queues))
     response = handle(Handler(resolver), b.job(annotations={"gangkeeper.io/queue": queue} if queue else None))
     assert response["allowed"] is allowed
     if not allowed:
@@ -229,7 +235,7 @@ def generate_named(obj: dict) -> dict:
 def test_a_generate_name_job_under_volcano_is_named_so_its_podgroup_can_come_first() -> None:
     """The gang, the template's group annotation and the PodGroup all carry the name admission chose."""
     job = generate_named(b.job())
-    response = handle(Handler(BackendResolver(default="volcano", namespaces=namespaces())), job)
+    response = handle(Handler(build_resolver(WebhookSettings(backend="volcano"), namespaces=namespaces())), job)
     patched = b.patched(job, response)
     validate(patched)
     name = patched["metadata"]["name"]
@@ -244,7 +250,7 @@ def test_a_generate_name_job_under_volcano_is_named_so_its_podgroup_can_come_fir
 def test_a_generate_name_job_elsewhere_keeps_the_api_servers_name(backend: str) -> None:
     """Only Volcano needs the gang's object before the pods; elsewhere each pod names its gang."""
     job = generate_named(b.job())
-    resolver = BackendResolver(default=backend, namespaces=namespaces())
+    resolver = build_resolver(WebhookSettings(backend=backend), namespaces=namespaces())
     patched = b.patched(job, handle(Handler(resolver), job))
     assert "name" not in patched["metadata"] and patched["metadata"]["generateName"] == "train-"
 

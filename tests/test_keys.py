@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tests import builders as b
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
 from webhook.admission.keys import MAX_WARNINGS, namespace_warnings
-from webhook.admission.resolve import BackendResolver
 
 
 def namespace(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict:
@@ -20,7 +20,9 @@ def namespace(labels: dict[str, str] | None = None, annotations: dict[str, str] 
 
 
 def warnings_of(obj: dict, endpoint: str = "validate") -> tuple[bool, list[str]]:
-    status, document = Handler(BackendResolver(default="volcano")).handle(endpoint, json.dumps(b.review(obj)).encode())
+    status, document = Handler(build_resolver(WebhookSettings(backend="volcano"))).handle(
+        endpoint, json.dumps(b.review(obj)).encode()
+    )
     assert status == 200
     response = document["response"]
     return response["allowed"], response.get("warnings", [])
@@ -121,7 +123,9 @@ def test_the_controllers_own_keys_and_the_contract_are_not_warned() -> None:
 def test_the_controllers_state_written_at_creation_is_refused(obj: dict, path: str) -> None:
     """A tenant's pod claiming a release and a planned node would hold that node's capacity in the
     controller's books; a workload claiming gangkeeper's suspension would be resumed by it."""
-    status, document = Handler(BackendResolver(default="gate")).handle("mutate", json.dumps(b.review(obj)).encode())
+    status, document = Handler(build_resolver(WebhookSettings(backend="gate"))).handle(
+        "mutate", json.dumps(b.review(obj)).encode()
+    )
     response = document["response"]
     assert status == 200 and response["allowed"] is False and response["status"]["code"] == 403
     assert f"{path}: Forbidden" in response["status"]["message"]
@@ -144,7 +148,7 @@ def test_a_pods_gang_membership_cannot_change_after_creation(change: dict, path:
     after = json.loads(json.dumps(before))
     for holder, values in change.items():
         after["metadata"][holder].update(values)
-    _, document = Handler(BackendResolver(default="gate")).handle(
+    _, document = Handler(build_resolver(WebhookSettings(backend="gate"))).handle(
         "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
     )
     response = document["response"]
@@ -159,7 +163,7 @@ def test_leaving_a_gang_and_other_pod_updates_are_allowed() -> None:
     left = json.loads(json.dumps(before))
     del left["metadata"]["labels"]["gangkeeper.io/group"]
     for after in (relabelled, left):
-        _, document = Handler(BackendResolver(default="gate")).handle(
+        _, document = Handler(build_resolver(WebhookSettings(backend="gate"))).handle(
             "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
         )
         assert document["response"]["allowed"]
@@ -181,7 +185,9 @@ def test_the_controllers_marks_added_by_an_update_are_refused_unless_it_is_the_c
     after["metadata"]["annotations"] = {"gangkeeper.io/suspended": "2026-11-24T00:00:00Z"}
     review = b.review(after, operation="UPDATE", old=before)
     review["request"]["userInfo"] = {"username": user}
-    _, document = Handler(BackendResolver(default="gate")).handle("validate", json.dumps(review).encode())
+    _, document = Handler(build_resolver(WebhookSettings(backend="gate"))).handle(
+        "validate", json.dumps(review).encode()
+    )
     response = document["response"]
     assert response["allowed"] is allowed, response
     if not allowed:
@@ -193,7 +199,7 @@ def test_taking_the_suspended_mark_off_is_allowed() -> None:
     before = b.job("train", annotations={"gangkeeper.io/suspended": "2026-11-24T00:00:00Z"})
     after = json.loads(json.dumps(before))
     del after["metadata"]["annotations"]["gangkeeper.io/suspended"]
-    _, document = Handler(BackendResolver(default="gate")).handle(
+    _, document = Handler(build_resolver(WebhookSettings(backend="gate"))).handle(
         "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
     )
     assert document["response"]["allowed"]

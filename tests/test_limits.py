@@ -15,8 +15,8 @@ from tests import builders as b
 from tests.apiserver import TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, node
 from tests.schemas import validate
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
-from webhook.admission.resolve import BackendResolver
 from webhook.controller.run.reconciler import Controller
 from webhook.gangs import analyze, limits
 from webhook.kube import Api
@@ -32,7 +32,9 @@ def limit() -> Iterator[None]:
 
 
 def review_response(obj: dict) -> dict:
-    status, document = Handler(BackendResolver(default="volcano")).handle("mutate", json.dumps(b.review(obj)).encode())
+    status, document = Handler(build_resolver(WebhookSettings(backend="volcano"))).handle(
+        "mutate", json.dumps(b.review(obj)).encode()
+    )
     assert status == 200
     response: dict = document["response"]
     return response

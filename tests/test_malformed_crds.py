@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from tests import builders as b
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
-from webhook.admission.resolve import BackendResolver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
 WRONG = [None, 0, -1, 2**40, "x", "", [], {}, [1], {"a": 1}, True, 1.5, [{}], [None]]
@@ -54,7 +54,7 @@ def mutations(doc: dict[str, Any], count: int, seed: int) -> Iterator[dict[str, 
 
 @pytest.mark.parametrize("backend", ["volcano", "native", "gate"])
 def test_wrong_typed_custom_resources_are_refused_with_a_field_path_never_a_500(backend: str) -> None:
-    handler = Handler(BackendResolver(default=backend))
+    handler = Handler(build_resolver(WebhookSettings(backend=backend)))
     refused = 0
     for index, doc in enumerate(custom_resources()):
         doc.setdefault("metadata", {})["namespace"] = "team-a"

@@ -8,9 +8,9 @@ import pytest
 
 from tests import builders as b
 from tests.schemas import validate
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.decide import admit
 from webhook.admission.handler import Handler
-from webhook.admission.resolve import BackendResolver
 from webhook.backends import Native, Volcano
 
 JOB_POD = {"batch.kubernetes.io/job-name": "train"}
@@ -93,7 +93,9 @@ def test_workload_whose_operator_makes_the_gang_is_untouched(workload: dict, rea
 
 
 def handle(review: dict) -> dict:
-    status, document = Handler(BackendResolver(default="volcano")).handle("mutate", json.dumps(review).encode())
+    status, document = Handler(build_resolver(WebhookSettings(backend="volcano"))).handle(
+        "mutate", json.dumps(review).encode()
+    )
     assert status == 200
     response: dict = document["response"]
     return response

@@ -16,6 +16,7 @@ directory = Path(sys.argv[1])
 from webhook.admission import metrics
 from webhook.admission.handler import Handler
 from webhook.admission.resolve import BackendResolver
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from tests import builders as b
 
 def allocated():
@@ -23,7 +24,7 @@ def allocated():
 
 metrics.prime()
 before = allocated()
-handler = Handler(BackendResolver(default="volcano"))
+handler = Handler(build_resolver(WebhookSettings(backend="volcano")))
 reviews = [b.review(b.job()), b.review(b.pod()), b.review(b.lws()), b.review(b.job(), operation="UPDATE", old=b.job())]
 for endpoint in ("mutate", "validate", "nope"):
     for review in reviews:

@@ -7,6 +7,7 @@ import pytest
 from tests import builders as b
 from tests.schemas import EXAMPLES, load_all, validate
 from webhook import gangs
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.decide import admit
 from webhook.backends import make
 
@@ -215,9 +216,8 @@ def test_operator_pod_admission_review_over_the_handler(example: str, pod: dict)
     import json
 
     from webhook.admission.handler import Handler
-    from webhook.admission.resolve import BackendResolver
 
-    status, document = Handler(BackendResolver(default="volcano")).handle(
+    status, document = Handler(build_resolver(WebhookSettings(backend="volcano"))).handle(
         "mutate", json.dumps(b.review(pod, uid="u")).encode()
     )
     assert status == 200 and document["response"]["allowed"] is True

@@ -11,10 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import builders as b
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
-from webhook.admission.resolve import BackendResolver
 
-HANDLERS = {name: Handler(BackendResolver(default=name)) for name in ("volcano", "coscheduling", "native", "gate")}
+HANDLERS = {
+    name: Handler(build_resolver(WebhookSettings(backend=name)))
+    for name in ("volcano", "coscheduling", "native", "gate")
+}
 
 label_values = st.one_of(st.text(max_size=70), st.sampled_from(["train", "0", "", "a" * 80, "x/y"]))
 quantities = st.one_of(

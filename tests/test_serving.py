@@ -22,8 +22,8 @@ import requests
 
 from tests import builders as b
 from tests.conftest import Server, start_server, stop_server
+from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
-from webhook.admission.resolve import BackendResolver
 
 
 @pytest.fixture
@@ -342,7 +342,7 @@ def large_job_review(entries: int = 40_000) -> bytes:
 def test_a_review_near_the_size_cap_costs_a_bounded_multiple_of_its_size() -> None:
     """The parsed tree plus the copy the mutator edits: what one large review can hold at once. The
     server runs large reviews one at a time per process, so this bounds a process's peak."""
-    handler = Handler(BackendResolver(default="volcano"))
+    handler = Handler(build_resolver(WebhookSettings(backend="volcano")))
     handler.handle("mutate", job_pod_body())  # imports and caches are not the request's cost
     body = large_job_review()
     assert 2_500_000 < len(body) < 3 * 1024 * 1024

@@ -75,10 +75,6 @@ def levels_of(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(str(getattr(args, "topology_levels", None) or ",".join(DEFAULT_LEVELS)).split(","))
 
 
-def queues_of(args: argparse.Namespace) -> frozenset[str]:
-    return frozenset(q.strip() for q in str(getattr(args, "volcano_queues", "") or "").split(",") if q.strip())
-
-
 def recovery_seconds(text: str) -> int:
     value = int(text)
     if not 1 <= value <= MAX_TIMEOUT_SECONDS:

@@ -299,45 +299,11 @@ def _run_cert_sync(args: argparse.Namespace, cert_dir: Path) -> int:
 
 
 def resolver(args: argparse.Namespace, wait: bool = False) -> BackendResolver:
-    """Namespace labels and served APIs for this process; with `wait`, only once both are known, so a
-    worker never answers from an empty cache (it opens its socket after this returns)."""
-    from webhook.admission.controller_lease import LeaseWatch
-    from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
-    from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
+    """Namespace labels and served APIs for this process (admission/bootstrap.py); with `wait`, only once
+    both are known, so a worker never answers from an empty cache (it opens its socket after this returns)."""
+    from webhook.admission.bootstrap import WebhookSettings, build_resolver
     from webhook.kube import Api
 
     api_client = options.api_client(args.kubeconfig)
-    if api_client is None:
-        return BackendResolver(
-            default=args.backend,
-            volcano_scheduler=args.volcano_scheduler,
-            coscheduling_scheduler=args.coscheduling_scheduler,
-            topology_levels=options.levels_of(args),
-            volcano_queues=options.queues_of(args),
-            protect_from_disruption=args.protect_from_disruption == "true",
-        )
-    api = Api(api_client)
-    namespaces = WatchedNamespaces(api)
-    namespaces.start()
-    discovery = DiscoveryCache(lambda: fetch_from_cluster(api))
-    discovery.start()
-    lease = LeaseWatch(api, args.namespace)
-    lease.start()
-    queues = WatchedQueues(api, lambda: discovery.served)
-    priority_classes = WatchedPriorityClasses(api)
-    priority_classes.start()
-    while wait and not (namespaces.synced.wait(10) and discovery.wait(10) and lease.tried.wait(10)):
-        print("gangkeeper: waiting for the namespace list, API discovery and the controller's Lease", file=sys.stderr)
-    return BackendResolver(
-        default=args.backend,
-        namespaces=namespaces,
-        served=lambda: discovery.served,
-        controller=lease.health,
-        queues=queues.states,
-        priority_classes=priority_classes.names,
-        volcano_scheduler=args.volcano_scheduler,
-        coscheduling_scheduler=args.coscheduling_scheduler,
-        topology_levels=options.levels_of(args),
-        volcano_queues=options.queues_of(args),
-        protect_from_disruption=args.protect_from_disruption == "true",
-    )
+    api = Api(api_client) if api_client is not None else None
+    return build_resolver(WebhookSettings.from_args(args), api, args.namespace, wait)
