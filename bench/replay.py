@@ -484,6 +484,39 @@ def gang_times(pods: list[PodSeen], size: int, end: float) -> GangTimes:
     return GangTimes(None, held, longest, [])
 
 
+TIMELINE_STEP_TRACE_SECONDS = 300
+
+
+def timeline(
+    recorder: Recorder, whole_at: dict[str, float | None], started: float, ended: float, speedup: float
+) -> dict[str, list[float]]:
+    """Every 5 trace minutes: the GPUs of bound pods still running, and the gangs submitted and not yet
+    whole nor finished (waiting), as the watches saw them."""
+    step = TIMELINE_STEP_TRACE_SECONDS / speedup
+    hours, running, waiting = [], [], []
+    moment = started
+    pods = [p for p in recorder.pods.values() if p.bound is not None]
+    while moment <= ended:
+        hours.append(round((moment - started) * speedup / 3600, 3))
+        running.append(sum(p.gpus for p in pods if p.bound is not None and p.bound <= moment < _or_never(p.ended)))
+        waiting.append(
+            sum(
+                1
+                for key, at in recorder.submitted.items()
+                if key in whole_at
+                and at <= moment
+                and _or_never(whole_at[key]) > moment
+                and recorder.completed.get(key, float("inf")) > moment
+            )
+        )
+        moment += step
+    return {"trace_hours": hours, "running_gpus": running, "waiting_gangs": waiting}
+
+
+def _or_never(moment: float | None) -> float:
+    return float("inf") if moment is None else moment
+
+
 def measure(
     recorder: Recorder,
     jobs: list[ReplayJob],
@@ -520,7 +553,10 @@ def measure(
     busy = sum(((p.ended or ended) - p.bound) * p.gpus for p in recorder.pods.values() if p.bound is not None)
     window = max(1e-9, ended - started)
     jct = percentiles(jcts)
+    whole = {keys[job.name]: gang_times(by_job.get(keys[job.name], []), job.pods, ended).whole_at for job in jobs}
     return {
+        "timeline": timeline(recorder, whole, started, ended, x),
+        "wait_s_by_gang_size_all": {k: sorted(round(w) for w in v) for k, v in sorted(by_size.items())},
         "gangs_total": len(jobs),
         "gangs_finished": sum(1 for job in jobs if keys[job.name] in recorder.completed),
         "gpu_hours_held_by_incomplete_gangs": round(partial_held * x / 3600, 2),
@@ -589,7 +625,40 @@ def plot(results: dict[str, dict[str, Any]], directory: Path) -> Path:
     path = directory / "replay.png"
     figure.savefig(path, dpi=80)
     plt.close(figure)
+    plot_over_time(results, directory, plt)
     return path
+
+
+def plot_over_time(results: dict[str, dict[str, Any]], directory: Path, plt: Any) -> None:
+    """replay-timeline.png: running GPUs and waiting gangs over trace time, a line per backend;
+    replay-waits.png: the wait distribution (share of gangs whole within x) per gang size class."""
+    figure, (gpus, gangs) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    for name, result in results.items():
+        line = result.get("timeline") or {}
+        gpus.plot(line.get("trace_hours", []), line.get("running_gpus", []), label=name, linewidth=1)
+        gangs.plot(line.get("trace_hours", []), line.get("waiting_gangs", []), label=name, linewidth=1)
+    gpus.set_ylabel("GPUs of running pods")
+    gangs.set_ylabel("gangs waiting (not yet whole)")
+    gangs.set_xlabel("trace hours")
+    gpus.legend(ncol=len(results))
+    figure.tight_layout()
+    figure.savefig(directory / "replay-timeline.png", dpi=80)
+    plt.close(figure)
+    sizes = sorted({size for r in results.values() for size in r.get("wait_s_by_gang_size_all", {})})
+    figure, axes = plt.subplots(1, max(1, len(sizes)), figsize=(4 * max(1, len(sizes)), 3.6), squeeze=False)
+    for axis, size in zip(axes[0], sizes, strict=False):
+        for name, result in results.items():
+            waits = [max(1.0, w) for w in result.get("wait_s_by_gang_size_all", {}).get(size, [])]
+            if waits:
+                axis.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=name)
+        axis.set_xscale("log")
+        axis.set_title(f"gangs of {size}", fontsize=10)
+        axis.set_xlabel("wait until whole (trace s)")
+    axes[0][0].set_ylabel("share of gangs")
+    axes[0][0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(directory / "replay-waits.png", dpi=80)
+    plt.close(figure)
 
 
 def main() -> None:

@@ -1,0 +1,42 @@
+"""bench/replay.py's figures over trace time, from what the watches saw: running GPUs and waiting gangs
+every 5 trace minutes, and the plots a user looks at (the timeline, the waits by gang size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.replay import PodSeen, Recorder, plot, timeline
+
+
+def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
+    recorder = Recorder(frozenset({"vc"}))
+    # speedup 300: one real second is 5 trace minutes, one sample
+    recorder.pods = {
+        "vc/a-0": PodSeen("vc/a", 8, created=0.0, bound=0.0, ended=3.0),
+        "vc/b-0": PodSeen("vc/b", 8, created=1.0, bound=2.0, ended=4.0),
+        "vc/b-1": PodSeen("vc/b", 8, created=1.0, bound=2.5, ended=4.0),
+        "vc/c-0": PodSeen("vc/c", 4, created=1.0),  # never bound
+    }
+    recorder.submitted = {"vc/a": 0.0, "vc/b": 1.0, "vc/c": 1.0}
+    recorder.completed = {"vc/a": 3.0, "vc/b": 4.0}
+    line = timeline(recorder, {"vc/a": 0.0, "vc/b": 2.5, "vc/c": None}, started=0.0, ended=5.0, speedup=300.0)
+    assert line["trace_hours"] == [0.0, 0.083, 0.167, 0.25, 0.333, 0.417]
+    assert line["running_gpus"] == [8, 8, 16, 16, 0, 0]  # b's second pod bound at 2.5: counted from 3
+    assert line["waiting_gangs"] == [0, 2, 2, 1, 1, 1]  # b whole at 2.5; c never
+
+
+def test_the_plots_are_written(tmp_path: Path) -> None:
+    result = {
+        "gangs_finished": 2,
+        "gpu_hours_held_by_incomplete_gangs": 0.0,
+        "gangs_stuck_partial_over_5min": 0,
+        "wait_s": {"p50": 10.0, "p95": 20.0},
+        "jct_s": {"mean": 100.0},
+        "gpu_utilization": 0.5,
+        "multi_node_gangs_in_one_rack_pct": 100.0,
+        "timeline": {"trace_hours": [0.0, 0.1], "running_gpus": [8, 16], "waiting_gangs": [1, 0]},
+        "wait_s_by_gang_size_all": {"1 pod": [0, 10, 30], "2-4 pods": [20, 400]},
+    }
+    plot({"floor": result, "gate": result}, tmp_path)
+    for name in ("replay.png", "replay-timeline.png", "replay-waits.png"):
+        assert (tmp_path / name).stat().st_size > 10_000, name
