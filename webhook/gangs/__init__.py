@@ -76,7 +76,7 @@ def _with_owner_uid(plan: Plan, obj: Obj, kind: kinds.Kind, owner: Mapping[str, 
     launcher): its pod templates that carry that workload's stamp get the workload's uid too, from the
     object's controller ownerReference. Its pods' own owner is this object, not the workload, and a
     workload deleted and made again under its name keeps the name but not the uid: the controller
-    counts a pod whose stamped uid is not its workload's in no gang (decide/pods.py owner_uid)."""
+    counts a pod whose stamped uid is not its workload's in no gang (pod.workload_uid, GangView.made_for)."""
     uid = str(owner.get("uid") or "")
     if not uid:
         return plan
