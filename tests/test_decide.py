@@ -170,6 +170,19 @@ ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
         {"obj": b.job(annotations={"gangkeeper.io/suspended": "true"})},
     ),
     "impostor_member": (False, 403, "metadata.ownerReferences: Forbidden", {"obj": pod_of("train", owned=False)}),
+    "made_for_another": (
+        False,
+        403,
+        "is now another object",
+        {
+            "obj": b.pod(
+                labels={"gangkeeper.io/group": "job-train", "batch.kubernetes.io/job-name": "train"},
+                annotations={"gangkeeper.io/workload": "Job/train"},
+            ),
+            "namespace": "team-a",
+            "workload_uids": lambda kind, namespace, name, claimed: "uid-of-the-job-made-again",
+        },
+    ),
     "invalid_settings": (
         False,
         422,

@@ -379,6 +379,12 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     while time.monotonic() < deadline and "batch-high" not in (classes.names() or ()):
         time.sleep(0.05)
     assert classes.names() == {"batch-high": 10, "": 0}  # "": a pod naming none (no global default here)
+    # a gang pod's workload, by uid: one GET of each kind the webhook reads
+    from webhook.admission.workloads import RESOURCES, WorkloadUids
+
+    uids = WorkloadUids(Api(api_client))
+    for kind in RESOURCES:
+        assert uids(kind, "team-a", "train", "uid-1") is None
     assert client and certs
 
 

@@ -322,3 +322,96 @@ def test_the_pods_of_a_deleted_job_are_no_members_of_its_namesakes_gang(apiserve
     assert decision.state == "Release"
     assert sorted(decision.release) == sorted(new_pods)
     assert {p["metadata"]["name"] for p in pods(store) if p["spec"].get("schedulingGates")} == set(old_pods)
+
+
+def made_for(uid: str) -> dict[str, Any]:
+    """A pod of Job train's gang that its Job controller made for the Job of uid `uid`."""
+    pod = copied(owner=("batch/v1", "Job", "train"))
+    pod["metadata"]["ownerReferences"][0]["uid"] = uid
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "now", "allowed"),
+    [
+        ("made for the Job that has the name now", made_for("uid-2"), "uid-2", True),
+        ("made for the Job deleted before it", made_for("uid-1"), "uid-2", False),
+        ("the Job cannot be read now (fails open: the controller's count holds it)", made_for("uid-1"), None, True),
+        ("a JobSet's pod, by the uid on its Job's template", None, "js-uid-2", False),
+    ],
+)
+def test_a_pod_made_for_an_earlier_workload_of_its_name_is_refused(
+    case: str, pod: dict[str, Any] | None, now: str | None, allowed: bool
+) -> None:
+    if pod is None:  # made by a Job of JobSet js (uid js-uid-1), which was deleted and made again
+        job_template = admit(jobset_job("js-uid-1"), "CREATE", make("gate"), "team-a").mutated["spec"]["template"]
+        meta = job_template["metadata"]
+        pod = b.pod("js-workers-0-0", labels=meta["labels"], annotations=meta["annotations"])
+        pod["metadata"]["ownerReferences"] = jobset_job()["metadata"]["ownerReferences"]
+        pod["metadata"]["ownerReferences"][0].update(kind="Job", apiVersion="batch/v1", name="js-workers-0")
+    asked: list[tuple[str, ...]] = []
+
+    def uids(*key: str) -> str | None:
+        asked.append(key)
+        return now
+
+    outcome = admit(pod, "CREATE", make("gate"), "team-a", workload_uids=uids)
+    assert outcome.allowed is allowed, (case, outcome.message)
+    assert len(asked) == 1 and asked[0][:3] in (("Job", "team-a", "train"), ("JobSet", "team-a", "js")), asked
+    if not allowed:
+        assert outcome.code == 403 and "metadata.ownerReferences: Forbidden: it was made for" in outcome.message
+        assert f"is now another object (uid {now})" in outcome.message
+
+
+def test_the_workloads_uid_is_read_once_and_a_contradicted_claim_at_most_once_a_second(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    from webhook.admission.workloads import WorkloadUids
+
+    store, now = apiserver.store, [0.0]
+    uid = add_job(store, parallelism=2, cpu="1")["metadata"]["uid"]
+    uids = WorkloadUids(api, clock=lambda: now[0])
+
+    def reads() -> int:
+        return sum(1 for method, path in store.requests if method == "GET" and "/jobs/" in path)
+
+    assert [uids("Job", "team-a", "train", uid) for _ in range(5)] == [uid] * 5
+    assert reads() == 1  # a gang's pods come in a burst: one GET for all
+    assert uids("Job", "team-a", "train", "forged") == uid  # a contradicted claim: read afresh, refused
+    assert reads() == 2
+    assert [uids("Job", "team-a", "train", "forged") for _ in range(50)] == [None] * 50
+    assert reads() == 2  # more within the second: unknown (admitted, left out by the controller), no read
+    assert uids("Job", "team-a", "train", uid) == uid  # the workload's own pods are still answered
+    now[0] += 1.5
+    assert uids("Job", "team-a", "train", "forged") == uid and reads() == 3
+    assert uids("Job", "team-a", "gone", "any") is None  # not found: nothing to hold the pod to
+    assert [uids("Job", "team-a", "gone", "any") for _ in range(20)] == [None] * 20
+    assert sum(1 for _, path in store.requests if path.endswith("/jobs/gone")) == 1
+    assert uids("Widget", "team-a", "train", "any") is None  # a kind gangkeeper does not read
+
+
+def test_a_workload_that_cannot_be_read_admits_the_pod(
+    apiserver: TestApiServer, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from tests.apiserver import Reject
+    from webhook.admission import workloads
+
+    store = apiserver.store
+    add_job(store, parallelism=2, cpu="1")
+    uids = workloads.WorkloadUids(api)
+    busy = Reject(429, "TooManyRequests", "slow down")
+    store.fail_next.append(lambda method, path: busy if "/jobs/" in path else None)
+    assert uids("Job", "team-a", "train", "uid-1") is None
+    monkeypatch.setattr(workloads, "READ_SECONDS", 0.2)
+
+    def hangs(method: str, path: str) -> None:
+        if "/jobs/" in path:
+            time.sleep(1)
+
+    store.fail_next.append(hangs)
+    later = workloads.WorkloadUids(api)
+    started = time.monotonic()
+    assert later("Job", "team-a", "train", "uid-1") is None
+    assert time.monotonic() - started < 0.9  # given up, not waited for

@@ -148,3 +148,40 @@ def test_a_jobset_made_again_under_its_name_starts_its_own_pods_whole(stack: Sta
         stack.plane.kubectl("-n", namespace, "delete", "jobset", "js", "--wait=false")
         wait_until(lambda: not stack.plane.get("jobset", "js", namespace=namespace), "JobSet js gone", 60)
     assert uids[0] != uids[1]
+
+
+def test_a_pod_copied_from_a_deleted_job_is_refused_by_its_namesake(stack: Stack) -> None:
+    """`kubectl get pod -o yaml` of a member, applied again after its Job was deleted and made again
+    under its name: the copy's ownerReference names the Job train, by kind and name its namesake's, by
+    uid the deleted one. The webhook reads the Job's uid now and refuses the copy; the new Job's own
+    pods, made just after the old ones, are admitted and run whole."""
+    stack.replace_workers(1, cpu="8")
+    namespace = stack.namespace("membership-copy", "gate")
+    job = workloads.job("train", namespace, 2, "1", pod_annotations={"gangkeeper.test/run-for": "1h"})
+    stack.plane.apply(job)
+    first = wait_until(lambda: running(job_pods(stack, namespace, "train")) or None, "train's pods Running", 90)
+    saved = copy.deepcopy(first[0])
+    old_uid = saved["metadata"]["ownerReferences"][0]["uid"]
+    stack.plane.kubectl("-n", namespace, "delete", "job", "train", "--wait=true", timeout=120)
+    wait_until(lambda: not job_pods(stack, namespace, "train"), "the old pods gone", 90)
+    stack.plane.apply(job)
+    new_uid = stack.plane.get("job", "train", namespace=namespace)["metadata"]["uid"]
+    assert new_uid != old_uid
+    wait_until(lambda: len(running(job_pods(stack, namespace, "train"))) == 2, "the new train Running whole", 90)
+
+    meta = saved["metadata"]
+    saved["metadata"] = {
+        "name": "train-copy",
+        "namespace": namespace,
+        "labels": meta["labels"],
+        "annotations": meta["annotations"],
+        "ownerReferences": meta["ownerReferences"],
+    }
+    saved.pop("status", None)
+    saved["spec"].pop("nodeName", None)
+    result = stack.plane.kubectl("create", "-f", "-", stdin=__import__("json").dumps(saved), check=False)
+    assert result.returncode != 0, result.stdout
+    assert f"it was made for Job train with uid {old_uid}" in result.stderr, result.stderr
+    assert f"is now another object (uid {new_uid})" in result.stderr, result.stderr
+    assert not stack.plane.get("pod", "train-copy", namespace=namespace)
+    assert {p["metadata"]["ownerReferences"][0]["uid"] for p in job_pods(stack, namespace, "train")} == {new_uid}

@@ -13,6 +13,7 @@ from typing import Any
 from webhook import contract
 from webhook.admission.controller_lease import LeaseWatch
 from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
+from webhook.admission.workloads import WorkloadUids
 from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
 from webhook.gangs.topology import DEFAULT_LEVELS
 from webhook.kube import Api
@@ -52,7 +53,8 @@ def build_resolver(
     **parts: Any,
 ) -> BackendResolver:
     """The webhook's collaborators. With an API: its watches started (namespace labels, API discovery,
-    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses), and with `wait` only once
+    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses; a gang pod's workload uid
+    read when asked), and with `wait` only once
     the first three are known, so a worker never answers from an empty cache. Without one: the offline
     answers (`gangkeeper mutate`, tests). `parts` replaces any of BackendResolver's by name."""
     watched: dict[str, Any] = {}
@@ -76,6 +78,7 @@ def build_resolver(
             "controller": lease.health,
             "queues": queues.states,
             "priority_classes": priority_classes.names,
+            "workload_uids": WorkloadUids(api),
         }
     return BackendResolver(
         default=settings.backend,

@@ -30,7 +30,7 @@ from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
 from webhook.gangs.model import Gang, Obj, Plan, get_path
-from webhook.gangs.pod import unowned_member
+from webhook.gangs.pod import unowned_member, workload_uid
 from webhook.gangs.topology import DEFAULT_LEVELS
 
 if TYPE_CHECKING:  # the decision only asks it; the Lease is read at admission's edge
@@ -91,6 +91,8 @@ class Admission:
     priority_classes: Collection[str] | None  # names; a Mapping also gives each one's value
     volcano_queues: frozenset[str] = frozenset()  # queues every namespace may use (--volcano-queues)
     protect_from_disruption: bool = True  # members carry karpenter.sh/do-not-disrupt (--protect-from-disruption)
+    # (kind, namespace, name, the uid a pod claims) -> that workload's uid now; None: unknown
+    workload_uids: Callable[[str, str, str, str], str | None] | None = None
 
     @property
     def served(self) -> Backend:
@@ -150,6 +152,29 @@ def impostor_member(a: Admission) -> Outcome | None:
         return None
     message = f"{describe(a.obj)} is forbidden: metadata.ownerReferences: Forbidden: {impostor}"
     return a.refuse("a gang's labels on a pod its workload does not own", 403, message)
+
+
+def made_for_another(a: Admission) -> Outcome | None:
+    """A pod made for an earlier workload of its gang workload's name (deleted and made again while its
+    pods wait for the garbage collector, or a pod copied from one): a gang is its own workload's pods,
+    by uid. When the workload's uid cannot be read now, the pod is admitted and the controller's count,
+    which holds the same rule, leaves it out."""
+    gid = a.plan.pod_gang
+    if a.operation != "CREATE" or gid is None or a.workload_uids is None or not a.namespace:
+        return None
+    claimed = workload_uid(a.obj)
+    if not claimed:
+        return None
+    current = a.workload_uids(gid.workload_kind, a.namespace, gid.workload_name, claimed)
+    if current is None or current == claimed:
+        return None
+    workload = f"{gid.workload_kind} {gid.workload_name}"
+    message = (
+        f"{describe(a.obj)} is forbidden: metadata.ownerReferences: Forbidden: it was made for {workload} "
+        f"with uid {claimed}, and {workload} is now another object (uid {current}): gang {gid.name} counts "
+        "only the pods of the workload that has its name now"
+    )
+    return a.refuse("a pod made for an earlier workload of its name", 403, message)
 
 
 def invalid_settings(a: Admission) -> Outcome | None:
@@ -276,6 +301,7 @@ ADMISSION_RULES: tuple[Callable[[Admission], Outcome | None], ...] = (
     membership_moved,
     state_forged,
     impostor_member,
+    made_for_another,
     invalid_settings,
     no_gang,
     backend_unavailable,
@@ -304,6 +330,7 @@ def admit(
     priority_classes: Collection[str] | None = None,
     volcano_queues: frozenset[str] = frozenset(),
     protect_from_disruption: bool = True,
+    workload_uids: Callable[[str, str, str, str], str | None] | None = None,
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.
@@ -331,6 +358,7 @@ def admit(
         priority_classes=priority_classes,
         volcano_queues=volcano_queues,
         protect_from_disruption=protect_from_disruption,
+        workload_uids=workload_uids,
     )
     for rule in ADMISSION_RULES:
         outcome = rule(admission)

@@ -82,6 +82,7 @@ class Handler:
             priority_classes=self.resolver.priority_classes(),
             volcano_queues=self.resolver.volcano_queues,
             protect_from_disruption=self.resolver.protect_from_disruption,
+            workload_uids=self.resolver.workload_uids,
         )
         gang = (
             outcome.plan.pod_gang.name

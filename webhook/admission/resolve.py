@@ -150,6 +150,7 @@ class BackendResolver:
         volcano_hypernodes: bool = False,
         volcano_queues: frozenset[str] = frozenset(),
         protect_from_disruption: bool = True,
+        workload_uids: Callable[[str, str, str, str], str | None] | None = None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
@@ -162,6 +163,7 @@ class BackendResolver:
         self.protect_from_disruption = protect_from_disruption
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
+        self.workload_uids = workload_uids  # a gang workload's uid now (admission/workloads.py); None: offline
 
     def namespace_info(self, namespace: str | None) -> NamespaceInfo:
         return (self.namespaces.get(namespace) if namespace else None) or NamespaceInfo()
