@@ -146,6 +146,41 @@ def test_only_one_leader_at_a_time(api: Api) -> None:
     assert first.try_acquire_or_renew() is False
 
 
+def test_a_leader_that_stops_cleanly_hands_the_lease_over_at_once(api: Api, apiserver: TestApiServer) -> None:
+    """SIGTERM (a rollout, a restart): the leader gives the Lease up after its last pass, and a
+    candidate that has just seen it held takes it on its next try, not a lease duration later."""
+    from tests.cluster import Clock
+
+    clock = Clock()
+    first, second = elector(api, "a", clock), elector(api, "b", clock)
+    assert first.try_acquire_or_renew() is True
+    assert second.try_acquire_or_renew() is False  # held, and just renewed
+    first.stop(release=True)
+    assert not first.leading()
+    lease = apiserver.store.get("coordination.k8s.io/v1", "leases", "gangkeeper-system", "gangkeeper-controller")
+    assert lease["spec"]["holderIdentity"] == "" and lease["spec"]["leaseDurationSeconds"] == 1
+    clock.advance(2)  # one retry period, far within the 15 s lease
+    assert second.try_acquire_or_renew() is True
+    assert first.release() is False  # not its lease any more: nothing written
+    assert (
+        apiserver.store.get("coordination.k8s.io/v1", "leases", "gangkeeper-system", "gangkeeper-controller")["spec"][
+            "holderIdentity"
+        ]
+        == "b"
+    )
+
+
+def test_a_leader_that_cannot_give_the_lease_up_stops_all_the_same(api: Api, apiserver: TestApiServer) -> None:
+    from tests.apiserver import Reject
+    from tests.cluster import Clock
+
+    clock = Clock()
+    leader = elector(api, "a", clock)
+    assert leader.try_acquire_or_renew() is True
+    apiserver.store.fail_next.append(lambda m, p: Reject(429, "TooManyRequests", "slow down") if m == "PATCH" else None)
+    assert leader.release() is False and not leader.leading()  # the Lease then expires as before
+
+
 def test_a_holder_whose_clock_runs_behind_keeps_its_lease(api: Api) -> None:
     """Expiry is judged from when the candidate saw the record change, not from the holder's renewTime."""
     from tests.cluster import Clock

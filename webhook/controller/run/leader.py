@@ -8,7 +8,11 @@ Modelled on client-go's leaderelection (tools/leaderelection/leaderelection.go):
   with its own clock, which may be skewed;
 - a leader that cannot renew within `renew_deadline_seconds` stops acting at once (`leading()` turns
   false) before the lease can expire and another replica take it;
-- every write carries the resourceVersion it read: two candidates racing cannot both win (409).
+- every write carries the resourceVersion it read: two candidates racing cannot both win (409);
+- a leader that stops cleanly (SIGTERM: a rollout, a drained node) gives the Lease up, as client-go
+  does with ReleaseOnCancel (`release` in leaderelection.go): an empty holderIdentity is free to every
+  candidate at once (resourcelock/interface.go, LeaderElectionRecord), so a restart does not leave the
+  gates unlifted for a whole lease duration.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # last successful acquire or renew, while leading
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self.changed = changed or threading.Event()  # set when leadership is gained or lost
 
     def leading(self) -> bool:
@@ -126,7 +131,37 @@ class LeaderElector:
             self._stop.wait(self.retry)
 
     def start(self) -> None:
-        threading.Thread(target=self.run, name="leader-election", daemon=True).start()
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, release: bool = False) -> None:
+        """Stop renewing; with `release`, once the caller has made its last write, give the Lease up."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.retry + 30)  # no renewal may land after the release
+        if release:
+            self.release()
+
+    def release(self) -> bool:
+        """Hand the Lease back (holder empty, a one-second duration) if this process holds it; True
+        when it did. Writing stops first: whatever the answer, this process no longer leads."""
+        if self._renewed_at is None:
+            return False
+        self._renewed_at = None
+        self.changed.set()
+        path = LEASES.path(self.namespace, self.name)
+        try:
+            lease = self.api.get(path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            now = format_time(self.clock())
+            released = {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}
+            self.api.merge_patch(
+                path, {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": released}
+            )
+        except ApiError as error:  # the Lease then expires as it would have: only the handover is slower
+            log.warning("could not give the lease up: %s", error, extra={"identity": self.identity})
+            return False
+        log.info("gave the lease up", extra={"identity": self.identity})
+        return True

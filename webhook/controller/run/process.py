@@ -93,12 +93,18 @@ def run(
     the native generation is what the API server serves, discovered again every REDISCOVER_SECONDS."""
     stop = stop or threading.Event()
     collector: garbage.Collector | None = None
+    # set by any watch event, leadership and the stop: the loop's sleep ends on each
+    changed = threading.Event()
     if threading.current_thread() is threading.main_thread():  # the process; tests run it in a thread
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+        def on_sigterm(*_: object) -> None:
+            stop.set()
+            changed.set()  # stop now, not after the sleep: the Lease is handed over sooner
+
+        signal.signal(signal.SIGTERM, on_sigterm)
         collector = garbage.start()  # the process's collector policy, not a test session's
     api = Api(api_client)
     # every pod counts against node capacity, so all of them are watched, not only gangkeeper's
-    changed = threading.Event()
     pods = controller_informer(api, PODS, transform=trim_pod, changed=changed)
     nodes = controller_informer(api, NODES, transform=trim_node, changed=changed)
     namespaces = controller_informer(api, NAMESPACES, transform=trim_namespace, changed=changed)
@@ -153,7 +159,7 @@ def run(
             collector.between_passes()
         changed.wait(seconds_to_sleep(controller, interval))
         changed.clear()
-    elector.stop()
+    elector.stop(release=True)  # after the last pass: a standby or the next pod takes over at once
     for informer in watched:
         informer.stop()
 
