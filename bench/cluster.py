@@ -139,9 +139,10 @@ def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event
             stop.wait(seconds)
 
 
-def profile_controllers(stack: Stack, prefix: Path) -> list[subprocess.Popen[bytes]]:
+def profile_controllers(stack: Stack, prefix: Path, idle: bool = False) -> list[subprocess.Popen[bytes]]:
     """py-spy recording each gangkeeper controller (every replica: which one leads is the lease's
-    business) until sent SIGINT: PREFIX-gangkeeper-controller@NODE.txt, collapsed stacks (flamegraph.pl)."""
+    business) until sent SIGINT: PREFIX-gangkeeper-controller@NODE.txt, collapsed stacks (flamegraph.pl).
+    `idle`: threads blocked (on an API call, a lock) are sampled too, so the stacks are wall-clock time."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     return [
         subprocess.Popen(
@@ -155,6 +156,7 @@ def profile_controllers(stack: Stack, prefix: Path) -> list[subprocess.Popen[byt
                 "--format",
                 "raw",
                 "--nonblocking",
+                *(["--idle"] if idle else []),
                 "--output",
                 str(prefix.with_name(f"{prefix.name}-{name}.txt")),
             ],

@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -57,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, config, watch
 
-from bench.cluster import GANGKEEPER, components, cpu_seconds, rss_mib
+from bench.cluster import GANGKEEPER, components, cpu_seconds, profile_controllers, rss_mib
 from tests.realcluster import coscheduling, volcano
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack, wait_until
@@ -163,6 +164,7 @@ class PodSeen:
     bound: float | None = None
     node: str = ""
     ended: float | None = None
+    ungated: float | None = None  # when the watch first saw it without gangkeeper's gate
 
 
 @dataclass
@@ -188,6 +190,8 @@ class Recorder:
                 seen = self.pods[key] = PodSeen(job, gpus, now)
             if spec.node_name and seen.bound is None:
                 seen.bound, seen.node = now, spec.node_name
+            if seen.ungated is None and not any(g.name == GATE for g in spec.scheduling_gates or []):
+                seen.ungated = now
             finished = kind == "DELETED" or meta.deletion_timestamp or (status.phase in ("Succeeded", "Failed"))
             if finished and seen.ended is None:
                 seen.ended = now
@@ -248,6 +252,7 @@ class Settings:
     speedup: float
     faults: bool
     drain_limit: float  # real seconds to wait for the last jobs after the last arrival
+    profiles: Path | None = None  # py-spy's samples of each gangkeeper controller, one file per backend
 
 
 def make_nodes(stack: Stack, settings: Settings) -> list[str]:
@@ -386,6 +391,11 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
     recorder, usage, stop = Recorder(frozenset(namespaces.values())), Usage(stack), threading.Event()
     keys = {job.name: f"{namespaces[job.cluster]}/{job.name}" for job in jobs}
     start_watches(stack, recorder, usage, stop)
+    spies = []
+    if settings.profiles is not None:
+        settings.profiles.mkdir(parents=True, exist_ok=True)
+        # wall-clock: a release waits on blocked API calls as much as on CPU
+        spies = profile_controllers(stack, settings.profiles / f"replay-{backend}", idle=True)
     usage.sample()
     cpu_before, started = usage.cpu, time.monotonic()
     span = max((j.arrival for j in jobs), default=0.0)
@@ -403,6 +413,9 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
     left = all_pods(stack)
     events = Counter(e.get("reason", "") for ns in namespaces.values() for e in stack.plane.get("events", namespace=ns))
     stop.set()
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
     racks = {n: f"rack-{i // settings.rack_size}" for i, n in enumerate(nodes)}
     return {
         **measure(recorder, jobs, keys, settings, started, ended, racks),
@@ -435,16 +448,16 @@ def partly_bound(pods: list[dict[str, Any]]) -> set[str]:
     return {job for job, seen in state.items() if seen == {True, False}}
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
+def percentiles(values: list[float], digits: int = 1) -> dict[str, float | None]:
     if not values:
         return {"mean": None, "p50": None, "p95": None, "p99": None, "count": 0}
     ordered = sorted(values)
 
     def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], digits)
 
     return {
-        "mean": round(statistics.fmean(ordered), 1),
+        "mean": round(statistics.fmean(ordered), digits),
         "p50": at(0.5),
         "p95": at(0.95),
         "p99": at(0.99),
@@ -556,6 +569,7 @@ def measure(
         if done is not None and submitted is not None:
             jcts.append((done - submitted) * x)
     busy = sum(((p.ended or ended) - p.bound) * p.gpus for p in recorder.pods.values() if p.bound is not None)
+    stages = stages_of(by_job, recorder.submitted, {keys[job.name]: job.pods for job in jobs})
     window = max(1e-9, ended - started)
     jct = percentiles(jcts)
     whole = {keys[job.name]: gang_times(by_job.get(keys[job.name], []), job.pods, ended).whole_at for job in jobs}
@@ -571,7 +585,30 @@ def measure(
         "gpu_utilization": round(busy / (window * settings.nodes * GPUS_PER_NODE), 3),
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
         "trace_seconds_replayed": round(window * x),
+        "stages_real_s": {stage: percentiles(values, 2) for stage, values in stages.items()},
     }
+
+
+def stages_of(
+    by_job: dict[str, list[PodSeen]], submitted: dict[str, float], sizes: dict[str, int]
+) -> dict[str, list[float]]:
+    """Where a gang's wait goes, in real seconds, for each gang that was whole: the Job submitted to its
+    last pod created (the Job controller, the webhook), that to the last gate lifted (gangkeeper's
+    controller, queueing for room included; 0 where nothing gates) and that to the gang whole (kube-
+    scheduler and the binding; a native or Volcano gang's own wait)."""
+    stages: dict[str, list[float]] = {"submitted_to_created": [], "created_to_ungated": [], "ungated_to_whole": []}
+    for key, pods in by_job.items():
+        size = sizes.get(key, 0)
+        first = sorted(pods, key=lambda p: p.created)[:size]
+        if not size or len(first) < size or any(p.bound is None or p.ungated is None for p in first):
+            continue
+        created = max(p.created for p in first)
+        ungated = max(max(p.ungated or 0.0, p.created) for p in first)
+        whole = max(p.bound or 0.0 for p in first)
+        stages["submitted_to_created"].append(max(0.0, created - submitted.get(key, created)))
+        stages["created_to_ungated"].append(ungated - created)
+        stages["ungated_to_whole"].append(max(0.0, whole - ungated))
+    return stages
 
 
 def print_table(results: dict[str, dict[str, Any]]) -> None:
@@ -695,6 +732,12 @@ def main() -> None:
         "Job controller's writes, not scheduling, bound every backend's waits at high speedups",
     )
     parser.add_argument("--no-faults", action="store_true")
+    parser.add_argument(
+        "--gangkeeper-profiles",
+        type=Path,
+        default=None,
+        help="a directory for py-spy's wall-clock samples of each gangkeeper controller (collapsed stacks)",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--plots", type=Path, default=None, help="a directory for replay.png")
     args = parser.parse_args()
@@ -742,7 +785,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     _, sliced = trace.read(TRACE, args.start, args.hours / 24)
     jobs = replay_jobs(sliced, args.speedup, args.high_every, args.split, args.max_job_hours)
     drain = max((j.duration for j in jobs), default=0.0) + args.drain_hours * 3600 / args.speedup
-    settings = Settings(args.nodes, args.rack_size, args.speedup, not args.no_faults, drain)
+    settings = Settings(args.nodes, args.rack_size, args.speedup, not args.no_faults, drain, args.gangkeeper_profiles)
     backends = [b for b in args.backends.split(",") if b]
     for name, module in (("volcano", volcano), ("coscheduling", coscheduling)):
         if name in backends and module.missing():
