@@ -11,6 +11,7 @@ without an API call.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,9 @@ class GangObjects:
         self._parsed: dict[str, tuple[Obj, Mapping[str, Release]]] = {}  # gang -> (the object, its records)
         # status writes kept for `flush`: gang -> (the object they go over, the patch, this pass's copy)
         self._deferred: dict[str, tuple[Obj, Obj, Obj]] = {}
+        # what this replica wrote is read by the pass and written by the releaser's pool (a release's
+        # record) at once
+        self._lock = threading.RLock()
 
     def _watched(self) -> Informer | None:
         informer = self._informer()
@@ -61,16 +65,18 @@ class GangObjects:
         key = f"{namespace}/{name}"
         informer = self._watched()
         if informer is None:
-            return self._listing().get(key)
+            with self._lock:
+                return self._listing().get(key)
         watched = informer.get(namespace, name)
-        mine = self._written.get(key)
-        if mine is None:
-            return watched
-        when, obj = mine
-        if _same(obj, watched) or self.monotonic() - when > self.FRESH_SECONDS:
-            del self._written[key]  # the watch has caught up (or never will: the object went)
-            return watched
-        return obj
+        with self._lock:
+            mine = self._written.get(key)
+            if mine is None:
+                return watched
+            when, obj = mine
+            if _same(obj, watched) or self.monotonic() - when > self.FRESH_SECONDS:
+                del self._written[key]  # the watch has caught up (or never will: the object went)
+                return watched
+            return obj
 
     def _listing(self) -> dict[str, Obj]:
         if self._listed is None:
@@ -114,7 +120,8 @@ class GangObjects:
             candidates = list(self._listing().values())
         else:
             keys = {f"{(g.get('metadata') or {}).get('namespace')}/{g['metadata']['name']}" for g in informer.items()}
-            keys |= self._written.keys()
+            with self._lock:
+                keys |= self._written.keys()
             candidates = [g for key in keys if (g := self.get(*key.split("/", 1))) is not None]
         return [g for g in candidates if books_of(g).suspended_at is not None]
 
@@ -231,24 +238,27 @@ class GangObjects:
 
     def _superseded(self, key: str, copy: Obj) -> bool:
         """Whether this replica's copy of a Gang is no longer `copy` (a later write replaced it)."""
-        mine = self._written.get(key)
-        if mine is not None:
-            return mine[1] is not copy
-        return self._listed is not None and key in self._listed and self._listed[key] is not copy
+        with self._lock:
+            mine = self._written.get(key)
+            if mine is not None:
+                return mine[1] is not copy
+            return self._listed is not None and key in self._listed and self._listed[key] is not copy
 
     def _remember(self, namespace: str, name: str, obj: Obj | None, forget: bool = False) -> None:
         key = f"{namespace}/{name}"
-        if self._listed is not None:
+        watching = self._informer() is not None
+        with self._lock:
+            if self._listed is not None:
+                if forget:
+                    self._listed = None  # unsure what the API holds now: list again when next asked
+                elif obj is None:
+                    self._listed.pop(key, None)
+                else:
+                    self._listed[key] = obj
             if forget:
-                self._listed = None  # unsure what the API holds now: list again when next asked
-            elif obj is None:
-                self._listed.pop(key, None)
-            else:
-                self._listed[key] = obj
-        if forget:
-            self._written.pop(key, None)
-        elif self._informer() is not None:
-            self._written[key] = (self.monotonic(), obj)
+                self._written.pop(key, None)
+            elif watching:
+                self._written[key] = (self.monotonic(), obj)
 
 
 def _composed(first: Mapping[str, Any], then: Mapping[str, Any]) -> Obj:

@@ -43,8 +43,9 @@ class Releaser:
     ) -> None:
         self.api, self.reporter, self.may_write, self.concurrency = api, reporter, may_write, concurrency
         self._pool: ThreadPoolExecutor | None = None
-        # this pass's release PATCHes in flight, each with the version of the pod it was made over
-        self._sending: list[tuple[str, Future[Obj | None]]] = []
+        # this pass's releases in flight: each gang's record, answering with its PATCHes (and the version
+        # of the pod each was made over)
+        self._sending: list[Future[list[tuple[str, Future[Obj | None]]]]] = []
         self._events_held = ExitStack()
 
     def lift_gates(self, pods: list[tuple[PodView, Obj]], why: str, now: dt.datetime) -> None:
@@ -85,10 +86,12 @@ class Releaser:
         ports: dict[str, Counter[HostPort]],
         now: dt.datetime,
     ) -> None:
-        """The release recorded, then its PATCHes sent without waiting for them: the pass goes on to the
-        next gang while they land (`finish` waits for them at the pass's end). One gang's PATCHes after
-        another's, each waiting for the last, held 50 gangs of 20 to half the API server's PATCH rate
-        (bench/cluster.py `many` at 5,000 nodes: 24 against 47 per second for one gang of 1,000)."""
+        """The release recorded, then its PATCHes sent, all on the pool without waiting: the pass goes on
+        to the next gang while they land (`finish` waits for them at the pass's end). One gang's PATCHes
+        after another's, each waiting for the last, held 50 gangs of 20 to half the API server's PATCH
+        rate (bench/cluster.py `many` at 5,000 nodes: 24 against 47 per second for one gang of 1,000).
+        The record's own round trips (a new gang's Gang created, then its status) on the pass's thread
+        were a quarter of its time under a burst of arrivals (bench/replay.py --gangkeeper-profiles)."""
         by_name = {p.name: (p, raw) for p, raw in zip(gang.pods, gang.raw, strict=True)}
         patches: list[tuple[PodView, Obj]] = []
         records: dict[str, Release] = {}
@@ -105,16 +108,11 @@ class Releaser:
         if not self.may_write():
             log.warning("not the leader any more: release abandoned", extra={"gang": gang.key})
             return
-        # the record first: a pod released without one would hold no capacity in the next pass's books
-        if not self.reporter.record_releases(gang, resolved, decision, records, now):
-            log.warning("release not recorded: abandoned until the next pass", extra={"gang": gang.key})
-            return
         if not self._sending:  # events wait while PATCHes are in flight (events.py, `deferred`)
             self._events_held.enter_context(self.reporter.recorder.deferred())
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="release")
-        for item in patches:
-            self._sending.append((item[0].resource_version, self._pool.submit(self._send_release, item)))
+        self._sending.append(self._pool.submit(self._record_then_send, gang, resolved, decision, records, now, patches))
         created = [p.created_at for p in gang.pods if p.created_at]
         if created:
             metrics.RELEASE_LATENCY.observe(max(0.0, (now - max(created)).total_seconds()))
@@ -134,7 +132,7 @@ class Releaser:
         sending, self._sending = self._sending, []
         written: list[tuple[str, Obj]] = []
         try:
-            for version, future in sending:
+            for version, future in self._patches_of(sending):
                 try:
                     pod = future.result()
                 except Exception:  # not an API answer (a broken connection): the next pass decides again
@@ -146,6 +144,40 @@ class Releaser:
         finally:
             self._events_held.close()
         return written
+
+    def _record_then_send(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        decision: Decision,
+        records: Mapping[str, Release],
+        now: dt.datetime,
+        patches: list[tuple[PodView, Obj]],
+    ) -> list[tuple[str, Future[Obj | None]]]:
+        """On the pool: the record first (a pod released without one would hold no capacity in the next
+        pass's books), then the gang's PATCHes, submitted side by side; returns them, each with the version
+        of the pod it was made over."""
+        if not self.may_write() or not self.reporter.record_releases(gang, resolved, decision, records, now):
+            log.warning("release not recorded: abandoned until the next pass", extra={"gang": gang.key})
+            return []
+        pool = self._pool
+        if pool is None:  # made before this was submitted to it
+            return []
+        return [(item[0].resource_version, pool.submit(self._send_release, item)) for item in patches]
+
+    @staticmethod
+    def _patches_of(
+        sending: list[Future[list[tuple[str, Future[Obj | None]]]]],
+    ) -> list[tuple[str, Future[Obj | None]]]:
+        """Each gang's PATCHes, once its record is written (a record that raised sent none)."""
+        patches: list[tuple[str, Future[Obj | None]]] = []
+        for recorded in sending:
+            try:
+                patches += recorded.result()
+            except Exception:  # not an API answer (a broken connection): the next pass decides again
+                metrics.API_ERRORS.labels("patch", "0").inc()
+                log.warning("release record failed", exc_info=True)
+        return patches
 
     def _send_release(self, item: tuple[PodView, Obj]) -> Obj | None:
         view, patch = item

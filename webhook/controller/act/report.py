@@ -100,9 +100,10 @@ class Reporter:
     def record_releases(
         self, gang: GangView, resolved: Resolved, decision: Decision, released: Mapping[str, Release], now: dt.datetime
     ) -> bool:
-        """The release recorded in the gang's Gang object (created if need be), with the decision's state in
-        the same write; False when it could not be written."""
-        books = books_of(self.gang_objects.get(gang.namespace, gang.name))
+        """The release recorded in the gang's Gang object (created if need be), with the decision's state and
+        the books after it (`next_books`) in the same write: `transition` writes nothing more for a release.
+        False when it could not be written. Called on the releaser's pool, beside the pass."""
+        books = next_books(books_of(self.gang_objects.get(gang.namespace, gang.name)), gang, decision, now)
         state, message, position = decision.state, decision.message, decision.position
         return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
 
@@ -134,10 +135,10 @@ class Reporter:
     ) -> None:
         """The Gang object brought to the decision; an event when its state changes from `previous`
         (level-based: compared with the Gang's, so a workload recreated under the same name is told again)."""
-        current = self.gang_objects.get(gang.namespace, gang.name)
         self.last_state[gang.key] = decision.state
-        books = next_books(books_of(current), gang, decision, now)
-        if self.may_write():
+        # a release's state and books go with its record (`record_releases`, on the releaser's pool)
+        if self.may_write() and decision.state != GangState.RELEASE:
+            books = next_books(books_of(self.gang_objects.get(gang.namespace, gang.name)), gang, decision, now)
             self.save_books(gang, resolved, decision, books, now, later=True)
         if previous != decision.state:
             self._tell(gang, resolved, decision)
