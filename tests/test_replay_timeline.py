@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.replay import PodSeen, Recorder, plot, timeline
+from bench.replay import PodSeen, Recorder, plot, stages_of, timeline
 
 
 def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
@@ -23,6 +23,24 @@ def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
     assert line["trace_hours"] == [0.0, 0.083, 0.167, 0.25, 0.333, 0.417]
     assert line["running_gpus"] == [8, 8, 16, 16, 0, 0]  # b's second pod bound at 2.5: counted from 3
     assert line["waiting_gangs"] == [0, 2, 2, 1, 1, 1]  # b whole at 2.5; c never
+
+
+def test_a_gangs_wait_is_split_where_the_cluster_showed_it_go() -> None:
+    """Submitted -> last pod created -> last gate lifted -> gang whole, for each gang that was whole."""
+    by_job = {
+        "vc/a": [
+            PodSeen("vc/a", 1, created=1.0, bound=4.5, ungated=4.0),
+            PodSeen("vc/a", 1, created=2.0, bound=4.25, ungated=3.5),
+        ],
+        "vc/b": [PodSeen("vc/b", 1, created=1.0, ungated=1.0)],  # never bound: not counted
+        "vc/c": [PodSeen("vc/c", 1, created=1.0, bound=1.5, ungated=1.0)],  # never gated (the floor)
+    }
+    stages = stages_of(by_job, {"vc/a": 0.5, "vc/b": 0.0, "vc/c": 1.0}, {"vc/a": 2, "vc/b": 1, "vc/c": 1})
+    assert stages == {
+        "submitted_to_created": [1.5, 0.0],
+        "created_to_ungated": [2.0, 0.0],
+        "ungated_to_whole": [0.5, 0.5],
+    }
 
 
 def test_the_plots_are_written(tmp_path: Path) -> None:
