@@ -13,6 +13,11 @@ Arrivals and durations are compressed by --speedup; every figure is given back i
 every --high-every-th job in PriorityClass `replay-high` (1000, the rest 0), and the multi-node jobs ask
 to stay in one rack (`gangkeeper.io/topology-preferred`), so preemption and topology run under load.
 
+gangkeeper's queue policy is compressed with the trace: the head-of-line bound (how long a waiting gang
+may hold others back, 1800 s by default) is --head-of-line-seconds, by default 1800 s / --speedup, so a
+gang at the head holds others back for the same trace time as on a real cluster (at 180x an uncompressed
+bound would be 90 trace hours: never reached).
+
 The controller manager's and scheduler's client QPS are --client-qps (default 100, as bench/cluster.py
 sets them): at kube-controller-manager's own default of 20 the Job controller's writes were what every
 backend waited on at 180x, the floor included.
@@ -32,7 +37,7 @@ preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod and peak 
 
     python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 16 --hours 12 \\
         --speedup 120 --json replay.json [--plots DIR] [--start 2017-10-23] [--split node|gpu] [--no-faults] \\
-        [--client-qps 100]
+        [--client-qps 100] [--head-of-line-seconds S]
 """
 
 from __future__ import annotations
@@ -58,10 +63,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, config, watch
 
-from bench.cluster import GANGKEEPER, components, cpu_seconds, profile_controllers, rss_mib
+from bench.cluster import GANGKEEPER, components, configure, cpu_seconds, profile_controllers, rss_mib
 from tests.realcluster import coscheduling, volcano
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack, wait_until
+from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
 from webhook.simulation import trace
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly-2017-10-23-week.csv"
@@ -551,6 +557,7 @@ def measure(
         by_job.setdefault(seen.job, []).append(seen)
     waits: list[float] = []
     by_size: dict[str, list[float]] = {}
+    gangs: list[list[Any]] = []  # [arrival, pods, GPUs each, high priority, wait or None], trace s
     jcts, partial_held, stuck, one_rack, multi = [], 0.0, 0, 0, 0
     for job in jobs:
         key = keys[job.name]
@@ -559,6 +566,8 @@ def measure(
         partial_held += times.partial_gpu_seconds
         stuck += times.longest_partial * x > STUCK_TRACE_SECONDS
         submitted = recorder.submitted.get(key, min((p.created for p in pods), default=None))
+        wait = None if times.whole_at is None or submitted is None else round((times.whole_at - submitted) * x)
+        gangs.append([round(job.arrival * x), job.pods, job.gpus_per_pod, job.high, wait])
         if times.whole_at is not None and submitted is not None:
             waits.append((times.whole_at - submitted) * x)
             by_size.setdefault(job.size_class, []).append(waits[-1])
@@ -586,6 +595,8 @@ def measure(
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
         "trace_seconds_replayed": round(window * x),
         "stages_real_s": {stage: percentiles(values, 2) for stage, values in stages.items()},
+        # each gang in arrival order, for where in the run the tail came from (beside the faults' times)
+        "gangs": {"columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"], "rows": gangs},
     }
 
 
@@ -731,6 +742,13 @@ def main() -> None:
         help="the controller manager's and scheduler's client QPS (as bench/cluster.py): at the default 20 the "
         "Job controller's writes, not scheduling, bound every backend's waits at high speedups",
     )
+    parser.add_argument(
+        "--head-of-line-seconds",
+        type=float,
+        default=None,
+        help=f"gangkeeper's head-of-line bound, real s (default {DEFAULT_BOUND_SECONDS:.0f} / --speedup: "
+        "the controller's default compressed like the trace)",
+    )
     parser.add_argument("--no-faults", action="store_true")
     parser.add_argument(
         "--gangkeeper-profiles",
@@ -791,10 +809,13 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         if name in backends and module.missing():
             print(f"{name} skipped: {module.missing()}", flush=True)
             backends.remove(name)
+    if args.head_of_line_seconds is None:
+        args.head_of_line_seconds = round(DEFAULT_BOUND_SECONDS / args.speedup, 1)
     mix = mix_of(jobs, args.speedup)
     print(
         f"Kubernetes {version}; {args.hours} trace hours from {args.start} at {args.speedup}x, "
-        f"controllers' client QPS {args.client_qps}: {mix}",
+        f"controllers' client QPS {args.client_qps}, gangkeeper's head-of-line bound "
+        f"{args.head_of_line_seconds:g} s: {mix}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="gk-replay-") as tmp, ExitStack() as running:
@@ -803,13 +824,25 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         if missing:
             sys.exit(missing)
         stack = running.enter_context(Stack(plane, overlay="gate").running())
+        configure(stack, f"  headOfLineSeconds: {args.head_of_line_seconds:g}\n")
         if "volcano" in backends:
             processes = volcano.start(plane)
             running.callback(volcano.stop, plane, processes)
         if "coscheduling" in backends:
             running.callback(coscheduling.start(plane).stop)
         results = replay_on(stack, backends, jobs, settings)
-    keys = ("nodes", "rack_size", "hours", "start", "speedup", "split", "max_job_hours", "high_every", "client_qps")
+    keys = (
+        "nodes",
+        "rack_size",
+        "hours",
+        "start",
+        "speedup",
+        "split",
+        "max_job_hours",
+        "high_every",
+        "client_qps",
+        "head_of_line_seconds",
+    )
     return {
         "kubernetes": version,
         "settings": {**{k: getattr(args, k) for k in keys}, "faults": not args.no_faults},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.replay import PodSeen, Recorder, plot, stages_of, timeline
+from bench.replay import PodSeen, Recorder, ReplayJob, Settings, measure, plot, stages_of, timeline
 
 
 def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
@@ -58,3 +58,19 @@ def test_the_plots_are_written(tmp_path: Path) -> None:
     plot({"floor": result, "gate": result}, tmp_path)
     for name in ("replay.png", "replay-timeline.png", "replay-waits.png"):
         assert (tmp_path / name).stat().st_size > 10_000, name
+
+
+def test_each_gang_is_listed_in_arrival_order_with_its_wait_in_trace_time() -> None:
+    """The rows a reader uses to see where in the run the tail came from (a burst, a fault)."""
+    recorder = Recorder(frozenset({"vc"}))
+    recorder.pods = {
+        "vc/a-0": PodSeen("vc/a", 2, created=1.0, bound=2.0, ended=4.0),
+        "vc/a-1": PodSeen("vc/a", 2, created=1.0, bound=3.0, ended=4.0),
+        "vc/b-0": PodSeen("vc/b", 1, created=2.0),  # never bound: no wait
+    }
+    recorder.submitted = {"vc/a": 1.0, "vc/b": 2.0}
+    jobs = [ReplayJob("a", "vc", 1.0, 2.0, 2, 2, True), ReplayJob("b", "vc", 2.0, 2.0, 1, 1, False)]
+    settings = Settings(nodes=1, rack_size=0, speedup=100.0, faults=False, drain_limit=0.0)
+    figures = measure(recorder, jobs, {"a": "vc/a", "b": "vc/b"}, settings, 0.0, 5.0, {})
+    assert figures["gangs"]["columns"] == ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"]
+    assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200], [200, 1, 1, False, None]]

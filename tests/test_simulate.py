@@ -37,6 +37,30 @@ def test_the_shipped_week_is_the_named_subset_byte_for_byte() -> None:
         assert data == expected
 
 
+@pytest.mark.parametrize("bound", [0, 600])
+def test_a_head_that_cannot_start_holds_the_queue_back_for_the_bound_as_in_the_controller(bound: int) -> None:
+    """Two nodes: an 8-GPU job of unknown length on one, then a 16-GPU gang that needs both (its
+    reservation holds both), then a 4-GPU job. Unbounded, the small job waits for the long one and the
+    gang; with the controller's bound it starts when the gang at the head begins to yield, a moment at
+    which nothing arrives or ends (the simulator wakes for it, as the controller does)."""
+    shape = engine.ClusterShape(nodes=2)
+    long, gang, small = (
+        trace.TraceJob(0, 0.0, 10_000.0, 8, "a"),
+        trace.TraceJob(1, 1.0, 100.0, 16, "b"),
+        trace.TraceJob(2, 2.0, 100.0, 4, "c"),
+    )
+    result = engine.run_gangkeeper(
+        [long, gang, small], shape, "node", Policy.BACKFILL, estimates=False, head_of_line_seconds=bound
+    )
+    start = {o.job.index: o.start for o in result.outcomes}
+    assert start[0] == 0.0
+    if bound:
+        assert start[2] == pytest.approx(1.0 + bound)  # the gang began to hold at its arrival
+    else:
+        assert start[2] is not None and start[2] >= 10_000.0
+    assert start[1] is not None and start[1] >= 10_000.0
+
+
 @pytest.mark.parametrize("policy", list(Policy))
 def test_no_partial_gang_ever_holds_gpus_under_gangkeeper(day: list[trace.TraceJob], policy: Policy) -> None:
     result = engine.run_gangkeeper(day, SHAPE, "node", policy)
@@ -59,10 +83,11 @@ def test_backfill_never_delays_the_reservation(day: list[trace.TraceJob]) -> Non
         if rank == 0 and head.at is not None:  # the head's reservation is exact; later ones are plans
             promised[head.gang] = min(promised.get(head.gang, head.at), head.at)
 
-    # a quarter of the cluster, so that the day has gangs waiting at the head
+    # a quarter of the cluster, so that the day has gangs waiting at the head; no head-of-line bound (with
+    # one, a head that waited past it yields, and what goes meanwhile may delay it: the next test)
     small = engine.ClusterShape(nodes=16)
     result = engine.run_gangkeeper(
-        [j for j in day if j.gpus <= 128], small, "node", Policy.BACKFILL, on_reservation=seen
+        [j for j in day if j.gpus <= 128], small, "node", Policy.BACKFILL, on_reservation=seen, head_of_line_seconds=0
     )
     starts = {f"trace/job{o.job.index}": o.start for o in result.outcomes}
     assert promised, "the day never had a gang waiting at the head"
@@ -86,7 +111,9 @@ def out_of_order(result: engine.Result) -> int:
 
 def test_strict_fifo_starts_gangs_in_arrival_order(day: list[trace.TraceJob]) -> None:
     small = engine.ClusterShape(nodes=16)
-    assert out_of_order(engine.run_gangkeeper([j for j in day if j.gpus <= 128], small, "node", Policy.FIFO)) == 0
+    jobs = [j for j in day if j.gpus <= 128]
+    # strict up to the head-of-line bound: a head waiting past it lets the ones behind go (the test above)
+    assert out_of_order(engine.run_gangkeeper(jobs, small, "node", Policy.FIFO, head_of_line_seconds=0)) == 0
 
 
 def test_a_replay_is_deterministic_for_a_seed_side_by_side_or_not(day: list[trace.TraceJob]) -> None:

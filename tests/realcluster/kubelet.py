@@ -262,7 +262,11 @@ class SystemNode:
         sandbox = self.sandboxes.pop(pod.metadata.uid, None)
         if sandbox is not None:
             sandbox.close()  # SIGTERM, then up to 30 s to drain, as terminationGracePeriodSeconds
-        self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        try:
+            self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        except client.ApiException as error:
+            if error.status != 404:  # gone already: force-deleted while it drained
+                raise
 
     def logs(self) -> str:
         return "\n".join(f"--- {s.name}\n{s.logs()[-4000:]}" for s in self.sandboxes.values())

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from webhook.cli.options import Command
+from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH
 
 
@@ -31,6 +32,12 @@ def add(command: Command) -> None:
         "--estimates", choices=("trace", "none"), default="trace", help="what backfill knows of run times"
     )
     simulate.add_argument("--queue-depth", type=int, default=DEFAULT_DEPTH, help="backfill reservations")
+    simulate.add_argument(
+        "--head-of-line-seconds",
+        type=float,
+        default=DEFAULT_BOUND_SECONDS,
+        help="how long a waiting gang may hold others back at a time, as the controller's flag (0: no bound)",
+    )
     simulate.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="replays run side by side (default: one per CPU)"
     )
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         estimates=args.estimates == "trace",
         depth=args.queue_depth,
+        head_of_line_seconds=args.head_of_line_seconds,
         workers=args.workers,
     )
     print(simulation.main(settings, Path(args.plots) if args.plots else None, Path(args.json) if args.json else None))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, Policy
 from webhook.simulation import engine, kube_scheduler, report, trace
 
@@ -31,6 +32,7 @@ class Settings:
     seed: int = 1
     estimates: bool = True
     depth: int = DEFAULT_DEPTH
+    head_of_line_seconds: float = DEFAULT_BOUND_SECONDS  # as the controller's --head-of-line-seconds
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # replays side by side
     topologies: tuple[str, ...] = ("none",)  # with racks: each gang policy also with required, preferred
 
@@ -51,7 +53,8 @@ class Settings:
             "jobs larger than the cluster: left out (they could never run)",
             "gangkeeper: state.decide and the queue code of the controller; released pods bind where pinned",
             f"backfill: reservations for the first {self.depth} waiting gangs; estimates: "
-            + ("each job's trace duration (perfect estimates)" if self.estimates else "none (never expected to end)"),
+            + ("each job's trace duration (perfect estimates)" if self.estimates else "none (never expected to end)")
+            + f"; a gang holds others back for at most {self.head_of_line_seconds:g} s at a time (head-of-line bound)",
             *(
                 [
                     "topology: gang policies also with the whole gang "
@@ -91,6 +94,7 @@ def run(settings: Settings) -> tuple[list[tuple[str, list[engine.Result]]], list
                     None,
                     settings.depth,
                     topology,
+                    settings.head_of_line_seconds,
                 )
                 label = f"gangkeeper {policy}" + (f" {topology}" if topology != "none" else "")
                 replays.append((label, engine.run_gangkeeper, args))

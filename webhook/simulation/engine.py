@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from webhook.controller.decide.eligibility import Eligibility
+from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.decide.placement import Member
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import DEFAULT_DEPTH, Ending, Policy, QueuePass, Reservation, take_turn
@@ -169,11 +170,12 @@ def run_gangkeeper(
     on_reservation: Callable[[float, int, Reservation], None] | None = None,
     depth: int = DEFAULT_DEPTH,
     topology: str = "none",
+    head_of_line_seconds: float = DEFAULT_BOUND_SECONDS,
 ) -> Result:
     """Every waiting gang is decided by `state.decide` each time the cluster changes, in queue order.
     `topology` (with a rack model): each gang required, or preferred, to keep to one rack."""
     started = time.perf_counter()
-    run = _GangkeeperRun(jobs, shape, split, policy, estimates, depth, topology)
+    run = _GangkeeperRun(jobs, shape, split, policy, estimates, depth, topology, HeadOfLine(head_of_line_seconds))
     while run.events:
         now = run.events[0][0]
         run.arrive_and_end(now)
@@ -205,13 +207,18 @@ class _GangkeeperRun:
         estimates: bool,
         depth: int,
         topology: str,
+        head_of_line: HeadOfLine,
     ) -> None:
         self.shape, self.split, self.policy, self.estimates, self.depth = shape, split, policy, estimates, depth
+        self.head_of_line = head_of_line
         self.nodes = shape.node_list()
         self.eligibility = Eligibility(self.nodes)
         self.free = {n.name: dict(n.allocatable) for n in self.nodes}
         self.outcomes = {job.index: JobOutcome(job, len(job.pod_gpus(split, shape.gpus_per_node))) for job in jobs}
-        self.events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]  # 0: ends
+        # (when, kind, job): kind 0 a job ends, 1 one arrives, 2 the head-of-line bound turns (no job)
+        self.events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
+        self.arrivals_left = len(jobs)
+        self.wake_at: float | None = None
         heapq.heapify(self.events)
         self.by_index = {job.index: job for job in jobs}
         self.pod_sizes = {job.index: sorted(job.pod_gpus(split, shape.gpus_per_node), reverse=True) for job in jobs}
@@ -228,7 +235,10 @@ class _GangkeeperRun:
         """Every event at `now`: a job arrives (its gang waits) or ends (its capacity returns)."""
         while self.events and self.events[0][0] == now:
             _, kind, index = heapq.heappop(self.events)
+            if kind == 2:
+                continue
             if kind == 1:
+                self.arrivals_left -= 1
                 self.waiting[index] = _views(self.by_index[index], self.shape, self.split)
                 continue
             _, holds = self.running.pop(index)
@@ -253,6 +263,7 @@ class _GangkeeperRun:
             now,
             self.eligibility,
             self.depth,
+            may_hold=lambda gang: self.head_of_line.may_hold(gang, EPOCH + dt.timedelta(seconds=now)),
         )
         free_by_gpus = _gpu_histogram(self.free, self.shape.gpus_per_node)
         for index in list(self.waiting):
@@ -260,7 +271,19 @@ class _GangkeeperRun:
                 break  # nothing behind can be released in this pass: the rest keep their places
             if self._turn(index, queue, now, free_by_gpus):
                 free_by_gpus = _gpu_histogram(self.free, self.shape.gpus_per_node)
+        self._wake_when_the_bound_turns(now)
         return queue
+
+    def _wake_when_the_bound_turns(self, now: float) -> None:
+        """A pass when a gang holding others back starts to yield (or holds again), as the controller wakes
+        for it; none once nothing runs or arrives any more (nothing could start that does not now)."""
+        turns = self.head_of_line.next_change(EPOCH + dt.timedelta(seconds=now))
+        if turns is None or not (self.running or self.arrivals_left):
+            return
+        at = (turns - EPOCH).total_seconds()
+        if self.wake_at is None or self.wake_at <= now or at < self.wake_at:
+            self.wake_at = at
+            heapq.heappush(self.events, (at, 2, -1))
 
     def _turn(self, index: int, queue: QueuePass, now: float, free_by_gpus: Sequence[int]) -> bool:
         """One gang's turn; whether it was released."""
@@ -274,7 +297,8 @@ class _GangkeeperRun:
             # state needs it (fifo blocks behind it, backfill reserves for the first such gang)
             if self.policy == Policy.FIFO or (self.policy == Policy.BACKFILL and len(queue.reservations) < self.depth):
                 waits = Decision(GangState.WAITING_FOR_CAPACITY, "", present=len(views))
-                take_turn(queue, f"trace/job{index}", waits, members, False, backfill, expected, self.domains)
+                waits = take_turn(queue, f"trace/job{index}", waits, members, False, backfill, expected, self.domains)
+                self._bound_head_of_line(index, waits, queue, now)
             return False
         spec = GangSpec(min_member=len(views), expected_seconds=expected, topology=self.intent)
         moment = EPOCH + dt.timedelta(seconds=now)
@@ -282,11 +306,22 @@ class _GangkeeperRun:
             views, spec, self.nodes, self.free, moment, eligibility=self.eligibility, room=room if backfill else None
         )
         decision = take_turn(queue, f"trace/job{index}", decision, members, False, backfill, expected, self.domains)
+        self._bound_head_of_line(index, decision, queue, now)
         if decision.state != GangState.RELEASE:
             return False
         self._start(index, decision, now)
         queue.released()
         return True
+
+    def _bound_head_of_line(self, index: int, decision: Decision, queue: QueuePass, now: float) -> None:
+        key = f"trace/job{index}"
+        self.head_of_line.after_turn(
+            key,
+            decision.state == GangState.WAITING_FOR_CAPACITY,
+            decision.state == GangState.QUEUED,
+            bool(decision.reservation) or queue.blocked_by == key,
+            EPOCH + dt.timedelta(seconds=now),
+        )
 
     def _start(self, index: int, decision: Decision, now: float) -> None:
         """The released gang binds where it was placed at once and runs for its trace duration."""

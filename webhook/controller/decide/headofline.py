@@ -20,6 +20,8 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from webhook.controller.decide.pods import format_time
+
 DEFAULT_BOUND_SECONDS = 1800.0
 
 
@@ -60,6 +62,26 @@ class HeadOfLine:
             return None
         bound = dt.timedelta(seconds=self.bound_seconds)
         return min(since + ((now - since) // bound + 1) * bound for since in self._since.values())
+
+    def after_turn(self, gang: str, waiting: bool, queued: bool, holding: bool, now: dt.datetime) -> str:
+        """One gang's turn accounted: `waiting` for capacity (`holding` others back: a reservation, fifo's
+        block), `queued` not yet decided, else it started or left the queue. Returns what its message
+        should add while it yields ("" otherwise). The controller's pass and `gangkeeper simulate` both
+        call this, so the simulator bounds the head of the line as the controller does."""
+        if not waiting:
+            if not queued:
+                self.done(gang)
+            return ""
+        if holding:
+            self.holds(gang, now)
+            return ""
+        until = self.yields_until(gang, now)
+        if until is None:
+            return ""
+        return (
+            f"; it could not start within {self.bound_seconds:.0f}s at the head of the queue, so "
+            f"it holds no gang back until {format_time(until)}"
+        )
 
     def done(self, gang: str) -> None:
         """The gang started (or left the queue); once no gang of its namespace held others back, the

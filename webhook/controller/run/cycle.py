@@ -22,7 +22,7 @@ from webhook.controller.decide import shapes
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.headofline import HeadOfLine
 from webhook.controller.decide.placement import Member
-from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS, format_time, gang_priority
+from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS, gang_priority
 from webhook.controller.decide.queue import QueuePass, seen_from, take_turn
 from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
@@ -226,19 +226,13 @@ class ReleaseCycle:
             self.requeuer.repair(gang, resolved, decision, now)
 
     def bound_head_of_line(self, key: str, decision: Decision, queue: QueuePass, now: dt.datetime) -> None:
-        if decision.state != GangState.WAITING_FOR_CAPACITY:
-            if decision.state != GangState.QUEUED:
-                self.head_of_line.done(key)
-            return
-        if decision.reservation or queue.blocked_by == key:
-            self.head_of_line.holds(key, now)
-            return
-        until = self.head_of_line.yields_until(key, now)
-        if until is not None:
-            decision.message += (
-                f"; it could not start within {self.head_of_line.bound_seconds:.0f}s at the head of the queue, so "
-                f"it holds no gang back until {format_time(until)}"
-            )
+        decision.message += self.head_of_line.after_turn(
+            key,
+            decision.state == GangState.WAITING_FOR_CAPACITY,
+            decision.state == GangState.QUEUED,
+            bool(decision.reservation) or queue.blocked_by == key,
+            now,
+        )
 
     def finish_releases(self) -> None:
         """The pass's release PATCHes landed (sent side by side across its gangs): the pods as answered
