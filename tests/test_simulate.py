@@ -61,6 +61,21 @@ def test_a_head_that_cannot_start_holds_the_queue_back_for_the_bound_as_in_the_c
     assert start[1] is not None and start[1] >= 10_000.0
 
 
+def test_a_reservation_with_a_known_start_is_not_bounded() -> None:
+    """The same cluster with run times known: the gang's reservation starts when the long job ends, so it
+    holds the 4-GPU job (which would overlap that start) back past the bound, and starts on time."""
+    shape = engine.ClusterShape(nodes=2)
+    jobs = [
+        trace.TraceJob(0, 0.0, 10_000.0, 8, "a"),
+        trace.TraceJob(1, 1.0, 100.0, 16, "b"),
+        trace.TraceJob(2, 2.0, 20_000.0, 4, "c"),
+    ]
+    result = engine.run_gangkeeper(jobs, shape, "node", Policy.BACKFILL, estimates=True, head_of_line_seconds=600)
+    start = {o.job.index: o.start for o in result.outcomes}
+    assert start[1] == pytest.approx(10_000.0)
+    assert start[2] == pytest.approx(10_100.0)
+
+
 @pytest.mark.parametrize("policy", list(Policy))
 def test_no_partial_gang_ever_holds_gpus_under_gangkeeper(day: list[trace.TraceJob], policy: Policy) -> None:
     result = engine.run_gangkeeper(day, SHAPE, "node", policy)

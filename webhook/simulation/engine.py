@@ -319,7 +319,7 @@ class _GangkeeperRun:
             key,
             decision.state == GangState.WAITING_FOR_CAPACITY,
             decision.state == GangState.QUEUED,
-            bool(decision.reservation) or queue.blocked_by == key,
+            queue.holds_open_ended(key),
             EPOCH + dt.timedelta(seconds=now),
         )
 

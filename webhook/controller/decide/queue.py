@@ -304,6 +304,15 @@ class QueuePass:
             self._signatures.append(reservation.signature())
             self._limited = {}
 
+    def holds_open_ended(self, gang: str) -> bool:
+        """Whether the gang holds the others back with no end in sight: fifo's block, or a reservation
+        whose start is unknown (the capacity it waits for is held by work of unknown length, or more
+        than ever frees at once). Only such a hold is bounded (headofline.py): a reservation with a
+        known start is a promise kept by run-time estimates, and starves nobody past it."""
+        if self.blocked_by == gang:
+            return True
+        return any(r.gang == gang and r.at is None for r in self.reservations)
+
     def released(self) -> None:
         """Capacity promised to a released gang (taken from `free` by the caller) is gone for the ones behind."""
         self._limited = {}

@@ -230,7 +230,7 @@ class ReleaseCycle:
             key,
             decision.state == GangState.WAITING_FOR_CAPACITY,
             decision.state == GangState.QUEUED,
-            bool(decision.reservation) or queue.blocked_by == key,
+            queue.holds_open_ended(key),
             now,
         )
 
