@@ -171,6 +171,8 @@ class PodSeen:
     node: str = ""
     ended: float | None = None
     ungated: float | None = None  # when the watch first saw it without gangkeeper's gate
+    succeeded: bool = False  # ended by finishing its run, not by a deletion (preempted, evicted, requeued)
+    seen_late: float | None = None  # real s between its container's finishedAt (to the second) and the watch
 
 
 @dataclass
@@ -201,6 +203,8 @@ class Recorder:
             finished = kind == "DELETED" or meta.deletion_timestamp or (status.phase in ("Succeeded", "Failed"))
             if finished and seen.ended is None:
                 seen.ended = now
+                seen.succeeded = status.phase == "Succeeded"
+                seen.seen_late = _seen_late(status)
 
     def see_job(self, job: Any, now: float) -> None:
         conditions = (job.status.conditions if job.status else None) or []
@@ -346,6 +350,15 @@ def namespaces_for(stack: Stack, backend: str, clusters: Iterable[str]) -> dict[
         name = f"rp-{backend[:5]}-{cluster}"
         made[cluster] = stack.namespace(name, None if backend == "floor" else backend, backend != "floor")
     return made
+
+
+def _seen_late(status: Any) -> float | None:
+    """How long after its container said it finished the watch saw the pod end (its figures' lag)."""
+    for container in (status.container_statuses if status else None) or []:
+        finished = container.state.terminated.finished_at if container.state and container.state.terminated else None
+        if finished is not None:
+            return time.time() - finished.timestamp()
+    return None
 
 
 def start_watches(stack: Stack, recorder: Recorder, usage: Usage, stop: threading.Event) -> None:
@@ -537,6 +550,28 @@ def timeline(
     return {"trace_hours": hours, "running_gpus": running, "waiting_gangs": waiting}
 
 
+def run_times(by_job: dict[str, list[PodSeen]], durations: dict[str, float], speedup: float) -> dict[str, Any]:
+    """How long each bound pod held its GPUs against its job's run time (trace s): a pod that finished
+    beside its duration's overrun (the cluster's lag in ending it), and the GPU-hours of pods that ended
+    without finishing (preempted, evicted, requeued: work done again)."""
+    overruns, lost = [], 0.0
+    for key, pods in by_job.items():
+        for pod in pods:
+            if pod.bound is None or pod.ended is None:
+                continue
+            if pod.succeeded and key in durations:
+                overruns.append((pod.ended - pod.bound - durations[key]) * speedup)
+            elif not pod.succeeded:
+                lost += (pod.ended - pod.bound) * pod.gpus * speedup
+    late = [p.seen_late for pods in by_job.values() for p in pods if p.seen_late is not None]
+    return {
+        "pod_overrun_s": percentiles(overruns),
+        "gpu_hours_lost_to_restarts": round(lost / 3600, 2),
+        # real s: the watch's own lag behind the cluster, which every figure above carries
+        "watch_lag_real_s": percentiles(late, 2),
+    }
+
+
 def _or_never(moment: float | None) -> float:
     return float("inf") if moment is None else moment
 
@@ -595,6 +630,7 @@ def measure(
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
         "trace_seconds_replayed": round(window * x),
         "stages_real_s": {stage: percentiles(values, 2) for stage, values in stages.items()},
+        **run_times(by_job, {keys[job.name]: job.duration for job in jobs}, x),
         # each gang in arrival order, for where in the run the tail came from (beside the faults' times)
         "gangs": {"columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"], "rows": gangs},
     }
@@ -634,6 +670,8 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         ("1 rack %", lambda r: r["multi_node_gangs_in_one_rack_pct"]),
         ("preempt", lambda r: r["preemptions"]),
         ("requeue", lambda r: r["requeues"]),
+        ("GPU-h lost", lambda r: r["gpu_hours_lost_to_restarts"]),
+        ("overrun p95 s", lambda r: r["pod_overrun_s"]["p95"]),
         ("gated at end", lambda r: r["pods_gated_at_end"]),
         ("gk CPU ms/pod", lambda r: r["gangkeeper_cpu_ms_per_pod"]),
         ("gk peak MiB", lambda r: r["gangkeeper_peak_rss_mib"]),

@@ -5,6 +5,7 @@ Eviction API, and the controller's leader handover. Assertions read what the clu
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -318,3 +319,26 @@ def test_cronjob_runs_that_overlap_are_gangs_of_their_own(stack: Stack) -> None:
         30,
     )
     stack.plane.kubectl("-n", namespace, "delete", "cronjob", "nightly")
+
+
+def test_a_pods_run_time_counts_from_its_start_whatever_touches_it_while_it_runs(stack: Stack) -> None:
+    """The tier's pods end `run-for` after they started, as a workload's container would: a label written
+    on a running pod every second does not start its run again (KWOK counts a delay given as a duration
+    from each update it sees; tests/realcluster/kwok-stages.yaml gives the end as a moment instead).
+    Every replay figure rests on it: a gang mechanism that touches running pods would have them hold
+    their GPUs for longer."""
+    stack.replace_workers(1)
+    namespace = stack.namespace("run-time", None, opted_in=False)
+    stack.plane.apply(workloads.job("run", namespace, 1, "1", pod_annotations={"gangkeeper.test/run-for": "5s"}))
+    pod = wait_until(lambda: running(stack.pods(namespace)) and stack.pods(namespace)[0], "the pod Running", 60)
+    name = pod["metadata"]["name"]
+    touches = 0
+    for touches in range(1, 16):  # 15 s of touches: without the fix the pod would not end before they stop
+        phase = stack.plane.get("pod", name, namespace=namespace)["status"].get("phase")
+        if phase == "Succeeded":
+            break
+        stack.plane.kubectl("label", "pod", name, "-n", namespace, f"touched={touches}", "--overwrite")
+        time.sleep(1)
+    ended = stack.plane.get("pod", name, namespace=namespace)
+    assert ended["status"].get("phase") == "Succeeded", (touches, stack.describe(namespace))
+    assert touches >= 3, touches  # it was touched while it ran

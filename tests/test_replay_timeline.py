@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.replay import PodSeen, Recorder, ReplayJob, Settings, measure, plot, stages_of, timeline
+from bench.replay import PodSeen, Recorder, ReplayJob, Settings, measure, plot, run_times, stages_of, timeline
 
 
 def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
@@ -74,3 +74,19 @@ def test_each_gang_is_listed_in_arrival_order_with_its_wait_in_trace_time() -> N
     figures = measure(recorder, jobs, {"a": "vc/a", "b": "vc/b"}, settings, 0.0, 5.0, {})
     assert figures["gangs"]["columns"] == ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"]
     assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200], [200, 1, 1, False, None]]
+
+
+def test_a_pods_run_is_set_against_its_duration_and_work_cut_short_is_counted_as_lost() -> None:
+    """A pod that finished: how long past its duration it held its GPUs; one that ended unfinished
+    (preempted, evicted, requeued whole): the GPU-hours it ran for nothing."""
+    by_job = {
+        "vc/a": [
+            PodSeen("vc/a", 2, created=0.0, bound=1.0, ended=4.0, succeeded=True),  # 1 s past its 2 s
+            PodSeen("vc/a", 2, created=0.0, bound=1.0, ended=2.5),  # deleted after 1.5 s: 3 GPU-s lost
+        ],
+        "vc/b": [PodSeen("vc/b", 4, created=0.0, bound=2.0)],  # still running: neither
+    }
+    figures = run_times(by_job, {"vc/a": 2.0, "vc/b": 9.0}, speedup=3600.0)
+    assert figures["pod_overrun_s"]["count"] == 1
+    assert figures["pod_overrun_s"]["mean"] == 3600.0
+    assert figures["gpu_hours_lost_to_restarts"] == 3.0
