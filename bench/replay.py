@@ -173,6 +173,8 @@ class PodSeen:
     ungated: float | None = None  # when the watch first saw it without gangkeeper's gate
     succeeded: bool = False  # ended by finishing its run, not by a deletion (preempted, evicted, requeued)
     seen_late: float | None = None  # real s between its container's finishedAt (to the second) and the watch
+    updates_while_running: int = 0  # its updates between Running and its end: whatever touches running pods
+    phase: str = ""
 
 
 @dataclass
@@ -201,6 +203,10 @@ class Recorder:
             if seen.ungated is None and not any(g.name == GATE for g in spec.scheduling_gates or []):
                 seen.ungated = now
             finished = kind == "DELETED" or meta.deletion_timestamp or (status.phase in ("Succeeded", "Failed"))
+            seen.updates_while_running += (
+                kind == "MODIFIED" and not meta.deletion_timestamp and seen.phase == status.phase == "Running"
+            )
+            seen.phase = status.phase or ""
             if finished and seen.ended is None:
                 seen.ended = now
                 seen.succeeded = status.phase == "Succeeded"
@@ -567,6 +573,7 @@ def run_times(by_job: dict[str, list[PodSeen]], durations: dict[str, float], spe
     return {
         "pod_overrun_s": percentiles(overruns),
         "gpu_hours_lost_to_restarts": round(lost / 3600, 2),
+        "pod_updates_while_running": sum(p.updates_while_running for pods in by_job.values() for p in pods),
         # real s: the watch's own lag behind the cluster, which every figure above carries
         "watch_lag_real_s": percentiles(late, 2),
     }

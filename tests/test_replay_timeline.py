@@ -4,6 +4,7 @@ every 5 trace minutes, and the plots a user looks at (the timeline, the waits by
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench.replay import PodSeen, Recorder, ReplayJob, Settings, measure, plot, run_times, stages_of, timeline
 
@@ -90,3 +91,29 @@ def test_a_pods_run_is_set_against_its_duration_and_work_cut_short_is_counted_as
     assert figures["pod_overrun_s"]["count"] == 1
     assert figures["pod_overrun_s"]["mean"] == 3600.0
     assert figures["gpu_hours_lost_to_restarts"] == 3.0
+
+
+def _pod(phase: str, node: str = "n1", deleting: bool = False) -> SimpleNamespace:
+    meta = SimpleNamespace(namespace="vc", name="a-0", labels={"replay.gangkeeper.io/job": "a"})
+    meta.deletion_timestamp = "now" if deleting else None
+    container = SimpleNamespace(resources=SimpleNamespace(requests={"nvidia.com/gpu": "1"}))
+    spec = SimpleNamespace(containers=[container], node_name=node, scheduling_gates=None)
+    return SimpleNamespace(metadata=meta, spec=spec, status=SimpleNamespace(phase=phase, container_statuses=None))
+
+
+def test_updates_of_a_running_pod_are_counted_but_not_its_deletion() -> None:
+    """What touches running pods shows in the figures (on KWOK it once restarted their run)."""
+    recorder = Recorder(frozenset({"vc"}))
+    for moment, (kind, pod) in enumerate(
+        [
+            ("ADDED", _pod("Pending", node="")),
+            ("MODIFIED", _pod("Pending")),  # bound
+            ("MODIFIED", _pod("Running")),  # started
+            ("MODIFIED", _pod("Running")),  # touched
+            ("MODIFIED", _pod("Running")),  # touched
+            ("MODIFIED", _pod("Running", deleting=True)),  # preempted: its end, not a touch
+        ]
+    ):
+        recorder.see_pod(kind, pod, float(moment))
+    seen = recorder.pods["vc/a-0"]
+    assert (seen.updates_while_running, seen.bound, seen.ended, seen.succeeded) == (2, 1.0, 5.0, False)
