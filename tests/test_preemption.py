@@ -381,3 +381,13 @@ def test_a_one_pod_gang_takes_a_one_pod_victim_not_the_node_of_a_big_gang_of_the
     victims = [victim("a/big", 0, "n1", "n1", "n1", "n1"), *(victim(f"a/s{i}", 0, "n2") for i in range(4))]
     found = choose_victims([Member("m0", CPU)], cluster, full(victims, cluster), victims, 100, ["n1", "n2"])
     assert found is not None and [v.key for v in found] == ["a/s0"]
+
+
+def test_of_victims_alike_the_newest_goes_for_it_loses_the_least_work() -> None:
+    """Two one-pod gangs of one priority, each filling a node: the one that started last is taken (its
+    going loses the least work, as kube-scheduler breaks ties by the latest start)."""
+    cluster = nodes("n1", "n2", cpu=1)
+    old = Victim("a/first", True, 0, (("n1", (("cpu", 1000), ("pods", 1))),), since=1_000.0)
+    new = Victim("a/second", True, 0, (("n2", (("cpu", 1000), ("pods", 1))),), since=2_000.0)
+    found = choose_victims([Member("m0", CPU)], cluster, full([old, new], cluster), [old, new], 100, ["n1", "n2"])
+    assert found is not None and [v.key for v in found] == ["a/second"]

@@ -7,7 +7,8 @@ in no gang, always of lower priority than the gang that waits; never part of a g
 equal or higher priority. Pure: the candidates come from the cluster index, the caller acts.
 
 The choice: the victims are ordered (lowest priority first, then the smallest, fewest pods, then the
-name: a stable order), and the gang is placed as if the shortest run of them that suffices were gone
+newest, whose going loses the least work, as kube-scheduler breaks its ties by the latest start; then
+the name: a stable order), and the gang is placed as if the shortest run of them that suffices were gone
 (kube-scheduler's default preemption likewise picks the node whose victims cost least:
 pkg/scheduler/framework/preemption/preemption.go, pickOneNodeForPreemption); what each of
 those nodes lacks now is covered by victims of that run in order, then any victim the cover holds
@@ -38,6 +39,7 @@ class Victim:
     gang: bool
     priority: int
     holds: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # (node, requests) of each of its pods
+    since: float = 0.0  # when its newest pod started (epoch s; 0 when not known): the newest loses least work
 
     @property
     def namespace(self) -> str:
@@ -86,7 +88,7 @@ def choose_victims(
             for v in candidates
             if v.priority < priority and any(node in needed for node, _ in v.holds) and not protected(v)
         ),
-        key=lambda v: (v.priority, v.size, v.key),
+        key=lambda v: (v.priority, v.size, -v.since, v.key),
     )[:MAX_CANDIDATES]
 
     def place(victims: Sequence[Victim]) -> placement.Placement:
