@@ -371,23 +371,3 @@ def test_a_victim_is_not_requeued_twice_in_a_row_for_one_preemptor(server: TestA
     preemptor.last_preempted_by.clear()  # another preemptor took it since: victim again
     decision = controller.reconcile_once()["team-a/job-high"]
     assert "preempting gang team-a/job-low" in decision.message, decision.message
-
-
-def test_a_one_pod_gang_takes_a_one_pod_victim_not_the_node_of_a_big_gang_of_the_same_priority() -> None:
-    """n1 is one 4-pod gang's, n2 four one-pod gangs', all of one priority: the one-pod gang that waits
-    takes one of the one-pod gangs, where placing it as if the whole band were gone sent it to n1 and
-    requeued all four pods of the big gang."""
-    cluster = nodes("n1", "n2")
-    victims = [victim("a/big", 0, "n1", "n1", "n1", "n1"), *(victim(f"a/s{i}", 0, "n2") for i in range(4))]
-    found = choose_victims([Member("m0", CPU)], cluster, full(victims, cluster), victims, 100, ["n1", "n2"])
-    assert found is not None and [v.key for v in found] == ["a/s0"]
-
-
-def test_of_victims_alike_the_newest_goes_for_it_loses_the_least_work() -> None:
-    """Two one-pod gangs of one priority, each filling a node: the one that started last is taken (its
-    going loses the least work, as kube-scheduler breaks ties by the latest start)."""
-    cluster = nodes("n1", "n2", cpu=1)
-    old = Victim("a/first", True, 0, (("n1", (("cpu", 1000), ("pods", 1))),), since=1_000.0)
-    new = Victim("a/second", True, 0, (("n2", (("cpu", 1000), ("pods", 1))),), since=2_000.0)
-    found = choose_victims([Member("m0", CPU)], cluster, full([old, new], cluster), [old, new], 100, ["n1", "n2"])
-    assert found is not None and [v.key for v in found] == ["a/second"]

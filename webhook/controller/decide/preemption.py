@@ -6,14 +6,11 @@ workload-aware preemption (KEP-5710) do for their gangs: a victim is a whole gat
 in no gang, always of lower priority than the gang that waits; never part of a gang, never a pod of
 equal or higher priority. Pure: the candidates come from the cluster index, the caller acts.
 
-The choice: the victims are ordered (lowest priority first, then the smallest, fewest pods, then the
-newest, whose going loses the least work, as kube-scheduler breaks its ties by the latest start; then
-the name: a stable order), and the gang is placed as if the shortest run of them that suffices were gone
-(kube-scheduler's default preemption likewise picks the node whose victims cost least:
-pkg/scheduler/framework/preemption/preemption.go, pickOneNodeForPreemption); what each of
-those nodes lacks now is covered by victims of that run in order, then any victim the cover holds
-without is given back (newest first), so no victim is taken in vain, and one placement with exactly
-those gone confirms it. Only victims holding
+The choice: the gang is placed as if the allowed victims of the lowest priorities that suffice were
+gone (a band of priorities at a time); what each of those nodes
+lacks now is covered by victims in order (lowest priority first, then the smallest, fewest pods, then
+the name: a stable order), then any victim the cover holds without is given back (newest first), so no
+victim is taken in vain, and one placement with exactly those gone confirms it. Only victims holding
 capacity on the nodes the gang would need are considered, at most MAX_CANDIDATES of them: two
 placements and arithmetic per candidate, however large the cluster (bench/controller.py).
 """
@@ -29,6 +26,7 @@ from webhook.controller.decide.placement import Member
 from webhook.controller.decide.shapes import Node
 
 MAX_CANDIDATES = 4096  # the choice is arithmetic per candidate
+MAX_BANDS = 8  # placements trying the lowest priorities first
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,6 @@ class Victim:
     gang: bool
     priority: int
     holds: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # (node, requests) of each of its pods
-    since: float = 0.0  # when its newest pod started (epoch s; 0 when not known): the newest loses least work
 
     @property
     def namespace(self) -> str:
@@ -88,7 +85,7 @@ def choose_victims(
             for v in candidates
             if v.priority < priority and any(node in needed for node, _ in v.holds) and not protected(v)
         ),
-        key=lambda v: (v.priority, v.size, -v.since, v.key),
+        key=lambda v: (v.priority, v.size, v.key),
     )[:MAX_CANDIDATES]
 
     def place(victims: Sequence[Victim]) -> placement.Placement:
@@ -96,35 +93,31 @@ def choose_victims(
             members, nodes, _freed(free, victims), spread=spread, eligibility=eligibility, domains=domains
         )
 
-    fewest = _fewest_that_suffice(allowed, place)
-    if fewest is None:
+    banded = _lowest_band_that_suffices(allowed, place)
+    if banded is None:
         return None
-    allowed, hoped = fewest
+    allowed, hoped = banded
     deficit = _deficit(members, hoped.assignments, free)
     chosen = _cover(allowed, deficit)
     # one full placement confirms the choice (the cover is per node, the placement's own)
     return tuple(chosen) if chosen is not None and place(chosen).complete else None
 
 
-def _fewest_that_suffice(
+def _lowest_band_that_suffices(
     allowed: Sequence[Victim], place: Callable[[Sequence[Victim]], placement.Placement]
 ) -> tuple[list[Victim], placement.Placement] | None:
-    """The shortest run of the allowed victims, in their order (lowest priority, then the smallest), whose
-    going lets the gang fit, and where it would go then: a binary search over the run's length, at most
-    log2(MAX_CANDIDATES) + 2 placements. Placed as if a whole band of priorities were gone, the gang went
-    wherever the placement liked and evicted whatever held that node: a one-pod gang could take the node
-    of an 8-pod gang of the band, requeuing all 8, while one-pod gangs of the band ran elsewhere."""
-    if not allowed or not (whole := place(allowed)).complete:
-        return None
-    low, high, best = 1, len(allowed), whole
-    while low < high:
-        middle = (low + high) // 2
-        hoped = place(allowed[:middle])
+    """Where the gang would go with the allowed victims of the lowest priorities that suffice gone (a band
+    at a time, at most MAX_BANDS placements), and those victims."""
+    levels = sorted({v.priority for v in allowed})
+    if len(levels) > MAX_BANDS:
+        step = len(levels) / MAX_BANDS
+        levels = sorted({levels[min(len(levels) - 1, int(step * (i + 1)) - 1)] for i in range(MAX_BANDS)})
+    for level in levels:
+        band = [v for v in allowed if v.priority <= level]
+        hoped = place(band)
         if hoped.complete:
-            high, best = middle, hoped
-        else:
-            low = middle + 1
-    return list(allowed[:high]), best
+            return band, hoped
+    return None
 
 
 def _deficit(

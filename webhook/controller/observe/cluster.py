@@ -59,7 +59,6 @@ class _Hold:
     ports: tuple[HostPort, ...]
     priority: int
     going: bool = False  # being deleted: its capacity is on its way back
-    since: float = 0.0  # when a gang member was released (else created), epoch s; 0 when not known
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,11 +179,7 @@ class ClusterIndex:
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))
-            started = view.released_at or view.created_at
-            since = started.timestamp() if started is not None else 0.0
-            hold = self._holds[key] = _Hold(
-                node, view.shape.requests, view.shape.host_ports, view.priority, going, since
-            )
+            hold = self._holds[key] = _Hold(node, view.shape.requests, view.shape.host_ports, view.priority, going)
             self._take(hold, +1, key)
         gated = view.gated and not view.terminal
         if gated:
@@ -356,12 +351,12 @@ class ClusterIndex:
         """The pod `key` as a preemption unit (its whole gang, if in one), or None when it may not be one."""
         hold = self._holds[key]
         if not gang:
-            return None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),), hold.since)
+            return None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
         held = [h for h in (self._holds.get(k) for k in self._members.get(gang, {})) if h is not None]
         rank = gang_priority(h.priority for h in held)  # the same rule as for the gang that preempts
         if not gate_gang(gang) or any(h.going for h in held) or rank >= priority:
             return None
-        return Victim(gang, True, rank, tuple((h.node, h.units) for h in held), max(h.since for h in held))
+        return Victim(gang, True, rank, tuple((h.node, h.units) for h in held))
 
     def free_without_priorities_below(self, priority: int) -> dict[str, Units] | None:
         """Each node's free capacity if every pod of lower priority were gone; None when there are none."""
