@@ -556,11 +556,13 @@ def timeline(
     return {"trace_hours": hours, "running_gpus": running, "waiting_gangs": waiting}
 
 
-def run_times(by_job: dict[str, list[PodSeen]], durations: dict[str, float], speedup: float) -> dict[str, Any]:
+def run_times(
+    by_job: dict[str, list[PodSeen]], durations: dict[str, float], speedup: float, started: float = 0.0
+) -> dict[str, Any]:
     """How long each bound pod held its GPUs against its job's run time (trace s): a pod that finished
     beside its duration's overrun (the cluster's lag in ending it), and the GPU-hours of pods that ended
-    without finishing (preempted, evicted, requeued: work done again)."""
-    overruns, lost = [], 0.0
+    without finishing (preempted, evicted, requeued: work done again), each of them listed."""
+    overruns, lost, cut = [], 0.0, []
     for key, pods in by_job.items():
         for pod in pods:
             if pod.bound is None or pod.ended is None:
@@ -569,10 +571,13 @@ def run_times(by_job: dict[str, list[PodSeen]], durations: dict[str, float], spe
                 overruns.append((pod.ended - pod.bound - durations[key]) * speedup)
             elif not pod.succeeded:
                 lost += (pod.ended - pod.bound) * pod.gpus * speedup
+                ran = round((pod.ended - pod.bound) * speedup)
+                cut.append([round((pod.ended - started) * speedup), key, pod.gpus, ran])
     late = [p.seen_late for pods in by_job.values() for p in pods if p.seen_late is not None]
     return {
         "pod_overrun_s": percentiles(overruns),
         "gpu_hours_lost_to_restarts": round(lost / 3600, 2),
+        "cut_short": {"columns": ["ended_s", "job", "gpus", "ran_s"], "rows": sorted(cut)},
         "pod_updates_while_running": sum(p.updates_while_running for pods in by_job.values() for p in pods),
         # real s: the watch's own lag behind the cluster, which every figure above carries
         "watch_lag_real_s": percentiles(late, 2),
@@ -637,7 +642,7 @@ def measure(
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
         "trace_seconds_replayed": round(window * x),
         "stages_real_s": {stage: percentiles(values, 2) for stage, values in stages.items()},
-        **run_times(by_job, {keys[job.name]: job.duration for job in jobs}, x),
+        **run_times(by_job, {keys[job.name]: job.duration for job in jobs}, x, started),
         # each gang in arrival order, for where in the run the tail came from (beside the faults' times)
         "gangs": {"columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"], "rows": gangs},
     }

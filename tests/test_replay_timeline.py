@@ -91,6 +91,7 @@ def test_a_pods_run_is_set_against_its_duration_and_work_cut_short_is_counted_as
     assert figures["pod_overrun_s"]["count"] == 1
     assert figures["pod_overrun_s"]["mean"] == 3600.0
     assert figures["gpu_hours_lost_to_restarts"] == 3.0
+    assert figures["cut_short"]["rows"] == [[9000, "vc/a", 2, 5400]]  # ended 2.5 s in, after 1.5 s
 
 
 def _pod(phase: str, node: str = "n1", deleting: bool = False) -> SimpleNamespace:
