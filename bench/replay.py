@@ -32,8 +32,10 @@ drained at 30% of the slice and uncordoned at 45%, another tainted NoSchedule at
 Every figure comes from what the cluster reports (one watch of the replay's pods and one of its Jobs,
 local receive times; Events), never from gangkeeper's own state:
 gpu_hours_held_by_incomplete_gangs, gangs_stuck_partial_over_5min, gangs_finished, gangs_total, wait_s
-(mean/p50/p95/p99 and by gang size), jct_s (mean/p95), gpu_utilization, multi_node_gangs_in_one_rack_pct,
-preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod and peak memory.
+(mean/p50/p95/p99 and by gang size), delay_s (done minus submitted minus the job's run: the first wait
+plus a preempted gang's re-waits and work done again), jct_s (mean/p95), gpu_utilization,
+multi_node_gangs_in_one_rack_pct, preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod
+and peak memory.
 
     python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 16 --hours 12 \\
         --speedup 120 --json replay.json [--plots DIR] [--start 2017-10-23] [--split node|gpu] [--no-faults] \\
@@ -604,8 +606,8 @@ def measure(
         by_job.setdefault(seen.job, []).append(seen)
     waits: list[float] = []
     by_size: dict[str, list[float]] = {}
-    gangs: list[list[Any]] = []  # [arrival, pods, GPUs each, high priority, wait or None], trace s
-    jcts, partial_held, stuck, one_rack, multi = [], 0.0, 0, 0, 0
+    gangs: list[list[Any]] = []  # [arrival, pods, GPUs each, high priority, wait, delay (None: never)], trace s
+    jcts, delays, partial_held, stuck, one_rack, multi = [], [], 0.0, 0, 0, 0
     for job in jobs:
         key = keys[job.name]
         pods = by_job.get(key, [])
@@ -614,14 +616,20 @@ def measure(
         stuck += times.longest_partial * x > STUCK_TRACE_SECONDS
         submitted = recorder.submitted.get(key, min((p.created for p in pods), default=None))
         wait = None if times.whole_at is None or submitted is None else round((times.whole_at - submitted) * x)
-        gangs.append([round(job.arrival * x), job.pods, job.gpus_per_pod, job.high, wait])
+        done = recorder.completed.get(key)
+        # all the time the job lost on its way to done: its first wait, and the re-waits and work done again
+        # of a gang preempted or evicted later, which its first wait does not show (a victim restarted by
+        # the Job controller is whole again without a new wait)
+        delay = None if done is None or submitted is None else round((done - submitted - job.duration) * x)
+        gangs.append([round(job.arrival * x), job.pods, job.gpus_per_pod, job.high, wait, delay])
+        if delay is not None:
+            delays.append(float(delay))
         if times.whole_at is not None and submitted is not None:
             waits.append((times.whole_at - submitted) * x)
             by_size.setdefault(job.size_class, []).append(waits[-1])
             if job.pods > 1:
                 multi += 1
                 one_rack += len({rack_of.get(n, n) for n in times.whole_nodes}) == 1
-        done = recorder.completed.get(key)
         if done is not None and submitted is not None:
             jcts.append((done - submitted) * x)
     busy = sum(((p.ended or ended) - p.bound) * p.gpus for p in recorder.pods.values() if p.bound is not None)
@@ -638,13 +646,17 @@ def measure(
         "gangs_stuck_partial_over_5min": stuck,
         "wait_s": {**percentiles(waits), "by_gang_size": {k: percentiles(v) for k, v in sorted(by_size.items())}},
         "jct_s": {"mean": jct["mean"], "p95": jct["p95"], "count": jct["count"]},
+        "delay_s": percentiles(delays),
         "gpu_utilization": round(busy / (window * settings.nodes * GPUS_PER_NODE), 3),
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
         "trace_seconds_replayed": round(window * x),
         "stages_real_s": {stage: percentiles(values, 2) for stage, values in stages.items()},
         **run_times(by_job, {keys[job.name]: job.duration for job in jobs}, x, started),
         # each gang in arrival order, for where in the run the tail came from (beside the faults' times)
-        "gangs": {"columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"], "rows": gangs},
+        "gangs": {
+            "columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s"],
+            "rows": gangs,
+        },
     }
 
 
@@ -677,6 +689,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         ("finished", lambda r: f"{r['gangs_finished']}/{r['gangs_total']}"),
         ("wait p50 s", lambda r: r["wait_s"]["p50"]),
         ("wait p95 s", lambda r: r["wait_s"]["p95"]),
+        ("delay p95 s", lambda r: r["delay_s"]["p95"]),
         ("JCT mean s", lambda r: r["jct_s"]["mean"]),
         ("GPU util", lambda r: r["gpu_utilization"]),
         ("1 rack %", lambda r: r["multi_node_gangs_in_one_rack_pct"]),

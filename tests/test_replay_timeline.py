@@ -70,11 +70,13 @@ def test_each_gang_is_listed_in_arrival_order_with_its_wait_in_trace_time() -> N
         "vc/b-0": PodSeen("vc/b", 1, created=2.0),  # never bound: no wait
     }
     recorder.submitted = {"vc/a": 1.0, "vc/b": 2.0}
+    recorder.completed = {"vc/a": 4.5}  # done 3.5 s after it was submitted, for a run of 2 s
     jobs = [ReplayJob("a", "vc", 1.0, 2.0, 2, 2, True), ReplayJob("b", "vc", 2.0, 2.0, 1, 1, False)]
     settings = Settings(nodes=1, rack_size=0, speedup=100.0, faults=False, drain_limit=0.0)
     figures = measure(recorder, jobs, {"a": "vc/a", "b": "vc/b"}, settings, 0.0, 5.0, {})
-    assert figures["gangs"]["columns"] == ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s"]
-    assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200], [200, 1, 1, False, None]]
+    assert figures["gangs"]["columns"] == ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s"]
+    assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200, 150], [200, 1, 1, False, None, None]]
+    assert figures["delay_s"]["mean"] == 150.0 and figures["delay_s"]["count"] == 1
 
 
 def test_a_pods_run_is_set_against_its_duration_and_work_cut_short_is_counted_as_lost() -> None:
