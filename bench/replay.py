@@ -13,10 +13,11 @@ Arrivals and durations are compressed by --speedup; every figure is given back i
 every --high-every-th job in PriorityClass `replay-high` (1000, the rest 0), and the multi-node jobs ask
 to stay in one rack (`gangkeeper.io/topology-preferred`), so preemption and topology run under load.
 
-gangkeeper's queue policy is compressed with the trace: the head-of-line bound (how long a waiting gang
-may hold others back, 1800 s by default) is --head-of-line-seconds, by default 1800 s / --speedup, so a
-gang at the head holds others back for the same trace time as on a real cluster (at 180x an uncompressed
-bound would be 90 trace hours: never reached).
+gangkeeper's own clocks are compressed with the trace, each by default the controller's default /
+--speedup, so each lasts the same trace time as on a real cluster: the head-of-line bound (how long a
+waiting gang may hold others back, 1800 s: at 180x an uncompressed bound would be 90 trace hours, never
+reached), the min runtime before a gang may be preempted (60 s: uncompressed, 3 trace hours at 180x, so
+no gang of the capped run times was ever a victim) and the requeue backoff's base (30 s).
 
 The controller manager's and scheduler's client QPS are --client-qps (default 100, as bench/cluster.py
 sets them): at kube-controller-manager's own default of 20 the Job controller's writes were what every
@@ -39,7 +40,7 @@ and peak memory.
 
     python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 16 --hours 12 \\
         --speedup 120 --json replay.json [--plots DIR] [--start 2017-10-23] [--split node|gpu] [--no-faults] \\
-        [--client-qps 100] [--head-of-line-seconds S]
+        [--client-qps 100] [--head-of-line-seconds S] [--min-runtime-seconds S] [--backoff-base-seconds S]
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ from tests.realcluster import coscheduling, volcano
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack, wait_until
 from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
+from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
+from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS
 from webhook.simulation import trace
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly-2017-10-23-week.csv"
@@ -80,6 +83,13 @@ HIGH_CLASS = "replay-high"
 GPUS_PER_NODE = 8
 STUCK_TRACE_SECONDS = 300.0
 SIZE_CLASSES = ((1, "1 pod"), (2, "2-4 pods"), (5, "5+ pods"))
+# gangkeeper's clocks given to the controller compressed with the trace: option -> (Configuration field,
+# the controller's default, real s)
+COMPRESSED_CLOCKS = {
+    "head_of_line_seconds": ("headOfLineSeconds", DEFAULT_BOUND_SECONDS),
+    "min_runtime_seconds": ("minRuntimeSeconds", DEFAULT_MIN_RUNTIME_SECONDS),
+    "backoff_base_seconds": ("backoffBaseSeconds", DEFAULT_BACKOFF_BASE_SECONDS),
+}
 # kube-scheduler's (native), Volcano's and gangkeeper's events for a gang preempted, and for one requeued
 PREEMPTIONS = frozenset({"Preempted", "GangPreempted", "Evict"})
 REQUEUES = frozenset({"GangRequeued", "GangEvicted", "GangMembersRequeued"})
@@ -805,13 +815,13 @@ def main() -> None:
         help="the controller manager's and scheduler's client QPS (as bench/cluster.py): at the default 20 the "
         "Job controller's writes, not scheduling, bound every backend's waits at high speedups",
     )
-    parser.add_argument(
-        "--head-of-line-seconds",
-        type=float,
-        default=None,
-        help=f"gangkeeper's head-of-line bound, real s (default {DEFAULT_BOUND_SECONDS:.0f} / --speedup: "
-        "the controller's default compressed like the trace)",
-    )
+    for name, (key, default) in COMPRESSED_CLOCKS.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=float,
+            default=None,
+            help=f"the controller's {key}, real s (default {default:g} / --speedup: compressed like the trace)",
+        )
     parser.add_argument("--no-faults", action="store_true")
     parser.add_argument(
         "--gangkeeper-profiles",
@@ -872,13 +882,15 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         if name in backends and module.missing():
             print(f"{name} skipped: {module.missing()}", flush=True)
             backends.remove(name)
-    if args.head_of_line_seconds is None:
-        args.head_of_line_seconds = round(DEFAULT_BOUND_SECONDS / args.speedup, 1)
+    for name, (_, default) in COMPRESSED_CLOCKS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, round(default / args.speedup, 2))
     mix = mix_of(jobs, args.speedup)
     print(
         f"Kubernetes {version}; {args.hours} trace hours from {args.start} at {args.speedup}x, "
-        f"controllers' client QPS {args.client_qps}, gangkeeper's head-of-line bound "
-        f"{args.head_of_line_seconds:g} s: {mix}",
+        f"controllers' client QPS {args.client_qps}, gangkeeper's "
+        + ", ".join(f"{key} {getattr(args, name):g}" for name, (key, _) in COMPRESSED_CLOCKS.items())
+        + f": {mix}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="gk-replay-") as tmp, ExitStack() as running:
@@ -887,7 +899,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         if missing:
             sys.exit(missing)
         stack = running.enter_context(Stack(plane, overlay="gate").running())
-        configure(stack, f"  headOfLineSeconds: {args.head_of_line_seconds:g}\n")
+        configure(stack, "".join(f"  {key}: {getattr(args, name):g}\n" for name, (key, _) in COMPRESSED_CLOCKS.items()))
         if "volcano" in backends:
             processes = volcano.start(plane)
             running.callback(volcano.stop, plane, processes)
@@ -904,7 +916,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         "max_job_hours",
         "high_every",
         "client_qps",
-        "head_of_line_seconds",
+        *COMPRESSED_CLOCKS,
     )
     return {
         "kubernetes": version,

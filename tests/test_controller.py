@@ -248,6 +248,26 @@ def test_a_timed_out_job_is_suspended_then_resumed_after_its_backoff(server: Tes
     assert controller.reconcile_once()["team-a/job-train"].state == "Release"
 
 
+def test_the_backoff_base_is_the_operators(server: TestApiServer, api: Api) -> None:
+    """--backoff-base-seconds (30 by default; the replay compresses it with the trace)."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(
+        server.store, add_job(server.store, parallelism=2, cpu="4", annotations={"gangkeeper.io/timeout-seconds": "60"})
+    )
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, backoff_base_seconds=2.5)
+    controller.reconcile_once()
+    clock.advance(61)
+    assert controller.reconcile_once()["team-a/job-train"].state == "TimedOut"
+    assert "resumes after 2.5s" in events(controller, "GangRequeued")[0]["message"]
+    clock.advance(1)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    clock.advance(2)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
+
+
 def test_bare_pods_are_never_evicted(server: TestApiServer, api: Api) -> None:
     from webhook.admission.decide import admit
     from webhook.backends import make

@@ -46,6 +46,8 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.maxAttempts": {"controller": "--max-attempts"},
     "controller.recoveryTimeoutSeconds": {"controller": "--recovery-timeout"},
     "controller.headOfLineSeconds": {"controller": "--head-of-line-seconds"},
+    "controller.minRuntimeSeconds": {"controller": "--min-runtime-seconds"},
+    "controller.backoffBaseSeconds": {"controller": "--backoff-base-seconds"},
     "controller.nativeVersion": {"controller": "--native-version"},
     "controller.intervalSeconds": {"controller": "--interval"},
     "controller.releaseConcurrency": {"controller": "--release-concurrency"},

@@ -9,7 +9,9 @@ from webhook.cli import options
 from webhook.cli.options import Command
 from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
 from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY
+from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
+from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, MAX_BACKOFF_SECONDS
 from webhook.controller.observe.autoscaler import AUTOSCALERS, PAUSE_IMAGE
 
 
@@ -69,6 +71,20 @@ def add(command: Command) -> None:
         default=DEFAULT_BOUND_SECONDS,
         help="a waiting gang holds the gangs behind it back for at most this long at a time, then yields for as "
         "long (0: no bound)",
+    )
+    controller.add_argument(
+        "--min-runtime-seconds",
+        type=float,
+        default=DEFAULT_MIN_RUNTIME_SECONDS,
+        help="a gate gang released less than this long ago is no preemptor's victim (KAI's preemptMinRuntime): "
+        "no thrash between two gangs taking turns (%(default)s)",
+    )
+    controller.add_argument(
+        "--backoff-base-seconds",
+        type=float,
+        default=DEFAULT_BACKOFF_BASE_SECONDS,
+        help="a requeued gang waits this long before its next release, doubled on each attempt up to "
+        f"{MAX_BACKOFF_SECONDS} s (Kueue's requeuingStrategy.backoffBaseSeconds; %(default)s)",
     )
     controller.add_argument(
         "--autoscaler",

@@ -4,8 +4,8 @@ no failure) and evicts lone victim pods, in one decision, then waits for their c
 
 Not while its PriorityClass says preemptionPolicy Never; never a victim a PodDisruptionBudget protects
 (checked before any pod goes, so a victim gang is never left part-evicted by a refused eviction); never
-a gang released within GRACE_SECONDS (no thrash between two gangs taking turns). Events on both sides
-name the other gang only when it is in the same namespace.
+a gang released within its min runtime (--min-runtime-seconds: no thrash between two gangs taking
+turns). Events on both sides name the other gang only when it is in the same namespace.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ from webhook.controller import metrics
 from webhook.controller.act.requeue import Requeuer
 from webhook.controller.decide.placement import Member
 from webhook.controller.decide.pods import gang_priority
-from webhook.controller.decide.preemption import MAX_CANDIDATES, Victim, budget_blocks, choose_victims
+from webhook.controller.decide.preemption import (
+    DEFAULT_MIN_RUNTIME_SECONDS,
+    MAX_CANDIDATES,
+    Victim,
+    budget_blocks,
+    choose_victims,
+)
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved
@@ -28,7 +34,6 @@ from webhook.controller.observe.reuse import Snapshot
 from webhook.kube import PODS, Api, ApiError, Resource
 
 PDBS = Resource("policy/v1", "poddisruptionbudgets")
-GRACE_SECONDS = 60.0  # a gang released this recently is nobody's victim
 PENDING_SECONDS = 120.0  # how long a preemptor waits for its victims before it may choose again
 
 
@@ -39,9 +44,11 @@ class Preemptor:
         requeuer: Requeuer,
         may_write: Callable[[], bool] = lambda: True,
         mechanisms: Mechanisms | None = None,
+        min_runtime_seconds: float = DEFAULT_MIN_RUNTIME_SECONDS,
     ) -> None:
         self.api, self.requeuer, self.may_write = api, requeuer, may_write
         self.mechanisms = mechanisms or Mechanisms()
+        self.min_runtime_seconds = min_runtime_seconds
         self.pending: dict[str, tuple[dt.datetime, tuple[Victim, ...]]] = {}  # preemptor -> (when, victims)
         # a victim gang -> the gang its last preemption was for: never requeued twice in a row by one
         # preemptor (the first time did not make that gang start, a second would not either)
@@ -190,12 +197,12 @@ class Preemptor:
         return victim.key in snapshot.index.pods
 
     def _gate_gang(self, key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
-        """A gang the gate releases, not released within GRACE_SECONDS."""
+        """A gang the gate releases, not released within its min runtime."""
         view = snapshot.gangs.get(key)
         if view is None or not view.raw or self.mechanisms.of_pod(view.raw[0]).name != "gate":
             return False
         released = [p.released_at for p in view.pods if p.released_at is not None]
-        return not released or (now - max(released)).total_seconds() >= GRACE_SECONDS
+        return not released or (now - max(released)).total_seconds() >= self.min_runtime_seconds
 
     def _protected(self, victim: Victim, snapshot: Snapshot, budgets: dict[str, list[dict[str, Any]]]) -> bool:
         """Whether a PodDisruptionBudget would refuse the victim's pods going (unreadable: protected)."""

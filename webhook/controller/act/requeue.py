@@ -15,7 +15,7 @@ from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS, format_time
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.decide.state import backoff_seconds
+from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, backoff_seconds
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
@@ -40,9 +40,11 @@ class Requeuer:
         gang_objects: GangObjects,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         may_write: Callable[[], bool] = lambda: True,
+        backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS,
     ) -> None:
         self.api, self.workloads, self.reporter, self.gang_objects = api, workloads, reporter, gang_objects
         self.max_attempts, self.may_write = max_attempts, may_write
+        self.backoff_base_seconds = backoff_base_seconds
         # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
         self._avoid: dict[str, dict[str, dt.datetime]] = {}
 
@@ -115,7 +117,7 @@ class Requeuer:
             if workload is not None and suspend:
                 self._patch_workload(workload, {**nested(suspend, True), **_marked(None)})
             return
-        wait = backoff_seconds(attempts)
+        wait = backoff_seconds(attempts, self.backoff_base_seconds)
         not_before = now + dt.timedelta(seconds=wait)
         if workload is not None and suspend:
             # the books first: a workload suspended with no record of it would never be resumed
@@ -127,7 +129,7 @@ class Requeuer:
                     "Warning",
                     "GangRequeued",
                     f"gang {gang.name}: {decision.message}; suspended {kind} {workload['metadata'].get('name')} so "
-                    f"its pods go without counting as failures; resumes after {wait}s (attempt {attempts} of "
+                    f"its pods go without counting as failures; resumes after {wait:g}s (attempt {attempts} of "
                     f"{self.max_attempts})",
                 )
             return
@@ -139,7 +141,7 @@ class Requeuer:
             "Warning",
             "GangEvicted",
             f"gang {gang.name}: {decision.message}; evicted {len(decision.evict)} pods to retry "
-            f"gated (attempt {attempts} of {self.max_attempts}, next after {wait}s)",
+            f"gated (attempt {attempts} of {self.max_attempts}, next after {wait:g}s)",
         )
 
     def _suspend_target(self, workload: Obj | None) -> Obj | None:

@@ -26,6 +26,9 @@ from webhook.controller.decide.placement import Member
 from webhook.controller.decide.shapes import Node
 
 MAX_CANDIDATES = 4096  # the choice is arithmetic per candidate
+# a gate gang released less than this long ago is nobody's victim (the controller's --min-runtime-seconds,
+# KAI's preemptMinRuntime): no thrash between two gangs taking turns
+DEFAULT_MIN_RUNTIME_SECONDS = 60.0
 MAX_BANDS = 8  # placements trying the lowest priorities first
 
 

@@ -79,5 +79,11 @@ def release_patch(pod: PodView, node: str | None, spec: Mapping[str, Any]) -> di
     return {"metadata": {"resourceVersion": pod.resource_version}, "spec": patch}
 
 
-def backoff_seconds(attempts: int, base: int = 30, cap: int = 900) -> int:
-    return int(min(cap, base * 2 ** max(attempts - 1, 0)))
+DEFAULT_BACKOFF_BASE_SECONDS = 30.0
+MAX_BACKOFF_SECONDS = 900
+
+
+def backoff_seconds(
+    attempts: int, base: float = DEFAULT_BACKOFF_BASE_SECONDS, cap: float = MAX_BACKOFF_SECONDS
+) -> float:
+    return float(min(cap, base * 2 ** max(attempts - 1, 0)))

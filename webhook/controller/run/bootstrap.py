@@ -20,7 +20,9 @@ from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
 from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS, HeadOfLine
 from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, RELEASE_CONCURRENCY
+from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
+from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE, Autoscaler
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.resolve import Workloads
@@ -43,6 +45,8 @@ class ControllerSettings:
     queue_policy: Policy = DEFAULT_POLICY
     queue_depth: int = DEFAULT_DEPTH
     head_of_line_seconds: float = DEFAULT_BOUND_SECONDS
+    min_runtime_seconds: float = DEFAULT_MIN_RUNTIME_SECONDS
+    backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
     autoscaler: str = "auto"
     placeholder_image: str = PAUSE_IMAGE
     component: str = "gangkeeper-controller"  # the Events' reporting component
@@ -97,7 +101,9 @@ def wire(
     workloads = Workloads(api, informers, settings.recovery_seconds)
     reporter = Reporter(recorder, gang_objects, may_write)
     releaser = Releaser(api, reporter, may_write, settings.release_concurrency)
-    requeuer = Requeuer(api, workloads, reporter, gang_objects, settings.max_attempts, may_write)
+    requeuer = Requeuer(
+        api, workloads, reporter, gang_objects, settings.max_attempts, may_write, settings.backoff_base_seconds
+    )
     # the mechanisms as configured: a gang's is the object that stamped its pods, never a name rebuilt
     mechanisms = Mechanisms(
         Settings(scheduler_names={Volcano.name: settings.volcano_scheduler}),
@@ -116,7 +122,7 @@ def wire(
         releaser,
         requeuer,
         HeadOfLine(settings.head_of_line_seconds),
-        Preemptor(api, requeuer, may_write, mechanisms),
+        Preemptor(api, requeuer, may_write, mechanisms, settings.min_runtime_seconds),
         placeholders,
     )
     groups = GroupObjects(api, workloads, reporter, mechanisms)
