@@ -30,12 +30,20 @@ class Target:
     name: str
     run: Callable[[list[str], str | None], str]
     list_workers: Callable[[], list[str]]
+    # what a failed wait shows: the namespace's pods, Jobs and events (and, on the real tier, the
+    # gang controller's log)
+    show: Callable[[str], str] | None = None
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return self.run(list(args), stdin)
 
     def workers(self) -> list[str]:
         return self.list_workers()
+
+    def describe(self, namespace: str) -> str:
+        if self.show is not None:
+            return self.show(namespace)
+        return self.kubectl("get", "pods,jobs,events", "-n", namespace, "-o", "wide")
 
 
 def _user_cluster(kubeconfig: str) -> Target:
@@ -65,7 +73,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     def run(args: list[str], stdin: str | None) -> str:
         return stack.plane.kubectl(*args, stdin=stdin).stdout
 
-    yield Target("the real tier", run, lambda: list(stack.workers))
+    yield Target("the real tier", run, lambda: list(stack.workers), stack.describe)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

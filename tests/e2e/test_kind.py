@@ -29,14 +29,14 @@ def pod_phases(target: Target, namespace: str, selector: str) -> list[tuple[str,
     return [(p["status"].get("phase", ""), bool(p["spec"].get("schedulingGates"))) for p in listing["items"]]
 
 
-def wait_for(check: Callable[[], Any], seconds: float = 180) -> Any:
+def wait_for(check: Callable[[], Any], seconds: float = 180, show: Callable[[], str] | None = None) -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(2)
-    raise AssertionError("timed out")
+    raise AssertionError(f"timed out after {seconds:g} s" + (f"\n{show()}" if show else ""))
 
 
 @contextlib.contextmanager
@@ -115,7 +115,11 @@ def test_a_gang_that_cannot_bind_is_requeued_whole_and_retried_behind_the_gate(t
     same gang (gated there, released by the controller)."""
     target.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "04-timeout.yaml"))
     wait_for(lambda: last_event(target, namespace, "GangRequeued"), seconds=240)
-    resumed = wait_for(lambda: last_event(target, namespace, "GangResumed"), seconds=180)
+    # the backoff is 30 s; a failure shows the namespace and the controller's log (it failed once at the end of
+    # the whole tier, 2026-11-28, and passed alone)
+    resumed = wait_for(
+        lambda: last_event(target, namespace, "GangResumed"), seconds=180, show=lambda: target.describe(namespace)
+    )
 
     def retried() -> list[dict[str, Any]]:
         listing = yaml.safe_load(target.kubectl("get", "pods", "-n", namespace, "-l", "job-name=timeout", "-o", "yaml"))
