@@ -33,8 +33,9 @@ drained at 30% of the slice and uncordoned at 45%, another tainted NoSchedule at
 Every figure comes from what the cluster reports (one watch of the replay's pods and one of its Jobs,
 local receive times; Events), never from gangkeeper's own state:
 gpu_hours_held_by_incomplete_gangs, gangs_stuck_partial_over_5min, gangs_finished, gangs_total, wait_s
-(mean/p50/p95/p99 and by gang size), delay_s (done minus submitted minus the job's run: the first wait
-plus a preempted gang's re-waits and work done again), jct_s (mean/p95), gpu_utilization,
+(mean/p50/p95/p99 and by gang size: until the gang is first whole), wait_in_all_s (every wait before
+the run that finished: a preempted gang's re-waits too), delay_s (done minus submitted minus the job's
+run: those waits and the work done again), jct_s (mean/p95), gpu_utilization,
 multi_node_gangs_in_one_rack_pct, preemptions, requeues, pods_gated_at_end, and gangkeeper's CPU per pod
 and peak memory.
 
@@ -539,6 +540,26 @@ def gang_times(pods: list[PodSeen], size: int, end: float) -> GangTimes:
     return GangTimes(None, held, longest, [])
 
 
+def waited_in_all(pods: list[PodSeen], size: int, submitted: float) -> float | None:
+    """All the time a gang waited before the run that finished: from its submission, every stretch with
+    fewer than `size` pods bound, up to the last time it became whole. A gang preempted after it started
+    (kube-scheduler's victims are the pods started last, the newest of a burst) waits again; its first
+    wait alone does not show that. None: never whole."""
+    marks = sorted(
+        [(p.bound, 1) for p in pods if p.bound is not None]
+        + [(p.ended, -1) for p in pods if p.bound is not None and p.ended is not None]
+    )
+    bound, last, waited, total = 0, submitted, 0.0, None
+    for moment, step in marks:
+        if bound < size:
+            waited += max(0.0, moment - last)
+        last = max(last, moment)
+        bound += step
+        if step > 0 and bound == size:
+            total = waited
+    return total
+
+
 TIMELINE_STEP_TRACE_SECONDS = 300
 
 
@@ -616,8 +637,9 @@ def measure(
         by_job.setdefault(seen.job, []).append(seen)
     waits: list[float] = []
     by_size: dict[str, list[float]] = {}
-    gangs: list[list[Any]] = []  # [arrival, pods, GPUs each, high priority, wait, delay (None: never)], trace s
-    jcts, delays, partial_held, stuck, one_rack, multi = [], [], 0.0, 0, 0, 0
+    # [arrival, pods, GPUs each, high priority, wait, delay, wait in all (None: never)], trace s
+    gangs: list[list[Any]] = []
+    jcts, delays, waits_in_all, partial_held, stuck, one_rack, multi = [], [], [], 0.0, 0, 0, 0
     for job in jobs:
         key = keys[job.name]
         pods = by_job.get(key, [])
@@ -631,9 +653,11 @@ def measure(
         # of a gang preempted or evicted later, which its first wait does not show (a victim restarted by
         # the Job controller is whole again without a new wait)
         delay = None if done is None or submitted is None else round((done - submitted - job.duration) * x)
-        gangs.append([round(job.arrival * x), job.pods, job.gpus_per_pod, job.high, wait, delay])
-        if delay is not None:
-            delays.append(float(delay))
+        in_all = None if submitted is None else waited_in_all(pods, job.pods, submitted)
+        in_all = None if in_all is None else round(in_all * x)
+        gangs.append([round(job.arrival * x), job.pods, job.gpus_per_pod, job.high, wait, delay, in_all])
+        delays += [float(delay)] if delay is not None else []
+        waits_in_all += [float(in_all)] if in_all is not None else []
         if times.whole_at is not None and submitted is not None:
             waits.append((times.whole_at - submitted) * x)
             by_size.setdefault(job.size_class, []).append(waits[-1])
@@ -656,6 +680,7 @@ def measure(
         "gangs_stuck_partial_over_5min": stuck,
         "wait_s": {**percentiles(waits), "by_gang_size": {k: percentiles(v) for k, v in sorted(by_size.items())}},
         "jct_s": {"mean": jct["mean"], "p95": jct["p95"], "count": jct["count"]},
+        "wait_in_all_s": percentiles(waits_in_all),
         "delay_s": percentiles(delays),
         "gpu_utilization": round(busy / (window * settings.nodes * GPUS_PER_NODE), 3),
         "multi_node_gangs_in_one_rack_pct": round(100 * one_rack / multi, 1) if multi else None,
@@ -664,7 +689,7 @@ def measure(
         **run_times(by_job, {keys[job.name]: job.duration for job in jobs}, x, started),
         # each gang in arrival order, for where in the run the tail came from (beside the faults' times)
         "gangs": {
-            "columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s"],
+            "columns": ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s", "wait_in_all_s"],
             "rows": gangs,
         },
     }
@@ -699,6 +724,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         ("finished", lambda r: f"{r['gangs_finished']}/{r['gangs_total']}"),
         ("wait p50 s", lambda r: r["wait_s"]["p50"]),
         ("wait p95 s", lambda r: r["wait_s"]["p95"]),
+        ("wait in all p95 s", lambda r: r["wait_in_all_s"]["p95"]),
         ("delay p95 s", lambda r: r["delay_s"]["p95"]),
         ("JCT mean s", lambda r: r["jct_s"]["mean"]),
         ("GPU util", lambda r: r["gpu_utilization"]),

@@ -6,7 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.replay import PodSeen, Recorder, ReplayJob, Settings, measure, plot, run_times, stages_of, timeline
+from bench.replay import (
+    PodSeen,
+    Recorder,
+    ReplayJob,
+    Settings,
+    measure,
+    plot,
+    run_times,
+    stages_of,
+    timeline,
+    waited_in_all,
+)
 
 
 def test_the_timeline_counts_running_gpus_and_gangs_not_yet_whole() -> None:
@@ -74,8 +85,9 @@ def test_each_gang_is_listed_in_arrival_order_with_its_wait_in_trace_time() -> N
     jobs = [ReplayJob("a", "vc", 1.0, 2.0, 2, 2, True), ReplayJob("b", "vc", 2.0, 2.0, 1, 1, False)]
     settings = Settings(nodes=1, rack_size=0, speedup=100.0, faults=False, drain_limit=0.0)
     figures = measure(recorder, jobs, {"a": "vc/a", "b": "vc/b"}, settings, 0.0, 5.0, {})
-    assert figures["gangs"]["columns"] == ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s"]
-    assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200, 150], [200, 1, 1, False, None, None]]
+    columns = ["arrival_s", "pods", "gpus_per_pod", "high_priority", "wait_s", "delay_s", "wait_in_all_s"]
+    assert figures["gangs"]["columns"] == columns
+    assert figures["gangs"]["rows"] == [[100, 2, 2, True, 200, 150, 200], [200, 1, 1, False, None, None, None]]
     assert figures["delay_s"]["mean"] == 150.0 and figures["delay_s"]["count"] == 1
 
 
@@ -120,3 +132,18 @@ def test_updates_of_a_running_pod_are_counted_but_not_its_deletion() -> None:
         recorder.see_pod(kind, pod, float(moment))
     seen = recorder.pods["vc/a-0"]
     assert (seen.updates_while_running, seen.bound, seen.ended, seen.succeeded) == (2, 1.0, 5.0, False)
+
+
+def test_a_gang_preempted_after_it_started_waits_again_in_all() -> None:
+    """Its first wait is until it was first whole; in all, every stretch short of whole before its last
+    start: here 1 s, then 2 s after its first run was cut short (the stretch its pods ended one by one
+    after the run is not a wait)."""
+    pods = [
+        PodSeen("vc/a", 1, created=0.0, bound=1.0, ended=3.0),
+        PodSeen("vc/a", 1, created=0.0, bound=1.0, ended=3.0),
+        PodSeen("vc/a", 1, created=3.0, bound=4.0, ended=9.0, succeeded=True),
+        PodSeen("vc/a", 1, created=3.0, bound=5.0, ended=9.5, succeeded=True),
+    ]
+    assert waited_in_all(pods, 2, submitted=0.0) == 3.0
+    assert waited_in_all(pods[:2], 2, submitted=0.0) == 1.0
+    assert waited_in_all(pods[:1], 2, submitted=0.0) is None
