@@ -3,6 +3,7 @@ controller acting on it against the test API server (preemptor.Preemptor)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -95,6 +96,19 @@ def test_a_victim_the_gang_fits_without_is_given_back() -> None:
     victims = [victim("a/p1", 0, "n1", gang=False), victim("a/big", 1, "n1", "n1", "n1", "n1")]
     found = choose_victims(GANG, cluster, full(victims + high, cluster), victims + high, 100, ["n1", "n2"])
     assert found is not None and [v.key for v in found] == ["a/big"]
+
+
+def test_of_victims_alike_the_newest_goes_whichever_node_it_is_on() -> None:
+    """The least work lost: of lowest-priority one-pod gangs, the one released last, though a node of
+    the others sorts first (kube-scheduler: the latest start among the fewest victims)."""
+    cluster = nodes("n1", "n2", cpu=1)
+    older = replace(victim("a/early", 0, "n1"), released=1_000.0)
+    newer = replace(victim("a/late", 0, "n2"), released=2_000.0)
+    unknown = victim("a/pod", 0, "n2", gang=False)  # started when, not known: after those known
+    one = [Member("m0", CPU)]
+    for victims in ([older, newer, unknown], [unknown, newer, older]):
+        found = choose_victims(one, cluster, full([older, newer], cluster), victims, 100, ["n1", "n2"])
+        assert found is not None and [v.key for v in found] == ["a/late"]
 
 
 def test_a_protected_victim_is_skipped_for_the_next() -> None:

@@ -168,7 +168,7 @@ def test_a_high_priority_gang_preempts_exactly_one_whole_lower_gang(stack: Stack
     for name in ("low-a", "low-b"):
         stack.plane.apply(workloads.job(name, namespace, 4, "2", annotations={"gangkeeper.io/placement": "pack"}))
     wait_until(lambda: len(running(stack.pods(namespace))) == 8, "both low gangs Running", 120)
-    time.sleep(62)  # a gang released within the last minute is nobody's victim (preemptor.GRACE_SECONDS)
+    time.sleep(62)  # a gang released within the last minute is nobody's victim (--min-runtime-seconds, 60)
     stack.plane.apply(with_priority(workloads.job("polite", namespace, 4, "2"), "gangkeeper-test-polite"))
     wait_until(lambda: len(gang_pods(stack, namespace, "polite")) == 4, "the polite gang's pods", 60)
     time.sleep(10)
@@ -403,7 +403,7 @@ def test_a_gang_preemption_cannot_help_preempts_nothing_and_the_victim_runs_on(s
     stack.plane.apply(priority_class("gangkeeper-test-high", 1000))
     stack.plane.apply(workloads.job("low", namespace, 4, "2"))
     wait_until(lambda: len(running(gang_pods(stack, namespace, "low"))) == 4, "the low gang Running", 120)
-    time.sleep(62)  # past the grace after its release (preemptor.GRACE_SECONDS): a victim from now on
+    time.sleep(62)  # past the grace after its release (--min-runtime-seconds, 60): a victim from now on
     picky = with_priority(workloads.job("picky", namespace, 4, "2"), "gangkeeper-test-high")
     picky["spec"]["template"]["spec"]["affinity"] = {
         "podAffinity": {

@@ -94,7 +94,7 @@ class Preemptor:
         elsewhere = sorted(snapshot.index.nodes_below(priority) - set(decision.preempt_nodes))
         nodes = [*decision.preempt_nodes, *elsewhere]
         candidates = [
-            victim
+            replace(victim, released=self._released(victim, snapshot))
             for victim in snapshot.index.victims_below(
                 priority, nodes, lambda key: self._gate_gang(key, snapshot, now), limit=MAX_CANDIDATES
             )
@@ -115,8 +115,9 @@ class Preemptor:
         )
         if chosen is None:
             return (
-                "no whole lower-priority gangs or pods it may preempt make room (gangs released in the last "
-                "minute, pods a PodDisruptionBudget protects and gangs it preempted last time are never victims)"
+                "no whole lower-priority gangs or pods it may preempt make room (gangs released within the "
+                f"min runtime, {self.min_runtime_seconds:g} s, pods a PodDisruptionBudget protects and gangs it "
+                "preempted last time are never victims)"
             )
         named = ", ".join(self._named(v, gang.namespace) for v in chosen)
         if not self.may_write():  # `gangkeeper explain`, or a replica that is not the leader: only say it
@@ -195,6 +196,13 @@ class Preemptor:
             view = snapshot.gangs.get(victim.key)
             return view is not None and any(p.holds_node for p in view.pods)
         return victim.key in snapshot.index.pods
+
+    @staticmethod
+    def _released(victim: Victim, snapshot: Snapshot) -> float:
+        """When a victim gang was last released (-inf: a pod in no gang, or not known)."""
+        view = snapshot.gangs.get(victim.key) if victim.gang else None
+        released = [p.released_at for p in view.pods if p.released_at is not None] if view else []
+        return max(released).timestamp() if released else float("-inf")
 
     def _gate_gang(self, key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
         """A gang the gate releases, not released within its min runtime."""

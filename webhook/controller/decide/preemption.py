@@ -6,13 +6,15 @@ workload-aware preemption (KEP-5710) do for their gangs: a victim is a whole gat
 in no gang, always of lower priority than the gang that waits; never part of a gang, never a pod of
 equal or higher priority. Pure: the candidates come from the cluster index, the caller acts.
 
-The choice: the gang is placed as if the allowed victims of the lowest priorities that suffice were
-gone (a band of priorities at a time); what each of those nodes
-lacks now is covered by victims in order (lowest priority first, then the smallest, fewest pods, then
-the name: a stable order), then any victim the cover holds without is given back (newest first), so no
-victim is taken in vain, and one placement with exactly those gone confirms it. Only victims holding
-capacity on the nodes the gang would need are considered, at most MAX_CANDIDATES of them: two
-placements and arithmetic per candidate, however large the cluster (bench/controller.py).
+The choice: the victims in order (lowest priority first, then the fewest pods, then the most recently
+released, whose going loses the least work, then the name), the gang is placed as if the shortest run of
+them that suffices were gone (found by bisection); what each of those nodes lacks now is covered by
+victims in that order, then any victim the cover holds without is given back (the last taken first), so
+no victim is taken in vain, and one placement with exactly those gone confirms it. kube-scheduler's
+DefaultPreemption picks likewise: the fewest victims, then the latest start among them (pkg/scheduler/
+framework/preemption/preemption.go, pickOneNodeForPreemption). Only victims holding capacity on the
+nodes the gang would need are considered, at most MAX_CANDIDATES of them: a dozen placements and
+arithmetic per candidate, however large the cluster (bench/controller.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ MAX_CANDIDATES = 4096  # the choice is arithmetic per candidate
 # a gate gang released less than this long ago is nobody's victim (the controller's --min-runtime-seconds,
 # KAI's preemptMinRuntime): no thrash between two gangs taking turns
 DEFAULT_MIN_RUNTIME_SECONDS = 60.0
-MAX_BANDS = 8  # placements trying the lowest priorities first
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Victim:
     gang: bool
     priority: int
     holds: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # (node, requests) of each of its pods
+    # when it was last released (epoch s; -inf: not known, a pod in no gang): the newest loses least work
+    released: float = float("-inf")
 
     @property
     def namespace(self) -> str:
@@ -88,7 +91,7 @@ def choose_victims(
             for v in candidates
             if v.priority < priority and any(node in needed for node, _ in v.holds) and not protected(v)
         ),
-        key=lambda v: (v.priority, v.size, v.key),
+        key=lambda v: (v.priority, v.size, -v.released, v.key),
     )[:MAX_CANDIDATES]
 
     def place(victims: Sequence[Victim]) -> placement.Placement:
@@ -96,31 +99,33 @@ def choose_victims(
             members, nodes, _freed(free, victims), spread=spread, eligibility=eligibility, domains=domains
         )
 
-    banded = _lowest_band_that_suffices(allowed, place)
-    if banded is None:
+    shortest = _shortest_run_that_suffices(allowed, place)
+    if shortest is None:
         return None
-    allowed, hoped = banded
+    allowed, hoped = shortest
     deficit = _deficit(members, hoped.assignments, free)
     chosen = _cover(allowed, deficit)
     # one full placement confirms the choice (the cover is per node, the placement's own)
     return tuple(chosen) if chosen is not None and place(chosen).complete else None
 
 
-def _lowest_band_that_suffices(
+def _shortest_run_that_suffices(
     allowed: Sequence[Victim], place: Callable[[Sequence[Victim]], placement.Placement]
 ) -> tuple[list[Victim], placement.Placement] | None:
-    """Where the gang would go with the allowed victims of the lowest priorities that suffice gone (a band
-    at a time, at most MAX_BANDS placements), and those victims."""
-    levels = sorted({v.priority for v in allowed})
-    if len(levels) > MAX_BANDS:
-        step = len(levels) / MAX_BANDS
-        levels = sorted({levels[min(len(levels) - 1, int(step * (i + 1)) - 1)] for i in range(MAX_BANDS)})
-    for level in levels:
-        band = [v for v in allowed if v.priority <= level]
-        hoped = place(band)
+    """The shortest run of the allowed victims, in their order, whose going lets the gang fit, and where
+    it would go: by bisection (more victims gone never makes it fit less), log2 of their number placements."""
+    whole = place(allowed)
+    if not whole.complete:
+        return None
+    low, high, best = 0, len(allowed), whole  # a run of `high` suffices, of `low` does not (none: it waits)
+    while high - low > 1:
+        middle = (low + high) // 2
+        hoped = place(allowed[:middle])
         if hoped.complete:
-            return band, hoped
-    return None
+            high, best = middle, hoped
+        else:
+            low = middle
+    return list(allowed[:high]), best
 
 
 def _deficit(
