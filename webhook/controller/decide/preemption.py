@@ -114,6 +114,8 @@ def _shortest_run_that_suffices(
 ) -> tuple[list[Victim], placement.Placement] | None:
     """The shortest run of the allowed victims, in their order, whose going lets the gang fit, and where
     it would go: by bisection (more victims gone never makes it fit less), log2 of their number placements."""
+    if not allowed:
+        return None
     whole = place(allowed)
     if not whole.complete:
         return None
