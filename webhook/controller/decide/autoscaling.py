@@ -125,7 +125,8 @@ def unseen_by_autoscalers(pods: Sequence[PodView], scheduler: str) -> str | None
     if any(p.node_name for p in live):
         return None
     refused = sum(1 for p in live if p.unschedulable)
-    unseen = len(live) - refused
+    # a pod the scheduler has not looked at yet (no PodScheduled condition) is not counted: it may still be refused
+    unseen = sum(1 for p in live if p.passed_over)
     if not refused or not unseen:
         return None
     return (

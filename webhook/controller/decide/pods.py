@@ -117,12 +117,13 @@ def _shape_or_one_pod(spec: Mapping[str, Any]) -> Shape:
         return Shape(requests=(("pods", 1),))
 
 
-def _refused_by_scheduler(status: Mapping[str, Any]) -> bool:
-    """PodScheduled=False with reason Unschedulable."""
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or []
-    )
+def _not_scheduled_reason(status: Mapping[str, Any]) -> str | None:
+    """The reason of a PodScheduled=False condition (Unschedulable: refused; Volcano's Schedulable: it
+    could be placed once its gang can); None when the scheduler has not written one yet."""
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("reason") or "")
+    return None
 
 
 def gang_priority(priorities: Iterable[int]) -> int:
@@ -160,6 +161,7 @@ class PodView:
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
     other_gates: tuple[str, ...] = ()  # scheduling gates not gangkeeper's (Kueue's topology gate)
     workload_uid: str = ""  # the uid of the workload it was made for, where that can be told
+    passed_over: bool = False  # PodScheduled=False for another reason: looked at, not refused (Volcano's)
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
@@ -172,6 +174,7 @@ class PodView:
         # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
         mine = release if release is not None and release.uid == meta.get("uid") and not gated else None
         phase = status.get("phase")
+        verdict = _not_scheduled_reason(status)
         return PodView(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -190,7 +193,8 @@ class PodView:
             annotations=_copied(meta.get("annotations")),
             labels=_copied(meta.get("labels")),
             priority=int(spec.get("priority") or 0),
-            unschedulable=_refused_by_scheduler(status),
+            unschedulable=verdict == "Unschedulable",
+            passed_over=verdict is not None and verdict != "Unschedulable",
             planned_node=mine.node if mine is not None else None,
             succeeded=phase == "Succeeded",
             preempts=spec.get("preemptionPolicy") != "Never",
