@@ -200,17 +200,16 @@ class Preemptor:
     @staticmethod
     def _released(victim: Victim, snapshot: Snapshot) -> float:
         """When a victim gang was last released (-inf: a pod in no gang, or not known)."""
-        view = snapshot.gangs.get(victim.key) if victim.gang else None
-        released = [p.released_at for p in view.pods if p.released_at is not None] if view else []
-        return max(released).timestamp() if released else float("-inf")
+        released = last_release(snapshot.gangs.get(victim.key)) if victim.gang else None
+        return released.timestamp() if released is not None else float("-inf")
 
     def _gate_gang(self, key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
         """A gang the gate releases, not released within its min runtime."""
         view = snapshot.gangs.get(key)
         if view is None or not view.raw or self.mechanisms.of_pod(view.raw[0]).name != "gate":
             return False
-        released = [p.released_at for p in view.pods if p.released_at is not None]
-        return not released or (now - max(released)).total_seconds() >= self.min_runtime_seconds
+        released = last_release(view)
+        return released is None or (now - released).total_seconds() >= self.min_runtime_seconds
 
     def _protected(self, victim: Victim, snapshot: Snapshot, budgets: dict[str, list[dict[str, Any]]]) -> bool:
         """Whether a PodDisruptionBudget would refuse the victim's pods going (unreadable: protected)."""
@@ -233,3 +232,9 @@ class Preemptor:
                 return True
             labels = [dict((pod.get("metadata") or {}).get("labels") or {})]
         return budget_blocks(budgets[namespace], labels)
+
+
+def last_release(view: GangView | None) -> dt.datetime | None:
+    """When the gate last released one of the gang's pods (its controller's record), if it ever did."""
+    released = [p.released_at for p in view.pods if p.released_at is not None] if view is not None else []
+    return max(released, default=None)
