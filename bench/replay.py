@@ -701,8 +701,15 @@ def stages_of(
     """Where a gang's wait goes, in real seconds, for each gang that was whole: the Job submitted to its
     last pod created (the Job controller, the webhook), that to the last gate lifted (gangkeeper's
     controller, queueing for room included; 0 where nothing gates) and that to the gang whole (kube-
-    scheduler and the binding; a native or Volcano gang's own wait)."""
-    stages: dict[str, list[float]] = {"submitted_to_created": [], "created_to_ungated": [], "ungated_to_whole": []}
+    scheduler and the binding; a native or Volcano gang's own wait). And, for gangs of more than one pod,
+    their first pod bound to the gang whole: all a gang that starts whole holds short of whole (the
+    GPU-hours "held partly" are this spread, real time, times the speedup)."""
+    stages: dict[str, list[float]] = {
+        "submitted_to_created": [],
+        "created_to_ungated": [],
+        "ungated_to_whole": [],
+        "first_bound_to_whole": [],
+    }
     for key, pods in by_job.items():
         size = sizes.get(key, 0)
         first = sorted(pods, key=lambda p: p.created)[:size]
@@ -714,6 +721,8 @@ def stages_of(
         stages["submitted_to_created"].append(max(0.0, created - submitted.get(key, created)))
         stages["created_to_ungated"].append(ungated - created)
         stages["ungated_to_whole"].append(max(0.0, whole - ungated))
+        if size > 1:
+            stages["first_bound_to_whole"].append(whole - min(p.bound or whole for p in first))
     return stages
 
 

@@ -52,6 +52,7 @@ def test_a_gangs_wait_is_split_where_the_cluster_showed_it_go() -> None:
         "submitted_to_created": [1.5, 0.0],
         "created_to_ungated": [2.0, 0.0],
         "ungated_to_whole": [0.5, 0.5],
+        "first_bound_to_whole": [0.25],  # a's pods bound at 4.25 and 4.5; c is one pod
     }
 
 
