@@ -310,3 +310,5 @@ def test_a_pods_scheduler_verdict_is_read_from_its_podscheduled_condition() -> N
     assert with_reason("Unschedulable").unschedulable and not with_reason("Unschedulable").passed_over
     assert with_reason("Schedulable").passed_over and not with_reason("Schedulable").unschedulable
     assert not with_reason(None).passed_over and not with_reason(None).unschedulable
+    # a gated pod (another gate, Kueue's) is not one the scheduler looked at
+    assert not with_reason("SchedulingGated").passed_over and not with_reason("SchedulingGated").unschedulable

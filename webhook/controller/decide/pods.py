@@ -161,7 +161,7 @@ class PodView:
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
     other_gates: tuple[str, ...] = ()  # scheduling gates not gangkeeper's (Kueue's topology gate)
     workload_uid: str = ""  # the uid of the workload it was made for, where that can be told
-    passed_over: bool = False  # PodScheduled=False for another reason: looked at, not refused (Volcano's)
+    passed_over: bool = False  # PodScheduled=False, looked at and not refused (Volcano's Schedulable); not gated
 
     @staticmethod
     def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
@@ -194,7 +194,7 @@ class PodView:
             labels=_copied(meta.get("labels")),
             priority=int(spec.get("priority") or 0),
             unschedulable=verdict == "Unschedulable",
-            passed_over=verdict is not None and verdict != "Unschedulable",
+            passed_over=verdict not in (None, "Unschedulable", "SchedulingGated"),
             planned_node=mine.node if mine is not None else None,
             succeeded=phase == "Succeeded",
             preempts=spec.get("preemptionPolicy") != "Never",
