@@ -312,10 +312,25 @@ class Snapshot:
         )
 
 
+def with_controller_fields(text: str, controller_fields: str) -> str:
+    """The Configuration's text with each `  key: value` line set under `controller:`, in place of the
+    chart's line for that key: YAML keeps the last of a key given twice, so a line added beside the
+    chart's was silently overridden (the replay's compressed headOfLineSeconds, before this)."""
+    head, marker, block = text.partition("controller:\n")
+    if not marker:
+        raise ValueError("the Configuration has no controller: block")
+    lines = block.splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if not line.startswith("  ")), len(lines))
+    given = controller_fields.splitlines(keepends=True)
+    keys = {line.split(":", 1)[0].strip() for line in given}
+    kept = [line for line in lines[:end] if line.split(":", 1)[0].strip() not in keys]
+    return head + marker + "".join(given) + "".join(kept) + "".join(lines[end:])
+
+
 def configure(stack: Stack, controller_fields: str) -> None:
-    """Fields added under `controller:` in the deployed Configuration, the controller restarted."""
+    """Fields set under `controller:` in the deployed Configuration, the controller restarted."""
     saved = stack.plane.get("configmap", "gangkeeper-config", namespace="gangkeeper-system")
-    text = saved["data"]["config.yaml"].replace("controller:\n", "controller:\n" + controller_fields, 1)
+    text = with_controller_fields(saved["data"]["config.yaml"], controller_fields)
     patch = json.dumps({"data": {"config.yaml": text}})
     stack.plane.kubectl("-n", "gangkeeper-system", "patch", "configmap", "gangkeeper-config", "-p", patch)
     stack.restart("controller")
