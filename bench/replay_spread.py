@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.replay_check import percentile
 
 GANGKEEPER = ("gate",)
 NOT_ANCHORS = ("floor", *GANGKEEPER)  # the floor is the baseline with no gang, not a gang mechanism
@@ -56,12 +61,7 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 2), "min": min(values), "max": max(values)}
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def pooled(runs: Sequence[Mapping[str, Any]], backend: str, column: str) -> dict[str, float]:
+def pooled(runs: Sequence[Mapping[str, Any]], backend: str, column: str) -> dict[str, float | None]:
     """One wait column of every draw's gangs together (only the gangs that started: a wait is null else)."""
     values: list[float] = []
     for run in runs:
