@@ -132,3 +132,15 @@ def test_the_webhooks_settings_come_from_the_configuration_and_the_flags(tmp_pat
     serving |= {"max_connections", "max_waiting_connections", "max_gang_pods"}  # the process's own limits
     flags = {a.dest for a in _commands(build_parser())["serve"]._actions}
     assert flags - serving <= {f.name for f in fields(WebhookSettings)}, flags - serving
+
+
+def test_a_field_given_twice_is_refused_naming_it_and_its_line(tmp_path: Path) -> None:
+    """YAML keeps the last of a key given twice: a line added above the chart's own would silently lose
+    (the replay's headOfLineSeconds did, 0eb6c3a); the file is refused instead."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        "apiVersion: gangkeeper.io/v1alpha1\nkind: Configuration\n"
+        "controller:\n  headOfLineSeconds: 10\n  queuePolicy: backfill\n  headOfLineSeconds: 1800\n"
+    )
+    with pytest.raises(ConfigError, match=r"twice\.yaml: headOfLineSeconds is given twice \(line 6\)"):
+        parsed(["controller", "--config", str(twice)])

@@ -3,7 +3,8 @@ controller, versioned as Kueue's is, and what the chart puts in the ConfigMap `g
 
 Every field is one of a command's flags; the file is read before the command line, so a flag given
 there wins (the dev loop). It is checked whole at start: an unknown field (with the closest known one),
-a wrong type or a value out of its choices stops the process with one line naming the field.
+a field given twice, a wrong type or a value out of its choices stops the process with one line naming
+the field.
 
     apiVersion: gangkeeper.io/v1alpha1
     kind: Configuration
@@ -60,6 +61,21 @@ class ConfigError(ValueError):
     """One line: the file, the field, what is wrong."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load keeps the last of a key given twice, so a second `headOfLineSeconds:` in the same
+    block (a line added on top of the chart's) would silently win; this loader refuses it instead."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise ConfigError(f"{key} is given twice (line {line}); give it once")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in document.items():
@@ -75,7 +91,9 @@ def load(path: str) -> dict[str, Any]:
     """The file's fields by path (`controller.queuePolicy`), checked for shape; values are checked by
     `to_flags` against the flags they stand for."""
     try:
-        document = yaml.safe_load(Path(path).read_text())
+        document = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read it: {error.strerror}") from None
     except yaml.YAMLError as error:
