@@ -570,7 +570,7 @@ def test_a_volcano_podgroup_is_made_from_the_workload_before_any_pod(server: Tes
 
 
 def test_an_operators_own_volcano_group_is_not_made_ahead(server: TestApiServer, api: Api) -> None:
-    from webhook.controller.act.groups import volcano_groups_in
+    from webhook.backends.volcano import volcano_groups_in
 
     own = {"spec": {"template": {"metadata": {"annotations": {"scheduling.k8s.io/group-name": "theirs"}}, "spec": {}}}}
     assert volcano_groups_in(own) == set()

@@ -73,7 +73,9 @@ def test_webhook_configurations_only_touch_opted_in_namespaces_and_fail_closed_t
     assert expected_resources >= {(r.group_version.rpartition("/")[0], r.plural) for r in WORKLOAD_RESOURCES.values()}
     for kind, name in (("MutatingWebhookConfiguration", "mutate"), ("ValidatingWebhookConfiguration", "validate")):
         (hook,) = [h for h in by_kind(objects, kind)["webhooks"] if h["name"] == f"{name}.gangkeeper.io"]
-        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        # the validating call makes a Volcano workload's PodGroups (admission/ahead.py), never on a dry run
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == ("NoneOnDryRun" if name == "validate" else "None")
         assert hook["admissionReviewVersions"] == ["v1"] and 1 <= hook["timeoutSeconds"] <= 5
         expressions = hook["namespaceSelector"]["matchExpressions"]
         assert {"key": "gangkeeper.io/enabled", "operator": "In", "values": ["true"]} in expressions
@@ -385,6 +387,12 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     uids = WorkloadUids(Api(api_client))
     for kind in RESOURCES:
         assert uids(kind, "team-a", "train", "uid-1") is None
+    # a Volcano workload's PodGroups, made at its validation: one create
+    from tests.test_admission_ahead import stamped_job
+    from webhook.admission.ahead import VolcanoGroupsAhead
+    from webhook.backends import make
+
+    assert VolcanoGroupsAhead(Api(api_client))(stamped_job(), make("volcano")) == 1  # type: ignore[arg-type]
     assert client and certs
 
 

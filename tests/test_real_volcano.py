@@ -4,6 +4,7 @@ PodGroup in the `default` queue, and Volcano's gang plugin binds the group whole
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,49 @@ def test_a_generate_name_job_gets_its_podgroup_before_its_pods(vc: Stack) -> Non
     assert {p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods} == {f"job-{name}"}
     assert_started_together(pods, 3)
     assert [g["metadata"]["name"] for g in podgroups(stack, namespace)] == [f"job-{name}"]
+
+
+def test_jobs_applied_at_once_find_their_podgroups_before_their_first_pods(vc: Stack) -> None:
+    """The webhook makes a Job's PodGroup at the Job's validating admission (admission/ahead.py), before
+    any controller sees the Job: Volcano's pod admission refuses a pod whose PodGroup is missing, and the
+    Job controller then retries after 1 s, doubling. Twelve Jobs applied at once: every pod is admitted
+    the first time (the first Job may meet a webhook that has not discovered Volcano yet), every Job's
+    pods exist within a second of it, and the controller has made each Job its PodGroup's owner."""
+    stack = vc
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-ahead", "volcano")
+    jobs = [workloads.job(f"burst-{i}", namespace, 1, "10m") for i in range(12)]
+    wait_until(lambda: stack.plane.apply(jobs[0]), "the first Job admitted", 90, every=5)
+    stack.plane.apply(jobs[1:])
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(p) == 12 and p, "every Job's pod created", 120)
+    refusals = {
+        e["involvedObject"]["name"]: e.get("message", "")
+        for e in stack.plane.get("events", namespace=namespace)
+        if e.get("reason") == "FailedCreate" and e["involvedObject"].get("kind") == "Job"
+    }
+    refused = set(refusals)
+    assert refused <= {"burst-0"}, f"pods refused for want of a PodGroup: {refusals}"
+    jobs_now = stack.plane.get("jobs", namespace=namespace)
+    created = {j["metadata"]["name"]: j["metadata"]["creationTimestamp"] for j in jobs_now}
+    late = [
+        p["metadata"]["name"]
+        for p in pods
+        if seconds_between(created[p["metadata"]["labels"]["job-name"]], p["metadata"]["creationTimestamp"]) > 1
+    ]
+    assert len(late) <= 1, f"pods created more than 1 s after their Job: {late}"
+    uids = {j["metadata"]["uid"] for j in jobs_now}
+
+    def adopted() -> bool:
+        groups = podgroups(stack, namespace)
+        owners = {o["uid"] for g in groups for o in g["metadata"].get("ownerReferences") or []}
+        return len(groups) == 12 and owners == uids
+
+    wait_until(adopted, "every PodGroup owned by its Job", 60)
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    parse = dt.datetime.fromisoformat
+    return (parse(later.replace("Z", "+00:00")) - parse(earlier.replace("Z", "+00:00"))).total_seconds()
 
 
 @pytest.fixture

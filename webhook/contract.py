@@ -49,6 +49,9 @@ WORKLOAD_ANNOTATION: Final = f"{PREFIX}/workload"
 # workload, and a workload deleted and made again under its name has the same name but another uid
 WORKLOAD_UID_ANNOTATION: Final = f"{PREFIX}/workload-uid"
 SIZE_ANNOTATION: Final = f"{PREFIX}/gang-size"
+# On a Volcano PodGroup the webhook made at its workload's admission, before the workload was stored (so
+# without an owner): the controller adopts it for the workload, and does not take it for an orphan meanwhile
+AWAITING_OWNER_ANNOTATION: Final = f"{PREFIX}/awaiting-owner"
 
 SYSTEM_NAMESPACE: Final = "gangkeeper-system"
 IGNORED_NAMESPACES: Final = frozenset({"kube-system", SYSTEM_NAMESPACE})

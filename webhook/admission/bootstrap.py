@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from webhook import contract
+from webhook.admission.ahead import VolcanoGroupsAhead
 from webhook.admission.controller_lease import LeaseWatch
 from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
 from webhook.admission.workloads import WorkloadUids
@@ -79,6 +80,7 @@ def build_resolver(
             "queues": queues.states,
             "priority_classes": priority_classes.names,
             "workload_uids": WorkloadUids(api),
+            "groups_ahead": VolcanoGroupsAhead(api),
         }
     return BackendResolver(
         default=settings.backend,

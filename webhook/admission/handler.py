@@ -13,6 +13,8 @@ from typing import Any
 from webhook.admission import keys, metrics, review
 from webhook.admission.decide import admit, describe
 from webhook.admission.resolve import BackendResolver
+from webhook.backends import Backend, Volcano
+from webhook.backends.discovery import Unavailable
 from webhook.gangs import limits
 from webhook.gangs.model import Obj
 
@@ -106,8 +108,19 @@ class Handler:
         if not outcome.allowed:
             return review.deny(uid, outcome.code, outcome.message, outcome.warnings), "denied"
         if endpoint == "validate":
+            if operation == "CREATE" and not request.get("dryRun"):
+                self._make_groups_ahead(obj, backend)
             return review.allow(uid), "allowed"  # warnings come once, from the mutating webhook
         return review.allow(uid, outcome.patch, outcome.warnings), "mutated" if outcome.patch else "allowed"
+
+    def _make_groups_ahead(self, obj: Obj, backend: Backend | Unavailable) -> None:
+        """The workload's Volcano PodGroups before its first pod (admission/ahead.py); never refuses it."""
+        if self.resolver.groups_ahead is None or not isinstance(backend, Volcano):
+            return
+        try:
+            self.resolver.groups_ahead(obj, backend)
+        except Exception:  # the controller makes them too: the workload is admitted whatever happens here
+            log.exception("PodGroups ahead of the pods failed", extra={"object": describe(obj)})
 
 
 def _username(request: review.AdmissionRequest) -> str | None:

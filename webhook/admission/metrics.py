@@ -28,6 +28,11 @@ REFUSED = Counter(
     "503 too many connections",
     ["code"],
 )
+GROUPS_AHEAD = Counter(
+    "gangkeeper_admission_podgroups_ahead",
+    "Volcano PodGroups made at a workload's validating admission, before its pods: created, exists, failed",
+    ["outcome"],
+)
 CONNECTIONS = Gauge(
     "gangkeeper_webhook_connections",
     "Client connections of every serving process, by state: open (TLS established), handshaking, waiting "

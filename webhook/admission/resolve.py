@@ -11,6 +11,7 @@ from webhook import backends, contract, naming
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, Coscheduling, NamespaceInfo, Settings, Volcano
 from webhook.backends.discovery import Served, Unavailable, choose
+from webhook.gangs.model import Obj
 from webhook.gangs.topology import DEFAULT_LEVELS
 from webhook.kube import NAMESPACES, Api, Resource
 
@@ -151,6 +152,7 @@ class BackendResolver:
         volcano_queues: frozenset[str] = frozenset(),
         protect_from_disruption: bool = True,
         workload_uids: Callable[[str, str, str, str], str | None] | None = None,
+        groups_ahead: Callable[[Obj, Volcano], int] | None = None,
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
@@ -164,6 +166,7 @@ class BackendResolver:
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)
         self.queues = queues  # Volcano's queues and their states (None: unknown)
         self.workload_uids = workload_uids  # a gang workload's uid now (admission/workloads.py); None: offline
+        self.groups_ahead = groups_ahead  # a workload's Volcano PodGroups made (admission/ahead.py); None: offline
 
     def namespace_info(self, namespace: str | None) -> NamespaceInfo:
         return (self.namespaces.get(namespace) if namespace else None) or NamespaceInfo()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from webhook import contract, resources
 from webhook.backends.base import (
@@ -107,3 +107,28 @@ class Volcano:
             # hard: never across a HyperNode above that tier; soft: as low a tier as it can get
             spec["networkTopology"] = {"mode": "hard" if gang.topology.required else "soft", "highestTierAllowed": tier}
         return {"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}
+
+
+def volcano_groups_in(workload: Obj, depth: int = 12) -> set[str]:
+    """The Volcano group names on the pod templates gangkeeper stamped inside a workload (a template
+    carries gangkeeper's workload stamp beside the group annotation; an operator's own groups do not)."""
+    found: set[str] = set()
+
+    def walk(node: Any, level: int) -> None:
+        if level > depth:
+            return
+        if isinstance(node, dict):
+            meta = node.get("metadata") if "spec" in node else None
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            if isinstance(annotations, dict) and contract.WORKLOAD_ANNOTATION in annotations:
+                group = annotations.get(contract.VOLCANO_GROUP_ANNOTATION)
+                if isinstance(group, str) and group:
+                    found.add(group)
+            for value in node.values():
+                walk(value, level + 1)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, level + 1)
+
+    walk(workload.get("spec"), 0)
+    return found

@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook import contract, gangs
 from webhook.backends import Backend, Mechanisms, NamespaceInfo
+from webhook.backends.volcano import volcano_groups_in
 from webhook.controller import metrics
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.wakeup import WAKE_ANNOTATION
@@ -25,6 +26,10 @@ from webhook.kube import Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
 LWS_KIND = "LeaderWorkerSet"
+ALREADY_EXISTS = 409
+# a PodGroup the webhook made at its workload's admission (unowned, AWAITING_OWNER_ANNOTATION) is no
+# orphan while this young: the controller adopts it for the workload a pass later
+ORPHAN_GRACE_SECONDS = 120.0
 LWS_NAME_LABEL = lws.NAME_LABEL
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # GroupIndexLabelKey
 
@@ -178,6 +183,22 @@ class GroupObjects:
         if current is None:
             refused = self._write("create", self.api.create, resource.path(namespace), desired)
             self._report_refusal(f"{namespace}/{gang.name}", workload, desired, refused)
+            if refused is None or refused.status != ALREADY_EXISTS:
+                return
+            try:  # made a moment ago, at the workload's admission (admission/ahead.py)
+                current = self.api.get(resource.path(namespace, name))
+            except ApiError:
+                return
+        self._adopt(current, desired, resource.path(namespace, name))
+
+    def _adopt(self, current: Obj | None, desired: Obj, path: str) -> None:
+        """A PodGroup the webhook made at the workload's admission has no owner yet (the workload was not
+        stored then): the workload becomes its owner, so it goes with the workload."""
+        meta = (current or {}).get("metadata") or {}
+        owners = desired["metadata"].get("ownerReferences")
+        if owners and contract.GROUP_LABEL in (meta.get("labels") or {}) and not meta.get("ownerReferences"):
+            adopted = {"ownerReferences": owners, "annotations": {contract.AWAITING_OWNER_ANNOTATION: None}}
+            self._write("adopt", self.api.merge_patch, path, {"metadata": adopted})
 
     def _lws_manages(self, resource: Resource, namespace: str, set_name: str, gang_name: str) -> bool:
         """Whether LWS's own Volcano provider made a PodGroup for this group (gang `lws-NAME-INDEX`)."""
@@ -241,31 +262,6 @@ def volcano_scheduled(workload: Obj, scheduler: str) -> bool:
     )
 
 
-def volcano_groups_in(workload: Obj, depth: int = 12) -> set[str]:
-    """The Volcano group names on the pod templates gangkeeper stamped inside a workload (a template
-    carries gangkeeper's workload stamp beside the group annotation; an operator's own groups do not)."""
-    found: set[str] = set()
-
-    def walk(node: Any, level: int) -> None:
-        if level > depth:
-            return
-        if isinstance(node, dict):
-            meta = node.get("metadata") if "spec" in node else None
-            annotations = meta.get("annotations") if isinstance(meta, dict) else None
-            if isinstance(annotations, dict) and contract.WORKLOAD_ANNOTATION in annotations:
-                group = annotations.get(contract.VOLCANO_GROUP_ANNOTATION)
-                if isinstance(group, str) and group:
-                    found.add(group)
-            for value in node.values():
-                walk(value, level + 1)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, level + 1)
-
-    walk(workload.get("spec"), 0)
-    return found
-
-
 def _refusal_text(error: ApiError) -> str:
     """The API server's reason from a Status body, short enough for an event."""
     try:
@@ -275,9 +271,13 @@ def _refusal_text(error: ApiError) -> str:
     return (message or f"HTTP {error.status}")[:400]
 
 
-def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterable[Resource]) -> list[str]:
-    """Delete group objects gangkeeper made whose gang has no pods and no owner left to collect them."""
+def orphan_groups(
+    api: Api, live_groups: set[tuple[str, str]], resources: Iterable[Resource], now: dt.datetime | None = None
+) -> list[str]:
+    """Delete group objects gangkeeper made whose gang has no pods and no owner left to collect them (one
+    the webhook made at its workload's admission after ORPHAN_GRACE_SECONDS: it waits for adoption)."""
     deleted = []
+    now = now or dt.datetime.now(dt.UTC)
     for resource in resources:
         try:
             items = api.list(resource.path(), labelSelector=contract.GROUP_LABEL)["items"]
@@ -288,6 +288,10 @@ def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterab
             if (
                 meta.get("ownerReferences")
                 or (meta.get("namespace"), meta["labels"][contract.GROUP_LABEL]) in live_groups
+                or (
+                    contract.AWAITING_OWNER_ANNOTATION in (meta.get("annotations") or {})
+                    and _age_seconds(meta, now) < ORPHAN_GRACE_SECONDS
+                )
             ):
                 continue
             try:
@@ -299,6 +303,15 @@ def orphan_groups(api: Api, live_groups: set[tuple[str, str]], resources: Iterab
         metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
         log.info("deleted orphaned group objects", extra={"objects": deleted})
     return deleted
+
+
+def _age_seconds(meta: Obj, now: dt.datetime) -> float:
+    """How long ago the API server made the object (an unreadable timestamp: old)."""
+    try:
+        created = dt.datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (now - created).total_seconds()
 
 
 def contains(current: object, wanted: object) -> bool:

@@ -184,7 +184,7 @@ class Controller:
         if stamp >= self._orphans_at and self.may_write():
             self._orphans_at = stamp + self.orphan_seconds
             live = {(g.namespace, g.name) for g in snapshot.gangs.values()}
-            orphan_groups(self.api, live, [*self.groups.resources(), GANGS])
+            orphan_groups(self.api, live, [*self.groups.resources(), GANGS], now)
         hol = self.cycle.head_of_line.next_change(now)
         wakes += [self.work.next_at(), self._orphans_at, self._next_ending, hol.timestamp() if hol else None]
         self.next_wake = earliest(wakes, stamp)
