@@ -72,10 +72,18 @@ def test_a_job_in_a_labelled_namespace_is_stamped_and_gets_its_podgroup(volcano:
     for pod in pods:
         validate(pod)
         assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "job-train"
+    # made by the webhook at the Job's validation, then owned by the Job (the controller adopts it)
     podgroup = wait_for(
-        lambda: next(iter(store.list("scheduling.volcano.sh/v1beta1", "podgroups", "team-a")[0]), None),
+        lambda: next(
+            (
+                g
+                for g in store.list("scheduling.volcano.sh/v1beta1", "podgroups", "team-a")[0]
+                if g["metadata"].get("ownerReferences")
+            ),
+            None,
+        ),
         timeout=30,
-        what=f"the controller's PodGroup; controller log:\n{controller.logs()}",
+        what=f"the PodGroup, owned; controller log:\n{controller.logs()}",
     )
     validate(podgroup)
     assert podgroup["metadata"]["name"] == "job-train" and podgroup["spec"]["minMember"] == 2
