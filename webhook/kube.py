@@ -18,6 +18,7 @@ import urllib3
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+CONFLICT = 409  # AlreadyExists on a create, a stale resourceVersion on a write
 
 
 class ApiError(Exception):

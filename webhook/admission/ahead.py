@@ -26,11 +26,10 @@ from webhook.admission import metrics
 from webhook.backends import NamespaceInfo
 from webhook.backends.volcano import Volcano, volcano_groups_in
 from webhook.gangs.model import Obj
-from webhook.kube import Api, ApiError, Resource
+from webhook.kube import CONFLICT, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.admission")
 TIMEOUT_SECONDS = 2.0  # a slow API server delays the workload's admission by at most this, per gang
-ALREADY_EXISTS = 409
 
 
 class VolcanoGroupsAhead:
@@ -57,7 +56,7 @@ class VolcanoGroupsAhead:
                 made += 1
                 metrics.GROUPS_AHEAD.labels("created").inc()
             except ApiError as error:
-                outcome = "exists" if error.status == ALREADY_EXISTS else "failed"
+                outcome = "exists" if error.status == CONFLICT else "failed"
                 metrics.GROUPS_AHEAD.labels(outcome).inc()
                 if outcome == "failed":
                     log.warning(

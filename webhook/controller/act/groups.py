@@ -22,11 +22,10 @@ from webhook.controller.observe.workloads import group_resource
 from webhook.gangs import lws
 from webhook.gangs.model import Gang, Obj
 from webhook.informer import Informer
-from webhook.kube import Api, ApiError, Resource
+from webhook.kube import CONFLICT, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
 LWS_KIND = "LeaderWorkerSet"
-ALREADY_EXISTS = 409
 # a PodGroup the webhook made at its workload's admission (unowned, AWAITING_OWNER_ANNOTATION) is no
 # orphan while this young: the controller adopts it for the workload a pass later
 ORPHAN_GRACE_SECONDS = 120.0
@@ -183,7 +182,7 @@ class GroupObjects:
         if current is None:
             refused = self._write("create", self.api.create, resource.path(namespace), desired)
             self._report_refusal(f"{namespace}/{gang.name}", workload, desired, refused)
-            if refused is None or refused.status != ALREADY_EXISTS:
+            if refused is None or refused.status != CONFLICT:
                 return
             try:  # made a moment ago, at the workload's admission (admission/ahead.py)
                 current = self.api.get(resource.path(namespace, name))
@@ -237,7 +236,7 @@ class GroupObjects:
         """A group object the API refused (Volcano's admission refuses a PodGroup whose queue is missing
         or closed) leaves the pods Pending: say so on the workload, once per distinct refusal."""
         refusal = (
-            _refusal_text(error) if error is not None and 400 <= error.status < 500 and error.status != 409 else ""
+            _refusal_text(error) if error is not None and 400 <= error.status < 500 and error.status != CONFLICT else ""
         )
         if self._refusals.get(key, "") == refusal:
             return
