@@ -94,6 +94,9 @@ def test_the_pinch_beside_karpenter_under_volcano_waits_and_says_why(
     time.sleep(30)  # Karpenter batches and provisions within seconds for pods it sees
     assert not autoscaler.nodes(), [n["metadata"]["name"] for n in autoscaler.nodes()]
     assert not bound(gang_pods(stack, namespace, "pinch"))  # whole: nothing started
+    # its pods would wait for ever: gone before the next test's Karpenter takes them for its own
+    stack.plane.kubectl("delete", "job", "pinch", "-n", namespace, "--cascade=foreground")
+    wait_until(lambda: not gang_pods(stack, namespace, "pinch"), "the waiting pinch's pods gone", 120, every=2)
 
 
 def test_the_pinch_autoscaled_under_coscheduling(cosched: Stack, autoscaler: karpenter.Karpenter) -> None:
@@ -102,9 +105,21 @@ def test_the_pinch_autoscaled_under_coscheduling(cosched: Stack, autoscaler: kar
     autoscaled_pinch(cosched, autoscaler, "coscheduling")
 
 
+def pending_elsewhere(stack: Stack, namespace: str) -> list[str]:
+    """Pods of other namespaces still Pending: an earlier test's gang that waits for ever (the Volcano
+    pinch) is Unschedulable until its namespace is gone, and Karpenter provisions for it too (CI: 4 nodes
+    made for this pinch's 3, the fourth for `autoscale-volcano`'s pods)."""
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in stack.plane.get("pods", all_namespaces=True)
+        if p["metadata"]["namespace"] != namespace and p["status"].get("phase") == "Pending"
+    ]
+
+
 def autoscaled_pinch(stack: Stack, autoscaler: karpenter.Karpenter, backend: str) -> None:
     stack.replace_workers(2, cpu="4")
     namespace = stack.namespace(f"autoscale-{backend}", None if backend == "floor" else backend, backend != "floor")
+    wait_until(lambda: not pending_elsewhere(stack, namespace), "no other test's pods Pending", 180, every=2)
     stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
     # 16 pods of 1 CPU on two nodes of 4: 8 fit; Karpenter's nodes of 4 CPUs must bring the other 8
     pinch = workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"})
