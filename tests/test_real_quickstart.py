@@ -37,14 +37,18 @@ def test_the_readme_quick_start_runs_command_by_command(tmp_path: Path) -> None:
         script += [f"echo '+ [{number}] {command.replace(chr(39), '')}'", command]
         if not command.rstrip().endswith("&") and not command.startswith("kill %1"):
             script.append(f"status=$?; [ $status -eq 0 ] || {{ echo 'command {number} failed'; exit $status; }}")
+    # an env file left by a run killed hard would end step 2's wait before this cluster is up
+    (workdir / "env").unlink(missing_ok=True)
     env = {**os.environ, "GK_SANDBOX_OCTET": str(200 + (os.getpid() + 25) % 50)}  # not this session's subnets
     try:
         result = subprocess.run(
             ["bash", "-c", "\n".join(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
         )
     finally:
-        # a block that stopped before its `kill %1` leaves the cluster running: stopped as Ctrl-C would
-        subprocess.run(["pkill", "-TERM", "-f", f"up.py --workdir {workdir}"], check=False)
+        # a block that stopped before its `kill %1` leaves make (still building, or running the cluster)
+        # behind: stopped as `kill %1` would, and its cluster with it
+        for command in (f"make cluster ARGS=--workdir {workdir}", f"up.py --workdir {workdir}"):
+            subprocess.run(["pkill", "-TERM", "-f", command], check=False)
         log = Path("/tmp/gangkeeper-demo.log")
         cluster_log = log.read_text() if log.exists() else "(no log)"
     output = result.stdout + result.stderr

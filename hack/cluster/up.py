@@ -26,6 +26,20 @@ from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack
 
 
+def stop_on_the_first_signal() -> None:
+    """SIGTERM or Ctrl-C raises SystemExit once; later ones are ignored, so they cannot cut the removal short.
+    `kill %1` sends SIGTERM twice: to the job's process group, then make forwards its own to this process
+    (GNU make's fatal_error_signal), 0.1 ms apart; a second SystemExit in the `finally` left WORKDIR/env behind."""
+
+    def stop(signum: int, frame: object) -> None:
+        for name in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(name, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    for name in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(name, stop)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kubernetes", default=versions()["K8S_DEFAULT"], help="version built (default %(default)s)")
@@ -50,7 +64,7 @@ def main() -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    stop_on_the_first_signal()
     started = time.monotonic()
     with Stack(plane, overlay=args.overlay).running() as stack:
         for wanted, operator in ((args.lws, operators.lws), (args.jobset, operators.jobset)):
@@ -76,8 +90,6 @@ def main() -> int:
         try:
             while all(p.alive() for p in plane.processes):
                 time.sleep(1)
-        except KeyboardInterrupt:
-            pass
         finally:
             env.unlink(missing_ok=True)
     return 0

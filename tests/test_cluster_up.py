@@ -1,0 +1,42 @@
+"""`hack/cluster/up.py` stops once: `kill %1` on `make cluster &` delivers SIGTERM twice (to the process
+group, then forwarded by make), and the second must not cut the removal of the cluster short."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent(
+    f"""
+    import importlib.util, time
+    spec = importlib.util.spec_from_file_location("up", {str(ROOT / "hack" / "cluster" / "up.py")!r})
+    up = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(up)
+    up.stop_on_the_first_signal()
+    print("ready", flush=True)
+    try:
+        while True:
+            time.sleep(0.05)
+    finally:
+        print("removing", flush=True)
+        time.sleep(1)  # the removal, slow enough for the second signal to land inside it
+        print("removed", flush=True)
+    """
+)
+
+
+def test_a_second_sigterm_during_the_removal_does_not_cut_it_short() -> None:
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGTERM)
+    assert child.stdout.readline().strip() == "removing"
+    child.send_signal(signal.SIGTERM)  # make's forwarded copy
+    child.send_signal(signal.SIGINT)  # and an impatient Ctrl-C
+    rest, _ = child.communicate(timeout=30)
+    assert rest.split() == ["removed"] and child.returncode == 0
