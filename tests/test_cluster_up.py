@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent(
@@ -18,8 +20,8 @@ CHILD = textwrap.dedent(
     up = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(up)
     up.stop_on_the_first_signal()
-    print("ready", flush=True)
-    try:
+    try:  # as up.py: what the finally removes is made inside the try
+        print("ready", flush=True)
         while True:
             time.sleep(0.05)
     finally:
@@ -30,11 +32,14 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_a_second_sigterm_during_the_removal_does_not_cut_it_short() -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_second_signal_during_the_removal_does_not_cut_it_short(first: signal.Signals) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
-    child.send_signal(signal.SIGTERM)
+    child.send_signal(first)  # kill %1, Ctrl-C, or the terminal closed
     assert child.stdout.readline().strip() == "removing"
     child.send_signal(signal.SIGTERM)  # make's forwarded copy
     child.send_signal(signal.SIGINT)  # and an impatient Ctrl-C

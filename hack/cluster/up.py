@@ -6,7 +6,7 @@
 Starts the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
 from hack/cluster/build.sh's binaries, deploys gangkeeper with `kubectl apply -k manifests/overlays/OVERLAY`,
 adds fake nodes, writes WORKDIR/env (KUBECONFIG, and kubectl and the kubectl-gangkeeper plugin on the
-PATH: `. WORKDIR/env` in another shell) once it is up, and runs until Ctrl-C or SIGTERM, then removes
+PATH: `. WORKDIR/env` in another shell) once it is up, and runs until Ctrl-C, SIGTERM or SIGHUP, then removes
 everything.
 """
 
@@ -25,18 +25,22 @@ from tests.realcluster import operators
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 def stop_on_the_first_signal() -> None:
-    """SIGTERM or Ctrl-C raises SystemExit once; later ones are ignored, so they cannot cut the removal short.
-    `kill %1` sends SIGTERM twice: to the job's process group, then make forwards its own to this process
-    (GNU make's fatal_error_signal), 0.1 ms apart; a second SystemExit in the `finally` left WORKDIR/env behind."""
+    """SIGTERM, Ctrl-C or SIGHUP (the terminal of `make cluster &` closed) raises SystemExit once; later ones
+    are ignored, so they cannot cut the removal short. `kill %1` sends SIGTERM twice: to the job's process
+    group, then make forwards its own to this process (GNU make's fatal_error_signal), 0.1 ms apart; a
+    second SystemExit in the `finally` left WORKDIR/env behind. The components run in sessions of their own
+    (ControlPlane), so a signal this process dies of unhandled leaves them running."""
 
     def stop(signum: int, frame: object) -> None:
-        for name in (signal.SIGTERM, signal.SIGINT):
+        for name in STOP_SIGNALS:
             signal.signal(name, signal.SIG_IGN)
         raise SystemExit(0)
 
-    for name in (signal.SIGTERM, signal.SIGINT):
+    for name in STOP_SIGNALS:
         signal.signal(name, stop)
 
 
@@ -81,13 +85,15 @@ def main() -> int:
             plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=64))
         kubectl = plane.k8s_binary("kubectl")
         plugins = Path(__file__).resolve().parents[2] / "plugins"
-        env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
-        print(f"cluster v{args.kubernetes} with gangkeeper ({args.overlay}) up in {time.monotonic() - started:.0f}s")
-        print(f"  . {env}    # KUBECONFIG={plane.kubeconfig}; kubectl and kubectl-gangkeeper on the PATH")
-        print("  kubectl apply -f manifests/examples/00-namespace.yaml")
-        print("  kubectl apply -n gang-demo -f manifests/examples/01-all-fit.yaml")
-        print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything", flush=True)
-        try:
+        try:  # from the moment it is written: a signal at any point after still removes it
+            env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
+            print(
+                f"cluster v{args.kubernetes} with gangkeeper ({args.overlay}) up in {time.monotonic() - started:.0f}s"
+            )
+            print(f"  . {env}    # KUBECONFIG={plane.kubeconfig}; kubectl and kubectl-gangkeeper on the PATH")
+            print("  kubectl apply -f manifests/examples/00-namespace.yaml")
+            print("  kubectl apply -n gang-demo -f manifests/examples/01-all-fit.yaml")
+            print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything", flush=True)
             while all(p.alive() for p in plane.processes):
                 time.sleep(1)
         finally:
