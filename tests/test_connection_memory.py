@@ -36,7 +36,7 @@ class FakeWorker:
     def count_refusal(self, code: int) -> None:
         pass
 
-    def run(self, request: Any, peer: Any) -> Reply:
+    def run_on_loop(self, request: Any, peer: Any) -> Reply:
         return Reply("200 OK", [("Content-Type", "application/json")], b"{}")
 
 

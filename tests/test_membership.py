@@ -360,7 +360,8 @@ def test_a_pod_made_for_an_earlier_workload_of_its_name_is_refused(
     assert len(asked) == 1 and asked[0][:3] in (("Job", "team-a", "train"), ("JobSet", "team-a", "js")), asked
     if not allowed:
         assert outcome.code == 403 and "metadata.ownerReferences: Forbidden: it was made for" in outcome.message
-        assert f"is now another object (uid {now})" in outcome.message
+        assert "is now another object:" in outcome.message
+        assert now is not None and now not in outcome.message  # another object's uid is not the pod's to read
 
 
 def test_the_workloads_uid_is_read_once_and_a_contradicted_claim_at_most_once_a_second(
@@ -414,4 +415,5 @@ def test_a_workload_that_cannot_be_read_admits_the_pod(
     later = workloads.WorkloadUids(api)
     started = time.monotonic()
     assert later("Job", "team-a", "train", "uid-1") is None
-    assert time.monotonic() - started < 0.9  # given up, not waited for
+    # given up, not waited for: one deadline for every attempt (urllib3's own three retries made it 4x)
+    assert time.monotonic() - started < 0.5

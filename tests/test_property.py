@@ -130,3 +130,86 @@ def test_arbitrary_bodies_never_crash(body: bytes) -> None:
     assert status in (200, 400, 413)
     if status != 200:
         assert document["error"]
+
+
+class RandomApi:
+    """An API server that answers each call with what hypothesis drew: an object of any shape, or an
+    error of any status (no answer at all included)."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers, self.calls = answers, 0
+
+    def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        from webhook.kube import ApiError
+
+        answer = self.answers[self.calls % len(self.answers)] if self.answers else None
+        self.calls += 1
+        if isinstance(answer, int):
+            raise ApiError(answer, "drawn", method, path)
+        return answer
+
+
+api_answers = st.lists(
+    st.one_of(
+        st.sampled_from([0, 400, 403, 404, 409, 422, 429, 500, 503]),
+        st.none(),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.sampled_from(["metadata", "uid", "spec", "kind", "x"]), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+        st.builds(lambda uid: {"metadata": {"uid": uid}}, st.one_of(st.text(max_size=8), st.integers(), st.none())),
+    ),
+    max_size=4,
+)
+
+
+@st.composite
+def gang_pods(draw: Any) -> dict[str, Any]:
+    """A pod of Job train's gang as its Job controller makes it (the stamp, the Job as its owner, the uid
+    it claims), with whatever else hypothesis adds: the review that reads the Job's uid."""
+    pod = draw(pods())
+    meta = pod["metadata"]
+    meta["labels"] = {**(meta.get("labels") or {}), "gangkeeper.io/group": "job-train"}
+    meta["annotations"] = {**(meta.get("annotations") or {}), "gangkeeper.io/workload": "Job/train"}
+    meta["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True, "uid": draw(label_values)}
+    ]
+    return pod
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    obj=st.one_of(gang_pods(), jobs()),
+    answers=api_answers,
+    dry_run=st.sampled_from([False, False, False, True]),
+    endpoint=st.sampled_from(["mutate", "validate", "validate"]),
+)
+def test_reviews_that_read_or_make_groups_ahead_never_answer_500(
+    obj: dict, answers: list[Any], dry_run: bool, endpoint: str
+) -> None:
+    """The paths with API calls in them (a gang pod's workload uid read, a workload's PodGroups made
+    ahead under Volcano): whatever the API answers, the review gets a well-formed answer, never a 500."""
+    from webhook.admission.ahead import VolcanoGroupsAhead
+    from webhook.admission.workloads import WorkloadUids
+
+    api: Any = RandomApi(answers)
+    resolver = build_resolver(
+        WebhookSettings(backend="volcano"), workload_uids=WorkloadUids(api), groups_ahead=VolcanoGroupsAhead(api)
+    )
+    handler = Handler(resolver)
+    if obj.get("kind") != "Pod":  # the workload as the validating webhook sees it: stamped by the mutating one
+        status, document = handler.handle("mutate", json.dumps(b.review(obj, uid="m")).encode())
+        patch = document["response"].get("patch")
+        if patch:
+            obj = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(patch)))
+    status, document = handler.handle(endpoint, json.dumps(b.review(obj, uid="u", dry_run=dry_run)).encode())
+    assert status == 200
+    response = document["response"]
+    assert response["uid"] == "u" and isinstance(response["allowed"], bool)
+    assert response.get("status", {}).get("code") != 500, response
+    if not response["allowed"]:
+        assert response["status"]["code"] in (403, 422) and response["status"]["message"]

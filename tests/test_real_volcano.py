@@ -340,3 +340,99 @@ def test_a_leaderworkerset_under_a_volcano_scheduler_of_another_name_runs_whole(
     assert [g["metadata"]["name"] for g in groups] == ["lws-lws-0"] and groups[0]["spec"]["minMember"] == 3
     assert "gangkeeper.io/group" in groups[0]["metadata"]["labels"]
     assert_started_together(pods, 3)
+
+
+def test_a_forged_review_decides_nothing_and_the_webhooks_account_makes_only_held_groups(vc: Stack) -> None:
+    """The webhook cannot tell a review the API server sends from one posted to its port: a forged
+    review for another namespace's Job leaves a held PodGroup (Volcano starts none of its pods) with
+    nothing the forger asked for; the real Job's PodGroup, adopted by the controller, is the real Job's
+    gang. From the webhook's account kube-apiserver itself refuses any PodGroup not in the held shape
+    (the ValidatingAdmissionPolicy gangkeeper-webhook-creates-held-podgroups-only)."""
+    import base64
+    import ssl
+    import tempfile
+    import urllib.request
+
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    stack = vc
+    stack.replace_workers(2)
+    namespace = stack.namespace("volcano-forged", "volcano")
+    wait_until(lambda: stack.plane.apply(workloads.job("warm", namespace, 1, "10m")), "the backend discovered", 90, 5)
+    # the forged review: Job train in that namespace, at a priority and a size of the forger's choosing
+    forged = workloads.job("train", namespace, 1, "100m")
+    forged["spec"]["template"]["spec"]["priorityClassName"] = "system-cluster-critical"
+    stamped = admit(forged, "CREATE", make("volcano"), namespace).mutated
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged-1",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:admin"},
+            "object": stamped,
+        },
+    }
+    bundle = stack.plane.get("validatingwebhookconfiguration", "gangkeeper")["webhooks"][0]["clientConfig"]["caBundle"]
+    with tempfile.NamedTemporaryFile("wb", suffix=".crt") as ca:
+        ca.write(base64.b64decode(bundle))
+        ca.flush()
+        context = ssl.create_default_context(cafile=ca.name)
+        context.check_hostname = False
+        address = stack.webhook_endpoints()[0]
+        request = urllib.request.Request(
+            f"https://{address}:8443/validate",
+            data=json.dumps(review).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            assert json.loads(answer.read())["response"]["allowed"] is True
+    held = wait_until(lambda: [g for g in podgroups(stack, namespace) if g["metadata"]["name"] == "job-train"], "held")
+    assert held[0]["spec"]["minMember"] == 1_000_000 and "priorityClassName" not in held[0]["spec"], held[0]["spec"]
+    # the real Job, three pods, no priority: its gang is what the PodGroup says once adopted
+    stack.plane.apply(workloads.job("train", namespace, 3, "100m"))
+    pods = wait_until(
+        lambda: (
+            (p := [q for q in stack.pods(namespace) if q["metadata"]["labels"].get("job-name") == "train"])
+            and len(running(p)) == 3
+            and p
+        ),
+        "Job train's gang Running",
+        120,
+        every=2,
+    )
+    assert_started_together(pods, 3)
+    group = next(g for g in podgroups(stack, namespace) if g["metadata"]["name"] == "job-train")
+    job_uid = stack.plane.get("job", "train", namespace=namespace)["metadata"]["uid"]
+    assert group["spec"]["minMember"] == 3 and "priorityClassName" not in group["spec"], group["spec"]
+    assert [o["uid"] for o in group["metadata"]["ownerReferences"]] == [job_uid]
+
+    def create_as_the_webhook(spec: dict[str, Any], name: str) -> Any:
+        podgroup = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"gangkeeper.io/group": name},
+                "annotations": {"gangkeeper.io/awaiting-owner": "true"},
+            },
+            "spec": spec,
+        }
+        return stack.plane.kubectl(
+            "--as=system:serviceaccount:gangkeeper-system:gangkeeper-webhook",
+            "create",
+            "-f",
+            "-",
+            stdin=json.dumps(podgroup),
+            check=False,
+        )
+
+    refused = create_as_the_webhook({"minMember": 1, "priorityClassName": "system-cluster-critical"}, "job-other")
+    assert refused.returncode != 0 and "gangkeeper-webhook-creates-held-podgroups-only" in refused.stderr, refused
+    allowed = create_as_the_webhook({"minMember": 1_000_000}, "job-held")
+    assert allowed.returncode == 0, allowed.stderr

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from tests import builders as b
+from tests.apiserver import TestApiServer
 from tests.conftest import Server, start_server, stop_server
 from webhook.admission.bootstrap import WebhookSettings, build_resolver
 from webhook.admission.handler import Handler
@@ -422,3 +423,71 @@ def test_the_webhook_stays_within_its_pods_memory_share_under_both_attacks_at_on
     assert isinstance(held, int) and held <= cap * workers, f"the cap let {held} silent connections in"
     # the count is real: the attack, opening them a few dozen at a time, held about the cap (2,000-2,040)
     assert held >= cap // 4, f"the attack held only {held} connections open: {figures}"
+
+
+def test_a_hung_api_server_holds_one_review_to_its_deadline_and_no_other(
+    tmp_path: Path, apiserver: TestApiServer
+) -> None:
+    """A gang pod's review reads its Job's uid from the API server, which hangs: the review is answered
+    within its read's deadline (one for all retries; the chart's webhook timeout is 5 s), and the
+    reviews that need no read are answered meanwhile, not queued behind it on the worker's loop."""
+    import yaml
+
+    from webhook.admission.workloads import READ_SECONDS
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "t", "cluster": {"server": apiserver.url}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+                "current-context": "t",
+            }
+        )
+    )
+    hung = threading.Event()
+
+    def hangs(method: str, path: str) -> None:
+        if method == "GET" and path.endswith("/jobs/train"):  # every attempt: the hook is kept
+            hung.set()
+            time.sleep(READ_SECONDS + 3)
+
+    apiserver.store.fail_next.append(hangs)
+    lease = {"metadata": {"name": "gangkeeper-controller"}, "spec": {"holderIdentity": "c", "renewTime": "now"}}
+    apiserver.store.create("coordination.k8s.io/v1", "leases", "gangkeeper-system", lease)
+    namespace = {"metadata": {"name": "team-a", "labels": {"gangkeeper.io/enabled": "true"}}}
+    apiserver.store.create("v1", "namespaces", "", namespace)
+    server = start_server(tmp_path, "--backend", "gate", "--kubeconfig", str(kubeconfig))
+    try:
+        from tests.test_membership import copied
+
+        pod = copied(owner=("batch/v1", "Job", "train"))  # a pod of Job train's gang, for the Job of this uid
+        pod["metadata"]["ownerReferences"][0]["uid"] = "uid-of-train"
+        reading = json.dumps(b.review(pod, uid="reads")).encode()
+        took: dict[str, float] = {}
+
+        def post_reading() -> None:
+            started = time.monotonic()
+            answer = server.post("/mutate", reading)
+            took["reading"] = time.monotonic() - started
+            assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True, answer.json()
+
+        reader = threading.Thread(target=post_reading)
+        reader.start()
+        assert hung.wait(10)
+        others = []
+        for i in range(10):
+            started = time.monotonic()
+            answer = server.post("/mutate", json.dumps(b.review(b.pod(f"web-{i}"), uid=f"o-{i}")).encode())
+            others.append(time.monotonic() - started)
+            assert answer.status_code == 200
+        reader.join(15)
+        assert not reader.is_alive()
+        assert max(others) < 0.5, others  # answered while the read hangs
+        assert took["reading"] < READ_SECONDS + 1.0, took  # given up at its deadline, the pod admitted
+        assert "reading" in took
+    finally:
+        stop_server(server)

@@ -52,6 +52,14 @@ SIZE_ANNOTATION: Final = f"{PREFIX}/gang-size"
 # On a Volcano PodGroup the webhook made at its workload's admission, before the workload was stored (so
 # without an owner): the controller adopts it for the workload, and does not take it for an orphan meanwhile
 AWAITING_OWNER_ANNOTATION: Final = f"{PREFIX}/awaiting-owner"
+# Such a PodGroup is made held: its minMember no gang can reach (gang sizes stop at maxGangPods, at most
+# 100,000), so Volcano admits its pods but starts none of them until the controller, reading the workload
+# itself from the API server, adopts it and writes the gang's own spec. The review that made it is not
+# trusted: the webhook cannot tell the API server's reviews from a forged one (docs/security.md).
+HELD_MIN_MEMBER: Final = 1_000_000
+# ... and it is an orphan once this old without an owner: its workload was never stored (a later webhook
+# or quota refused it), or was stored too long after it to be the workload it was made for
+AWAITING_OWNER_GRACE_SECONDS: Final = 120.0
 
 SYSTEM_NAMESPACE: Final = "gangkeeper-system"
 IGNORED_NAMESPACES: Final = frozenset({"kube-system", SYSTEM_NAMESPACE})

@@ -6,9 +6,12 @@ keeps its authentication (in-cluster token, kubeconfig, exec plugins) and TLS ha
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import email.utils
 import json
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +39,26 @@ class ApiError(Exception):
         return f"cannot reach the API server {self.server or '(unknown)'}: {self.body}"
 
 
+class WouldWait(Exception):
+    """An API call asked for on a thread that must not wait (the event loop that answers every review of
+    its process): the caller runs its whole request again on a thread that may (webhook/serving/worker.py).
+    Nothing is sent."""
+
+
+_thread = threading.local()
+
+
+@contextlib.contextmanager
+def no_waiting() -> Iterator[None]:
+    """Within it, on this thread, any API call raises WouldWait instead of waiting for an answer."""
+    before = getattr(_thread, "no_waiting", False)
+    _thread.no_waiting = True
+    try:
+        yield
+    finally:
+        _thread.no_waiting = before
+
+
 def _cause(error: urllib3.exceptions.HTTPError) -> str:
     """The innermost reason urllib3 gives ("[Errno 111] Connection refused"), not its retry wrapper."""
     reason = getattr(error, "reason", None) or error
@@ -43,6 +66,8 @@ def _cause(error: urllib3.exceptions.HTTPError) -> str:
     return text.rpartition(": ")[2] if "Failed to establish a new connection" in text else text
 
 
+RETRY_FLOOR_SECONDS = 0.05  # a deadline's attempt needs at least this left to be worth making
+RETRY_PAUSE_SECONDS = 0.1
 POOL_SIZE = 96  # connections kept: a release's PATCHes side by side (--release-concurrency) and the watches
 
 
@@ -136,11 +161,20 @@ class Api:
         content_type: str = JSON,
         timeout: float | None = 30.0,
         answer: bool = True,
+        deadline: float | None = None,
     ) -> Any:
-        """The decoded answer; None with `answer=False` (a caller that only needs success)."""
+        """The decoded answer; None with `answer=False` (a caller that only needs success).
+
+        `deadline`: seconds for the whole call, retries included. Without it each attempt has `timeout`
+        and urllib3 retries a failed connection three more times (its default Retry), so a hung server
+        holds the caller four timeouts; with it, a connection that fails is tried again only while time
+        is left, each attempt with what is left."""
         if self._read_only and method != "GET":
             return body
-        response = self._send(method, path, query, body, content_type, timeout, stream=False)
+        if deadline is None:
+            response = self._send(method, path, query, body, content_type, timeout, stream=False)
+        else:
+            response = self._send_by(time.monotonic() + deadline, method, path, query, body, content_type)
         data = response.data
         if not 200 <= response.status < 300:
             raise ApiError(response.status, data.decode(errors="replace"), method, path)
@@ -172,6 +206,21 @@ class Api:
         finally:
             response.release_conn()
 
+    def _send_by(
+        self, until: float, method: str, path: str, query: Mapping[str, str] | None, body: Any, content_type: str
+    ) -> Any:
+        """One answer before `until` (monotonic), or ApiError(0): attempts without urllib3's own retries."""
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise ApiError(0, "deadline passed", method, path, self._host)
+            try:
+                return self._send(method, path, query, body, content_type, left, stream=False, retries=False)
+            except ApiError:
+                if until - time.monotonic() < RETRY_FLOOR_SECONDS + RETRY_PAUSE_SECONDS:
+                    raise
+                time.sleep(RETRY_PAUSE_SECONDS)  # a refused connection fails at once: not a busy loop
+
     def _send(
         self,
         method: str,
@@ -181,7 +230,10 @@ class Api:
         content_type: str,
         timeout: float | None,
         stream: bool,
+        retries: bool | None = None,
     ) -> Any:
+        if getattr(_thread, "no_waiting", False):
+            raise WouldWait(f"{method} {path}")
         headers = {**self._headers, "Content-Type": content_type}
         self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
         url = self._prefix + (f"{path}?{urlencode(query)}" if query else path)
@@ -192,6 +244,8 @@ class Api:
             "timeout": urllib3.Timeout(total=timeout) if timeout else urllib3.Timeout(connect=30.0, read=None),
             "preload_content": not stream,
         }
+        if retries is not None:
+            options["retries"] = retries
         try:
             if self._pool is not None:
                 return self._pool.urlopen(method, url, **options)

@@ -171,8 +171,8 @@ def made_for_another(a: Admission) -> Outcome | None:
     workload = f"{gid.workload_kind} {gid.workload_name}"
     message = (
         f"{describe(a.obj)} is forbidden: metadata.ownerReferences: Forbidden: it was made for {workload} "
-        f"with uid {claimed}, and {workload} is now another object (uid {current}): gang {gid.name} counts "
-        "only the pods of the workload that has its name now"
+        f"with uid {claimed}, and {workload} is now another object: gang {gid.name} counts only the pods "
+        "of the workload that has its name now"
     )
     return a.refuse("a pod made for an earlier workload of its name", 403, message)
 

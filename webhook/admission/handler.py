@@ -1,6 +1,7 @@
 """From request bytes to response document, without any web framework.
 
-Returns (HTTP status, JSON document). Never raises: a bug in gang logic becomes a logged
+Returns (HTTP status, JSON document). Never raises but WouldWait (an API read asked for on the serving
+loop; the transport answers the review again off it): a bug in gang logic becomes a logged
 `allowed: false` with code 500 for that one request, not a dead worker.
 """
 
@@ -17,6 +18,7 @@ from webhook.backends import Backend, Volcano
 from webhook.backends.discovery import Unavailable
 from webhook.gangs import limits
 from webhook.gangs.model import Obj
+from webhook.kube import WouldWait
 
 log = logging.getLogger("gangkeeper.admission")
 
@@ -38,6 +40,8 @@ class Handler:
         kind = metrics.kind_label(request["kind"].get("kind"))
         try:
             response, outcome_label = self._decide(endpoint, request)
+        except WouldWait:
+            raise  # an API read asked for on the serving loop: the review is answered again off it
         except Exception:
             log.exception("internal error in admission", extra={"uid": request["uid"], "endpoint": endpoint})
             response = review.deny(
@@ -119,6 +123,8 @@ class Handler:
             return
         try:
             self.resolver.groups_ahead(obj, backend)
+        except WouldWait:
+            raise
         except Exception:  # the controller makes them too: the workload is admitted whatever happens here
             log.exception("PodGroups ahead of the pods failed", extra={"object": describe(obj)})
 

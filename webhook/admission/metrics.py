@@ -30,8 +30,15 @@ REFUSED = Counter(
 )
 GROUPS_AHEAD = Counter(
     "gangkeeper_admission_podgroups_ahead",
-    "Volcano PodGroups made at a workload's validating admission, before its pods: created, exists, failed",
+    "Volcano PodGroups made at a workload's validating admission, before its pods: created, exists, failed, "
+    "bounded (not made: too many outstanding in its namespace or in all)",
     ["outcome"],
+)
+GROUPS_AHEAD_OUTSTANDING = Gauge(
+    "gangkeeper_admission_podgroups_ahead_outstanding",
+    "PodGroups this serving process made ahead of their workload within the adoption grace (an upper bound "
+    "on the unadopted ones it left); at its bound it makes no more and the controller makes them",
+    multiprocess_mode="livesum",
 )
 CONNECTIONS = Gauge(
     "gangkeeper_webhook_connections",

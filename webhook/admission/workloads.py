@@ -27,7 +27,10 @@ RESOURCES = {
     if k.version
 }
 
-READ_SECONDS = 2.0  # a GET that takes longer is given up (the pod is admitted): admission must answer
+# one deadline for the read, every version tried and every retry included, well inside the webhook's own
+# timeout (the chart's 5 s, failurePolicy Fail): a read given up admits the pod, a review timed out
+# refuses it
+READ_SECONDS = 2.0
 KEEP_SECONDS = 30.0  # a uid read is trusted this long for the pods that claim it
 REREAD_SECONDS = 1.0  # a claim the last read contradicts re-reads at most this often per workload
 MAX_CACHED = 4096  # workload names are tenant input: the cache is bounded
@@ -59,13 +62,23 @@ class WorkloadUids:
         return uid
 
     def _fresh(self, kind: str, namespace: str, name: str) -> str | None:
+        until = time.monotonic() + READ_SECONDS
         for resource in RESOURCES.get(kind, ()):
             try:
-                workload = self._api.request("GET", resource.path(namespace, name), timeout=READ_SECONDS)
+                left = until - time.monotonic()
+                workload = self._api.request("GET", resource.path(namespace, name), deadline=left)
             except ApiError as error:
                 if error.status == 404:  # no such workload, or this version is not served here
                     continue
                 log.warning("cannot read %s %s/%s to check its pods' uid: %s", kind, namespace, name, error)
                 return None
-            return str((workload.get("metadata") or {}).get("uid") or "") or None
+            return uid_of(workload)
         return None
+
+
+def uid_of(workload: object) -> str | None:
+    """The uid in an answer, None when it holds none (a faulty server or proxy answers anything: not
+    knowing admits the pod, as a failed read does)."""
+    meta = workload.get("metadata") if isinstance(workload, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) and uid else None

@@ -168,14 +168,17 @@ class HttpConnection(asyncio.Protocol):
         """Answer queued requests in order; a large one goes to the side thread and resumes us after."""
         while self.queue and not self.closing and self.state != WAITING:
             request = self.queue.pop(0)
-            if len(request.body) >= self.limits.large_body_bytes:
+            large = len(request.body) >= self.limits.large_body_bytes
+            reply = None if large else self.worker.run_on_loop(request, self.peer())
+            if reply is None:  # a large body, or an answer that waits on the API server: off the loop
                 self.state = WAITING
                 assert self.transport is not None
                 self.transport.pause_reading()
-                future = self.worker.run_large(request, self.peer())
+                run = self.worker.run_large if large else self.worker.run_waiting
+                future = run(request, self.peer())
                 future.add_done_callback(lambda done, r=request: self._large_done(r, done))  # type: ignore[misc]
                 return
-            self.respond(request, self.worker.run(request, self.peer()))
+            self.respond(request, reply)
 
     def _large_done(self, request: Request, done: asyncio.Future[Reply]) -> None:
         if self.closing:

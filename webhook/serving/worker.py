@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from webhook.kube import WouldWait, no_waiting
 from webhook.serving import wsgi
 from webhook.serving.connection import HttpConnection, error_reply
 from webhook.serving.limits import Limits
@@ -38,6 +39,11 @@ CONCURRENT_HANDSHAKES = 2
 # A handshake holds its turn this long at most, then goes on without one: a client that stalls its
 # handshake (a partial ClientHello, no Finished) cannot keep others waiting for its deadline.
 TURN_SECONDS = 0.05
+
+
+# reviews answered side by side off the loop while they wait on the API server (each at most its read's
+# deadline, admission/workloads.py READ_SECONDS); more wait their turn in the executor's queue
+WAITING_THREADS = 8
 
 
 def backlog() -> int:
@@ -93,6 +99,9 @@ class Worker:
         self.in_flight = self.in_flight_bytes = 0
         self.draining = False
         self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
+        # reviews that wait on an API read (a gang pod's workload uid, a PodGroup made ahead): each holds
+        # a thread for at most its read's deadline, never the loop that answers the others
+        self._waiting = ThreadPoolExecutor(WAITING_THREADS, thread_name_prefix="waiting-review")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
 
@@ -158,13 +167,27 @@ class Worker:
     def run(self, request: Request, peer: tuple[str, int] | None) -> Reply:
         try:
             return wsgi.call(self.app, wsgi.environ_for(request, (self.host, self.port), peer))
+        except WouldWait:
+            raise  # run_on_loop's: answered again off the loop
         except Exception:  # the app answers its own errors; this is a bug below it: log, answer, go on
             log.exception("unhandled error serving a request", extra={"path": request.target.decode("latin-1")})
             return error_reply(500, "internal error; see the webhook logs")
 
+    def run_on_loop(self, request: Request, peer: tuple[str, int] | None) -> Reply | None:
+        """The reply, or None when answering needs an API read: then `run_waiting` answers it."""
+        try:
+            with no_waiting():
+                return self.run(request, peer)
+        except WouldWait:
+            return None
+
     def run_large(self, request: Request, peer: tuple[str, int] | None) -> asyncio.Future[Reply]:
         assert self._loop is not None
         return self._loop.run_in_executor(self._large, self.run, request, peer)
+
+    def run_waiting(self, request: Request, peer: tuple[str, int] | None) -> asyncio.Future[Reply]:
+        assert self._loop is not None
+        return self._loop.run_in_executor(self._waiting, self.run, request, peer)
 
     # lifecycle
 
@@ -184,6 +207,7 @@ class Worker:
         await self._finish()
         sweeper.cancel()
         self._large.shutdown(wait=False, cancel_futures=True)
+        self._waiting.shutdown(wait=False, cancel_futures=True)
 
     def _accept(self, listener: socket.socket) -> None:
         assert self._loop is not None

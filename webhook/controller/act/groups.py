@@ -28,7 +28,10 @@ log = logging.getLogger("gangkeeper.controller")
 LWS_KIND = "LeaderWorkerSet"
 # a PodGroup the webhook made at its workload's admission (unowned, AWAITING_OWNER_ANNOTATION) is no
 # orphan while this young: the controller adopts it for the workload a pass later
-ORPHAN_GRACE_SECONDS = 120.0
+ORPHAN_GRACE_SECONDS = contract.AWAITING_OWNER_GRACE_SECONDS
+# the spec fields of the mutable group kinds the API server fills in when they are left out (a Volcano
+# PodGroup's `queue`: `default: default` in its CRD): never taken out, or every pass would write them
+DEFAULTED_SPEC_FIELDS = {"scheduling.volcano.sh": frozenset({"queue"}), "scheduling.x-k8s.io": frozenset()}
 LWS_NAME_LABEL = lws.NAME_LABEL
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # GroupIndexLabelKey
 
@@ -82,14 +85,17 @@ class GroupObjects:
                 refused = self._write("create", self.api.create, resource.path(gang.namespace), desired)
                 self._report_refusal(gang.key, resolved.workload or gang.raw[0], desired, refused)
                 continue
-            if ((current.get("metadata") or {}).get("labels") or {}).get(contract.GROUP_LABEL) is None:
+            current_meta = current.get("metadata") or {}
+            if (current_meta.get("labels") or {}).get(contract.GROUP_LABEL) is None:
                 continue  # someone else's object of the same name: never a second owner
-            if contains(current.get("spec"), desired["spec"]):
-                continue  # what the API server adds (defaults, a resolved priority) is no difference
+            if awaiting_owner(current_meta):
+                continue  # held until create_ahead adopts it for its workload, or replaces it
             if resource.group_version in IMMUTABLE_GROUP_SPECS:
                 # the API refuses any change (422); admission refuses the gangs that would need one
                 continue
-            self._write("update", self.api.merge_patch, path, {"spec": desired["spec"]})
+            patch = spec_patch(resource.group_version, current.get("spec"), desired["spec"])
+            if patch is not None:
+                self._write("update", self.api.merge_patch, path, {"spec": patch})
 
     def wake(self, resolved: Resolved, now: dt.datetime) -> None:
         """Touch the gang's coscheduling PodGroup (gangkeeper's own only): kube-scheduler then retries the
@@ -188,16 +194,40 @@ class GroupObjects:
                 current = self.api.get(resource.path(namespace, name))
             except ApiError:
                 return
-        self._adopt(current, desired, resource.path(namespace, name))
+        self._adopt(current, desired, resource, workload)
 
-    def _adopt(self, current: Obj | None, desired: Obj, path: str) -> None:
+    def _adopt(self, current: Obj | None, desired: Obj, resource: Resource, workload: Obj) -> None:
         """A PodGroup the webhook made at the workload's admission has no owner yet (the workload was not
-        stored then): the workload becomes its owner, so it goes with the workload."""
+        stored then). Made for this workload (`made_ahead_for`), the workload becomes its owner and its
+        spec the gang's; any other unowned group of gangkeeper's by that name (made for an earlier
+        workload of the name, or not as the webhook makes them) is deleted and made again."""
         meta = (current or {}).get("metadata") or {}
         owners = desired["metadata"].get("ownerReferences")
-        if owners and contract.GROUP_LABEL in (meta.get("labels") or {}) and not meta.get("ownerReferences"):
-            adopted = {"ownerReferences": owners, "annotations": {contract.AWAITING_OWNER_ANNOTATION: None}}
-            self._write("adopt", self.api.merge_patch, path, {"metadata": adopted})
+        if current is None or not owners or contract.GROUP_LABEL not in (meta.get("labels") or {}):
+            return
+        if meta.get("ownerReferences"):
+            return  # adopted already (sync keeps it), or someone else's
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        path = resource.path(namespace, name)
+        if made_ahead_for(current, workload):
+            adopted: Obj = {
+                "metadata": {"ownerReferences": owners, "annotations": {contract.AWAITING_OWNER_ANNOTATION: None}}
+            }
+            patch = spec_patch(resource.group_version, current.get("spec"), desired["spec"])
+            if patch is not None:
+                adopted["spec"] = patch
+            self._write("adopt", self.api.merge_patch, path, adopted)
+            return
+        log.warning("replacing a PodGroup not made for its workload", extra={"group": f"{namespace}/{name}"})
+        uid = str(meta.get("uid") or "")
+        gone = self._write(
+            "delete",
+            lambda p, _: self.api.request("DELETE", p, body={"preconditions": {"uid": uid}}, answer=False),
+            path,
+            {},
+        )
+        if gone is None:
+            self._write("create", self.api.create, resource.path(namespace), desired)
 
     def _lws_manages(self, resource: Resource, namespace: str, set_name: str, gang_name: str) -> bool:
         """Whether LWS's own Volcano provider made a PodGroup for this group (gang `lws-NAME-INDEX`)."""
@@ -302,6 +332,63 @@ def orphan_groups(
         metrics.GROUP_OBJECTS.labels("delete").inc(len(deleted))
         log.info("deleted orphaned group objects", extra={"objects": deleted})
     return deleted
+
+
+# how long after its held PodGroup a workload may be stored and still be the one it was made for: the
+# admission steps after gangkeeper's validation (other webhooks, quota), each a few seconds at most
+ADOPT_WITHIN_SECONDS = 15.0
+# creation times are whole seconds, and two API servers' clocks may differ a little
+CLOCK_SLACK_SECONDS = 2.0
+
+
+def awaiting_owner(meta: Obj) -> bool:
+    return contract.AWAITING_OWNER_ANNOTATION in (meta.get("annotations") or {}) and not meta.get("ownerReferences")
+
+
+def made_ahead_for(group: Obj, workload: Obj) -> bool:
+    """Whether `group` is the held PodGroup gangkeeper's webhook made at `workload`'s admission: marked,
+    unowned, in the held shape the webhook makes and its ValidatingAdmissionPolicy allows (admission/
+    ahead.py), made at most ADOPT_WITHIN_SECONDS before the workload was stored. One made for an earlier
+    workload of the name is older than that, or was adopted by it."""
+    meta = group.get("metadata") or {}
+    spec = group.get("spec") or {}
+    if not awaiting_owner(meta) or meta["annotations"][contract.AWAITING_OWNER_ANNOTATION] != "true":
+        return False
+    if spec.get("minMember") != contract.HELD_MIN_MEMBER or set(spec) - {"minMember", "queue"}:
+        return False
+    stored = _timestamp((workload.get("metadata") or {}).get("creationTimestamp"))
+    made = _timestamp(meta.get("creationTimestamp"))
+    if stored is None or made is None:
+        return False
+    return -CLOCK_SLACK_SECONDS <= (stored - made).total_seconds() <= ADOPT_WITHIN_SECONDS
+
+
+def spec_patch(group_version: str, current: object, desired: Obj) -> Obj | None:
+    """The merge patch that makes a group object's spec the gang's, or None when it is already: every
+    field the gang sets, and, on the kinds gangkeeper alone writes, every other field taken out but those
+    the API server fills in (a spec is the gang's, not a merge with whatever was there)."""
+    current_spec = current if isinstance(current, dict) else {}
+    group = group_version.split("/", 1)[0]
+    defaulted = DEFAULTED_SPEC_FIELDS.get(group)
+    extra = (
+        [
+            key
+            for key, value in current_spec.items()
+            if key not in desired and key not in defaulted and value is not None
+        ]
+        if defaulted is not None
+        else []
+    )
+    if not extra and contains(current_spec, desired):
+        return None  # what the API server adds (defaults, a resolved priority) is no difference
+    return {**dict.fromkeys(extra), **desired}
+
+
+def _timestamp(value: object) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _age_seconds(meta: Obj, now: dt.datetime) -> float:
