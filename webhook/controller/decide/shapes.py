@@ -212,7 +212,7 @@ def _expression_matches(expression: Mapping[str, Any], value: str | None) -> boo
     return False
 
 
-def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
+def term_matches(term: Mapping[str, Any], node: Node) -> bool:
     for expression in term.get("matchExpressions") or []:
         if not _expression_matches(expression, node.labels.get(expression.get("key", ""))):
             return False
@@ -236,7 +236,7 @@ def static_reason(shape: Shape, node: Node) -> str | None:
             return f"nodeSelector {key}={value} does not match"
     if shape.affinity_terms is not None:
         terms = thaw(shape.affinity_terms) or []
-        if not any(_term_matches(term, node) for term in terms):
+        if not any(term_matches(term, node) for term in terms):
             return "required node affinity does not match"
     for taint in node.taints:
         if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):

@@ -1,0 +1,309 @@
+"""The gate's model of DRA devices against the rules of kube-scheduler's structured allocator
+(k8s.io/dynamic-resource-allocation structured/internal/stable) and Kubernetes' selector CEL
+(k8s.io/dynamic-resource-allocation/cel/compile.go, k8s.io/apiserver/pkg/cel/library)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
+from webhook.controller.decide.shapes import Node
+
+DRIVER = "gpu.example.com"
+
+
+def device_class(name: str = "gpu", *selectors: str, extended: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
+    spec["selectors"] += [{"cel": {"expression": s}} for s in selectors]
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def gpus(count: int, model: str = "a100", memory: str = "80Gi") -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"model": {"string": model}, "index": {"int": i}, "driverVersion": {"version": "550.1.0"}},
+            "capacity": {"memory": {"value": memory}},
+        }
+        for i in range(count)
+    ]
+
+
+def node_slice(
+    node: str, devs: list[dict[str, Any]], pool: str | None = None, generation: int = 1, count: int = 1, **spec: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "driver": DRIVER,
+        "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count},
+        "devices": devs,
+        **spec,
+    }
+    if "allNodes" not in spec and "nodeSelector" not in spec:
+        body["nodeName"] = node
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{pool}"},
+        "spec": body,
+    }
+
+
+def template(name: str, *requests: dict[str, Any], constraints: list[Any] | None = None) -> dict[str, Any]:
+    devices_spec: dict[str, Any] = {"requests": list(requests)}
+    if constraints:
+        devices_spec["constraints"] = constraints
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"spec": {"devices": devices_spec}},
+    }
+
+
+def exactly(
+    name: str = "gpu", count: int = 1, cls: str = "gpu", *selectors: str, mode: str = "ExactCount"
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": cls, "allocationMode": mode}
+    if mode == "ExactCount":
+        body["count"] = count
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {"name": name, "exactly": body}
+
+
+def pod_spec(*templates: str, claims: tuple[str, ...] = ()) -> dict[str, Any]:
+    entries = [{"name": f"t{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)]
+    entries += [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    return {"containers": [{"name": "c", "image": "x"}], "resourceClaims": entries}
+
+
+def node(name: str, **labels: str) -> Node:
+    return Node(name, {"cpu": 8000, "pods": 110}, labels)
+
+
+def allocate(inventory: devices.Inventory, spec: dict[str, Any], *on: Node) -> list[str | None]:
+    allocator = Allocator(inventory, nodes=on)
+    demand = pod_demand("team-a", spec, inventory)
+    return [allocator.allocate(demand, n) for n in on]
+
+
+# --- CEL ----------------------------------------------------------------------------------------------
+
+
+def variable(**attributes: Any) -> Any:
+    return device_cel.device_variable(DRIVER, attributes, {"memory": {"value": "80Gi"}})
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ('device.attributes["gpu.example.com"].model == "a100"', True),
+        # a name without a domain is the driver's (compile.go parseQualifiedName)
+        ('device.attributes["gpu.example.com"].index == 3', True),
+        ('device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) > 0', True),
+        ('device.capacity["gpu.example.com"].memory.isLessThan(quantity("0.5Ti"))', True),
+        ('device.capacity["gpu.example.com"].memory.asInteger() == 85899345920', True),
+        ('quantity("1500m").isInteger()', False),
+        ('quantity("2").add(1).compareTo(quantity("3")) == 0', True),
+        ('device.attributes["gpu.example.com"].driverVersion.isGreaterThan(semver("550.0.9"))', True),
+        ('device.attributes["gpu.example.com"].driverVersion.major() == 550', True),
+        ('semver("1.0.0-rc.1").isLessThan(semver("1.0.0"))', True),
+        ('semver("1.0.0-alpha.2").isGreaterThan(semver("1.0.0-alpha.10"))', False),
+        ('isSemver("1.2") || isQuantity("1 Gi")', False),
+        # an unknown domain is an empty map (newStringInterfaceMapWithDefault)
+        ('device.attributes["other.example.com"].size() == 0', True),
+        ('"model" in device.attributes["gpu.example.com"]', True),
+    ],
+)
+def test_selectors_evaluate_as_kubernetes_cel_does(expression: str, expected: bool) -> None:
+    device = variable(model={"string": "a100"}, index={"int": 3}, driverVersion={"version": "550.1.0"})
+    assert device_cel.matches(expression, device) is expected
+
+
+def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
+    """allocator_stable.go selectorsMatch: a CEL runtime error fails the allocation (no silent 'no')."""
+    with pytest.raises(device_cel.SelectorError) as caught:
+        device_cel.matches('device.attributes["other.example.com"].model == "x"', variable())
+    assert not caught.value.unreadable
+
+
+def test_a_selector_the_evaluator_cannot_read_is_said_so() -> None:
+    for expression in ('cel.bind(a, device.attributes["gpu.example.com"], a.model == "x")', "device.driver =="):
+        with pytest.raises(device_cel.SelectorError) as caught:
+            device_cel.matches(expression, variable())
+        assert caught.value.unreadable, expression
+
+
+# --- pools and allocation ---------------------------------------------------------------------------
+
+
+def test_a_pod_is_allocated_its_count_of_devices_the_class_and_the_request_select() -> None:
+    inventory = inventory_from(
+        [device_class("gpu")],
+        [node_slice("n1", gpus(4, "a100")), node_slice("n2", gpus(4, "h100"))],
+        [],
+        [template("two-h100", exactly("g", 2, "gpu", 'device.attributes["gpu.example.com"].model == "h100"'))],
+    )
+    assert allocate(inventory, pod_spec("two-h100"), node("n1"), node("n2")) == [
+        "no free devices on n1 for template team-a/two-h100",
+        None,
+    ]
+    # devices picked for one pod are taken for the next: n2's four h100 hold two pods of two
+    allocator = Allocator(inventory)
+    demand = pod_demand("team-a", pod_spec("two-h100"), inventory)
+    assert [allocator.allocate(demand, node("n2")) for _ in range(3)][:2] == [None, None]
+    assert allocator.allocate(demand, node("n2")) is not None
+
+
+def test_devices_an_allocated_claim_holds_are_taken() -> None:
+    claim = {
+        "metadata": {"name": "other", "namespace": "team-b"},
+        "status": {"allocation": {"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}},
+    }
+    inventory = inventory_from(
+        [device_class()], [node_slice("n1", gpus(2))], [claim], [template("two", exactly(count=2))]
+    )
+    assert allocate(inventory, pod_spec("two"), node("n1")) == ["no free devices on n1 for template team-a/two"]
+    assert inventory.class_totals(node("n1")) == {"deviceclass.resource.kubernetes.io/gpu": 1}
+
+
+def test_only_the_newest_generation_counts_and_all_needs_a_complete_pool() -> None:
+    """pools_stable.go GatherPools: slices of an older generation are ignored; a pool is complete when
+    all resourceSliceCount slices of its generation are there, and `All` refuses an incomplete one."""
+    old = node_slice("n1", gpus(8), pool="p", generation=1)
+    new = node_slice("n1", gpus(2), pool="p", generation=2, count=2)  # one of its two slices published
+    inventory = inventory_from([device_class()], [old, new], [], [template("all", exactly(mode="All"))])
+    assert inventory.class_totals(node("n1")) == {"deviceclass.resource.kubernetes.io/gpu": 2}
+    assert allocate(inventory, pod_spec("all"), node("n1")) == ["no free devices on n1 for template team-a/all"]
+    complete = inventory_from(
+        [device_class()], [new, node_slice("n1", [], pool="p", generation=2, count=2)], [], inventory.templates.values()
+    )
+    assert allocate(complete, pod_spec("all"), node("n1")) == [None]
+
+
+def test_first_available_takes_the_first_choice_that_can_be_allocated() -> None:
+    first = {
+        "name": "g",
+        "firstAvailable": [
+            {"name": "big", "deviceClassName": "gpu", "count": 4},
+            {"name": "small", "deviceClassName": "gpu", "count": 1},
+        ],
+    }
+    inventory = inventory_from([device_class()], [node_slice("n1", gpus(2))], [], [template("either", first)])
+    allocator = Allocator(inventory)
+    assert allocator.allocate(pod_demand("team-a", pod_spec("either"), inventory), node("n1")) is None
+    assert len(allocator.picked) == 1  # the second choice: four are not there
+
+
+def test_requests_are_matched_to_devices_as_a_whole_not_first_come() -> None:
+    """Request `any` could take the one h100 that request `h100` needs: an exhaustive allocator (as
+    kube-scheduler's, which backtracks) finds the allocation that works."""
+    inventory = inventory_from(
+        [device_class()],
+        [node_slice("n1", [*gpus(1, "h100"), *[{**d, "name": f"x{i}"} for i, d in enumerate(gpus(1, "a100"))]])],
+        [],
+        [
+            template(
+                "both", exactly("any"), exactly("h", 1, "gpu", 'device.attributes["gpu.example.com"].model == "h100"')
+            )
+        ],
+    )
+    assert allocate(inventory, pod_spec("both"), node("n1")) == [None]
+
+
+def test_tainted_devices_are_taken_only_by_requests_that_tolerate_them() -> None:
+    tainted = gpus(1)
+    tainted[0]["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+    tolerating = exactly()
+    tolerating["exactly"]["tolerations"] = [{"key": "broken", "operator": "Exists"}]
+    inventory = inventory_from(
+        [device_class()],
+        [node_slice("n1", tainted)],
+        [],
+        [template("plain", exactly()), template("tolerant", tolerating)],
+    )
+    assert allocate(inventory, pod_spec("plain"), node("n1")) != [None]
+    assert allocate(inventory, pod_spec("tolerant"), node("n1")) == [None]
+
+
+def test_slices_apply_to_nodes_by_name_selector_or_all() -> None:
+    selected = node_slice(
+        "rack",
+        gpus(2),
+        pool="rack-pool",
+        nodeSelector={
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]
+        },
+    )
+    everywhere = node_slice("all", gpus(1), pool="net", allNodes=True)
+    inventory = inventory_from([device_class()], [selected, everywhere], [], [])
+    assert inventory.class_totals(node("n1", rack="r1")) == {"deviceclass.resource.kubernetes.io/gpu": 3}
+    assert inventory.class_totals(node("n2", rack="r2")) == {"deviceclass.resource.kubernetes.io/gpu": 1}
+
+
+def test_a_shared_claim_is_allocated_once_and_its_pods_go_where_it_reaches() -> None:
+    shared = {"metadata": {"name": "domain", "namespace": "team-a"}, "spec": {"devices": {"requests": [exactly()]}}}
+    inventory = inventory_from([device_class()], [node_slice("n1", gpus(1)), node_slice("n2", gpus(1))], [shared], [])
+    nodes = (node("n1"), node("n2"))
+    allocator = Allocator(inventory, nodes=nodes)
+    demand = pod_demand("team-a", pod_spec(claims=("domain",)), inventory)
+    assert allocator.allocate(demand, nodes[0]) is None
+    assert allocator.allocate(demand, nodes[0]) is None  # counted once: the second pod takes nothing more
+    assert len(allocator.picked) == 1
+    assert "cannot reach" in str(allocator.allocate(demand, nodes[1]))
+    # allocated already: its nodeSelector binds the pods
+    shared["status"] = {
+        "allocation": {
+            "devices": {"results": [{"driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+            },
+        }
+    }
+    allocated = inventory_from([device_class()], [node_slice("n1", gpus(1)), node_slice("n2", gpus(1))], [shared], [])
+    assert allocate(allocated, pod_spec(claims=("domain",)), *nodes) == [
+        "claim team-a/domain is allocated where this node cannot reach it",
+        None,
+    ]
+
+
+def test_what_cannot_be_known_or_judged_is_named() -> None:
+    constrained = template("same-pcie", exactly(count=2), constraints=[{"matchAttribute": "gpu.example.com/pcie"}])
+    inventory = inventory_from(
+        [device_class()], [node_slice("n1", gpus(4))], [], [constrained, template("nope", exactly(cls="tpu"))]
+    )
+    assert pod_demand("team-a", pod_spec("missing"), inventory).problems == (
+        "ResourceClaimTemplate missing does not exist",
+    )
+    assert pod_demand("team-a", pod_spec("nope"), inventory).problems == (
+        "DeviceClass tpu does not exist (template team-a/nope)",
+    )
+    assert pod_demand("team-a", pod_spec("same-pcie"), inventory).unmodelled == (
+        "matchAttribute/distinctAttribute constraints",
+    )
+    partitionable = node_slice("n2", gpus(1), sharedCounters=[{"name": "c", "counters": {}}])
+    assert inventory_from([device_class()], [partitionable], [], []).class_totals(node("n2")) == {}
+
+
+def test_a_class_with_an_extended_resource_serves_an_unchanged_manifest() -> None:
+    """KEP-5004: a pod asking for nvidia.com/gpu in its containers gets devices of the class that names
+    it, on nodes whose kubelet does not advertise that resource itself."""
+    inventory = inventory_from([device_class(extended="nvidia.com/gpu")], [node_slice("n1", gpus(2))], [], [])
+    spec = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    assert inventory.class_totals(node("n1"))["nvidia.com/gpu"] == 2
+    assert allocate(inventory, spec, node("n1")) == [None]
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    assert allocate(inventory, spec, node("n1")) != [None]
+
+
+def test_a_malformed_slice_is_named_and_the_rest_still_counts() -> None:
+    bad = node_slice("n1", gpus(1), pool="bad")
+    bad["spec"]["pool"]["generation"] = "many"
+    inventory = inventory_from([device_class()], [bad, node_slice("n2", gpus(1)), {"spec": None}], [], [])
+    assert inventory.problems and "unreadable pool" in inventory.problems[0]
+    assert inventory.class_totals(node("n2")) == {"deviceclass.resource.kubernetes.io/gpu": 1}

@@ -1,0 +1,596 @@
+"""Devices claimed through Dynamic Resource Allocation, as kube-scheduler's DynamicResources plugin
+allocates them: which devices a pod's claims take on a node, all or nothing.
+
+The rules, each from kube-scheduler's structured allocator (k8s.io/dynamic-resource-allocation
+structured/internal/stable: allocator_stable.go, pools_stable.go; the v1 API in k8s.io/api resource/v1):
+- a ResourceSlice applies to a node by `nodeName`, `allNodes` or `nodeSelector` (pools_stable.go
+  NodeMatches); only the newest generation of a pool counts, and a pool is complete when all its
+  `resourceSliceCount` slices of that generation are there (GatherPools, checkSlicesInPool); an
+  incomplete pool's devices are still offered to an ExactCount request, never to `All`
+  (validateDeviceRequest);
+- a device is taken once allocated to any claim (`status.allocation.devices.results`), or picked for
+  another claim being allocated in the same pass (allocatedstate.go; deviceInUse);
+- a device fits a request when every selector of its DeviceClass and of the request matches
+  (selectorsMatch: a CEL runtime error fails the allocation on that node, it is no "no") and no taint
+  it carries with effect NoSchedule or NoExecute goes untolerated (taintPreventsAllocation);
+- `exactly` with `allocationMode: ExactCount` takes `count` devices (default 1), `All` every matching
+  device of the node's pools, at least one, none of them taken, no pool incomplete; `firstAvailable`
+  tries its subrequests in order and takes the first that can be allocated (allocateOne);
+- a claim is allocated once: a pod's own claims come from its ResourceClaimTemplates, a claim named by
+  `resourceClaimName` is shared, and once allocated its pods go only where its
+  `status.allocation.nodeSelector` lets them (the DynamicResources plugin's Filter).
+
+What this model does not judge is named (`Demand.unmodelled`), never guessed: matchAttribute and
+distinctAttribute constraints, admin access, consumable capacity, partitionable devices (shared
+counters), per-device node selection. A gang whose pods need those is never released by the gate.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.controller.decide import device_cel
+from webhook.controller.decide.shapes import Node, Taint, term_matches, tolerates
+from webhook.gangs.model import Obj
+
+DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go MakeDeviceID
+# a DeviceClass's devices as a node resource of the gate's placement: the name KEP-5004 gives a class's
+# implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
+CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
+
+
+def class_resource(class_name: str) -> str:
+    return CLASS_RESOURCE_PREFIX + class_name
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    extended_resource: str | None = None
+
+    @staticmethod
+    def from_api(obj: Obj) -> DeviceClass:
+        spec = obj.get("spec") or {}
+        return DeviceClass(
+            name=str((obj.get("metadata") or {}).get("name") or ""),
+            selectors=_cel_selectors(spec.get("selectors")),
+            extended_resource=str(spec["extendedResourceName"]) if spec.get("extendedResourceName") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    id: DeviceId
+    attributes: Any  # as the slice has them (JSON)
+    capacity: Any
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    unmodelled: str | None = None  # why the gate cannot judge this device
+
+    @functools.cached_property
+    def variable(self) -> Any:
+        """The CEL `device` of this device; ValueError for an attribute of no known type."""
+        return device_cel.device_variable(self.id[0], self.attributes or {}, self.capacity or {})
+
+
+@dataclass(frozen=True)
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    complete: bool
+    devices: tuple[Device, ...]
+    node_name: str | None = None
+    all_nodes: bool = False
+    node_selector: Any = None  # nodeSelectorTerms
+    unmodelled: str | None = None
+
+    def applies_to(self, node: Node) -> bool:
+        """pools_stable.go NodeMatches."""
+        if self.node_name:
+            return node.name == self.node_name
+        if self.all_nodes:
+            return True
+        if self.node_selector is not None:
+            return any(term_matches(term, node) for term in self.node_selector)
+        return False
+
+    @property
+    def node_local(self) -> bool:
+        return bool(self.node_name)
+
+
+@dataclass(frozen=True)
+class Subrequest:
+    """One way to satisfy a request: `exactly`, or one entry of `firstAvailable`."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    all: bool = False
+    count: int = 1
+    tolerations: Any = ()
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    alternatives: tuple[Subrequest, ...]  # in order: the first that can be allocated wins
+
+
+@dataclass(frozen=True)
+class ClaimDemand:
+    """One claim a pod needs allocated: its own (from a template) or one it shares."""
+
+    key: str  # "template ns/name" or "claim ns/name"
+    requests: tuple[Request, ...]
+    shared: bool = False
+    # a shared claim allocated already: its devices are not the pod's to take, its nodeSelector binds
+    allocated_node_terms: Any = None
+    allocated: bool = False
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one pod claims: its claims, what cannot be known (a template that does not exist), and what
+    the model cannot judge."""
+
+    claims: tuple[ClaimDemand, ...] = ()
+    problems: tuple[str, ...] = ()
+    unmodelled: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.claims or self.problems or self.unmodelled)
+
+    def units(self) -> dict[str, int]:
+        """The devices each class gives this pod, as node resources of the gate's placement: the own
+        claims' first choices (a shared claim is counted once, by the devices check, not per pod)."""
+        units: dict[str, int] = {}
+        for claim in self.claims:
+            if claim.shared:
+                continue
+            for request in claim.requests:
+                first = request.alternatives[0]
+                resource = class_resource(first.device_class)
+                units[resource] = units.get(resource, 0) + (1 if first.all else first.count)
+        return units
+
+
+@dataclass
+class Inventory:
+    """The cluster's devices as kube-scheduler sees them: classes, pools (newest generation), the
+    devices taken by allocated claims, and the claims and templates pods name."""
+
+    classes: dict[str, DeviceClass] = field(default_factory=dict)
+    pools: list[Pool] = field(default_factory=list)
+    taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
+    claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # slices that could not be read
+    _matched: dict[tuple[DeviceId, str], bool | device_cel.SelectorError] = field(default_factory=dict)
+    _pools_of: dict[str, tuple[Pool, ...]] = field(default_factory=dict)
+
+    def pools_for(self, node: Node) -> tuple[Pool, ...]:
+        pools = self._pools_of.get(node.name)
+        if pools is None:
+            pools = self._pools_of[node.name] = tuple(p for p in self.pools if p.applies_to(node))
+        return pools
+
+    def selector_matches(self, device: Device, expression: str) -> bool:
+        """Remembered per device and expression (a device's content is fixed within its slice version)."""
+        key = (device.id, expression)
+        found = self._matched.get(key)
+        if found is None:
+            try:
+                found = device_cel.matches(expression, device.variable)
+            except device_cel.SelectorError as error:
+                found = error
+            except ValueError as error:  # an attribute of no known type: kube-scheduler errs too
+                found = device_cel.SelectorError(f"device {'/'.join(device.id)}: {error}")
+            self._matched[key] = found
+        if isinstance(found, device_cel.SelectorError):
+            raise found
+        return found
+
+    def class_totals(self, node: Node) -> dict[str, int]:
+        """Per class resource: the devices of the node's pools its class selects that no claim holds."""
+        totals: dict[str, int] = {}
+        for device_class in self.classes.values():
+            count = 0
+            for pool in self.pools_for(node):
+                for device in pool.devices:
+                    if device.unmodelled or device.id in self.taken:
+                        continue
+                    try:
+                        if all(self.selector_matches(device, s) for s in device_class.selectors):
+                            count += 1
+                    except device_cel.SelectorError:
+                        continue
+            if count:
+                totals[class_resource(device_class.name)] = count
+                if device_class.extended_resource and not node.allocatable.get(device_class.extended_resource):
+                    totals[device_class.extended_resource] = count
+        return totals
+
+
+# --- reading the API objects ----------------------------------------------------------------------
+
+
+def inventory_from(
+    classes: Iterable[Obj], slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj]
+) -> Inventory:
+    inventory = Inventory()
+    for obj in classes:
+        device_class = DeviceClass.from_api(obj)
+        if device_class.name:
+            inventory.classes[device_class.name] = device_class
+    inventory.pools = gather_pools(slices, inventory.problems)
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        inventory.claims[key] = claim
+        for device in allocated_devices(claim):
+            inventory.taken[device] = f"{key[0]}/{key[1]}"
+    for template in templates:
+        meta = template.get("metadata") or {}
+        inventory.templates[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = template
+    return inventory
+
+
+def allocated_devices(claim: Obj) -> list[DeviceId]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return [
+        (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
+        for r in results
+        if isinstance(r, dict)
+    ]
+
+
+def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None) -> list[Pool]:
+    """Slices grouped by (driver, pool), the newest generation only (pools_stable.go GatherPools)."""
+    newest: dict[tuple[str, str], tuple[int, list[Obj]]] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
+        try:
+            generation = int(pool.get("generation") or 0)
+        except (TypeError, ValueError):
+            if problems is not None:
+                problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: unreadable pool")
+            continue
+        have = newest.get(key)
+        if have is None or generation > have[0]:
+            newest[key] = (generation, [obj])
+        elif generation == have[0]:
+            have[1].append(obj)
+    pools = []
+    for (driver, name), (generation, group) in sorted(newest.items()):
+        for obj in group:
+            try:
+                pools.append(_pool_of_slice(obj, driver, name, generation, len(group)))
+            except (TypeError, ValueError, AttributeError) as error:
+                if problems is not None:
+                    problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
+    return pools
+
+
+def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int) -> Pool:
+    """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
+    are what matters, each slice keeps its own node selection)."""
+    spec = obj.get("spec") or {}
+    count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
+    unmodelled = None
+    if spec.get("sharedCounters"):
+        unmodelled = "partitionable devices (sharedCounters)"
+    elif spec.get("perDeviceNodeSelection"):
+        unmodelled = "per-device node selection"
+    devices = []
+    for raw in spec.get("devices") or []:
+        if not isinstance(raw, dict):
+            continue
+        device_unmodelled = None
+        if raw.get("consumesCounters"):
+            device_unmodelled = "partitionable devices (consumesCounters)"
+        elif raw.get("allowMultipleAllocations"):
+            device_unmodelled = "consumable capacity (allowMultipleAllocations)"
+        taints = tuple(
+            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in raw.get("taints") or []
+            if isinstance(t, dict)
+        )
+        devices.append(
+            Device(
+                (driver, name, str(raw.get("name") or "")),
+                raw.get("attributes") or {},
+                raw.get("capacity") or {},
+                taints,
+                device_unmodelled or unmodelled,
+            )
+        )
+    selector = spec.get("nodeSelector")
+    return Pool(
+        driver,
+        name,
+        generation,
+        complete=seen == count,
+        devices=tuple(devices),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        all_nodes=bool(spec.get("allNodes")),
+        node_selector=(selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None,
+        unmodelled=unmodelled,
+    )
+
+
+def _cel_selectors(selectors: Any) -> tuple[str, ...]:
+    return tuple(
+        str((s.get("cel") or {}).get("expression") or "")
+        for s in selectors or []
+        if isinstance(s, dict) and isinstance(s.get("cel"), dict)
+    )
+
+
+def _subrequest(name: str, raw: Mapping[str, Any], unmodelled: set[str]) -> Subrequest:
+    if raw.get("adminAccess"):
+        unmodelled.add("admin access")
+    if (raw.get("capacity") or {}).get("requests"):
+        unmodelled.add("consumable capacity (capacity.requests)")
+    mode = raw.get("allocationMode") or "ExactCount"
+    return Subrequest(
+        name=name,
+        device_class=str(raw.get("deviceClassName") or ""),
+        selectors=_cel_selectors(raw.get("selectors")),
+        all=mode == "All",
+        count=max(int(raw.get("count") or 1), 1),
+        tolerations=tuple(t for t in raw.get("tolerations") or [] if isinstance(t, dict)),
+    )
+
+
+def claim_requests(claim_spec: Mapping[str, Any], unmodelled: set[str]) -> tuple[Request, ...]:
+    """A claim's requests (resource/v1 DeviceClaim): `exactly` or `firstAvailable` each."""
+    devices = claim_spec.get("devices") or {}
+    if devices.get("constraints"):
+        unmodelled.add("matchAttribute/distinctAttribute constraints")
+    requests = []
+    for raw in devices.get("requests") or []:
+        if not isinstance(raw, dict):
+            continue
+        name = str(raw.get("name") or "")
+        if isinstance(raw.get("exactly"), dict):
+            requests.append(Request(name, (_subrequest(name, raw["exactly"], unmodelled),)))
+        elif raw.get("firstAvailable"):
+            alternatives = tuple(
+                _subrequest(f"{name}/{sub.get('name', '')}", sub, unmodelled)
+                for sub in raw["firstAvailable"]
+                if isinstance(sub, dict)
+            )
+            if alternatives:
+                requests.append(Request(name, alternatives))
+    return tuple(requests)
+
+
+def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) -> Demand:
+    """The claims of a pod (its spec's resourceClaims), read against the inventory."""
+    claims: list[ClaimDemand] = []
+    problems: list[str] = []
+    unmodelled: set[str] = set()
+    for entry in spec.get("resourceClaims") or []:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("resourceClaimTemplateName"):
+            name = str(entry["resourceClaimTemplateName"])
+            template = inventory.templates.get((namespace, name))
+            if template is None:
+                problems.append(f"ResourceClaimTemplate {name} does not exist")
+                continue
+            claim_spec = (template.get("spec") or {}).get("spec") or {}
+            claims.append(ClaimDemand(f"template {namespace}/{name}", claim_requests(claim_spec, unmodelled)))
+        elif entry.get("resourceClaimName"):
+            name = str(entry["resourceClaimName"])
+            claim = inventory.claims.get((namespace, name))
+            if claim is None:
+                problems.append(f"ResourceClaim {name} does not exist")
+                continue
+            allocation = (claim.get("status") or {}).get("allocation")
+            if allocation:
+                terms = ((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms")) or None
+                claims.append(
+                    ClaimDemand(f"claim {namespace}/{name}", (), True, allocated_node_terms=terms, allocated=True)
+                )
+            else:
+                requests = claim_requests(claim.get("spec") or {}, unmodelled)
+                claims.append(ClaimDemand(f"claim {namespace}/{name}", requests, shared=True))
+    # a DeviceClass's extended resource asked for in the containers (KEP-5004): devices of that class
+    wanted = _extended_requests(spec)
+    for device_class in inventory.classes.values():
+        amount = wanted.get(device_class.extended_resource or "")
+        if amount:
+            request = Request(device_class.name, (Subrequest(device_class.name, device_class.name, count=amount),))
+            claims.append(ClaimDemand(f"extended resource {device_class.extended_resource}", (request,)))
+    for needed in claims:
+        for request in needed.requests:
+            for alternative in request.alternatives:
+                if alternative.device_class not in inventory.classes:
+                    problems.append(f"DeviceClass {alternative.device_class} does not exist ({needed.key})")
+    return Demand(tuple(claims), tuple(dict.fromkeys(problems)), tuple(sorted(unmodelled)))
+
+
+def _extended_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    wanted: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        requests = ((container or {}).get("resources") or {}).get("requests") or {}
+        limits = ((container or {}).get("resources") or {}).get("limits") or {}
+        for name, value in {**limits, **requests}.items():
+            if "/" in str(name) and not str(name).startswith(("kubernetes.io/", "hugepages-")):
+                try:
+                    wanted[str(name)] = wanted.get(str(name), 0) + int(str(value))
+                except ValueError:
+                    continue
+    return wanted
+
+
+# --- allocation -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Allocator:
+    """Allocations in the order pods come, each on the node it is placed on, as kube-scheduler makes
+    them pod by pod: devices picked for one pod are taken for the next (allocatedstate.go)."""
+
+    inventory: Inventory
+    picked: set[DeviceId] = field(default_factory=set)
+    # a shared claim allocated in this run: its devices and the nodes that reach all of them
+    shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = field(default_factory=dict)
+    nodes: Sequence[Node] = ()
+
+    def taken(self, device: DeviceId) -> bool:
+        return device in self.picked or device in self.inventory.taken
+
+    def allocate(self, demand: Demand, node: Node) -> str | None:
+        """Allocates every claim of the pod on `node` (all or nothing); None, or why it cannot."""
+        if demand.problems:
+            return "; ".join(demand.problems)
+        if demand.unmodelled:
+            return "the gate does not model " + ", ".join(demand.unmodelled)
+        picked: list[DeviceId] = []
+        shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = {}
+        for claim in demand.claims:
+            if claim.allocated:
+                if claim.allocated_node_terms is not None and not any(
+                    term_matches(t, node) for t in claim.allocated_node_terms
+                ):
+                    return f"{claim.key} is allocated where this node cannot reach it"
+                continue
+            if claim.shared and claim.key in self.shared:
+                _, reach = self.shared[claim.key]
+                if reach is not None and node.name not in reach:
+                    return f"{claim.key} was allocated for another pod where this node cannot reach it"
+                continue
+            try:
+                chosen = self._allocate_claim(claim, node, set(picked))
+            except device_cel.SelectorError as error:
+                return str(error)
+            if chosen is None:
+                return f"no free devices on {node.name} for {claim.key}"
+            picked.extend(chosen)
+            if claim.shared:
+                shared[claim.key] = (tuple(chosen), self._reach(chosen))
+        self.picked.update(picked)
+        self.shared.update(shared)
+        return None
+
+    def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
+        """The nodes from which every device is reachable (None: every node)."""
+        reach: frozenset[str] | None = None
+        wanted = set(devices)
+        for pool in self.inventory.pools:
+            if not any(d.id in wanted for d in pool.devices):
+                continue
+            if pool.all_nodes:
+                continue
+            nodes = frozenset(n.name for n in self.nodes if pool.applies_to(n))
+            reach = nodes if reach is None else reach & nodes
+        return reach
+
+    def _allocate_claim(self, claim: ClaimDemand, node: Node, also_taken: set[DeviceId]) -> list[DeviceId] | None:
+        """The devices for every request of the claim, the first combination of firstAvailable choices
+        (in order) that can be allocated: a matching of request units to distinct free devices."""
+        pools = self.inventory.pools_for(node)
+        for tried, choice in enumerate(_choices(claim.requests)):
+            if tried >= MAX_ALTERNATIVE_CHOICES:
+                return None
+            result = self._match(choice, pools, also_taken)
+            if result is not None:
+                return result
+        return None
+
+    def _eligible(self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId]) -> list[Device] | None:
+        """The devices the subrequest may take (free, selected, untainted); None when `All` cannot be
+        met (a pool incomplete, a matching device taken, or none at all)."""
+        device_class = self.inventory.classes[sub.device_class]
+        eligible = []
+        for pool in pools:
+            for device in pool.devices:
+                if device.unmodelled:
+                    continue
+                if not all(self.inventory.selector_matches(device, s) for s in device_class.selectors):
+                    continue
+                if not all(self.inventory.selector_matches(device, s) for s in sub.selectors):
+                    continue
+                if any(
+                    effect in ("NoSchedule", "NoExecute") and not _tolerated(sub, key, value, effect)
+                    for key, value, effect in device.taints
+                ):
+                    continue
+                if sub.all and not pool.complete:
+                    return None
+                if device.id in also_taken or self.taken(device.id):
+                    if sub.all:
+                        return None
+                    continue
+                eligible.append(device)
+        if sub.all and not eligible:
+            return None
+        return eligible
+
+    def _match(
+        self, choice: Sequence[Subrequest], pools: Sequence[Pool], also_taken: set[DeviceId]
+    ) -> list[DeviceId] | None:
+        units: list[list[DeviceId]] = []
+        fixed: list[DeviceId] = []
+        for sub in choice:
+            eligible = self._eligible(sub, pools, also_taken)
+            if eligible is None:
+                return None
+            if sub.all:
+                fixed.extend(d.id for d in eligible)
+                continue
+            units.extend([[d.id for d in eligible]] * sub.count)
+        if len(set(fixed)) < len(fixed):
+            return None  # two `All` requests over the same device
+        blocked = set(fixed)
+        owner: dict[DeviceId, int] = {}
+        for unit in range(len(units)):
+            if not _augment(unit, units, owner, set(), blocked):
+                return None
+        return fixed + sorted(owner, key=lambda d: owner[d])
+
+
+def _augment(
+    unit: int,
+    units: Sequence[Sequence[DeviceId]],
+    owner: dict[DeviceId, int],
+    seen: set[DeviceId],
+    blocked: set[DeviceId],
+) -> bool:
+    """Kuhn's augmenting path: a device for `unit`, moving earlier units to other devices if need be."""
+    for device in units[unit]:
+        if device in blocked or device in seen:
+            continue
+        seen.add(device)
+        if device not in owner or _augment(owner[device], units, owner, seen, blocked):
+            owner[device] = unit
+            return True
+    return False
+
+
+def _choices(requests: Sequence[Request]) -> Iterator[tuple[Subrequest, ...]]:
+    """Every combination of alternatives, the first ones first (allocateOne's order)."""
+    if not requests:
+        yield ()
+        return
+    first, rest = requests[0], requests[1:]
+    for alternative in first.alternatives:
+        for tail in _choices(rest):
+            yield (alternative, *tail)
+
+
+def _tolerated(sub: Subrequest, key: str, value: str, effect: str) -> bool:
+    """Device taints are tolerated as node taints are (allocator_stable.go taintTolerated)."""
+    return tolerates(list(sub.tolerations), Taint(key, value, effect))
