@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -307,3 +308,170 @@ def test_a_malformed_slice_is_named_and_the_rest_still_counts() -> None:
     inventory = inventory_from([device_class()], [bad, node_slice("n2", gpus(1)), {"spec": None}], [], [])
     assert inventory.problems and "unreadable pool" in inventory.problems[0]
     assert inventory.class_totals(node("n2")) == {"deviceclass.resource.kubernetes.io/gpu": 1}
+
+
+# --- the gate with devices (the controller on the test API server) -----------------------------------
+
+
+def dra_controller(server: Any, api: Any) -> tuple[Any, Callable[[], None]]:
+    from tests.cluster import Clock
+    from tests.recorder import ListRecorder
+    from webhook.controller.observe.devices import RESOURCES
+    from webhook.controller.run.reconciler import Controller
+    from webhook.informer import Informer
+
+    server.store.served["resource.k8s.io/v1"] = {r.plural for r in RESOURCES}
+    informers = {(r.group_version, r.plural): Informer(api, r, watch_seconds=1) for r in RESOURCES}
+
+    def relist() -> None:
+        for informer in informers.values():
+            informer.relist()
+
+    relist()
+    return Controller(api, recorder=ListRecorder(), clock=Clock(), informers=informers), relist
+
+
+def job_claiming(store: Any, name: str, parallelism: int, claim_template: str) -> None:
+    from tests.cluster import add_job, add_job_pods
+
+    job = add_job(store, name, parallelism=parallelism, cpu="1")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+    add_job_pods(store, job)
+
+
+def test_the_gate_releases_a_gang_only_when_every_pod_has_its_devices_and_pins_each_to_them(
+    apiserver: Any, api: Any
+) -> None:
+    """Devices published for 8 of a 12-pod gang's pods: nothing is released (kube-scheduler would bind
+    the 8 and leave 4 waiting on devices: the partial start). Devices for all: released whole, each pod
+    pinned to a node whose devices it gets."""
+    from tests.cluster import node as api_node
+    from tests.cluster import pods
+    from webhook.controller.decide.pods import pinned_to
+
+    store = apiserver.store
+    for i in range(4):
+        store.create("v1", "nodes", "", api_node(f"w{i}", cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("one-gpu", exactly()))
+    for i in range(2):  # 4 devices each on w0 and w1: 8
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(f"w{i}", gpus(4)))
+    job_claiming(store, "train", 12, "one-gpu")
+    controller, relist = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    # devices for 8: the cluster could not hold it even empty, until more are published
+    assert decision.state == "NeverFits" and "could hold 8" in decision.message, decision.message
+    assert all(p["spec"].get("schedulingGates") for p in pods(store))
+    for i in range(2, 4):
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(f"w{i}", gpus(4)))
+    relist()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release" and len(decision.release) == 12, decision.message
+    by_node: dict[str, int] = {}
+    for pod in pods(store):
+        assert not pod["spec"].get("schedulingGates")
+        node_name = pinned_to(pod["spec"])
+        assert node_name is not None
+        by_node[node_name] = by_node.get(node_name, 0) + 1
+    assert sum(by_node.values()) == 12 and max(by_node.values()) == 4  # never more pods than a node's devices
+    # kube-scheduler binds them and allocates each pod's own claim: counted once, by the pods
+    for pod in pods(store):
+        node_name = pinned_to(pod["spec"])
+        store.bind("team-a", pod["metadata"]["name"], node_name)
+        taken = {c["metadata"]["name"] for c in store.list("resource.k8s.io/v1", "resourceclaims", "team-a")[0]}
+        device = next(f"gpu-{i}" for i in range(4) if f"{node_name}-gpu-{i}" not in taken)
+        store.create(
+            "resource.k8s.io/v1",
+            "resourceclaims",
+            "team-a",
+            {
+                "metadata": {
+                    "name": f"{node_name}-{device}",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": pod["metadata"]["name"],
+                            "uid": pod["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "spec": template("one-gpu", exactly())["spec"]["spec"],
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [{"request": "gpu", "driver": DRIVER, "pool": node_name, "device": device}]
+                        }
+                    }
+                },
+            },
+        )
+    relist()
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    # the four devices left take a second gang of four, whole, and a third waits
+    job_claiming(store, "second", 4, "one-gpu")
+    decision = controller.reconcile_once()["team-a/job-second"]
+    assert decision.state == "Release" and set(decision.release.values()) == set(
+        by_node.keys() ^ {"w0", "w1", "w2", "w3"}
+    )
+    job_claiming(store, "third", 1, "one-gpu")
+    decision = controller.reconcile_once()["team-a/job-third"]
+    assert decision.state != "Release", decision.message
+
+
+def test_a_gang_whose_devices_cannot_be_judged_or_known_waits_saying_why(apiserver: Any, api: Any) -> None:
+    from tests.cluster import node as api_node
+    from tests.cluster import pods
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w0", cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w0", gpus(8)))
+    constrained = template(
+        "pair", exactly(count=2), constraints=[{"matchAttribute": "gpu.example.com/pcie", "requests": []}]
+    )
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", constrained)
+    job_claiming(store, "constrained", 2, "pair")
+    job_claiming(store, "missing", 2, "no-such-template")
+    controller, _ = dra_controller(apiserver, api)
+    decisions = controller.reconcile_once()
+    constrained_decision = decisions["team-a/job-constrained"]
+    assert constrained_decision.state == "WaitingForCapacity"
+    assert "does not model matchAttribute/distinctAttribute constraints" in constrained_decision.message
+    missing = decisions["team-a/job-missing"]
+    assert (
+        missing.state == "WaitingForCapacity"
+        and "ResourceClaimTemplate no-such-template does not exist" in missing.message
+    )
+    assert all(p["spec"].get("schedulingGates") for p in pods(store))
+
+
+def test_placement_counts_what_a_request_selects_and_the_devices_check_what_requests_share(
+    apiserver: Any, api: Any
+) -> None:
+    """Placement counts the devices a request's selectors take (an a100 is no room for an h100 request);
+    two requests of one pod that may take the same device are counted apart, so the exact allocation
+    before the release decides: one h100 cannot be both the pod's `any` and its `h100`."""
+    from tests.cluster import node as api_node
+    from tests.cluster import pods
+    from webhook.controller.decide.pods import pinned_to
+
+    store = apiserver.store
+    for name in ("w0", "w1"):
+        store.create("v1", "nodes", "", api_node(name, cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    h100 = exactly("h", 1, "gpu", 'device.attributes["gpu.example.com"].model == "h100"')
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("both", exactly("any"), h100))
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w0", gpus(4, "a100")))
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w1", gpus(1, "h100")))
+    job_claiming(store, "train", 1, "both")
+    controller, relist = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "WaitingForCapacity", decision.message
+    assert "not their devices" in decision.message and "no free devices on w1" in decision.message
+    assert all(p["spec"].get("schedulingGates") for p in pods(store))
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w1", gpus(1, "a100"), pool="more"))
+    relist()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release", decision.message
+    assert {pinned_to(p["spec"]) for p in pods(store)} == {"w1"}

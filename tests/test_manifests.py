@@ -221,6 +221,7 @@ def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 def exercise_controller(server: TestApiServer) -> None:
     from webhook.controller.act.gangobject import GANGS
+    from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
     from webhook.controller.run.process import served
 
     store, api = server.store, Api(client_from(server=server.url))
@@ -228,8 +229,9 @@ def exercise_controller(server: TestApiServer) -> None:
     store.served["scheduling.k8s.io/v1alpha3"] = {"compositepodgroups"}
     clock = Clock()
     store.served["gangkeeper.io/v1alpha1"] = {"gangs"}
+    store.served["resource.k8s.io/v1"] = {r.plural for r in DRA_RESOURCES}
     groups = Controller(api, native_composite=True).groups.resources()
-    watched = served([*WORKLOAD_RESOURCES.values(), *groups, GANGS], api)
+    watched = served([*WORKLOAD_RESOURCES.values(), *groups, GANGS, *DRA_RESOURCES], api)
     for resource in [PODS, NODES, NAMESPACES, *watched]:
         informer = Informer(api, resource, watch_seconds=1)
         informer.relist()

@@ -28,23 +28,31 @@ counters), per-device node selection. A gang whose pods need those is never rele
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.controller.decide import device_cel
-from webhook.controller.decide.shapes import Node, Taint, term_matches, tolerates
+from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
 from webhook.gangs.model import Obj
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go MakeDeviceID
 # a DeviceClass's devices as a node resource of the gate's placement: the name KEP-5004 gives a class's
 # implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
 CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+MAX_REMEMBERED_MATCHES = 1_000_000  # selector results kept (device, version, expression)
 MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
 
 
-def class_resource(class_name: str) -> str:
-    return CLASS_RESOURCE_PREFIX + class_name
+def class_resource(class_name: str, selectors: Sequence[str] = ()) -> str:
+    """The node resource of the devices a class selects, narrowed by a request's own selectors: each
+    distinct (class, selectors) is a resource of its own, so placement counts the devices a request
+    can take, not all of its class's."""
+    if not selectors:
+        return CLASS_RESOURCE_PREFIX + class_name
+    digest = hashlib.sha256("\n".join(selectors).encode()).hexdigest()[:10]
+    return f"{CLASS_RESOURCE_PREFIX}{class_name}/{digest}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class Device:
     capacity: Any
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unmodelled: str | None = None  # why the gate cannot judge this device
+    version: str = ""  # its slice's uid and resourceVersion: the device is the same while they are
 
     @functools.cached_property
     def variable(self) -> Any:
@@ -156,7 +165,7 @@ class Demand:
                 continue
             for request in claim.requests:
                 first = request.alternatives[0]
-                resource = class_resource(first.device_class)
+                resource = class_resource(first.device_class, first.selectors)
                 units[resource] = units.get(resource, 0) + (1 if first.all else first.count)
         return units
 
@@ -169,10 +178,13 @@ class Inventory:
     classes: dict[str, DeviceClass] = field(default_factory=dict)
     pools: list[Pool] = field(default_factory=list)
     taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
+    owners: dict[str, str] = field(default_factory=dict)  # claim -> uid of the pod it was made for
     claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # slices that could not be read
-    _matched: dict[tuple[DeviceId, str], bool | device_cel.SelectorError] = field(default_factory=dict)
+    # selector results, kept across inventories (DeviceWatch passes its own): evaluating every device's
+    # CEL again at each change of one slice would cost seconds at 40,000 devices
+    matched: dict[tuple[DeviceId, str, str], bool | device_cel.SelectorError] = field(default_factory=dict)
     _pools_of: dict[str, tuple[Pool, ...]] = field(default_factory=dict)
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
@@ -183,8 +195,8 @@ class Inventory:
 
     def selector_matches(self, device: Device, expression: str) -> bool:
         """Remembered per device and expression (a device's content is fixed within its slice version)."""
-        key = (device.id, expression)
-        found = self._matched.get(key)
+        key = (device.id, device.version, expression)
+        found = self.matched.get(key)
         if found is None:
             try:
                 found = device_cel.matches(expression, device.variable)
@@ -192,39 +204,96 @@ class Inventory:
                 found = error
             except ValueError as error:  # an attribute of no known type: kube-scheduler errs too
                 found = device_cel.SelectorError(f"device {'/'.join(device.id)}: {error}")
-            self._matched[key] = found
+            if len(self.matched) >= MAX_REMEMBERED_MATCHES:
+                self.matched.clear()
+            self.matched[key] = found
         if isinstance(found, device_cel.SelectorError):
             raise found
         return found
 
-    def class_totals(self, node: Node) -> dict[str, int]:
-        """Per class resource: the devices of the node's pools its class selects that no claim holds."""
+    def allocated_pods(self) -> set[str]:
+        """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
+        return {uid for claim, uid in self.owners.items() if claim in self._holding}
+
+    @functools.cached_property
+    def _holding(self) -> set[str]:
+        return set(self.taken.values())
+
+    @functools.cached_property
+    def narrowed(self) -> dict[str, set[tuple[str, ...]]]:
+        """Per class, the request selectors its templates and claims narrow it by."""
+        found: dict[str, set[tuple[str, ...]]] = {}
+        specs = [(t.get("spec") or {}).get("spec") or {} for t in self.templates.values()]
+        specs += [c.get("spec") or {} for c in self.claims.values()]
+        for spec in specs:
+            for request in claim_requests(spec, set()):
+                for sub in request.alternatives:
+                    if sub.selectors:
+                        found.setdefault(sub.device_class, set()).add(sub.selectors)
+        return found
+
+    def class_totals(self, node: Node, counted_by_pods: Collection[str] = ()) -> dict[str, int]:
+        """Per class resource (`class_resource`): the devices of the node's pools the class (and a
+        request's selectors) select that no claim holds but the claims of the pods in `counted_by_pods`
+        (uids), whose shapes hold their devices."""
         totals: dict[str, int] = {}
         for device_class in self.classes.values():
-            count = 0
-            for pool in self.pools_for(node):
-                for device in pool.devices:
-                    if device.unmodelled or device.id in self.taken:
-                        continue
-                    try:
-                        if all(self.selector_matches(device, s) for s in device_class.selectors):
-                            count += 1
-                    except device_cel.SelectorError:
-                        continue
-            if count:
-                totals[class_resource(device_class.name)] = count
-                if device_class.extended_resource and not node.allocatable.get(device_class.extended_resource):
-                    totals[device_class.extended_resource] = count
+            free = [
+                device
+                for pool in self.pools_for(node)
+                for device in pool.devices
+                if not device.unmodelled and self._counted(device, counted_by_pods)
+            ]
+            selected = [d for d in free if self._selects(d, device_class.selectors)]
+            if not selected:
+                continue
+            totals[class_resource(device_class.name)] = len(selected)
+            if device_class.extended_resource and not node.allocatable.get(device_class.extended_resource):
+                totals[device_class.extended_resource] = len(selected)
+            for selectors in self.narrowed.get(device_class.name, ()):
+                count = sum(1 for d in selected if self._selects(d, selectors))
+                if count:
+                    totals[class_resource(device_class.name, selectors)] = count
         return totals
+
+    def _counted(self, device: Device, counted_by_pods: Collection[str]) -> bool:
+        holder = self.taken.get(device.id)
+        return holder is None or self.owners.get(holder) in counted_by_pods
+
+    def _selects(self, device: Device, selectors: Sequence[str]) -> bool:
+        """Every selector matches; an error counts as no (the devices check names it at the release)."""
+        try:
+            return all(self.selector_matches(device, s) for s in selectors)
+        except device_cel.SelectorError:
+            return False
+
+
+def claims_devices(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod may need devices: claims of its own, or extended resources a DeviceClass may serve."""
+    return bool(spec.get("resourceClaims")) or bool(_extended_requests(spec))
+
+
+def with_demand(shape: Shape, demand: Demand) -> Shape:
+    """The pod's shape with its devices as requests: its claims are modelled (placement counts devices
+    per class; the devices check before a release allocates them exactly)."""
+    units = dict(shape.requests)
+    for resource, amount in demand.units().items():
+        units[resource] = units.get(resource, 0) + amount
+    unmodelled = tuple(u for u in shape.unmodelled if u != "resourceClaims")
+    return replace(shape, requests=tuple(sorted(units.items())), unmodelled=unmodelled)
 
 
 # --- reading the API objects ----------------------------------------------------------------------
 
 
 def inventory_from(
-    classes: Iterable[Obj], slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj]
+    classes: Iterable[Obj],
+    slices: Iterable[Obj],
+    claims: Iterable[Obj],
+    templates: Iterable[Obj],
+    matched: dict[tuple[DeviceId, str, str], bool | device_cel.SelectorError] | None = None,
 ) -> Inventory:
-    inventory = Inventory()
+    inventory = Inventory() if matched is None else Inventory(matched=matched)
     for obj in classes:
         device_class = DeviceClass.from_api(obj)
         if device_class.name:
@@ -234,6 +303,9 @@ def inventory_from(
         meta = claim.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         inventory.claims[key] = claim
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"), None)
+        if owner is not None:
+            inventory.owners[f"{key[0]}/{key[1]}"] = str(owner.get("uid") or "")
         for device in allocated_devices(claim):
             inventory.taken[device] = f"{key[0]}/{key[1]}"
     for template in templates:
@@ -285,6 +357,8 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int)
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
     are what matters, each slice keeps its own node selection)."""
     spec = obj.get("spec") or {}
+    meta = obj.get("metadata") or {}
+    version = f"{meta.get('uid', '')}/{meta.get('resourceVersion', '')}"
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     unmodelled = None
     if spec.get("sharedCounters"):
@@ -312,6 +386,7 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int)
                 raw.get("capacity") or {},
                 taints,
                 device_unmodelled or unmodelled,
+                version,
             )
         )
     selector = spec.get("nodeSelector")

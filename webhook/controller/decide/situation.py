@@ -112,6 +112,9 @@ class Situation:
     records: Mapping[str, Release]
     workload_nodes: frozenset[str]
     live: list[PodView]
+    # the devices the chosen pods claim, allocated on the chosen nodes (pod name -> node): None, or why
+    # not (observe/devices.py DevicesCheck); None when no pod of the gang claims devices
+    devices_fit: Callable[[Mapping[str, str]], str | None] | None = None
 
     @cached_property
     def gated(self) -> list[PodView]:

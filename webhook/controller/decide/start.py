@@ -141,6 +141,15 @@ def fits(s: Situation) -> Decision | None:
         node_units = reserve.setdefault(result.assignments[phantom.name], {})
         for resource, amount in phantom.shape.requests:
             node_units[resource] = node_units.get(resource, 0) + amount
+    why_not = s.devices_fit(chosen) if s.devices_fit is not None and chosen else None
+    if why_not is not None:
+        # placement counts devices per class; their allocation, exact, says no: never a partial start
+        return Decision(
+            GangState.WAITING_FOR_CAPACITY,
+            f"{len(chosen)} pods fit on free capacity, but not their devices: {why_not}",
+            placement=result,
+            present=s.present,
+        )
     topology = s.spec.topology
     where = f" in {topology.key} {result.domain}" if topology is not None and result.domain else ""
     return Decision(
@@ -248,6 +257,7 @@ def start_decision(
     ever: Callable[[Sequence[Member]], Placement] | None = None,
     records: Mapping[str, Release] = EMPTY_RECORDS,
     workload_nodes: frozenset[str] = frozenset(),
+    devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity: the first of
     START_RULES that applies. The controller and `gangkeeper explain` both ask this function, so they
@@ -271,6 +281,7 @@ def start_decision(
         records,
         workload_nodes,
         live=[p for p in pods if not p.terminal],
+        devices_fit=devices_fit,
     )
     for rule in START_RULES:
         decision = rule(situation)

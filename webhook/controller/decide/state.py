@@ -42,6 +42,7 @@ def decide(
     history: History = NO_HISTORY,
     records: Mapping[str, Release] = EMPTY_RECORDS,
     workload_nodes: frozenset[str] = frozenset(),
+    devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
 ) -> Decision:
     """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
     decision = start_decision(
@@ -58,6 +59,7 @@ def decide(
         ever=ever,
         records=records,
         workload_nodes=workload_nodes,
+        devices_fit=devices_fit,
     )
     if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
         decision.timed = True

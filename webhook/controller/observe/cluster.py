@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from webhook import contract
+from webhook.controller.decide import devices
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.placement import Member, Placement
 from webhook.controller.decide.pods import PodView, Release, gang_priority, shape_of
@@ -101,6 +102,11 @@ class ClusterIndex:
         self._node_list: list[Node] | None = None
         self._eligibility: Eligibility | None = None
         self._ever: dict[tuple[tuple[Shape, int], ...], Placement] = {}
+        # DRA (controller/observe/devices.py): the cluster's devices, each node's devices as resources
+        # of its allocatable (per DeviceClass, `devices.class_resource`), and the nodes as the API has them
+        self.devices: devices.Inventory | None = None
+        self._device_units: dict[str, Units] = {}
+        self._api_nodes: dict[str, Node] = {}
 
     # --- changes in ---------------------------------------------------------------------------------
     def apply_pods(self, changes: Mapping[str, Obj | None]) -> None:
@@ -142,22 +148,68 @@ class ClusterIndex:
         for name in self.nodes.keys() - fresh.keys():
             self._set_node(name, None)
         for name, node in fresh.items():
-            if Node.from_api(node) != self.nodes.get(name):
+            if Node.from_api(node) != self._api_nodes.get(name):
                 self._set_node(name, node)
 
     def _set_node(self, name: str, node: Obj | None) -> None:
+        if node is None:
+            self.nodes_epoch += 1
+            self._node_list = self._eligibility = None
+            self._ever = {}
+            self.nodes.pop(name, None)
+            self._api_nodes.pop(name, None)
+            self.free.pop(name, None)
+            return
+        self._api_nodes[name] = Node.from_api(node)
+        if self.devices is not None:
+            self._device_units[name] = self.devices.class_totals(self._api_nodes[name], self._member_uids())
+        self._rebuild_node(name)
+
+    def _rebuild_node(self, name: str) -> None:
+        """The node as placement sees it: its allocatable, and its devices as resources of it."""
         self.nodes_epoch += 1
         self._node_list = self._eligibility = None
         self._ever = {}
-        if node is None:
-            self.nodes.pop(name, None)
-            self.free.pop(name, None)
-            return
-        parsed = self.nodes[name] = Node.from_api(node)
+        parsed = self._api_nodes[name]
+        units = self._device_units.get(name)
+        if units:
+            parsed = replace(parsed, allocatable={**parsed.allocatable, **units})
+        self.nodes[name] = parsed
         free = dict(parsed.allocatable)
         _add(free, self.held.get(name, {}).items(), -1)
         self.free[name] = free
         self._grown.add(name)
+
+    def use_devices(self, inventory: devices.Inventory | None) -> None:
+        """A new picture of the cluster's devices: each node's devices as resources again, and the gang
+        pods that claim devices looked at again (their claims' templates may have changed)."""
+        if inventory is self.devices:
+            return
+        self.devices = inventory
+        members = self._member_uids()
+        for name, node in self._api_nodes.items():
+            units = inventory.class_totals(node, members) if inventory is not None else {}
+            if units != self._device_units.get(name, {}):
+                self._device_units[name] = units
+                self._rebuild_node(name)
+        for members_of in list(self._members.values()):
+            for key, (_, raw) in list(members_of.items()):
+                if devices.claims_devices(raw.get("spec") or {}):
+                    self._set_pod(key, raw)
+
+    def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
+        """Gang pods that claim devices and hold a node (released or bound): (view, pod, node)."""
+        found = []
+        for members in self._members.values():
+            for view, raw in members.values():
+                node = view.holds_node
+                if node is not None and not view.terminal and devices.claims_devices(raw.get("spec") or {}):
+                    found.append((view, raw, node))
+        return found
+
+    def _member_uids(self) -> set[str]:
+        """The gang pods whose shapes carry their devices: their own claims are counted by them."""
+        return {view.uid for members in self._members.values() for view, _ in members.values()}
 
     def _set_pod(self, key: str, pod: Obj | None) -> None:
         old = self.pods.pop(key, None)
@@ -176,6 +228,9 @@ class ClusterIndex:
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
         view = PodView.from_api(pod, release, group)
+        if self.devices is not None and devices.claims_devices(spec):
+            demand = devices.pod_demand(view.namespace, spec, self.devices)
+            view = replace(view, shape=devices.with_demand(view.shape, demand))
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))

@@ -28,6 +28,7 @@ from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.devices import devices_check
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
 
@@ -296,6 +297,7 @@ class ReleaseCycle:
             workload_nodes=snapshot.workload_nodes(gang)
             if resolved.spec.workload_topology is not None
             else frozenset(),
+            devices_fit=devices_check(snapshot.index, gang),
         )
 
 

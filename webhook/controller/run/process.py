@@ -17,6 +17,7 @@ from webhook import contract
 from webhook.backends import DEFAULT_KUBERNETES_VERSION
 from webhook.controller import metrics
 from webhook.controller.act.gangobject import GANGS
+from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import InformerSource, controller_informer, trim_node, trim_pod
 from webhook.controller.observe.workloads import all_workload_resources
 from webhook.controller.run import garbage
@@ -186,7 +187,7 @@ def left_gangkeeper(namespaces: Informer, name: str) -> bool:
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
-    wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS]
+    wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS, *DRA_RESOURCES]
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
         informer = controller_informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer

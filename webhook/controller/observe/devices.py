@@ -1,0 +1,78 @@
+"""The cluster's DRA devices for the gate: DeviceClasses, ResourceSlices, ResourceClaims and
+ResourceClaimTemplates (resource.k8s.io/v1, the four kube-scheduler's DynamicResources plugin reads),
+watched, and read as one Inventory a pass (rebuilt only when one of them changed); and the devices check
+a gang's release must pass: every chosen pod's claims allocated on its chosen node, after the claims
+of the pods released before it and not allocated yet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide.devices import Allocator, Inventory, claims_devices, pod_demand
+from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.informer import Informer
+from webhook.kube import Resource
+
+GROUP_VERSION = "resource.k8s.io/v1"
+DEVICE_CLASSES = Resource(GROUP_VERSION, "deviceclasses", namespaced=False)
+RESOURCE_SLICES = Resource(GROUP_VERSION, "resourceslices", namespaced=False)
+RESOURCE_CLAIMS = Resource(GROUP_VERSION, "resourceclaims")
+CLAIM_TEMPLATES = Resource(GROUP_VERSION, "resourceclaimtemplates")
+RESOURCES = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, CLAIM_TEMPLATES)
+
+
+class DeviceWatch:
+    """The Inventory of the four informers, the same object while none of them changed."""
+
+    def __init__(self, informers: Mapping[tuple[str, str], Informer]) -> None:
+        self._all = informers  # the controller's: the four join it once discovery finds them served
+        self._versions: tuple[str, ...] | None = None
+        self._inventory: Inventory | None = None
+        self._matched: dict[tuple[devices.DeviceId, str, str], bool | device_cel.SelectorError] = {}
+
+    @property
+    def _informers(self) -> list[Informer | None]:
+        return [self._all.get((r.group_version, r.plural)) for r in RESOURCES]
+
+    def inventory(self) -> Inventory | None:
+        """None until all four are watched and listed (the API may not serve them: DRA off, or before 1.34)."""
+        informers = self._informers
+        if not all(informer is not None and informer.synced.is_set() for informer in informers):
+            return None
+        versions = tuple(informer.resource_version for informer in informers if informer is not None)
+        if versions != self._versions:
+            classes, slices, claims, templates = (i.items() if i is not None else [] for i in informers)
+            self._inventory = devices.inventory_from(classes, slices, claims, templates, self._matched)
+            self._versions = versions
+        return self._inventory
+
+
+def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str, str]], str | None] | None:
+    """The check of a gang whose pods claim devices (None for one whose pods claim none)."""
+    inventory = index.devices
+    if inventory is None or not any(claims_devices(raw.get("spec") or {}) for raw in gang.raw):
+        return None
+    raw_of = {view.name: raw for view, raw in zip(gang.pods, gang.raw, strict=True)}
+
+    def check(chosen: Mapping[str, str]) -> str | None:
+        allocator = Allocator(inventory, nodes=list(index.nodes.values()))
+        allocated = inventory.allocated_pods()
+        # released before, not allocated yet (kube-scheduler is binding them): their devices come first
+        for view, raw, node in index.promised_device_pods():
+            if view.uid in allocated or (view.name in chosen and view.namespace == gang.namespace):
+                continue
+            on = index.nodes.get(node)
+            if on is not None:
+                allocator.allocate(pod_demand(view.namespace, raw.get("spec") or {}, inventory), on)
+        for name, node_name in sorted(chosen.items()):
+            target = index.nodes.get(node_name)
+            pod = raw_of.get(name)
+            if target is None or pod is None:
+                continue
+            why = allocator.allocate(pod_demand(gang.namespace, pod.get("spec") or {}, inventory), target)
+            if why is not None:
+                return f"pod {name} on {node_name}: {why}"
+        return None
+
+    return check
