@@ -1,0 +1,75 @@
+"""Devices for the real tier's KWOK nodes, published as a DRA driver would: a DeviceClass, and one
+ResourceSlice per node (its own pool, generation 1, `resourceSliceCount: 1`), owned by its Node so the
+garbage collector removes it with the node. kube-scheduler reads only DeviceClasses, ResourceSlices and
+ResourceClaims; KWOK never prepares devices, so no kubelet plugin is needed (kubernetes-sigs/kwok
+site/content/en/docs/examples/dra.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.realcluster.stack import Stack
+
+DRIVER = "gpu.example.com"
+CLASS = "gpu.example.com"
+
+
+def device_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+
+
+def node_slice(stack: Stack, node: str, count: int, model: str = "a100") -> dict[str, Any]:
+    uid = stack.plane.get("node", node)["metadata"]["uid"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{node}-gpus",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}],
+        },
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": model}, "index": {"int": i}},
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(count)
+            ],
+        },
+    }
+
+
+def publish(stack: Stack, nodes: list[str], per_node: int) -> None:
+    stack.plane.apply([device_class(), *(node_slice(stack, node, per_node) for node in nodes)])
+
+
+def claim_template(
+    namespace: str, name: str = "one-gpu", count: int = 1, selector: str | None = None
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": CLASS, "allocationMode": "ExactCount", "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def claiming(manifest: dict[str, Any], template: str = "one-gpu") -> dict[str, Any]:
+    """A workload whose pods each claim devices from the template (one claim per pod)."""
+    spec = manifest["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    for container in spec["containers"]:
+        container.setdefault("resources", {})["claims"] = [{"name": "gpu"}]
+    return manifest
