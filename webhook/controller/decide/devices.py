@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,7 +42,8 @@ DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go M
 # a DeviceClass's devices as a node resource of the gate's placement: the name KEP-5004 gives a class's
 # implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
 CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
-MAX_REMEMBERED_MATCHES = 1_000_000  # selector results kept (device, version, expression)
+MAX_REMEMBERED_MATCHES = 1_000_000  # selector results kept (device content, expression)
+MAX_REMEMBERED_SLICES = 100_000  # slices kept parsed
 MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
 
 
@@ -78,7 +80,8 @@ class Device:
     capacity: Any
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unmodelled: str | None = None  # why the gate cannot judge this device
-    version: str = ""  # its slice's uid and resourceVersion: the device is the same while they are
+    # what a selector can see of it (driver, attributes, capacity), canonical: devices alike share CEL results
+    content: str = ""
 
     @functools.cached_property
     def variable(self) -> Any:
@@ -122,7 +125,7 @@ class Subrequest:
     selectors: tuple[str, ...] = ()
     all: bool = False
     count: int = 1
-    tolerations: Any = ()
+    tolerations: tuple[tuple[tuple[str, str], ...], ...] = ()  # each toleration's items, sorted (hashable)
 
 
 @dataclass(frozen=True)
@@ -182,21 +185,37 @@ class Inventory:
     claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # slices that could not be read
-    # selector results, kept across inventories (DeviceWatch passes its own): evaluating every device's
-    # CEL again at each change of one slice would cost seconds at 40,000 devices
-    matched: dict[tuple[DeviceId, str, str], bool | device_cel.SelectorError] = field(default_factory=dict)
+    memo: Memo = field(default_factory=lambda: Memo())
     _pools_of: dict[str, tuple[Pool, ...]] = field(default_factory=dict)
+    _selected: dict[tuple[Subrequest, int], tuple[Device, ...]] = field(default_factory=dict)
+    _demands: dict[tuple[str, str], Demand] = field(default_factory=dict)
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
         pools = self._pools_of.get(node.name)
         if pools is None:
-            pools = self._pools_of[node.name] = tuple(p for p in self.pools if p.applies_to(node))
+            local = self._local.get(node.name, [])
+            pools = self._pools_of[node.name] = (*local, *(p for p in self._shared if p.applies_to(node)))
         return pools
 
+    @functools.cached_property
+    def _local(self) -> dict[str, list[Pool]]:
+        """Node-local pools by node: most pools, found without a look at the others."""
+        found: dict[str, list[Pool]] = {}
+        for pool in self.pools:
+            if pool.node_name:
+                found.setdefault(pool.node_name, []).append(pool)
+        return found
+
+    @functools.cached_property
+    def _shared(self) -> list[Pool]:
+        return [pool for pool in self.pools if not pool.node_name]
+
     def selector_matches(self, device: Device, expression: str) -> bool:
-        """Remembered per device and expression (a device's content is fixed within its slice version)."""
-        key = (device.id, device.version, expression)
-        found = self.matched.get(key)
+        """Remembered per device content and expression: cel-python takes about 2 ms an evaluation
+        here, so devices alike are evaluated once, and a slice that did not change is never again."""
+        matched = self.memo.matched
+        key = (device.content, expression)
+        found = matched.get(key)
         if found is None:
             try:
                 found = device_cel.matches(expression, device.variable)
@@ -204,11 +223,73 @@ class Inventory:
                 found = error
             except ValueError as error:  # an attribute of no known type: kube-scheduler errs too
                 found = device_cel.SelectorError(f"device {'/'.join(device.id)}: {error}")
-            if len(self.matched) >= MAX_REMEMBERED_MATCHES:
-                self.matched.clear()
-            self.matched[key] = found
+            if len(matched) >= MAX_REMEMBERED_MATCHES:
+                matched.clear()
+            matched[key] = found
         if isinstance(found, device_cel.SelectorError):
             raise found
+        return found
+
+    def selected(self, sub: Subrequest, pool: Pool) -> tuple[Device, ...]:
+        """The pool's devices the subrequest's class and selectors select and whose taints it tolerates,
+        taken or not (remembered for this inventory: a gang's pods ask the same of the same pools)."""
+        key = (sub, id(pool))
+        found = self._selected.get(key)
+        if found is None:
+            device_class = self.classes[sub.device_class]
+            found = tuple(
+                device
+                for device in pool.devices
+                if not device.unmodelled
+                and all(self.selector_matches(device, s) for s in device_class.selectors)
+                and all(self.selector_matches(device, s) for s in sub.selectors)
+                and not any(
+                    effect in ("NoSchedule", "NoExecute") and not _tolerated(sub, k, v, effect)
+                    for k, v, effect in device.taints
+                )
+            )
+            self._selected[key] = found
+        return found
+
+    def demand(self, namespace: str, spec: Mapping[str, Any]) -> Demand:
+        """`pod_demand`, remembered by what it reads of the spec (a gang's pods share their template)."""
+        key = (namespace, json.dumps([spec.get("resourceClaims"), _extended_requests(spec)], sort_keys=True))
+        found = self._demands.get(key)
+        if found is None:
+            found = self._demands[key] = pod_demand(namespace, spec, self)
+        return found
+
+    def changed_nodes(self, before: Inventory | None) -> set[str] | None:
+        """The nodes whose devices may count differently than in `before` (None: any node may): those of
+        slices published, changed or gone, and of devices whose claim changed. Slices unchanged are the
+        same Pool objects (Memo), so a claim allocated costs a look at its own node only."""
+        if before is None or before.classes != self.classes or before.narrowed != self.narrowed:
+            return None
+        old_pools, new_pools = {id(p): p for p in before.pools}, {id(p): p for p in self.pools}
+        changed: set[str] = set()
+        for pool in [p for i, p in new_pools.items() if i not in old_pools] + [
+            p for i, p in old_pools.items() if i not in new_pools
+        ]:
+            if not pool.node_name:
+                return None
+            changed.add(pool.node_name)
+        moved = {d for d in self.taken.keys() | before.taken.keys() if self.taken.get(d) != before.taken.get(d)}
+        moved |= {d for d, claim in self.taken.items() if self.owners.get(claim) != before.owners.get(claim)}
+        for driver, pool_name, _ in moved:
+            node = self._pool_nodes.get((driver, pool_name), before._pool_nodes.get((driver, pool_name), ""))
+            if node is None:
+                return None
+            if node:
+                changed.add(node)
+        return changed
+
+    @functools.cached_property
+    def _pool_nodes(self) -> dict[tuple[str, str], str | None]:
+        """Each pool's node (None: a pool several nodes reach)."""
+        found: dict[tuple[str, str], str | None] = {}
+        for pool in self.pools:
+            key = (pool.driver, pool.name)
+            found[key] = pool.node_name if found.get(key, pool.node_name) == pool.node_name else None
         return found
 
     def allocated_pods(self) -> set[str]:
@@ -286,19 +367,29 @@ def with_demand(shape: Shape, demand: Demand) -> Shape:
 # --- reading the API objects ----------------------------------------------------------------------
 
 
+@dataclass
+class Memo:
+    """What outlives one inventory (DeviceWatch keeps one): slices parsed, by uid and resourceVersion,
+    and selector results, by device content: a claim allocated or a slice republished changes the
+    inventory, not the 40,000 devices' parsing and CEL."""
+
+    matched: dict[tuple[str, str], bool | device_cel.SelectorError] = field(default_factory=dict)
+    slices: dict[tuple[str, str, int, int], Pool] = field(default_factory=dict)
+
+
 def inventory_from(
     classes: Iterable[Obj],
     slices: Iterable[Obj],
     claims: Iterable[Obj],
     templates: Iterable[Obj],
-    matched: dict[tuple[DeviceId, str, str], bool | device_cel.SelectorError] | None = None,
+    memo: Memo | None = None,
 ) -> Inventory:
-    inventory = Inventory() if matched is None else Inventory(matched=matched)
+    inventory = Inventory(memo=memo or Memo())
     for obj in classes:
         device_class = DeviceClass.from_api(obj)
         if device_class.name:
             inventory.classes[device_class.name] = device_class
-    inventory.pools = gather_pools(slices, inventory.problems)
+    inventory.pools = gather_pools(slices, inventory.problems, inventory.memo)
     for claim in claims:
         meta = claim.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -324,7 +415,7 @@ def allocated_devices(claim: Obj) -> list[DeviceId]:
     ]
 
 
-def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None) -> list[Pool]:
+def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo: Memo | None = None) -> list[Pool]:
     """Slices grouped by (driver, pool), the newest generation only (pools_stable.go GatherPools)."""
     newest: dict[tuple[str, str], tuple[int, list[Obj]]] = {}
     for obj in slices:
@@ -343,13 +434,23 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None) -> li
         elif generation == have[0]:
             have[1].append(obj)
     pools = []
+    kept: dict[tuple[str, str, int, int], Pool] = {}
     for (driver, name), (generation, group) in sorted(newest.items()):
         for obj in group:
-            try:
-                pools.append(_pool_of_slice(obj, driver, name, generation, len(group)))
-            except (TypeError, ValueError, AttributeError) as error:
-                if problems is not None:
-                    problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
+            meta = obj.get("metadata") or {}
+            seen = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), generation, len(group))
+            parsed = memo.slices.get(seen) if memo is not None and seen[1] else None
+            if parsed is None:
+                try:
+                    parsed = _pool_of_slice(obj, driver, name, generation, len(group))
+                except (TypeError, ValueError, AttributeError) as error:
+                    if problems is not None:
+                        problems.append(f"ResourceSlice {meta.get('name')}: {error}")
+                    continue
+            kept[seen] = parsed
+            pools.append(parsed)
+    if memo is not None and len(kept) <= MAX_REMEMBERED_SLICES:
+        memo.slices = kept  # only the slices there now: a deleted or changed one is forgotten
     return pools
 
 
@@ -357,8 +458,6 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int)
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
     are what matters, each slice keeps its own node selection)."""
     spec = obj.get("spec") or {}
-    meta = obj.get("metadata") or {}
-    version = f"{meta.get('uid', '')}/{meta.get('resourceVersion', '')}"
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     unmodelled = None
     if spec.get("sharedCounters"):
@@ -386,7 +485,7 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int)
                 raw.get("capacity") or {},
                 taints,
                 device_unmodelled or unmodelled,
-                version,
+                json.dumps([driver, raw.get("attributes"), raw.get("capacity")], sort_keys=True),
             )
         )
     selector = spec.get("nodeSelector")
@@ -423,7 +522,11 @@ def _subrequest(name: str, raw: Mapping[str, Any], unmodelled: set[str]) -> Subr
         selectors=_cel_selectors(raw.get("selectors")),
         all=mode == "All",
         count=max(int(raw.get("count") or 1), 1),
-        tolerations=tuple(t for t in raw.get("tolerations") or [] if isinstance(t, dict)),
+        tolerations=tuple(
+            tuple(sorted((str(k), str(v)) for k, v in t.items()))
+            for t in raw.get("tolerations") or []
+            if isinstance(t, dict)
+        ),
     )
 
 
@@ -588,21 +691,9 @@ class Allocator:
     def _eligible(self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId]) -> list[Device] | None:
         """The devices the subrequest may take (free, selected, untainted); None when `All` cannot be
         met (a pool incomplete, a matching device taken, or none at all)."""
-        device_class = self.inventory.classes[sub.device_class]
         eligible = []
         for pool in pools:
-            for device in pool.devices:
-                if device.unmodelled:
-                    continue
-                if not all(self.inventory.selector_matches(device, s) for s in device_class.selectors):
-                    continue
-                if not all(self.inventory.selector_matches(device, s) for s in sub.selectors):
-                    continue
-                if any(
-                    effect in ("NoSchedule", "NoExecute") and not _tolerated(sub, key, value, effect)
-                    for key, value, effect in device.taints
-                ):
-                    continue
+            for device in self.inventory.selected(sub, pool):
                 if sub.all and not pool.complete:
                     return None
                 if device.id in also_taken or self.taken(device.id):
@@ -668,4 +759,4 @@ def _choices(requests: Sequence[Request]) -> Iterator[tuple[Subrequest, ...]]:
 
 def _tolerated(sub: Subrequest, key: str, value: str, effect: str) -> bool:
     """Device taints are tolerated as node taints are (allocator_stable.go taintTolerated)."""
-    return tolerates(list(sub.tolerations), Taint(key, value, effect))
+    return tolerates([dict(t) for t in sub.tolerations], Taint(key, value, effect))

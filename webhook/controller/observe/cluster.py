@@ -185,9 +185,11 @@ class ClusterIndex:
         pods that claim devices looked at again (their claims' templates may have changed)."""
         if inventory is self.devices:
             return
+        changed = inventory.changed_nodes(self.devices) if inventory is not None else None
         self.devices = inventory
         members = self._member_uids()
-        for name, node in self._api_nodes.items():
+        for name in self._api_nodes.keys() if changed is None else changed & self._api_nodes.keys():
+            node = self._api_nodes[name]
             units = inventory.class_totals(node, members) if inventory is not None else {}
             if units != self._device_units.get(name, {}):
                 self._device_units[name] = units
@@ -229,7 +231,7 @@ class ClusterIndex:
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
         view = PodView.from_api(pod, release, group)
         if self.devices is not None and devices.claims_devices(spec):
-            demand = devices.pod_demand(view.namespace, spec, self.devices)
+            demand = self.devices.demand(view.namespace, spec)
             view = replace(view, shape=devices.with_demand(view.shape, demand))
         node = view.holds_node
         if node is not None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from webhook.controller.decide import device_cel, devices
-from webhook.controller.decide.devices import Allocator, Inventory, claims_devices, pod_demand
+from webhook.controller.decide import devices
+from webhook.controller.decide.devices import Allocator, Inventory, claims_devices
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.informer import Informer
 from webhook.kube import Resource
@@ -29,7 +29,7 @@ class DeviceWatch:
         self._all = informers  # the controller's: the four join it once discovery finds them served
         self._versions: tuple[str, ...] | None = None
         self._inventory: Inventory | None = None
-        self._matched: dict[tuple[devices.DeviceId, str, str], bool | device_cel.SelectorError] = {}
+        self._memo = devices.Memo()
 
     @property
     def _informers(self) -> list[Informer | None]:
@@ -43,7 +43,7 @@ class DeviceWatch:
         versions = tuple(informer.resource_version for informer in informers if informer is not None)
         if versions != self._versions:
             classes, slices, claims, templates = (i.items() if i is not None else [] for i in informers)
-            self._inventory = devices.inventory_from(classes, slices, claims, templates, self._matched)
+            self._inventory = devices.inventory_from(classes, slices, claims, templates, self._memo)
             self._versions = versions
         return self._inventory
 
@@ -64,13 +64,13 @@ def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str,
                 continue
             on = index.nodes.get(node)
             if on is not None:
-                allocator.allocate(pod_demand(view.namespace, raw.get("spec") or {}, inventory), on)
+                allocator.allocate(inventory.demand(view.namespace, raw.get("spec") or {}), on)
         for name, node_name in sorted(chosen.items()):
             target = index.nodes.get(node_name)
             pod = raw_of.get(name)
             if target is None or pod is None:
                 continue
-            why = allocator.allocate(pod_demand(gang.namespace, pod.get("spec") or {}, inventory), target)
+            why = allocator.allocate(inventory.demand(gang.namespace, pod.get("spec") or {}), target)
             if why is not None:
                 return f"pod {name} on {node_name}: {why}"
         return None

@@ -1,0 +1,188 @@
+"""The gate's pass with DRA devices, against the same pass without them, in one run (issue 62).
+
+5,000 nodes of 64 CPUs, each with a ResourceSlice of 8 devices (40,000 devices, a DeviceClass with a
+CEL selector), and one 1,000-pod gang, one device per pod from a ResourceClaimTemplate. Measured in
+process, as the controller does it (controller/observe/cluster.py ClusterIndex, decide/state.py decide):
+
+- without devices: the index built from the nodes and the gang's pods (CPU only), the gang decided;
+- with devices: the inventory read from the four DRA kinds (every device's selector in CEL, cold), the
+  nodes' devices as resources, the gang's pods with their claims, the gang decided (placement, then
+  the exact allocation of every pod's claim on its node);
+- the steady pass with devices: one slice changed (a driver republished one node), inventory and
+  nodes again (the other 39,992 devices' CEL results remembered), the gang decided again.
+
+    python bench/devices.py [--nodes 5000] [--gang 1000] [--devices 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests import builders as b
+from tests.cluster import node
+from webhook.admission.decide import admit
+from webhook.backends import make
+from webhook.controller.decide import devices
+from webhook.controller.decide.situation import GangSpec
+from webhook.controller.decide.state import decide
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.devices import devices_check
+from webhook.controller.observe.informer import trim_node, trim_pod
+
+DRIVER = "gpu.example.com"
+NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+
+
+def device_class() -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "h100"'
+    return {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+
+
+def node_slice(name: str, count: int, version: str = "1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{name}-gpus", "uid": f"uid-{name}", "resourceVersion": version},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"model": {"string": "h100"}, "index": {"int": i}}}
+                for i in range(count)
+            ],
+        },
+    }
+
+
+def gang_pods(size: int, claims: bool) -> list[dict[str, Any]]:
+    job = b.job("train", parallelism=size, spec=b.pod_spec(b.container("8", "32Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    if claims:
+        job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    stamped = admit(job, "CREATE", make("gate"), "team-a").mutated
+    template = stamped["spec"]["template"]
+    pods = []
+    for i in range(size):
+        pod = b.pod(
+            f"train-{i:04d}",
+            labels=dict(template["metadata"]["labels"]),
+            annotations=dict(template["metadata"]["annotations"]),
+            owner=("batch/v1", "Job", "train"),
+            spec=dict(template["spec"]),
+        )
+        pod["metadata"].update(namespace="team-a", uid=f"pod-{i}", resourceVersion="1")
+        pods.append(trim_pod(admit(pod, "CREATE", make("gate"), "team-a").mutated))
+    return pods
+
+
+def one_pass(index: ClusterIndex, spec: GangSpec) -> tuple[str, int]:
+    gang = index.gangs()["team-a/job-train"]
+    decision = decide(
+        gang.pods,
+        spec,
+        index.node_list(),
+        dict(index.free),
+        NOW,
+        eligibility=index.eligibility(),
+        devices_fit=devices_check(index, gang),
+    )
+    return str(decision.state), len(decision.release)
+
+
+def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
+    raw_nodes = {f"/node-{i:04d}": trim_node(node(f"node-{i:04d}", cpu="64", memory="256Gi")) for i in range(nodes)}
+    spec = GangSpec(min_member=gang)
+
+    plain_runs, plain_steady = [], []
+    for run in range(repeats):
+        started = time.perf_counter()
+        index = ClusterIndex()
+        index.apply_nodes(raw_nodes)
+        index.apply_pods({f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=False)})
+        state, released = one_pass(index, spec)
+        plain_runs.append(time.perf_counter() - started)
+        assert state == "Release" and released == gang, state
+        # one node changed (its labels): the gang decided again
+        changed = trim_node(node("node-0000", cpu="64", memory="256Gi", labels={"run": str(run)}))
+        started = time.perf_counter()
+        index.apply_nodes({"/node-0000": changed})
+        state, released = one_pass(index, spec)
+        plain_steady.append(time.perf_counter() - started)
+        assert state == "Release" and released == gang, state
+
+    classes = [device_class()]
+    slices = [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
+    template = {
+        "metadata": {"name": "one", "namespace": "team-a"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }
+    cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
+    for _ in range(repeats):
+        memo = devices.Memo()
+        started = time.perf_counter()
+        inventory = devices.inventory_from(classes, slices, [], [template], memo)
+        index = ClusterIndex()
+        index.apply_nodes(raw_nodes)
+        index.use_devices(inventory)
+        inventory_cold.append(time.perf_counter() - started)
+        index.apply_pods({f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=True)})
+        state, released = one_pass(index, spec)
+        cold.append(time.perf_counter() - started)
+        assert state == "Release" and released == gang, state
+        # one node changed (its labels), no device: the inventory is the same object, the gang decided again
+        changed = trim_node(node("node-0001", cpu="64", memory="256Gi", labels={"run": str(len(steady))}))
+        started = time.perf_counter()
+        index.use_devices(inventory)
+        index.apply_nodes({"/node-0001": changed})
+        state, released = one_pass(index, spec)
+        untouched.append(time.perf_counter() - started)
+        assert state == "Release" and released == gang, state
+        # one node's slice republished: the inventory and the nodes again, the gang decided again
+        slices[0] = node_slice("node-0000", per_node, version=str(len(steady) + 2))
+        started = time.perf_counter()
+        inventory = devices.inventory_from(classes, slices, [], [template], memo)
+        index.use_devices(inventory)
+        inventory_steady.append(time.perf_counter() - started)
+        state, released = one_pass(index, spec)
+        steady.append(time.perf_counter() - started)
+        assert state == "Release" and released == gang, state
+
+    def show(name: str, runs: list[float]) -> str:
+        return f"{name}: median {statistics.median(runs) * 1000:.0f} ms (min {min(runs) * 1000:.0f})"
+
+    total = nodes * per_node
+    print(f"{nodes} nodes, {total} devices, a {gang}-pod gang; {repeats} runs each")
+    print(show("  first pass without devices (index built, gang decided)", plain_runs))
+    print(show("  first pass with devices (every device's CEL, cold)     ", cold))
+    print(show("     of which the inventory and the nodes' devices       ", inventory_cold))
+    print(show("  steady pass without devices (one node changed)         ", plain_steady))
+    print(show("  steady pass with devices (one node changed, no device) ", untouched))
+    print(show("  steady pass with devices (one slice changed)           ", steady))
+    print(show("     of which the inventory and the nodes' devices       ", inventory_steady))
+    first, again = statistics.median(plain_runs), statistics.median(plain_steady)
+    print(
+        f"  with devices / without: first pass {statistics.median(cold) / first:.2f}x, "
+        f"steady pass {statistics.median(untouched) / again:.2f}x with no device changed, "
+        f"{statistics.median(steady) / again:.2f}x with a slice changed (target: within 1.5x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gang", type=int, default=1000)
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    run(args.nodes, args.gang, args.devices, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
