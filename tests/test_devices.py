@@ -475,3 +475,29 @@ def test_placement_counts_what_a_request_selects_and_the_devices_check_what_requ
     decision = controller.reconcile_once()["team-a/job-train"]
     assert decision.state == "Release", decision.message
     assert {pinned_to(p["spec"]) for p in pods(store)} == {"w1"}
+
+
+def test_a_gang_sharing_one_claim_is_placed_where_its_allocation_reaches(apiserver: Any, api: Any) -> None:
+    """Every pod names ResourceClaim `domain` (one interconnect domain for the gang): it is allocated
+    once, on the first pod's node, and kube-scheduler then puts every other pod only where that
+    allocation reaches. The gate places the whole gang inside one such reach: w0's device reaches w0
+    alone, which has CPU for two of the four pods; w1's reaches w1, which holds all four."""
+    from tests.cluster import add_job, add_job_pods, pods
+    from tests.cluster import node as api_node
+    from webhook.controller.decide.pods import pinned_to
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w0", cpu="2"))
+    store.create("v1", "nodes", "", api_node("w1", cpu="8"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    for name in ("w0", "w1"):
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(name, gpus(1)))
+    domain = {"metadata": {"name": "domain"}, "spec": {"devices": {"requests": [exactly()]}}}
+    store.create("resource.k8s.io/v1", "resourceclaims", "team-a", domain)
+    job = add_job(store, "train", parallelism=4, cpu="1")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimName": "domain"}]
+    add_job_pods(store, job)
+    controller, _ = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release", decision.message
+    assert {pinned_to(p["spec"]) for p in pods(store)} == {"w1"}

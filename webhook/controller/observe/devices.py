@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 from webhook.controller.decide import devices
 from webhook.controller.decide.devices import Allocator, Inventory, claims_devices
+from webhook.controller.decide.shapes import term_matches
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.informer import Informer
 from webhook.kube import Resource
@@ -76,3 +77,43 @@ def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str,
         return None
 
     return check
+
+
+MAX_REACHES = 16  # places tried for a gang's shared claim, in node order
+
+
+def shared_reaches(index: ClusterIndex, gang: GangView) -> list[frozenset[str]] | None:
+    """Where a gang whose pods share one claim may go: the nodes its allocation reaches. Allocated, that is
+    its nodeSelector's nodes; not allocated yet, each way of allocating it (on each node in turn) reaches
+    some nodes (one node for node-local devices, more for a pool with a nodeSelector or allNodes), and the
+    gang must be placed inside one of them. None for a gang with no shared claim, or with several (the
+    devices check then judges the placement as it is)."""
+    inventory = index.devices
+    if inventory is None or not any(claims_devices(raw.get("spec") or {}) for raw in gang.raw):
+        return None
+    shared = {
+        claim.key: claim
+        for raw in gang.raw
+        for claim in inventory.demand(gang.namespace, raw.get("spec") or {}).claims
+        if claim.shared
+    }
+    if len(shared) != 1:
+        return None
+    (claim,) = shared.values()
+    nodes = list(index.nodes.values())
+    if claim.allocated:
+        if claim.allocated_node_terms is None:
+            return None
+        return [frozenset(n.name for n in nodes if any(term_matches(t, n) for t in claim.allocated_node_terms))]
+    reaches: list[frozenset[str]] = []
+    for node in nodes:
+        allocator = Allocator(inventory, nodes=nodes)
+        if allocator.allocate(devices.Demand((claim,)), node) is not None:
+            continue
+        reach = allocator.shared[claim.key][1]
+        reach = frozenset(n.name for n in nodes) if reach is None else reach
+        if reach not in reaches:
+            reaches.append(reach)
+            if len(reaches) >= MAX_REACHES:
+                break
+    return reaches

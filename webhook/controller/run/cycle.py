@@ -28,7 +28,7 @@ from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex, GangView
-from webhook.controller.observe.devices import devices_check
+from webhook.controller.observe.devices import devices_check, shared_reaches
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
 
@@ -270,7 +270,30 @@ class ReleaseCycle:
         room: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Decision:
         """The decision for one gang, with its workload's backoff: what the pass acts on and what
-        `gangkeeper explain` prints."""
+        `gangkeeper explain` prints. A gang whose pods share one claim is placed inside the nodes one
+        allocation of it reaches, each in turn until one holds the gang (observe/devices.py)."""
+        reaches = shared_reaches(snapshot.index, gang) if resolved.spec is not None else None
+        if not reaches:
+            return self._decide_for(gang, resolved, snapshot, now, avoid, room)
+        everywhere = frozenset(n.name for n in snapshot.nodes)
+        first: Decision | None = None
+        for reach in reaches:
+            decision = self._decide_for(gang, resolved, snapshot, now, avoid | (everywhere - reach), room)
+            if decision.state == GangState.RELEASE:
+                return decision
+            first = first or decision
+        assert first is not None
+        return first
+
+    def _decide_for(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snapshot: Snapshot,
+        now: dt.datetime,
+        avoid: frozenset[str] = frozenset(),
+        room: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> Decision:
         if resolved.spec is None:
             return Decision(GangState.UNKNOWN, f"cannot size the gang: {resolved.problem}", present=len(gang.pods))
         books = self.gang_objects.books(gang.namespace, gang.name)
