@@ -487,14 +487,95 @@ def test_a_gang_sharing_one_claim_is_placed_where_its_allocation_reaches(apiserv
     from webhook.controller.decide.pods import pinned_to
 
     store = apiserver.store
-    store.create("v1", "nodes", "", api_node("w0", cpu="2"))
-    store.create("v1", "nodes", "", api_node("w1", cpu="8"))
+    store.create("v1", "nodes", "", api_node("w0", cpu="4"))
+    store.create("v1", "nodes", "", api_node("w1", cpu="12"))
     store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
     for name in ("w0", "w1"):
         store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(name, gpus(1)))
     domain = {"metadata": {"name": "domain"}, "spec": {"devices": {"requests": [exactly()]}}}
     store.create("resource.k8s.io/v1", "resourceclaims", "team-a", domain)
-    job = add_job(store, "train", parallelism=4, cpu="1")
+    job = add_job(store, "train", parallelism=3, cpu="3")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimName": "domain"}]
+    add_job_pods(store, job)
+    controller, _ = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release", decision.message
+    assert {pinned_to(p["spec"]) for p in pods(store)} == {"w1"}
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_a_claim_every_pod_shares_is_the_native_pod_groups_own(version: str) -> None:
+    """KEP-5729: the PodGroup's spec.resourceClaims, for the claims every pod template names by
+    resourceClaimName (a pod's own claims from templates stay its own). The API server's own validation
+    of it: tests/test_real_dra.py (kubernetes-validate has no schema of these API versions)."""
+    from tests import builders as b
+    from webhook import gangs
+    from webhook.backends import make
+
+    job = b.job("train", parallelism=4, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    job["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": "domain", "resourceClaimName": "train-domain"},
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+    ]
+    native = make("native", kubernetes_version=version)
+    objects = native.group_objects(gangs.analyze(job).gangs, devices_namespace())
+    (group,) = [o for o in objects if o["kind"] == "PodGroup"]
+    assert group["spec"]["resourceClaims"] == [{"name": "domain", "resourceClaimName": "train-domain"}]
+
+
+def devices_namespace() -> Any:
+    from webhook.backends import NamespaceInfo
+
+    return NamespaceInfo()
+
+
+def test_a_pod_refused_while_its_shared_claim_is_allocated_for_another_is_not_refused() -> None:
+    """kube-scheduler refuses the other pods of a shared claim while it is being allocated for one, and
+    tries them again when it lands: that is no verdict on the node the gate gave them (a requeue then
+    would undo a release that is about to succeed)."""
+    from webhook.controller.decide.pods import PodView
+    from webhook.controller.observe.informer import trim_pod
+
+    message = "0/4 nodes are available: resource claim team-a/domain is in the process of being allocated."
+    pod = {
+        "metadata": {"name": "p", "namespace": "team-a", "labels": {"gangkeeper.io/group": "job-train"}},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+        },
+    }
+    assert not PodView.from_api(trim_pod(pod)).unschedulable
+    pod["status"]["conditions"][0]["message"] = "0/4 nodes are available: 4 Insufficient cpu."
+    assert PodView.from_api(trim_pod(pod)).unschedulable
+    assert "message" not in trim_pod(pod)["status"]["conditions"][0]  # not kept for every pod
+
+
+def test_an_allocated_shared_claim_binds_the_gang_to_where_it_reaches(apiserver: Any, api: Any) -> None:
+    from tests.cluster import add_job, add_job_pods, pods
+    from tests.cluster import node as api_node
+    from webhook.controller.decide.pods import pinned_to
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w0", cpu="12"))
+    store.create("v1", "nodes", "", api_node("w1", cpu="12"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    for name in ("w0", "w1"):
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(name, gpus(1)))
+    on_w1 = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w1"]}]}]}
+    domain = {
+        "metadata": {"name": "domain"},
+        "spec": {"devices": {"requests": [exactly()]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "w1", "device": "gpu-0"}]},
+                "nodeSelector": on_w1,
+            }
+        },
+    }
+    store.create("resource.k8s.io/v1", "resourceclaims", "team-a", domain)
+    job = add_job(store, "train", parallelism=3, cpu="3")
     job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimName": "domain"}]
     add_job_pods(store, job)
     controller, _ = dra_controller(apiserver, api)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.realcluster import dra, workloads
-from tests.realcluster.stack import Stack, bound, gated, running, wait_until
+from tests.realcluster.stack import FAKE, Stack, bound, gated, running, wait_until
 from tests.test_real_seeds import Watch, assert_started_together, hold_pending
 
 pytestmark = pytest.mark.cluster
@@ -99,3 +99,98 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
     assert "could hold 0" in found["job-h100"], found
     assert "ResourceClaimTemplate no-such-template does not exist" in found["job-missing"], found
     assert not bound(stack.pods(namespace))
+
+
+def said(stack: Stack, namespace: str) -> str:
+    """What gangkeeper's controller said of this namespace's gangs, and where their pods are: a failure's
+    diagnostics."""
+    lines = [
+        line for system in stack.system for line in system.logs().splitlines() if namespace in line or "Gang" in line
+    ]
+    pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase")) for p in stack.pods(namespace)]
+    events = [
+        f"{e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message')}"
+        for e in stack.plane.get("events", namespace=namespace)
+        if e.get("reason") in ("FailedScheduling", "Scheduled")
+    ]
+    claims = [
+        (c["metadata"]["name"], c.get("status"))
+        for c in stack.plane.get("resourceclaims.resource.k8s.io", namespace=namespace)
+    ]
+    return "\n".join([*lines[-40:], f"pods: {pods}", *events, f"claims: {claims}"])
+
+
+def add_worker(stack: Stack, name: str, cpu: str) -> str:
+    """One more fake node, of its own size (replace_workers makes them all alike), removed with the rest."""
+    capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
+    stack.plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "annotations": dict(FAKE), "labels": labels},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+    )
+    stack.workers.append(name)
+    wait_until(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (stack.plane.get("node", name) or {}).get("status", {}).get("conditions", [])
+        ),
+        f"node {name} Ready",
+        60,
+    )
+    return name
+
+
+def shared_claim(namespace: str, name: str = "domain") -> dict[str, Any]:
+    """One device for the whole gang (an interconnect domain, a reservation): a ResourceClaim every pod
+    names."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.CLASS}}]}},
+    }
+
+
+def sharing(manifest: dict[str, Any], claim: str = "domain") -> dict[str, Any]:
+    spec = manifest["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "domain", "resourceClaimName": claim}]
+    for container in spec["containers"]:
+        container.setdefault("resources", {})["claims"] = [{"name": "domain"}]
+    return manifest
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_claim_the_whole_gang_shares_is_allocated_once_and_the_gang_runs_where_it_reaches(
+    stack: Stack, backend: str
+) -> None:
+    """Every pod names ResourceClaim `domain`: one device of one node. Its allocation reaches that node
+    alone, so the gang must run there. Two nodes have a device each; only the second has CPU for all
+    three pods. The gate places the gang inside the reach that holds it; the native backend writes the
+    claim as the PodGroup's own (spec.resourceClaims, DRAWorkloadResourceClaims), which the API server
+    keeps. Either way: all three Running on that node, the claim allocated once, reserved for them."""
+    (big,) = stack.replace_workers(1, cpu="12")
+    small = add_worker(stack, f"{big}-small", cpu="4")  # one 3-CPU pod of the gang, not three
+    dra.publish(stack, [small, big], 1)
+    namespace = stack.namespace(f"dra-shared-{backend}", backend)
+    stack.plane.apply(shared_claim(namespace))
+    size = 3
+    stack.plane.apply(sharing(workloads.job("train", namespace, size, "3")))
+    try:
+        pods = wait_until(
+            lambda: (p := stack.pods(namespace)) and len(running(p)) == size and p, "the gang Running", 120, every=1
+        )
+    except AssertionError:
+        print(said(stack, namespace))
+        raise
+    assert_started_together(pods, size)
+    claim = stack.plane.get("resourceclaim.resource.k8s.io", "domain", namespace=namespace)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 1, results
+    assert {p["spec"]["nodeName"] for p in pods} == {results[0]["pool"]} == {big}
+    if backend == "native":
+        group = stack.plane.get("podgroups.scheduling.k8s.io", "job-train", namespace=namespace)
+        assert group["spec"].get("resourceClaims") == [{"name": "domain", "resourceClaimName": "domain"}], group

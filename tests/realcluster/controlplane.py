@@ -92,8 +92,16 @@ NATIVE: dict[str, NativeGang] = {
     # WorkloadAwarePreemption (alpha, needs GangScheduling) has kube-scheduler preempt whole PodGroups
     # TopologyAwareWorkloadScheduling (alpha) adds the TopologyPlacement plugins to the default profile
     # (pkg/scheduler/apis/config/v1/default_plugins.go) and lets PodGroups keep schedulingConstraints
+    # DRAWorkloadResourceClaims (alpha in 1.36, beta and off in 1.37; needs DynamicResourceAllocation and
+    # GenericWorkload) lets a PodGroup hold the claims its pods share (KEP-5729)
     "1.36": NativeGang(
-        ("GenericWorkload", "GangScheduling", "WorkloadAwarePreemption", "TopologyAwareWorkloadScheduling"),
+        (
+            "GenericWorkload",
+            "GangScheduling",
+            "WorkloadAwarePreemption",
+            "TopologyAwareWorkloadScheduling",
+            "DRAWorkloadResourceClaims",
+        ),
         "scheduling.k8s.io/v1alpha2=true",
     ),
     # 1.37: GenericWorkload is beta (still off by default) and GangScheduling is gone, merged into it, as
@@ -101,7 +109,7 @@ NATIVE: dict[str, NativeGang] = {
     # as v1beta1 (and v1alpha3), a beta API that --runtime-config must turn on; CompositePodGroup (alpha,
     # needs GenericWorkload and TopologyAwareWorkloadScheduling) is served in v1alpha3 only
     "1.37": NativeGang(
-        ("GenericWorkload", "TopologyAwareWorkloadScheduling", "CompositePodGroup"),
+        ("GenericWorkload", "TopologyAwareWorkloadScheduling", "CompositePodGroup", "DRAWorkloadResourceClaims"),
         "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true",
     ),
 }

@@ -244,9 +244,20 @@ class Native:
             spec["workloadRef"] = {"workloadName": gang.id.native_workload, "templateName": gang.id.template}
         spec.update(self.preemption(gang))
         spec.update(self.constraints(gang))
+        spec.update(self.claims(gang))
         if self.shared_topology(gang) is not None:
             spec["parentCompositePodGroupName"] = gang.id.native_workload
         return {"apiVersion": self.api_version, "kind": "PodGroup", "metadata": object_meta(gang), "spec": spec}
+
+    def claims(self, gang: Gang) -> Obj:
+        """The claims the gang's pods share, as the PodGroup's own (KEP-5729, DRAWorkloadResourceClaims:
+        alpha in 1.36, beta and off in 1.37; k8s.io/api scheduling/v1alpha2 and v1beta1 PodGroupSpec
+        ResourceClaims): kube-scheduler then allocates the claim for the group and reserves it for the
+        group, not pod by pod. A pod shares the group's claim by an entry of the same name and source,
+        which is where these come from. With the gate off the API server drops the field."""
+        if self.generation.version == "v1alpha1" or not gang.shared_claims:
+            return {}
+        return {"resourceClaims": [{"name": name, "resourceClaimName": claim} for name, claim in gang.shared_claims]}
 
     def composite_spec(self, gang: Gang, shared: Topology) -> Obj:
         """What the composite template and its CompositePodGroup share: the gangs are scheduled each on

@@ -48,7 +48,12 @@ def members_of(
         requests, has_requests = {}, False
     if count_field is None:
         count_field = (*path[:-1], "replicas") if path and path[-1] == "template" else path
-    return Members(role, max(count, 0), requests, has_requests, render_path(path), render_path(count_field))
+    shared = tuple(
+        (str(entry["name"]), str(entry["resourceClaimName"]))
+        for entry in spec.get("resourceClaims") or []
+        if isinstance(entry, dict) and entry.get("name") and entry.get("resourceClaimName")
+    )
+    return Members(role, max(count, 0), requests, has_requests, render_path(path), render_path(count_field), shared)
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:

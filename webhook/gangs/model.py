@@ -49,6 +49,9 @@ class Members:
     has_requests: bool
     path: str = ""  # the pod template they are built from, for error messages
     count_field: str = ""  # the field that sets how many there are: what a user changes to have fewer
+    # the ResourceClaims their template shares by name (spec.resourceClaims[] with resourceClaimName):
+    # (the entry's name, the claim's name); one claim for every pod that names it, not one per pod
+    shared_claims: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,16 @@ class Gang:
     @property
     def total_members(self) -> int:
         return sum(m.count for m in self.members)
+
+    @property
+    def shared_claims(self) -> tuple[tuple[str, str], ...]:
+        """The claims every member's template shares (same entry name, same ResourceClaim): the gang's
+        own, as a native PodGroup's `spec.resourceClaims` can hold them (at most 4: k8s.io/api
+        scheduling/v1alpha2 MaxPodGroupResourceClaims)."""
+        common = set(self.members[0].shared_claims) if self.members else set()
+        for members in self.members[1:]:
+            common &= set(members.shared_claims)
+        return tuple(sorted(common))[:4]
 
     def min_resources(self) -> dict[str, Decimal]:
         """Requests of the first minMember members, in the order the kind lists its roles."""

@@ -93,7 +93,9 @@ class GroupObjects:
             if resource.group_version in IMMUTABLE_GROUP_SPECS:
                 # the API refuses any change (422); admission refuses the gangs that would need one
                 continue
-            patch = spec_patch(resource.group_version, current.get("spec"), desired["spec"])
+            # a group's claims are immutable, and dropped by an API server whose gate is off: written once
+            wanted = {k: v for k, v in desired["spec"].items() if k != "resourceClaims"}
+            patch = spec_patch(resource.group_version, current.get("spec"), wanted)
             if patch is not None:
                 self._write("update", self.api.merge_patch, path, {"spec": patch})
 

@@ -119,11 +119,21 @@ def _shape_or_one_pod(spec: Mapping[str, Any]) -> Shape:
 
 def _not_scheduled_reason(status: Mapping[str, Any]) -> str | None:
     """The reason of a PodScheduled=False condition (Unschedulable: refused; Volcano's Schedulable: it
-    could be placed once its gang can); None when the scheduler has not written one yet."""
+    could be placed once its gang can); None when the scheduler has not written one yet. A refusal for
+    a moment is none: the pod's shared claim was being allocated for another pod, and kube-scheduler
+    tries it again once that lands (dynamicresources.go PreFilter)."""
     for c in status.get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            if CLAIM_IN_FLIGHT in str(c.get("message") or ""):
+                return None
             return str(c.get("reason") or "")
     return None
+
+
+# kube-scheduler refuses a pod whose shared claim is being allocated for another pod right now, and tries
+# it again when that allocation lands (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
+# PreFilter: "resource claim %s is in the process of being allocated"): no verdict on the pod's node
+CLAIM_IN_FLIGHT = "is in the process of being allocated"
 
 
 def gang_priority(priorities: Iterable[int]) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller import interning, metrics
+from webhook.controller.decide.pods import CLAIM_IN_FLIGHT
 from webhook.informer import Informer, identity
 from webhook.kube import Api, Resource
 
@@ -83,8 +84,17 @@ def _trim_pod_status(pod: dict[str, Any], managed: bool) -> dict[str, Any]:
     if managed:  # whether the scheduler refused a released pod
         scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
         if scheduled:
-            trimmed["conditions"] = [_keep(c, ("type", "status", "reason")) for c in scheduled]
+            trimmed["conditions"] = [
+                {**_keep(c, ("type", "status", "reason")), **_transient(c.get("message"))} for c in scheduled
+            ]
     return trimmed
+
+
+def _transient(message: Any) -> dict[str, Any]:
+    """The scheduler's message, kept only where it says the refusal is for a moment (a few words of it,
+    not every pod's full text: a cluster's worth of messages would not fit in memory)."""
+    text = str(message or "")
+    return {"message": CLAIM_IN_FLIGHT} if CLAIM_IN_FLIGHT in text else {}
 
 
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.controller.act.gangobject import GANGS
@@ -11,9 +11,11 @@ from webhook.controller.decide import placement, reasons
 from webhook.controller.decide.pods import PodView, gang_priority
 from webhook.controller.decide.queue import DEFAULT_POLICY, Policy
 from webhook.controller.decide.situation import Decision, GangSpec
+from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.source import Listing
 from webhook.controller.run.reconciler import Controller
-from webhook.kube import Api, ApiError
+from webhook.informer import Informer
+from webhook.kube import Api, ApiError, Resource
 
 
 class UnknownGang(LookupError):
@@ -38,6 +40,19 @@ def matching_gangs(reference: str, gangs: list[Mapping[str, Any]]) -> list[str]:
     return sorted(found)
 
 
+def listed_once(api: Api, resources: Iterable[Resource]) -> dict[tuple[str, str], Informer]:
+    """Caches of these resources, each listed once (a resource the API does not serve is left out)."""
+    found = {}
+    for resource in resources:
+        informer = Informer(api, resource)
+        try:
+            informer.relist()
+        except ApiError:
+            continue
+        found[(resource.group_version, resource.plural)] = informer
+    return found
+
+
 def _short(kind: str) -> str:
     return {"leaderworkerset": "lws", "statefulset": "sts", "deployment": "deploy", "cronjob": "cj"}.get(kind, kind)
 
@@ -53,6 +68,7 @@ def explain(
     # controller never disagree, and the queue position and reservation are the ones it would use
     readonly = Api(api.client, read_only=True)
     controller = Controller(readonly, Listing(readonly), queue_policy=policy, clock=clock)
+    controller.informers.update(listed_once(readonly, DRA_RESOURCES))  # the devices, as the controller sees them
     decisions = controller.reconcile_once()
     gang = controller.index.gangs().get(f"{namespace}/{gang_name}")
     if gang is None:
