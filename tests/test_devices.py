@@ -582,3 +582,22 @@ def test_an_allocated_shared_claim_binds_the_gang_to_where_it_reaches(apiserver:
     decision = controller.reconcile_once()["team-a/job-train"]
     assert decision.state == "Release", decision.message
     assert {pinned_to(p["spec"]) for p in pods(store)} == {"w1"}
+
+
+def test_a_workload_claiming_devices_is_refused_under_a_volcano_not_known_to_allocate_them() -> None:
+    from dataclasses import replace
+
+    from tests import builders as b
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    job = b.job("train", parallelism=2, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    volcano = make("volcano")
+    refused = admit(job, "CREATE", volcano, "team-a")
+    assert not refused.allowed and refused.code == 422
+    assert "spec.template.spec.resourceClaims: Forbidden" in refused.message
+    assert "volcanoAllocatesDevices: true" in refused.message
+    assert admit(job, "CREATE", replace(volcano, allocates_devices=True), "team-a").allowed  # type: ignore[type-var]
+    for backend in ("gate", "native", "coscheduling"):
+        assert admit(job, "CREATE", make(backend), "team-a").allowed, backend

@@ -87,3 +87,12 @@ def test_coscheduling_in_the_default_schedulers_profile(as_default_scheduler: St
     stack.plane.kubectl("taint", "nodes", nodes[1], "test=blocked:NoSchedule-")
     # as above: started by the PodGroup gangkeeper's controller touches once its model sees the gang fit
     wait_until(lambda: len(running(stack.pods(namespace))) == 4, "all four Running", 120)
+
+
+def test_coscheduling_a_dra_gang_waits_whole_for_devices_then_starts_whole(cosched: Stack) -> None:
+    """The pinch with devices (tests/test_real_dra.py) under scheduler-plugins' Coscheduling: its
+    scheduler (kube-scheduler 1.34's framework) has the DynamicResources plugin, and Coscheduling's
+    Permit holds the pods that got devices until the whole group can."""
+    from tests.test_real_dra import dra_pinch_waits_whole_then_starts_whole
+
+    dra_pinch_waits_whole_then_starts_whole(cosched, "coscheduling")

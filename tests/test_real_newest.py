@@ -112,3 +112,11 @@ def test_native_composite_pod_group_keeps_a_workloads_gangs_in_one_block(newest_
     except AssertionError as error:
         raise AssertionError(f"{error}\n{stack.describe(namespace)}") from None
     assert blocks_of(stack, second) == ["b1"] and racks_of(stack, second) == ["r2", "r2"], racks_of(stack, second)
+
+
+def test_the_dra_pinch_on_the_newest_native_api_waits_whole_then_starts_whole(newest_stack: Stack) -> None:
+    """The pinch with devices (tests/test_real_dra.py) on 1.37's native gang API."""
+    from tests.test_real_dra import dra_pinch_waits_whole_then_starts_whole
+
+    assert newest_stack.plane.minor == "1.37"
+    dra_pinch_waits_whole_then_starts_whole(newest_stack, "native")

@@ -436,3 +436,24 @@ def test_a_forged_review_decides_nothing_and_the_webhooks_account_makes_only_hel
     assert refused.returncode != 0 and "gangkeeper-webhook-creates-held-podgroups-only" in refused.stderr, refused
     allowed = create_as_the_webhook({"minMember": 1_000_000}, "job-held")
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_workload_claiming_devices_is_refused_under_a_volcano_that_does_not_allocate_them(vc: Stack) -> None:
+    """Volcano 1.10 (the newest the Go module proxy serves) has no DRA in its predicates: it binds pods
+    with their claims unallocated (tried here: all 12 pods of the DRA pinch bound, 4 on a node with no
+    device, none of the 12 claims allocated). gangkeeper refuses such a workload at apply under Volcano,
+    naming the field and the way out, unless the platform says its Volcano allocates devices."""
+    from tests.realcluster import dra
+
+    stack = vc
+    stack.replace_workers(2)
+    dra.publish(stack, stack.workers, 4)
+    namespace = stack.namespace("volcano-dra", "volcano")
+    stack.plane.apply(dra.claim_template(namespace))
+    wait_until(lambda: stack.plane.apply(workloads.job("warm", namespace, 1, "10m")), "the backend discovered", 90, 5)
+    job = dra.claiming(workloads.job("train", namespace, 2, "100m"))
+    refused = stack.plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job), check=False)
+    assert refused.returncode != 0
+    assert "spec.template.spec.resourceClaims: Forbidden" in refused.stderr, refused.stderr
+    assert "gangkeeper.io/backend=gate or native" in refused.stderr
+    assert not [p for p in stack.pods(namespace) if p["metadata"]["labels"].get("job-name") == "train"]

@@ -36,6 +36,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "topologyLevels": {"serve": "--topology-levels", "mutate": "--topology-levels"},
     "volcanoQueues": {"serve": "--volcano-queues"},
     "protectFromDisruption": {"serve": "--protect-from-disruption"},
+    "volcanoAllocatesDevices": {"serve": "--volcano-allocates-devices"},
     "webhook.workers": {"serve": "--workers"},
     "webhook.maxInFlight": {"serve": "--max-in-flight"},
     "webhook.maxInFlightMiB": {"serve": "--max-in-flight-mib"},

@@ -30,6 +30,7 @@ class WebhookSettings:
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     volcano_queues: frozenset[str] = frozenset()  # queues every namespace may name ("*": any)
     protect_from_disruption: bool = True  # gang pods carry karpenter.sh/do-not-disrupt
+    volcano_allocates_devices: bool = False  # Volcano allocates DRA claims (v1.12+ with its DRA predicate on)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WebhookSettings:
@@ -41,8 +42,9 @@ class WebhookSettings:
             given["topology_levels"] = tuple(str(given["topology_levels"]).split(","))
         if "volcano_queues" in given:
             given["volcano_queues"] = frozenset(q.strip() for q in str(given["volcano_queues"]).split(",") if q.strip())
-        if "protect_from_disruption" in given:
-            given["protect_from_disruption"] = given["protect_from_disruption"] in (True, "true")
+        for flag in ("protect_from_disruption", "volcano_allocates_devices"):
+            if flag in given:
+                given[flag] = given[flag] in (True, "true")
         return cls(**given)
 
 
@@ -89,5 +91,6 @@ def build_resolver(
         topology_levels=settings.topology_levels,
         volcano_queues=settings.volcano_queues,
         protect_from_disruption=settings.protect_from_disruption,
+        volcano_devices=settings.volcano_allocates_devices,
         **{**watched, **parts},
     )

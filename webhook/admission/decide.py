@@ -29,6 +29,7 @@ from webhook.backends import Backend, NamespaceInfo, Target
 from webhook.backends.base import remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
+from webhook.backends.volcano import Volcano
 from webhook.gangs.model import Gang, Obj, Plan, get_path
 from webhook.gangs.pod import unowned_member, workload_uid
 from webhook.gangs.topology import DEFAULT_LEVELS
@@ -234,6 +235,26 @@ def no_native_gang(a: Admission) -> Outcome | None:
     return a.refuse("no native gang can hold it", 422, f"{describe(a.obj)}: {problem}") if problem else None
 
 
+def devices_unheld(a: Admission) -> Outcome | None:
+    """Pods that claim devices through DRA under a Volcano not known to allocate them: Volcano before
+    v1.12 has no DRA in its predicates, and binds such pods with their claims unallocated (seen on the
+    real tier with 1.10: all 12 of a 12-pod gang bound, 4 on a node with no device, no claim allocated)."""
+    backend = a.served
+    if not isinstance(backend, Volcano) or backend.allocates_devices:
+        return None
+    claiming = [m.path for g in a.plan.gangs for m in g.members if m.claims_devices]
+    if not claiming:
+        return None
+    message = (
+        f"{describe(a.obj)} is invalid: {claiming[0]}.spec.resourceClaims: Forbidden: its pods claim devices "
+        "through Dynamic Resource Allocation, which this cluster's Volcano is not known to allocate (Volcano "
+        "binds them without their devices before v1.12): label the namespace gangkeeper.io/backend=gate or "
+        "native, or, with Volcano v1.12 or later and its predicates plugin's DynamicResourceAllocationEnable, "
+        "set volcanoAllocatesDevices: true in gangkeeper's Configuration"
+    )
+    return a.refuse("devices Volcano would not allocate", 422, message)
+
+
 def topology_refused(a: Admission) -> Outcome | None:
     """A required topology the backend cannot honour (the gang would start scattered)."""
     refused, _ = a.topology
@@ -308,6 +329,7 @@ ADMISSION_RULES: tuple[Callable[[Admission], Outcome | None], ...] = (
     queue_forbidden,
     update_validated,
     no_native_gang,
+    devices_unheld,
     topology_refused,
     foreign_scheduler,
     no_controller,

@@ -149,6 +149,7 @@ class BackendResolver:
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
         priority_classes: Callable[[], Mapping[str, int] | None] = lambda: None,
         volcano_hypernodes: bool = False,
+        volcano_devices: bool = False,
         volcano_queues: frozenset[str] = frozenset(),
         protect_from_disruption: bool = True,
         workload_uids: Callable[[str, str, str, str], str | None] | None = None,
@@ -156,7 +157,7 @@ class BackendResolver:
     ) -> None:
         self.default, self.namespaces, self.served = default, namespaces or StaticNamespaces(), served
         schedulers = {Volcano.name: volcano_scheduler, Coscheduling.name: coscheduling_scheduler}
-        self.settings = Settings(schedulers, offline_version, topology_levels, volcano_hypernodes)
+        self.settings = Settings(schedulers, offline_version, topology_levels, volcano_hypernodes, volcano_devices)
         # (requested, the namespace's scheduler) -> (the discovery it was chosen on, the choice)
         self._cache: dict[tuple[str, str | None], tuple[Served | None, Backend | Unavailable]] = {}
         self.topology_levels = topology_levels

@@ -44,6 +44,9 @@ class Settings:
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     # offline only (`gangkeeper mutate --volcano-hypernodes`): a Volcano assumed to serve HyperNodes
     volcano_hypernodes: bool = False
+    # the platform's word that its Volcano allocates DRA claims (v1.12+, the predicates plugin's
+    # DynamicResourceAllocationEnable): discovery cannot tell, and Volcano 1.10 binds pods without them
+    volcano_devices: bool = False
 
     def scheduler(self, mechanism: str, default: str) -> str:
         return self.scheduler_names.get(mechanism) or default

@@ -35,17 +35,25 @@ class Volcano:
     scheduler_name: str = "volcano"
     network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+    allocates_devices: bool = False  # Settings.volcano_devices
 
     @classmethod
     def configured(cls, settings: Settings) -> Volcano:
-        return cls(settings.scheduler(cls.name, "volcano"), settings.volcano_hypernodes, settings.topology_levels)
+        return cls(
+            settings.scheduler(cls.name, "volcano"),
+            settings.volcano_hypernodes,
+            settings.topology_levels,
+            settings.volcano_devices,
+        )
 
     @classmethod
     def discover(cls, served: Served, settings: Settings) -> Volcano | None:
         if not served.has(API_VERSION, "podgroups"):
             return None
         topology = served.has(TOPOLOGY_API_VERSION, "hypernodes")
-        return cls(settings.scheduler(cls.name, "volcano"), topology, settings.topology_levels)
+        return cls(
+            settings.scheduler(cls.name, "volcano"), topology, settings.topology_levels, settings.volcano_devices
+        )
 
     def tier(self, key: str) -> int | None:
         """The HyperNode tier a topology key stands for: the configured levels, broadest first, end at

@@ -52,6 +52,14 @@ def add(command: Command) -> None:
         help="gang pods carry karpenter.sh/do-not-disrupt, so Karpenter's consolidation, drift and other "
         "voluntary disruption take no member of a running gang (expiry and kubectl drain still may)",
     )
+    serve.add_argument(
+        "--volcano-allocates-devices",
+        choices=("true", "false"),
+        default="false",
+        help="volcano backend: this cluster's Volcano allocates DRA claims (v1.12 or later, its predicates "
+        "plugin with DynamicResourceAllocationEnable); without it a workload whose pods claim devices is "
+        "refused under Volcano, which would bind them without their devices",
+    )
     serve.add_argument("--kubeconfig", default=None)
     # Two processes per core: each runs one event loop, and the kernel hashes connections over their
     # sockets; with the API server's handful of kept-alive connections, one process per core often

@@ -53,7 +53,16 @@ def members_of(
         for entry in spec.get("resourceClaims") or []
         if isinstance(entry, dict) and entry.get("name") and entry.get("resourceClaimName")
     )
-    return Members(role, max(count, 0), requests, has_requests, render_path(path), render_path(count_field), shared)
+    return Members(
+        role,
+        max(count, 0),
+        requests,
+        has_requests,
+        render_path(path),
+        render_path(count_field),
+        shared,
+        bool(spec.get("resourceClaims")),
+    )
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:

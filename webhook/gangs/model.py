@@ -52,6 +52,7 @@ class Members:
     # the ResourceClaims their template shares by name (spec.resourceClaims[] with resourceClaimName):
     # (the entry's name, the claim's name); one claim for every pod that names it, not one per pod
     shared_claims: tuple[tuple[str, str], ...] = ()
+    claims_devices: bool = False  # the template's pods claim devices through DRA (spec.resourceClaims)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ schedulerNames:
 topologyLevels:
 {{- toYaml .Values.topologyLevels | nindent 2 }}
 protectFromDisruption: {{ .Values.protectFromDisruption }}
+volcanoAllocatesDevices: {{ .Values.volcanoAllocatesDevices }}
 {{- with .Values.volcanoQueues }}
 volcanoQueues:
 {{- toYaml . | nindent 2 }}

@@ -36,6 +36,7 @@ from typing import Any
 
 from webhook.controller.decide import device_cel
 from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
+from webhook.controller.interning import is_canonical
 from webhook.gangs.model import Obj
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go MakeDeviceID
@@ -100,6 +101,7 @@ class Pool:
     all_nodes: bool = False
     node_selector: Any = None  # nodeSelectorTerms
     unmodelled: str | None = None
+    slice_count: int = 1  # its pool's resourceSliceCount
 
     def applies_to(self, node: Node) -> bool:
         """pools_stable.go NodeMatches."""
@@ -253,11 +255,29 @@ class Inventory:
 
     def demand(self, namespace: str, spec: Mapping[str, Any]) -> Demand:
         """`pod_demand`, remembered by what it reads of the spec (a gang's pods share their template)."""
-        key = (namespace, json.dumps([spec.get("resourceClaims"), _extended_requests(spec)], sort_keys=True))
+        claims, containers = spec.get("resourceClaims"), spec.get("containers")
+        if is_canonical(claims) and is_canonical(containers):  # the controller's cached pods (informer.py)
+            key = (namespace, f"{id(claims)}/{id(containers)}")
+        else:
+            key = (namespace, json.dumps([claims, _extended_requests(spec)], sort_keys=True))
         found = self._demands.get(key)
         if found is None:
             found = self._demands[key] = pod_demand(namespace, spec, self)
         return found
+
+    @functools.cached_property
+    def demand_basis(self) -> tuple[Any, ...]:
+        """What pods' demands are read from (`pod_demand`): the classes, the templates, and the claims
+        made for no pod (shared ones, allocated or not). Devices published or allocated to pods' own
+        claims change none of them."""
+
+        def versions(objects: Mapping[tuple[str, str], Obj]) -> frozenset[tuple[str, str, str]]:
+            return frozenset(
+                (*key, str((o.get("metadata") or {}).get("resourceVersion"))) for key, o in objects.items()
+            )
+
+        shared = {k: c for k, c in self.claims.items() if f"{k[0]}/{k[1]}" not in self.owners}
+        return (tuple(sorted(self.classes.items())), versions(self.templates), versions(shared))
 
     def changed_nodes(self, before: Inventory | None) -> set[str] | None:
         """The nodes whose devices may count differently than in `before` (None: any node may): those of
@@ -374,7 +394,7 @@ class Memo:
     inventory, not the 40,000 devices' parsing and CEL."""
 
     matched: dict[tuple[str, str], bool | device_cel.SelectorError] = field(default_factory=dict)
-    slices: dict[tuple[str, str, int, int], Pool] = field(default_factory=dict)
+    slices: dict[tuple[str, str], Pool] = field(default_factory=dict)
 
 
 def inventory_from(
@@ -416,45 +436,51 @@ def allocated_devices(claim: Obj) -> list[DeviceId]:
 
 
 def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo: Memo | None = None) -> list[Pool]:
-    """Slices grouped by (driver, pool), the newest generation only (pools_stable.go GatherPools)."""
-    newest: dict[tuple[str, str], tuple[int, list[Obj]]] = {}
+    """Slices grouped by (driver, pool), the newest generation only, each complete when all its pool's
+    `resourceSliceCount` slices of that generation are there (pools_stable.go GatherPools). A slice
+    parsed before (same uid and resourceVersion, Memo) is not read again."""
+    newest: dict[tuple[str, str], tuple[int, list[tuple[tuple[str, str], Obj, Pool | None]]]] = {}
     for obj in slices:
-        spec = obj.get("spec") or {}
-        pool = spec.get("pool") or {}
-        key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
-        try:
-            generation = int(pool.get("generation") or 0)
-        except (TypeError, ValueError):
-            if problems is not None:
-                problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: unreadable pool")
-            continue
+        meta = obj.get("metadata") or {}
+        seen = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        parsed = memo.slices.get(seen) if memo is not None and seen[1] else None
+        if parsed is not None:
+            key, generation = (parsed.driver, parsed.name), parsed.generation
+        else:
+            spec = obj.get("spec") or {}
+            pool = spec.get("pool") or {}
+            key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
+            try:
+                generation = int(pool.get("generation") or 0)
+            except (TypeError, ValueError):
+                if problems is not None:
+                    problems.append(f"ResourceSlice {meta.get('name')}: unreadable pool")
+                continue
         have = newest.get(key)
         if have is None or generation > have[0]:
-            newest[key] = (generation, [obj])
+            newest[key] = (generation, [(seen, obj, parsed)])
         elif generation == have[0]:
-            have[1].append(obj)
+            have[1].append((seen, obj, parsed))
     pools = []
-    kept: dict[tuple[str, str, int, int], Pool] = {}
+    kept: dict[tuple[str, str], Pool] = {}
     for (driver, name), (generation, group) in sorted(newest.items()):
-        for obj in group:
-            meta = obj.get("metadata") or {}
-            seen = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), generation, len(group))
-            parsed = memo.slices.get(seen) if memo is not None and seen[1] else None
+        for seen, obj, parsed in group:
             if parsed is None:
                 try:
-                    parsed = _pool_of_slice(obj, driver, name, generation, len(group))
+                    parsed = _pool_of_slice(obj, driver, name, generation)
                 except (TypeError, ValueError, AttributeError) as error:
                     if problems is not None:
-                        problems.append(f"ResourceSlice {meta.get('name')}: {error}")
+                        problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
                     continue
             kept[seen] = parsed
-            pools.append(parsed)
+            complete = len(group) == parsed.slice_count
+            pools.append(parsed if parsed.complete == complete else replace(parsed, complete=complete))
     if memo is not None and len(kept) <= MAX_REMEMBERED_SLICES:
         memo.slices = kept  # only the slices there now: a deleted or changed one is forgotten
     return pools
 
 
-def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int) -> Pool:
+def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
     are what matters, each slice keeps its own node selection)."""
     spec = obj.get("spec") or {}
@@ -493,7 +519,8 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int, seen: int)
         driver,
         name,
         generation,
-        complete=seen == count,
+        complete=count == 1,
+        slice_count=count,
         devices=tuple(devices),
         node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
         all_nodes=bool(spec.get("allNodes")),

@@ -185,7 +185,8 @@ class ClusterIndex:
         pods that claim devices looked at again (their claims' templates may have changed)."""
         if inventory is self.devices:
             return
-        changed = inventory.changed_nodes(self.devices) if inventory is not None else None
+        before = self.devices
+        changed = inventory.changed_nodes(before) if inventory is not None else None
         self.devices = inventory
         members = self._member_uids()
         for name in self._api_nodes.keys() if changed is None else changed & self._api_nodes.keys():
@@ -194,6 +195,15 @@ class ClusterIndex:
             if units != self._device_units.get(name, {}):
                 self._device_units[name] = units
                 self._rebuild_node(name)
+        if before is not None and inventory is not None and before.demand_basis == inventory.demand_basis:
+            # no pod claims anything else than it did; the gangs that wait are looked at again (their
+            # devices check may answer otherwise now), the others are left as they are
+            for gang, members_of in self._members.items():
+                if any(
+                    view.gated and devices.claims_devices(raw.get("spec") or {}) for view, raw in members_of.values()
+                ):
+                    self._touch(gang)
+            return
         for members_of in list(self._members.values()):
             for key, (_, raw) in list(members_of.items()):
                 if devices.claims_devices(raw.get("spec") or {}):

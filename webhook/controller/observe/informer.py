@@ -75,6 +75,8 @@ def _trim_pod_spec(spec: dict[str, Any], managed: bool) -> dict[str, Any]:
             trimmed[key] = interning.canonical([_keep(c, container_keys) for c in spec[key]])
     if "nodeName" in trimmed:
         trimmed["nodeName"] = interning.text(trimmed["nodeName"])
+    if trimmed.get("resourceClaims"):  # a gang's pods name the same claims: one copy, and a cache key
+        trimmed["resourceClaims"] = interning.canonical(trimmed["resourceClaims"])
     return trimmed
 
 
