@@ -601,3 +601,30 @@ def test_a_workload_claiming_devices_is_refused_under_a_volcano_not_known_to_all
     assert admit(job, "CREATE", replace(volcano, allocates_devices=True), "team-a").allowed  # type: ignore[type-var]
     for backend in ("gate", "native", "coscheduling"):
         assert admit(job, "CREATE", make(backend), "team-a").allowed, backend
+
+
+def test_the_preview_says_a_gangs_pods_claim_devices(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests import builders as b
+
+    job = b.job("train", parallelism=12, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    job["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+        {"name": "domain", "resourceClaimName": "train-domain"},
+    ]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    shown = subprocess.run(
+        [sys.executable, "-m", "webhook", "mutate", "-f", str(path), "--backend", "gate"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    summary = shown.stderr + shown.stdout
+    assert "its pods claim devices (DRA): started only once devices for every pod are free" in summary
+    assert "ResourceClaim train-domain shared by the whole gang" in summary

@@ -15,7 +15,7 @@ from webhook.admission.resolve import BackendResolver, StaticNamespaces
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, NamespaceInfo
 from webhook.backends.discovery import Unavailable
 from webhook.gangs import supported
-from webhook.gangs.model import Obj
+from webhook.gangs.model import Gang, Obj
 from webhook.gangs.topology import DEFAULT_LEVELS
 
 
@@ -111,12 +111,22 @@ def _summary(doc: Obj, outcome: Outcome, backend: str) -> list[str]:
     if outcome.gangs:
         return [
             f"{describe(doc)}: gang {gang.name}: {gang.min_member} pods to start together "
-            f"({', '.join(f'{m.role} {m.count}' for m in gang.members)}), backend {backend}"
+            f"({', '.join(f'{m.role} {m.count}' for m in gang.members)}), backend {backend}" + _claims(gang)
             for gang in outcome.gangs
         ]
     if supported(str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")) and doc.get("kind") != "Pod":
         return [f"{describe(doc)}: left alone: {outcome.reason}"]
     return []
+
+
+def _claims(gang: Gang) -> str:
+    """What the preview says of the devices a gang's pods claim through DRA (docs/devices.md)."""
+    if not any(m.claims_devices for m in gang.members):
+        return ""
+    shared = ", ".join(claim for _, claim in gang.shared_claims)
+    return "; its pods claim devices (DRA): started only once devices for every pod are free" + (
+        f", ResourceClaim {shared} shared by the whole gang" if shared else ""
+    )
 
 
 def _namespaces_in(documents: list[Any]) -> dict[str, NamespaceInfo]:
