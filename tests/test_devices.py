@@ -313,7 +313,7 @@ def test_a_malformed_slice_is_named_and_the_rest_still_counts() -> None:
 # --- the gate with devices (the controller on the test API server) -----------------------------------
 
 
-def dra_controller(server: Any, api: Any) -> tuple[Any, Callable[[], None]]:
+def dra_controller(server: Any, api: Any, clock: Any = None) -> tuple[Any, Callable[[], None]]:
     from tests.cluster import Clock
     from tests.recorder import ListRecorder
     from webhook.controller.observe.devices import RESOURCES
@@ -328,7 +328,7 @@ def dra_controller(server: Any, api: Any) -> tuple[Any, Callable[[], None]]:
             informer.relist()
 
     relist()
-    return Controller(api, recorder=ListRecorder(), clock=Clock(), informers=informers), relist
+    return Controller(api, recorder=ListRecorder(), clock=clock or Clock(), informers=informers), relist
 
 
 def job_claiming(store: Any, name: str, parallelism: int, claim_template: str) -> None:
@@ -628,3 +628,135 @@ def test_the_preview_says_a_gangs_pods_claim_devices(tmp_path: Any) -> None:
     summary = shown.stderr + shown.stdout
     assert "its pods claim devices (DRA): started only once devices for every pod are free" in summary
     assert "ResourceClaim train-domain shared by the whole gang" in summary
+
+
+def allocate_their_claims(store: Any, group: str, node_name: str) -> None:
+    """What kube-scheduler does at a pod's binding: its own claim allocated one of the node's devices."""
+    from tests.cluster import pods
+
+    for pod in pods(store):
+        if pod["metadata"]["labels"].get("gangkeeper.io/group") != group:
+            continue
+        taken = {
+            r["device"]
+            for c in store.list("resource.k8s.io/v1", "resourceclaims", "team-a")[0]
+            for r in c["status"]["allocation"]["devices"]["results"]
+        }
+        device = next(f"gpu-{i}" for i in range(8) if f"gpu-{i}" not in taken)
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+        store.create(
+            "resource.k8s.io/v1",
+            "resourceclaims",
+            "team-a",
+            {
+                "metadata": {"name": f"{pod['metadata']['name']}-gpu", "ownerReferences": [owner]},
+                "spec": template("one-gpu", exactly())["spec"]["spec"],
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [{"request": "gpu", "driver": DRIVER, "pool": node_name, "device": device}]
+                        }
+                    }
+                },
+            },
+        )
+
+
+def test_a_high_priority_dra_gang_takes_the_devices_of_exactly_one_whole_lower_gang(apiserver: Any, api: Any) -> None:
+    """CPU for everyone, devices for one gang: the high-priority gang preempts the low one whole (its Job
+    suspended, no pod evicted alone), and is released once the low gang's pods and claims are gone."""
+    from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, pods
+    from tests.cluster import node as api_node
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w1", cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w1", gpus(4)))
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("one-gpu", exactly()))
+
+    def job_of_priority(name: str, priority: int) -> None:
+        job = add_job(store, name, parallelism=4, cpu="1")
+        job["spec"]["template"]["spec"]["priority"] = priority
+        job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        add_job_pods(store, job)
+
+    job_of_priority("low", 0)
+    clock = Clock()
+    controller, relist = dra_controller(apiserver, api, clock)
+    assert controller.reconcile_once()["team-a/job-low"].state == "Release"
+    assert default_scheduler(store) == 4
+    allocate_their_claims(store, "job-low", "w1")
+    relist()
+    controller.reconcile_once()
+    clock.advance(120)  # past the grace after its release
+    job_of_priority("high", 1000)
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert decision.state == "WaitingForCapacity", decision.message
+    assert "preempting gang team-a/job-low (priority 0)" in decision.message, decision.message
+    assert store.get("batch/v1", "jobs", "team-a", "low")["spec"]["suspend"] is True
+    # the Job controller removes the suspended Job's pods, the garbage collector their claims
+    for pod in pods(store):
+        if pod["metadata"]["labels"].get("gangkeeper.io/group") == "job-low":
+            store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+            store.delete("resource.k8s.io/v1", "resourceclaims", "team-a", f"{pod['metadata']['name']}-gpu")
+    relist()
+    decision = controller.reconcile_once()["team-a/job-high"]
+    assert decision.state == "Release" and len(decision.release) == 4, decision.message
+
+
+def test_a_gang_whose_devices_vanish_from_their_slice_is_requeued_whole(apiserver: Any, api: Any) -> None:
+    """The driver on one of the gang's nodes goes (its ResourceSlice deleted): the two pods there run on
+    without their devices, no working members. The gang that ran whole is short, and once its recovery
+    timeout passes it is requeued whole (its Job suspended), never left running partly."""
+    from tests.cluster import Clock, add_job, add_job_pods, default_scheduler
+    from tests.cluster import node as api_node
+
+    store = apiserver.store
+    for name in ("w1", "w2"):
+        store.create("v1", "nodes", "", api_node(name, cpu="2"))
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(name, gpus(2)))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("one-gpu", exactly()))
+    job = add_job(store, "train", parallelism=4, cpu="1", annotations={"gangkeeper.io/recovery-timeout-seconds": "60"})
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    add_job_pods(store, job)
+    clock = Clock()
+    controller, relist = dra_controller(apiserver, api, clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(store) == 4
+    for name in ("w1", "w2"):
+        allocate_their_claims_on(store, "job-train", name)
+    relist()
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    store.delete("resource.k8s.io/v1", "resourceslices", "", "w2-None")
+    relist()
+    short = controller.reconcile_once()["team-a/job-train"]
+    assert short.state != "Running" and "lost a member: 2 of 4 running" in short.message, short.message
+    assert not store.get("batch/v1", "jobs", "team-a", "train")["spec"].get("suspend")
+    clock.advance(61)
+    requeued = controller.reconcile_once()["team-a/job-train"]
+    assert requeued.state == "TimedOut" and requeued.whole_gang, requeued.message
+    assert store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+
+
+def allocate_their_claims_on(store: Any, group: str, node_name: str) -> None:
+    """Each bound pod of the group on `node_name`: its own claim allocated a device of that node."""
+    from tests.cluster import pods
+
+    used = 0
+    for pod in pods(store):
+        if pod["metadata"]["labels"].get("gangkeeper.io/group") != group or pod["spec"].get("nodeName") != node_name:
+            continue
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+        result = {"request": "gpu", "driver": DRIVER, "pool": node_name, "device": f"gpu-{used}"}
+        store.create(
+            "resource.k8s.io/v1",
+            "resourceclaims",
+            "team-a",
+            {
+                "metadata": {"name": f"{pod['metadata']['name']}-gpu", "ownerReferences": [owner]},
+                "spec": template("one-gpu", exactly())["spec"]["spec"],
+                "status": {"allocation": {"devices": {"results": [result]}}},
+            },
+        )
+        used += 1

@@ -312,6 +312,38 @@ class Inventory:
             found[key] = pool.node_name if found.get(key, pool.node_name) == pool.node_name else None
         return found
 
+    def lost_devices(self, uid: str, namespace: str, spec: Mapping[str, Any]) -> list[DeviceId]:
+        """The devices allocated to a pod's claims (its own, and those it shares by name) that no slice
+        publishes now."""
+        claims = list(self._claims_of_pods.get(uid, ()))
+        claims += [
+            f"{namespace}/{entry['resourceClaimName']}"
+            for entry in spec.get("resourceClaims") or []
+            if isinstance(entry, dict) and entry.get("resourceClaimName")
+        ]
+        return [d for d in self._devices_of_claims(claims) if d not in self._present]
+
+    def _devices_of_claims(self, claims: Sequence[str]) -> list[DeviceId]:
+        return [device for claim in claims for device in self._devices_by_claim.get(claim, ())]
+
+    @functools.cached_property
+    def _devices_by_claim(self) -> dict[str, list[DeviceId]]:
+        found: dict[str, list[DeviceId]] = {}
+        for device, claim in self.taken.items():
+            found.setdefault(claim, []).append(device)
+        return found
+
+    @functools.cached_property
+    def _claims_of_pods(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for claim, uid in self.owners.items():
+            found.setdefault(uid, []).append(claim)
+        return found
+
+    @functools.cached_property
+    def _present(self) -> set[DeviceId]:
+        return {device.id for pool in self.pools for device in pool.devices}
+
     def allocated_pods(self) -> set[str]:
         """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
         return {uid for claim, uid in self.owners.items() if claim in self._holding}

@@ -107,6 +107,7 @@ class ClusterIndex:
         self.devices: devices.Inventory | None = None
         self._device_units: dict[str, Units] = {}
         self._api_nodes: dict[str, Node] = {}
+        self._devices_lost: set[str] = set()  # bound gang pods whose allocated devices no slice has now
 
     # --- changes in ---------------------------------------------------------------------------------
     def apply_pods(self, changes: Mapping[str, Obj | None]) -> None:
@@ -197,7 +198,11 @@ class ClusterIndex:
                 self._rebuild_node(name)
         if before is not None and inventory is not None and before.demand_basis == inventory.demand_basis:
             # no pod claims anything else than it did; the gangs that wait are looked at again (their
-            # devices check may answer otherwise now), the others are left as they are
+            # devices check may answer otherwise now), and the bound pods whose devices went or came back
+            for members_of in list(self._members.values()):
+                for key, (view, raw) in list(members_of.items()):
+                    if view.node_name and (key in self._devices_lost) != self._lost(view, raw):
+                        self._set_pod(key, raw)
             for gang, members_of in self._members.items():
                 if any(
                     view.gated and devices.claims_devices(raw.get("spec") or {}) for view, raw in members_of.values()
@@ -218,6 +223,10 @@ class ClusterIndex:
                 if node is not None and not view.terminal and devices.claims_devices(raw.get("spec") or {}):
                     found.append((view, raw, node))
         return found
+
+    def _lost(self, view: PodView, pod: Obj) -> bool:
+        inventory = self.devices
+        return inventory is not None and bool(inventory.lost_devices(view.uid, view.namespace, pod.get("spec") or {}))
 
     def _member_uids(self) -> set[str]:
         """The gang pods whose shapes carry their devices: their own claims are counted by them."""
@@ -240,9 +249,15 @@ class ClusterIndex:
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
         view = PodView.from_api(pod, release, group)
+        self._devices_lost.discard(key)
         if self.devices is not None and devices.claims_devices(spec):
             demand = self.devices.demand(view.namespace, spec)
             view = replace(view, shape=devices.with_demand(view.shape, demand))
+            if view.node_name and self._lost(view, pod):
+                # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
+                # no working member, so a gang that ran whole is short and recovers or is requeued whole
+                view = replace(view, terminal=True)
+                self._devices_lost.add(key)
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))
