@@ -205,3 +205,71 @@ def test_a_claim_the_whole_gang_shares_is_allocated_once_and_the_gang_runs_where
     if backend == "native":
         group = stack.plane.get("podgroups.scheduling.k8s.io", "job-train", namespace=namespace)
         assert group["spec"].get("resourceClaims") == [{"name": "domain", "resourceClaimName": "domain"}], group
+
+
+def test_a_high_priority_dra_gang_takes_the_devices_of_one_whole_lower_gang(stack: Stack) -> None:
+    """One node with CPU for everyone and 4 devices: a low-priority gang of 4 holds them all. A
+    high-priority gang of 4 preempts it whole (its Job suspended, never failed) and runs on its devices."""
+    from tests.test_real_recovery import gang_pods, priority_class, with_priority
+
+    nodes = stack.replace_workers(1, cpu="64")
+    dra.publish(stack, nodes, 4)
+    namespace = stack.namespace("dra-preemption", "gate")
+    stack.plane.apply([dra.claim_template(namespace), priority_class("gangkeeper-test-dra-high", 1000)])
+    stack.plane.apply(dra.claiming(workloads.job("low", namespace, 4, "100m")))
+    wait_until(lambda: len(running(gang_pods(stack, namespace, "low"))) == 4, "the low gang Running", 120)
+    time.sleep(62)  # a gang released within the last minute is nobody's victim (--min-runtime-seconds, 60)
+    stack.plane.apply(
+        with_priority(dra.claiming(workloads.job("high", namespace, 4, "100m")), "gangkeeper-test-dra-high")
+    )
+    try:
+        high = wait_until(
+            lambda: (p := gang_pods(stack, namespace, "high")) and len(running(p)) == 4 and p,
+            "the high gang Running",
+            150,
+        )
+    except AssertionError:
+        print(said(stack, namespace))
+        raise
+    assert_started_together(high, 4)
+    low = stack.plane.get("job", "low", namespace=namespace)
+    assert low["spec"].get("suspend") is True  # the whole lower gang went, by suspension
+    assert not any(c["type"] == "Failed" for c in (low.get("status") or {}).get("conditions") or [])
+    assert not bound(gang_pods(stack, namespace, "low"))
+    devices = allocated_devices(stack, namespace)
+    assert sorted(devices) == sorted(p["metadata"]["name"] for p in high)
+
+
+def test_a_gang_whose_node_loses_its_devices_is_requeued_whole_and_runs_whole_again(stack: Stack) -> None:
+    """Two nodes with 2 devices each hold a gang of 4. The driver on one node goes (its ResourceSlice
+    deleted): the gang is short, and after its recovery timeout requeued whole (its Job suspended, no
+    pod left running alone); the driver back, the gang runs whole again."""
+    nodes = stack.replace_workers(2, cpu="2")
+    dra.publish(stack, nodes, 2)
+    namespace = stack.namespace("dra-recovery", "gate")
+    stack.plane.apply(dra.claim_template(namespace))
+    annotations = {"gangkeeper.io/recovery-timeout-seconds": "10"}
+    stack.plane.apply(dra.claiming(workloads.job("train", namespace, 4, "500m", annotations=annotations)))
+    pods = wait_until(lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running", 120)
+    first_uids = {p["metadata"]["uid"] for p in pods}
+    stack.plane.kubectl("delete", "resourceslice", f"{nodes[1]}-gpus")
+    try:
+        wait_until(
+            lambda: (stack.plane.get("job", "train", namespace=namespace) or {}).get("spec", {}).get("suspend"),
+            "the Job suspended: requeued whole",
+            90,
+        )
+        wait_until(
+            lambda: not ({p["metadata"]["uid"] for p in running(stack.pods(namespace))} & first_uids),
+            "none of the first run's pods left running",
+            90,
+        )
+        dra.publish(stack, [nodes[1]], 2)
+        again = wait_until(
+            lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running whole again", 150
+        )
+    except AssertionError:
+        print(said(stack, namespace))
+        raise
+    assert_started_together(again, 4)
+    assert not ({p["metadata"]["uid"] for p in again} & first_uids)
