@@ -760,3 +760,18 @@ def allocate_their_claims_on(store: Any, group: str, node_name: str) -> None:
             },
         )
         used += 1
+
+
+def test_no_placeholder_asks_an_autoscaler_for_a_pod_that_claims_devices() -> None:
+    """A new node's devices come from a driver once it runs there; Karpenter simulates DRA only with
+    --ignore-dra-requests=false and from what its provider declares: placeholders for a DRA gang would
+    bring nodes that may carry no device, again and again. The gang waits whole, saying so."""
+    from webhook.controller.decide.autoscaling import NodePoolRoom, never_held
+    from webhook.controller.decide.shapes import Shape
+
+    pool = NodePoolRoom("default", limits={}, used={})
+    plain = Shape(requests=(("cpu", 1000), ("pods", 1)))
+    claiming = Shape(requests=(("cpu", 1000), ("deviceclass.resource.kubernetes.io/gpu", 1), ("pods", 1)))
+    assert never_held({"a": plain}, [pool]) is None
+    why = never_held({"a": plain, "b": claiming}, [pool])
+    assert why is not None and "claims devices through DRA" in why

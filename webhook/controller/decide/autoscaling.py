@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS, Shape, Taint, show, thaw, tolerates
 
@@ -70,6 +71,11 @@ class NodePoolRoom:
 
     def refusal(self, shape: Shape) -> str | None:
         """Why no node this pool could ever make takes a pod of `shape`; None when one might."""
+        if any(name.startswith(CLASS_RESOURCE_PREFIX) and amount for name, amount in shape.requests):
+            # a new node's devices are published by a driver once it runs there; Karpenter simulates DRA
+            # only with --ignore-dra-requests=false (v1.14+) and from what its cloud provider declares,
+            # which gangkeeper cannot read: a placeholder would bring nodes that may carry no device
+            return "the pod claims devices through DRA, which no node it makes is known to carry"
         for key, value in shape.node_selector:
             if key == HOSTNAME:
                 return f"nodeSelector {key}={value} names a node, and a new node's name is its own"
