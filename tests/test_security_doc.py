@@ -60,3 +60,21 @@ def test_the_scan_finds_a_write() -> None:
     assert writes_in('self.api.request("POST", path, body=x)') == ["request 'POST'"]
     assert writes_in("api.merge_patch(path, {})") == ["merge_patch"]
     assert writes_in('api.request("GET", path)') == []
+
+
+def test_every_test_the_security_page_cites_exists() -> None:
+    """Each claim's "shown by": the file is there, and so is each test it names (`::name`, the file the
+    last one named when it is left out)."""
+    text = (ROOT / "docs" / "security.md").read_text()
+    missing = []
+    for row in re.findall(r"^\|.*$", text, re.M):
+        current: Path | None = None
+        for path, name in re.findall(r"`(tests/[\w/]+\.py)?(?:::(\w+))?", row):
+            if path:
+                current = ROOT / path
+                if not current.exists():
+                    missing.append(path)
+                    continue
+            if name and current is not None and f"def {name}(" not in current.read_text():
+                missing.append(f"{current.relative_to(ROOT)}::{name}")
+    assert not missing, f"docs/security.md cites tests that do not exist: {missing}"
