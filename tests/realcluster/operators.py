@@ -281,9 +281,18 @@ def kuberay(batch_scheduler: str = "volcano") -> Operator:
     )
 
 
-def kueue() -> Operator:
+def kueue(devices: dict[str, list[str]] | None = None) -> Operator:
     """Kueue, admitting batch/v1 Jobs by quota (its job webhook suspends each Job with a queue name until
-    its Workload is admitted, then its controller resumes it: kueue pkg/controller/jobs/job)."""
+    its Workload is admitted, then its controller resumes it: kueue pkg/controller/jobs/job). `devices`:
+    its DRA quota (alpha gate DynamicResourceAllocation since v0.14), a quota resource name to the
+    DeviceClasses it counts (Configuration resources.deviceClassMappings, apis/config/v1beta2)."""
+    settings: dict[str, Any] = {"integrations": {"frameworks": ["batch/job"]}, "manageJobsWithoutQueueName": False}
+    gates = "VisibilityOnDemand=false"
+    if devices:
+        settings["resources"] = {
+            "deviceClassMappings": [{"name": name, "deviceClassNames": classes} for name, classes in devices.items()]
+        }
+        gates += ",DynamicResourceAllocation=true"
     return Operator(
         "kueue",
         "sigs.k8s.io/kueue",
@@ -292,9 +301,9 @@ def kueue() -> Operator:
         "kueue",
         api_group="config.kueue.x-k8s.io",
         config_version="v1beta2",
-        settings={"integrations": {"frameworks": ["batch/job"]}, "manageJobsWithoutQueueName": False},
+        settings=settings,
         skip_kinds=frozenset({"APIService"}),
         # its visibility API server needs in-cluster credentials a process here does not have (kueue
         # cmd/kueue/main.go); the queue visibility API is not what these tests read
-        extra_flags=("--feature-gates=VisibilityOnDemand=false",),
+        extra_flags=(f"--feature-gates={gates}",),
     )
