@@ -19,7 +19,9 @@ provider, a NodePool of 32-CPU nodes: pods bound before the room for the whole g
 made against nodes needed; the pool is deleted after each run so the next starts small); `crowded`, a
 64-pod gang into a cluster already running --crowd pods (default 100,000; made once, before the first
 `crowded` run, in a namespace not opted in, bound by name round the nodes and requesting nothing, so
-they weigh on every watch, cache and informer but take no room the other scenarios count on). Per
+they weigh on every watch, cache and informer but take no room the other scenarios count on); `dra`, the
+--pods gang with one DRA device per pod from a ResourceClaimTemplate, every node publishing a ResourceSlice
+of 8 devices (5,000 nodes: 40,000 devices; kube-scheduler's DynamicResources allocates them). Per
 backend it prints, from the moment the Jobs are applied: all pods created, created -> all bound (last
 creation to last binding), all Running, the ratio of that to the floor's; kube-apiserver's webhook
 admission latency from its own histogram (p50/p99 per webhook), its requests by verb, each component's
@@ -30,7 +32,7 @@ Times come from one watch of the namespace's pods (local receive time of each po
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
-                            [--scenarios one,many,pinch,autoscale,crowded] [--crowd 100000] [--json out.json]
+                            [--scenarios one,many,pinch,autoscale,crowded,dra] [--crowd 100000] [--json out.json]
                             [--repeat N] [--apiserver-profiles DIR] [--gangkeeper-profiles DIR] [--gangkeeper-logs DIR]
 
 --repeat runs every backend N times per scenario, interleaved (floor, gate, native, floor, ...), and
@@ -69,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realcluster import coscheduling, karpenter, volcano, workloads
+from tests.realcluster import coscheduling, dra, karpenter, volcano, workloads
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import FAKE, Stack, wait_until
 from webhook import resources
@@ -487,11 +489,30 @@ AUTOSCALE_SHARE = 0.25  # the autoscale scenario's pool starts with a quarter of
 AUTOSCALE_NODE_CPU = 32  # Karpenter's nodes (one KWOK instance type of this many CPUs)
 
 
+DEVICES_PER_NODE = 8  # the dra scenario: each node's ResourceSlice, one device per CPU of its 8
+_published: set[str] = set()
+
+
+def publish_devices(stack: Stack) -> None:
+    """A DeviceClass and every worker's ResourceSlice of DEVICES_PER_NODE devices, once per cluster, in
+    chunks (5,000 nodes: 40,000 devices)."""
+    todo = [n for n in stack.workers if n not in _published]
+    if not todo:
+        return
+    stack.plane.apply(dra.device_class())
+    for start in range(0, len(todo), 250):
+        chunk = todo[start : start + 250]
+        stack.plane.apply([dra.node_slice(None, n, DEVICES_PER_NODE) for n in chunk])
+        _published.update(chunk)
+
+
 def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, Any]]:
     if scenario == "one":
         return [workloads.job("gang", namespace, pods, "1")]
     if scenario == "crowded":
         return [workloads.job("gang", namespace, CROWDED_GANG, "1")]
+    if scenario == "dra":  # each pod claims one device from the namespace's template (publish_devices)
+        return [dra.claiming(workloads.job("gang", namespace, pods, "1"))]
     if scenario in ("pinch", "autoscale"):
         job = workloads.job("gang", namespace, pods, "1")
         job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: namespace}
@@ -606,6 +627,9 @@ def run_one(
         f"bench-{scenario}-{backend}-{round_}", None if backend == "floor" else backend, backend != "floor"
     )
     jobs = scenario_jobs(scenario, namespace, pods)
+    if scenario == "dra":
+        publish_devices(stack)
+        stack.plane.apply(dra.claim_template(namespace))
     pinch = Pinch.take(stack, namespace, pods, node_cpu, used or [0]) if scenario == "pinch" else None
     autoscaled = Autoscaled.start(stack, namespace, pods, node_cpu, used or [0]) if scenario == "autoscale" else None
     expected = sum(j["spec"]["parallelism"] for j in jobs)

@@ -214,6 +214,15 @@ ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
         "cannot lower a gang's minCount",
         {"obj": b.job(parallelism=4, completions=6), "backend": make("native", kubernetes_version="1.36")},
     ),
+    "devices_unheld": (
+        False,
+        422,
+        "spec.template.spec.resourceClaims: Forbidden",
+        {
+            "obj": b.job(spec=b.pod_spec(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])),
+            "backend": make("volcano"),
+        },
+    ),
     "topology_refused": (
         False,
         422,

@@ -23,15 +23,17 @@ def device_class() -> dict[str, Any]:
     }
 
 
-def node_slice(stack: Stack, node: str, count: int, model: str = "a100") -> dict[str, Any]:
-    uid = stack.plane.get("node", node)["metadata"]["uid"]
+def node_slice(stack: Stack | None, node: str, count: int, model: str = "a100") -> dict[str, Any]:
+    """One node's slice; owned by the node (read from `stack`) so it goes with it, or by nothing (None:
+    a benchmark's thousands of nodes, each read once would take minutes)."""
+    meta: dict[str, Any] = {"name": f"{node}-gpus"}
+    if stack is not None:
+        uid = stack.plane.get("node", node)["metadata"]["uid"]
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {
-            "name": f"{node}-gpus",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}],
-        },
+        "metadata": meta,
         "spec": {
             "driver": DRIVER,
             "nodeName": node,
