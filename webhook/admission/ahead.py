@@ -10,9 +10,9 @@ the workload is not stored yet, and kube-controller-manager's garbage collector 
 whose owner it looks up and does not find.
 
 The review is not trusted (the webhook cannot tell the API server's reviews from a forged one posted to
-its port), so what it makes is a held PodGroup whose content no review decides: the gang's name and
-queue, `contract.HELD_MIN_MEMBER`, the awaiting-owner mark, nothing else. Volcano admits its pods and
-starts none. The controller adopts it only for a workload stored within the grace after it, and writes
+its port), so what it makes is a held PodGroup whose size no review decides: the gang's name, queue and
+minResources (what Volcano's enqueue weighs), `contract.HELD_MIN_MEMBER`, the awaiting-owner mark,
+nothing else. Volcano admits its pods and starts none. The controller adopts it only for a workload stored within the grace after it, and writes
 the spec the stored workload's gang wants (controller/act/groups.py); anything else it deletes. So a
 forged review can make, in a namespace, a held group that goes away after the grace: bounded here per
 namespace and in all, past which the controller makes the groups as before. A ValidatingAdmissionPolicy
@@ -47,12 +47,15 @@ MAX_OUTSTANDING = 512
 
 
 def held_pod_group(desired: Obj) -> Obj:
-    """What the webhook makes for a gang whose PodGroup would be `desired`: its name, labels and queue,
-    unowned, marked, and held (no review decides its priority, resources or size)."""
+    """What the webhook makes for a gang whose PodGroup would be `desired`: its name, labels, queue and
+    minResources, unowned, marked, and held (no review decides its priority or size)."""
     meta = desired["metadata"]
     spec: Obj = {"minMember": contract.HELD_MIN_MEMBER}
-    if "queue" in desired["spec"]:
-        spec["queue"] = desired["spec"]["queue"]
+    # the queue, and the resources Volcano's enqueue weighs against it (a PodGroup without them would be
+    # enqueued at once, past the capacity check the gang's own would meet): what the adoption rewrites
+    for key in ("queue", "minResources"):
+        if key in desired["spec"]:
+            spec[key] = desired["spec"][key]
     held_meta: Obj = {
         "name": meta["name"],
         "labels": {contract.GROUP_LABEL: meta["labels"][contract.GROUP_LABEL]},

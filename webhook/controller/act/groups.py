@@ -356,7 +356,7 @@ def made_ahead_for(group: Obj, workload: Obj) -> bool:
     spec = group.get("spec") or {}
     if not awaiting_owner(meta) or meta["annotations"][contract.AWAITING_OWNER_ANNOTATION] != "true":
         return False
-    if spec.get("minMember") != contract.HELD_MIN_MEMBER or set(spec) - {"minMember", "queue"}:
+    if spec.get("minMember") != contract.HELD_MIN_MEMBER or set(spec) - {"minMember", "queue", "minResources"}:
         return False
     stored = _timestamp((workload.get("metadata") or {}).get("creationTimestamp"))
     made = _timestamp(meta.get("creationTimestamp"))
