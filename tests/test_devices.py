@@ -630,38 +630,6 @@ def test_the_preview_says_a_gangs_pods_claim_devices(tmp_path: Any) -> None:
     assert "ResourceClaim train-domain shared by the whole gang" in summary
 
 
-def allocate_their_claims(store: Any, group: str, node_name: str) -> None:
-    """What kube-scheduler does at a pod's binding: its own claim allocated one of the node's devices."""
-    from tests.cluster import pods
-
-    for pod in pods(store):
-        if pod["metadata"]["labels"].get("gangkeeper.io/group") != group:
-            continue
-        taken = {
-            r["device"]
-            for c in store.list("resource.k8s.io/v1", "resourceclaims", "team-a")[0]
-            for r in c["status"]["allocation"]["devices"]["results"]
-        }
-        device = next(f"gpu-{i}" for i in range(8) if f"gpu-{i}" not in taken)
-        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
-        store.create(
-            "resource.k8s.io/v1",
-            "resourceclaims",
-            "team-a",
-            {
-                "metadata": {"name": f"{pod['metadata']['name']}-gpu", "ownerReferences": [owner]},
-                "spec": template("one-gpu", exactly())["spec"]["spec"],
-                "status": {
-                    "allocation": {
-                        "devices": {
-                            "results": [{"request": "gpu", "driver": DRIVER, "pool": node_name, "device": device}]
-                        }
-                    }
-                },
-            },
-        )
-
-
 def test_a_high_priority_dra_gang_takes_the_devices_of_exactly_one_whole_lower_gang(apiserver: Any, api: Any) -> None:
     """CPU for everyone, devices for one gang: the high-priority gang preempts the low one whole (its Job
     suspended, no pod evicted alone), and is released once the low gang's pods and claims are gone."""
@@ -685,7 +653,7 @@ def test_a_high_priority_dra_gang_takes_the_devices_of_exactly_one_whole_lower_g
     controller, relist = dra_controller(apiserver, api, clock)
     assert controller.reconcile_once()["team-a/job-low"].state == "Release"
     assert default_scheduler(store) == 4
-    allocate_their_claims(store, "job-low", "w1")
+    allocate_their_claims_on(store, "job-low", "w1")
     relist()
     controller.reconcile_once()
     clock.advance(120)  # past the grace after its release
