@@ -12,8 +12,9 @@ whose owner it looks up and does not find.
 The review is not trusted (the webhook cannot tell the API server's reviews from a forged one posted to
 its port), so what it makes is a held PodGroup whose size no review decides: the gang's name, queue and
 minResources (what Volcano's enqueue weighs), `contract.HELD_MIN_MEMBER`, the awaiting-owner mark,
-nothing else. Volcano admits its pods and starts none. The controller adopts it only for a workload stored within the grace after it, and writes
-the spec the stored workload's gang wants (controller/act/groups.py); anything else it deletes. So a
+nothing else. Volcano admits its pods and starts none. The controller adopts it only for a workload
+stored within the grace after it, and writes the spec the stored workload's gang wants
+(controller/act/groups.py); anything else it deletes. So a
 forged review can make, in a namespace, a held group that goes away after the grace: bounded here per
 namespace and in all, past which the controller makes the groups as before. A ValidatingAdmissionPolicy
 (charts/gangkeeper/templates/selfprotection.yaml) refuses any other PodGroup from the webhook's account.
