@@ -8,8 +8,9 @@ process, as the controller does it (controller/observe/cluster.py ClusterIndex, 
 - with devices: the inventory read from the four DRA kinds (every device's selector in CEL, cold), the
   nodes' devices as resources, the gang's pods with their claims, the gang decided (placement, then
   the exact allocation of every pod's claim on its node);
-- the steady pass with devices: one slice changed (a driver republished one node), inventory and
-  nodes again (the other 39,992 devices' CEL results remembered), the gang decided again.
+- the steady pass with devices: one slice changed (a driver republished one node), its pool gathered
+  again (the controller's PoolBook, from the informer's changes), the inventory and that node's devices
+  again (what the other 39,992 devices select remembered), the gang decided again.
 
     python bench/devices.py [--nodes 5000] [--gang 1000] [--devices 8]
 """
@@ -125,9 +126,10 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     }
     cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
     for _ in range(repeats):
-        memo = devices.Memo()
+        memo, book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
         started = time.perf_counter()
-        inventory = devices.inventory_from(classes, slices, [], [template], memo)
+        book.apply({f"/{s['metadata']['name']}": s for s in slices})
+        inventory = devices.inventory_from(classes, (), [], [template], memo, book.gathered())
         index = ClusterIndex()
         index.apply_nodes(raw_nodes)
         index.use_devices(inventory)
@@ -145,9 +147,10 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
         untouched.append(time.perf_counter() - started)
         assert state == "Release" and released == gang, state
         # one node's slice republished: the inventory and the nodes again, the gang decided again
-        slices[0] = node_slice("node-0000", per_node, version=str(len(steady) + 2))
+        republished = node_slice("node-0000", per_node, version=str(len(steady) + 2))
         started = time.perf_counter()
-        inventory = devices.inventory_from(classes, slices, [], [template], memo)
+        book.apply({"/node-0000-gpus": republished})
+        inventory = devices.inventory_from(classes, (), [], [template], memo, book.gathered()).remembering(inventory)
         index.use_devices(inventory)
         inventory_steady.append(time.perf_counter() - started)
         state, released = one_pass(index, spec)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
@@ -743,3 +745,114 @@ def test_no_placeholder_asks_an_autoscaler_for_a_pod_that_claims_devices() -> No
     assert never_held({"a": plain}, [pool]) is None
     why = never_held({"a": plain, "b": claiming}, [pool])
     assert why is not None and "claims devices through DRA" in why
+
+
+# --- the controller's picture kept from changes ----------------------------------------------------
+
+
+def _pool_picture(pools: list[devices.Pool]) -> list[tuple[Any, ...]]:
+    return [
+        (p.driver, p.name, p.generation, p.complete, p.node_name, p.all_nodes, [d.id for d in p.devices]) for p in pools
+    ]
+
+
+slice_changes = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d"]),  # the slice's name
+        st.one_of(
+            st.none(),  # deleted
+            st.tuples(
+                st.sampled_from(["n1", "n2", "shared"]),  # its pool (shared: a pool of allNodes)
+                st.integers(1, 3),  # generation
+                st.integers(1, 2),  # resourceSliceCount
+                st.integers(0, 3),  # devices
+            ),
+        ),
+    ),
+    max_size=12,
+)
+
+
+@given(st.lists(slice_changes, min_size=1, max_size=6))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_pools_kept_from_changes_are_the_pools_gathered_whole(batches: list[Any]) -> None:
+    """PoolBook (the controller's, fed by the slices' informer changes) against gather_pools over every
+    slice there, after each batch of changes: the same pools in the same order, the same index; and a
+    Gathered handed out before is never changed by a later batch."""
+    book, now = devices.PoolBook(), {}
+    handed: list[tuple[devices.Gathered, list[Any]]] = []
+    for batch in batches:
+        changes: dict[str, Any] = {}
+        for name, shape in batch:
+            if shape is None:
+                now.pop(name, None)
+                changes[name] = None
+                continue
+            pool, generation, count, size = shape
+            extra = {"allNodes": True} if pool == "shared" else {}
+            body = node_slice(pool, gpus(size), pool=pool, generation=generation, count=count, **extra)
+            body["metadata"]["name"] = name
+            now[name] = changes[name] = body
+        book.apply(changes)
+        gathered = book.gathered()
+        problems: list[str] = []
+        whole = devices.gather_pools([now[k] for k in sorted(now)], problems)
+        assert _pool_picture(gathered.pools) == _pool_picture(whole)
+        index, expected = gathered.index, devices.PoolIndex.of(whole)
+        assert {n: _pool_picture(list(p)) for n, p in index.local.items()} == {
+            n: _pool_picture(list(p)) for n, p in expected.local.items()
+        }
+        assert _pool_picture(list(index.shared)) == _pool_picture(list(expected.shared))
+        assert dict(index.nodes) == dict(expected.nodes) and dict(index.names) == dict(expected.names)
+        handed.append((gathered, _pool_picture(gathered.pools)))
+    for gathered, picture in handed:
+        assert _pool_picture(gathered.pools) == picture
+
+
+def test_an_inventory_remembers_what_still_holds_and_forgets_the_pools_gone() -> None:
+    """A slice republished: the request's selection is worked out again for that pool only, and the
+    pods' demands are kept (no class, template or shared claim changed); a class changed: nothing kept."""
+    book = devices.PoolBook()
+    book.apply({"n1": node_slice("n1", gpus(2)), "n2": node_slice("n2", gpus(2))})
+    first = inventory_from([device_class()], (), [], [template("one", exactly())], gathered=book.gathered())
+    spec = pod_spec("one")
+    demand = first.demand("team-a", spec)
+    sub = demand.claims[0].requests[0].alternatives[0]
+    kept_pool, gone_pool = first.pools
+    assert len(first.selected(sub, kept_pool)) == len(first.selected(sub, gone_pool)) == 2
+    book.apply({"n2": node_slice("n2", gpus(1))})
+    second = inventory_from([device_class()], (), [], [template("one", exactly())], gathered=book.gathered())
+    second.remembering(first)
+    assert second.pools[0] is kept_pool and second.pools[1] is not gone_pool
+    assert id(gone_pool) not in second._selected and id(kept_pool) in second._selected
+    assert second.demand("team-a", spec) is demand
+    assert len(second.selected(sub, second.pools[1])) == 1
+    assert second.changed_nodes(first) == {"n2"}
+    other = inventory_from(
+        [device_class("gpu", "true")], (), [], [template("one", exactly())], gathered=book.gathered()
+    )
+    assert not other.remembering(second)._selected
+
+
+def test_another_reader_follows_an_informers_changes_apart_from_the_drain() -> None:
+    from webhook.informer import Informer
+    from webhook.kube import Resource
+
+    class Lists:
+        def __init__(self) -> None:
+            self.items: list[dict[str, Any]] = []
+
+        def list(self, path: str, **query: str) -> dict[str, Any]:
+            return {"items": [dict(i) for i in self.items], "metadata": {"resourceVersion": "1"}}
+
+    api = Lists()
+    api.items = [{"metadata": {"name": "a", "resourceVersion": "1"}}]
+    informer = Informer(api, Resource("resource.k8s.io/v1", "resourceslices", namespaced=False))  # type: ignore[arg-type]
+    informer.relist()
+    assert set(informer.follow("devices")) == {"/a"}  # its first call: everything
+    assert set(informer.drain()) == {"/a"}
+    api.items = [{"metadata": {"name": "b", "resourceVersion": "2"}}]
+    informer.relist()
+    assert informer.follow("devices") == {"/a": None, "/b": {"metadata": {"name": "b", "resourceVersion": "2"}}}
+    assert informer.follow("devices") == {}
+    assert set(informer.drain()) == {"/a", "/b"}  # the drain's own, untouched by the follower

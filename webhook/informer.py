@@ -43,6 +43,8 @@ class Informer:
         # what changed since the consumer last asked (key -> the object now, None: deleted), so the
         # controller updates its picture of the cluster by the changes instead of rebuilding it each pass
         self._changes: dict[str, dict[str, Any] | None] = {}
+        # the same, kept apart for each other reader that follows this cache by its changes (`follow`)
+        self._followers: dict[str, dict[str, dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
         self.relists = 0
@@ -59,6 +61,21 @@ class Informer:
         with self._lock:
             changes, self._changes = self._changes, {}
         return changes
+
+    def follow(self, reader: str) -> dict[str, dict[str, Any] | None]:
+        """`drain` for another reader, apart from the one that drains: its first call holds every object."""
+        with self._lock:
+            if reader not in self._followers:
+                self._followers[reader] = {}
+                return dict(self._items)
+            changes, self._followers[reader] = self._followers[reader], {}
+        return changes
+
+    def _record(self, key: str, obj: dict[str, Any] | None) -> None:
+        """A change, for the drain and for each follower (under the lock)."""
+        self._changes[key] = obj
+        for changes in self._followers.values():
+            changes[key] = obj
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -97,9 +114,9 @@ class Informer:
         with self._lock:
             for key, obj in items.items():
                 if previous.get(key) is not obj:
-                    self._changes[key] = obj
+                    self._record(key, obj)
             for key in previous.keys() - items.keys():
-                self._changes[key] = None
+                self._record(key, None)
             self._items = items
             self.resource_version = resource_version
         self.relists += 1
@@ -126,10 +143,11 @@ class Informer:
                 if kind == "DELETED":
                     key = self._key(obj)
                     if self._items.pop(key, None) is not None:
-                        self._changes[key] = None
+                        self._record(key, None)
                 elif kind in ("ADDED", "MODIFIED"):
                     key = self._key(obj)
-                    self._items[key] = self._changes[key] = self.transform(obj)
+                    self._items[key] = self.transform(obj)
+                    self._record(key, self._items[key])
                 self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
             self.changed.set()
         return True

@@ -175,6 +175,36 @@ class Demand:
         return units
 
 
+PoolKey = tuple[str, str]  # (driver, pool name)
+
+
+@dataclass(frozen=True)
+class PoolIndex:
+    """The pools found by what the checks ask: node-local pools by node, the others (nodeSelector,
+    allNodes) apart; each pool's node (None: several nodes reach it); each pool's device names."""
+
+    local: Mapping[str, Sequence[Pool]]
+    shared: Sequence[Pool]
+    nodes: Mapping[PoolKey, str | None]
+    names: Mapping[PoolKey, frozenset[str]]
+
+    @staticmethod
+    def of(pools: Iterable[Pool]) -> PoolIndex:
+        local: dict[str, list[Pool]] = {}
+        shared: list[Pool] = []
+        nodes: dict[PoolKey, str | None] = {}
+        names: dict[PoolKey, set[str]] = {}
+        for pool in pools:
+            if pool.node_name:
+                local.setdefault(pool.node_name, []).append(pool)
+            else:
+                shared.append(pool)
+            key = (pool.driver, pool.name)
+            nodes[key] = pool.node_name if nodes.get(key, pool.node_name) == pool.node_name else None
+            names.setdefault(key, set()).update(d.id[2] for d in pool.devices)
+        return PoolIndex(local, shared, nodes, {key: frozenset(found) for key, found in names.items()})
+
+
 @dataclass
 class Inventory:
     """The cluster's devices as kube-scheduler sees them: classes, pools (newest generation), the
@@ -188,29 +218,24 @@ class Inventory:
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # slices that could not be read
     memo: Memo = field(default_factory=lambda: Memo())
+    pool_index: PoolIndex | None = None  # a PoolBook's, kept up to date; else found from `pools`
     _pools_of: dict[str, tuple[Pool, ...]] = field(default_factory=dict)
-    _selected: dict[tuple[Subrequest, int], tuple[Device, ...]] = field(default_factory=dict)
-    _demands: dict[tuple[str, str], Demand] = field(default_factory=dict)
+    # remembered answers; each keeps the objects its key names by id, so no other object takes that id:
+    # by pool, what each subrequest selects there
+    _selected: dict[int, tuple[Pool, dict[Subrequest, tuple[Device, ...]]]] = field(default_factory=dict)
+    _demands: dict[tuple[str, str], tuple[Any, Any, Demand]] = field(default_factory=dict)
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
         pools = self._pools_of.get(node.name)
         if pools is None:
-            local = self._local.get(node.name, [])
-            pools = self._pools_of[node.name] = (*local, *(p for p in self._shared if p.applies_to(node)))
+            index = self._index
+            local = index.local.get(node.name, ())
+            pools = self._pools_of[node.name] = (*local, *(p for p in index.shared if p.applies_to(node)))
         return pools
 
     @functools.cached_property
-    def _local(self) -> dict[str, list[Pool]]:
-        """Node-local pools by node: most pools, found without a look at the others."""
-        found: dict[str, list[Pool]] = {}
-        for pool in self.pools:
-            if pool.node_name:
-                found.setdefault(pool.node_name, []).append(pool)
-        return found
-
-    @functools.cached_property
-    def _shared(self) -> list[Pool]:
-        return [pool for pool in self.pools if not pool.node_name]
+    def _index(self) -> PoolIndex:
+        return self.pool_index or PoolIndex.of(self.pools)
 
     def selector_matches(self, device: Device, expression: str) -> bool:
         """Remembered per device content and expression: cel-python takes about 2 ms an evaluation
@@ -235,22 +260,25 @@ class Inventory:
     def selected(self, sub: Subrequest, pool: Pool) -> tuple[Device, ...]:
         """The pool's devices the subrequest's class and selectors select and whose taints it tolerates,
         taken or not (remembered for this inventory: a gang's pods ask the same of the same pools)."""
-        key = (sub, id(pool))
-        found = self._selected.get(key)
-        if found is None:
-            device_class = self.classes[sub.device_class]
-            found = tuple(
-                device
-                for device in pool.devices
-                if not device.unmodelled
-                and all(self.selector_matches(device, s) for s in device_class.selectors)
-                and all(self.selector_matches(device, s) for s in sub.selectors)
-                and not any(
-                    effect in ("NoSchedule", "NoExecute") and not _tolerated(sub, k, v, effect)
-                    for k, v, effect in device.taints
-                )
+        kept = self._selected.get(id(pool))
+        if kept is None or kept[0] is not pool:
+            kept = self._selected[id(pool)] = (pool, {})
+        found = kept[1].get(sub)
+        if found is not None:
+            return found
+        device_class = self.classes[sub.device_class]
+        found = tuple(
+            device
+            for device in pool.devices
+            if not device.unmodelled
+            and all(self.selector_matches(device, s) for s in device_class.selectors)
+            and all(self.selector_matches(device, s) for s in sub.selectors)
+            and not any(
+                effect in ("NoSchedule", "NoExecute") and not _tolerated(sub, k, v, effect)
+                for k, v, effect in device.taints
             )
-            self._selected[key] = found
+        )
+        kept[1][sub] = found
         return found
 
     def demand(self, namespace: str, spec: Mapping[str, Any]) -> Demand:
@@ -260,10 +288,27 @@ class Inventory:
             key = (namespace, f"{id(claims)}/{id(containers)}")
         else:
             key = (namespace, json.dumps([claims, _extended_requests(spec)], sort_keys=True))
-        found = self._demands.get(key)
-        if found is None:
-            found = self._demands[key] = pod_demand(namespace, spec, self)
+            claims = containers = None  # the key holds what it reads
+        kept = self._demands.get(key)
+        if kept is not None and kept[0] is claims and kept[1] is containers:
+            return kept[2]
+        found = pod_demand(namespace, spec, self)
+        self._demands[key] = (claims, containers, found)
         return found
+
+    def remembering(self, before: Inventory | None) -> Inventory:
+        """This inventory, with what `before` worked out that still holds: the devices a request selects
+        in each pool still here (same classes), and pods' demands (same classes, templates and shared
+        claims). A slice republished or a claim allocated then costs its own pool, not all 40,000
+        devices again."""
+        if before is None or before.classes != self.classes:
+            return self
+        self._selected = dict(before._selected)
+        for pool in self._replaced(before)[0]:
+            self._selected.pop(id(pool), None)
+        if before.demand_basis == self.demand_basis:
+            self._demands = dict(before._demands)
+        return self
 
     @functools.cached_property
     def demand_basis(self) -> tuple[Any, ...]:
@@ -285,32 +330,36 @@ class Inventory:
         same Pool objects (Memo), so a claim allocated costs a look at its own node only."""
         if before is None or before.classes != self.classes or before.narrowed != self.narrowed:
             return None
-        old_pools, new_pools = {id(p): p for p in before.pools}, {id(p): p for p in self.pools}
+        gone, came = self._replaced(before)
         changed: set[str] = set()
-        for pool in [p for i, p in new_pools.items() if i not in old_pools] + [
-            p for i, p in old_pools.items() if i not in new_pools
-        ]:
+        for pool in [*came, *gone]:
             if not pool.node_name:
                 return None
             changed.add(pool.node_name)
         moved = {d for d in self.taken.keys() | before.taken.keys() if self.taken.get(d) != before.taken.get(d)}
         moved |= {d for d, claim in self.taken.items() if self.owners.get(claim) != before.owners.get(claim)}
         for driver, pool_name, _ in moved:
-            node = self._pool_nodes.get((driver, pool_name), before._pool_nodes.get((driver, pool_name), ""))
+            node = self._index.nodes.get((driver, pool_name), before._index.nodes.get((driver, pool_name), ""))
             if node is None:
                 return None
             if node:
                 changed.add(node)
         return changed
 
-    @functools.cached_property
-    def _pool_nodes(self) -> dict[tuple[str, str], str | None]:
-        """Each pool's node (None: a pool several nodes reach)."""
-        found: dict[tuple[str, str], str | None] = {}
-        for pool in self.pools:
-            key = (pool.driver, pool.name)
-            found[key] = pool.node_name if found.get(key, pool.node_name) == pool.node_name else None
-        return found
+    def _replaced(self, before: Inventory) -> tuple[list[Pool], list[Pool]]:
+        """The pools of `before` not here, and those here not there (pools unchanged are the same
+        objects: PoolBook, Memo). Lists of one length, the usual case (a slice republished), are
+        compared in place."""
+        if len(before.pools) == len(self.pools):
+            pairs = [(old, new) for old, new in zip(before.pools, self.pools, strict=True) if old is not new]
+            gone, came = [old for old, _ in pairs], [new for _, new in pairs]
+            if {id(p) for p in gone}.isdisjoint(id(p) for p in self.pools):
+                return gone, came
+        old_pools, new_pools = {id(p): p for p in before.pools}, {id(p): p for p in self.pools}
+        return (
+            [p for i, p in old_pools.items() if i not in new_pools],
+            [p for i, p in new_pools.items() if i not in old_pools],
+        )
 
     def lost_devices(self, uid: str, namespace: str, spec: Mapping[str, Any]) -> list[DeviceId]:
         """The devices allocated to a pod's claims (its own, and those it shares by name) that no slice
@@ -321,7 +370,8 @@ class Inventory:
             for entry in spec.get("resourceClaims") or []
             if isinstance(entry, dict) and entry.get("resourceClaimName")
         ]
-        return [d for d in self._devices_of_claims(claims) if d not in self._present]
+        names = self._index.names
+        return [d for d in self._devices_of_claims(claims) if d[2] not in names.get((d[0], d[1]), ())]
 
     def _devices_of_claims(self, claims: Sequence[str]) -> list[DeviceId]:
         return [device for claim in claims for device in self._devices_by_claim.get(claim, ())]
@@ -339,10 +389,6 @@ class Inventory:
         for claim, uid in self.owners.items():
             found.setdefault(uid, []).append(claim)
         return found
-
-    @functools.cached_property
-    def _present(self) -> set[DeviceId]:
-        return {device.id for pool in self.pools for device in pool.devices}
 
     def allocated_pods(self) -> set[str]:
         """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
@@ -435,13 +481,18 @@ def inventory_from(
     claims: Iterable[Obj],
     templates: Iterable[Obj],
     memo: Memo | None = None,
+    gathered: Gathered | None = None,
 ) -> Inventory:
+    """The inventory of these objects; a PoolBook's pools (`gathered`) instead of the slices'."""
     inventory = Inventory(memo=memo or Memo())
     for obj in classes:
         device_class = DeviceClass.from_api(obj)
         if device_class.name:
             inventory.classes[device_class.name] = device_class
-    inventory.pools = gather_pools(slices, inventory.problems, inventory.memo)
+    if gathered is None:
+        inventory.pools = gather_pools(slices, inventory.problems, inventory.memo)
+    else:
+        inventory.pools, inventory.problems, inventory.pool_index = gathered.pools, gathered.problems, gathered.index
     for claim in claims:
         meta = claim.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -510,6 +561,99 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
     if memo is not None and len(kept) <= MAX_REMEMBERED_SLICES:
         memo.slices = kept  # only the slices there now: a deleted or changed one is forgotten
     return pools
+
+
+def _pool_key(obj: Obj) -> PoolKey:
+    spec = obj.get("spec") or {}
+    pool = (spec.get("pool") if isinstance(spec, dict) else None) or {}
+    driver = spec.get("driver") if isinstance(spec, dict) else ""
+    return str(driver or ""), str(pool.get("name") or "") if isinstance(pool, dict) else ""
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A PoolBook's pools, in gather_pools' order, what could not be read, and their index."""
+
+    pools: list[Pool]
+    problems: list[str]
+    index: PoolIndex
+
+
+@dataclass
+class PoolBook:
+    """The pools of the cluster's slices kept between passes, from the slices' changes: a change
+    gathers its own pool again (generations and completeness are each pool's, pools_stable.go); the
+    other pools stay the same objects, and what an earlier Gathered holds is never changed."""
+
+    _slices: dict[str, Obj] = field(default_factory=dict)  # by the informer's key
+    _members: dict[PoolKey, set[str]] = field(default_factory=dict)
+    _pool_of: dict[str, PoolKey] = field(default_factory=dict)
+    _gathered: dict[PoolKey, tuple[list[Pool], list[str]]] = field(default_factory=dict)
+    _start: dict[PoolKey, int] = field(default_factory=dict)  # where each pool's Pools are in `pools`
+    _now: Gathered = field(default_factory=lambda: Gathered([], [], PoolIndex({}, [], {}, {})))
+
+    def apply(self, changes: Mapping[str, Obj | None]) -> None:
+        """Slices now (by key), None for one deleted."""
+        dirty: set[PoolKey] = set()
+        for key, obj in changes.items():
+            old = self._pool_of.pop(key, None)
+            if old is not None:
+                self._members[old].discard(key)
+                dirty.add(old)
+            if obj is None:
+                self._slices.pop(key, None)
+                continue
+            self._slices[key] = obj
+            self._pool_of[key] = pool = _pool_key(obj)
+            self._members.setdefault(pool, set()).add(key)
+            dirty.add(pool)
+        if dirty:
+            self._regather(dirty)
+
+    def _regather(self, dirty: set[PoolKey]) -> None:
+        before = self._now
+        pools: list[Pool] | None = list(before.pools)
+        local = dict(before.index.local)
+        nodes, names = dict(before.index.nodes), dict(before.index.names)
+        shared_changed = False
+        for key in dirty:
+            old = self._gathered.pop(key, ([], []))[0]
+            members = self._members.get(key)
+            if members:
+                problems: list[str] = []
+                self._gathered[key] = (gather_pools([self._slices[k] for k in sorted(members)], problems), problems)
+            else:
+                self._members.pop(key, None)
+            new = self._gathered.get(key, ([], []))[0]
+            for pool in old:
+                if pool.node_name:
+                    local[pool.node_name] = [p for p in local.get(pool.node_name, ()) if p is not pool]
+            for pool in new:
+                if pool.node_name:
+                    local[pool.node_name] = [*local.get(pool.node_name, ()), pool]
+            shared_changed |= any(not p.node_name for p in (*old, *new))
+            found = PoolIndex.of(new)
+            nodes.pop(key, None)
+            names.pop(key, None)
+            nodes.update(found.nodes)
+            names.update(found.names)
+            at = self._start.get(key)
+            if pools is not None and at is not None and len(old) == len(new) and new:
+                pools[at : at + len(new)] = new  # a pool republished in place: the rest stay where they are
+            else:
+                pools = None
+        local = {node: found for node, found in local.items() if found}
+        problems = [p for key in sorted(self._gathered) for p in self._gathered[key][1]]
+        if pools is None:
+            pools, self._start = [], {}
+            for key in sorted(self._gathered):
+                self._start[key] = len(pools)
+                pools.extend(self._gathered[key][0])
+        shared = [p for p in pools if not p.node_name] if shared_changed else before.index.shared
+        self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))
+
+    def gathered(self) -> Gathered:
+        return self._now
 
 
 def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
@@ -747,11 +891,16 @@ class Allocator:
                 return result
         return None
 
-    def _eligible(self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId]) -> list[Device] | None:
-        """The devices the subrequest may take (free, selected, untainted); None when `All` cannot be
-        met (a pool incomplete, a matching device taken, or none at all)."""
-        eligible = []
+    def _eligible(
+        self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId], enough: int = 0
+    ) -> list[Device] | None:
+        """The devices the subrequest may take (free, selected, untainted), the first `enough` of them
+        when that is given; None when `All` cannot be met (a pool incomplete, a matching device taken,
+        or none at all)."""
+        eligible: list[Device] = []
         for pool in pools:
+            if enough and len(eligible) >= enough:
+                break
             for device in self.inventory.selected(sub, pool):
                 if sub.all and not pool.complete:
                     return None
@@ -760,6 +909,8 @@ class Allocator:
                         return None
                     continue
                 eligible.append(device)
+                if enough and len(eligible) >= enough:
+                    break
         if sub.all and not eligible:
             return None
         return eligible
@@ -767,6 +918,11 @@ class Allocator:
     def _match(
         self, choice: Sequence[Subrequest], pools: Sequence[Pool], also_taken: set[DeviceId]
     ) -> list[DeviceId] | None:
+        if len(choice) == 1 and not choice[0].all:
+            # one request of ExactCount (most claims): any `count` free devices it selects, no matching
+            count = choice[0].count
+            only = self._eligible(choice[0], pools, also_taken, enough=count)
+            return [d.id for d in only] if only is not None and len(only) == count else None
         units: list[list[DeviceId]] = []
         fixed: list[DeviceId] = []
         for sub in choice:

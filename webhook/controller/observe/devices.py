@@ -31,6 +31,8 @@ class DeviceWatch:
         self._versions: tuple[str, ...] | None = None
         self._inventory: Inventory | None = None
         self._memo = devices.Memo()
+        self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
+        self._pools_of: Informer | None = None  # the slices' informer the book follows
 
     @property
     def _informers(self) -> list[Informer | None]:
@@ -38,13 +40,21 @@ class DeviceWatch:
 
     def inventory(self) -> Inventory | None:
         """None until all four are watched and listed (the API may not serve them: DRA off, or before 1.34)."""
-        informers = self._informers
-        if not all(informer is not None and informer.synced.is_set() for informer in informers):
+        informers = [i for i in self._informers if i is not None and i.synced.is_set()]
+        if len(informers) < len(RESOURCES):
             return None
-        versions = tuple(informer.resource_version for informer in informers if informer is not None)
-        if versions != self._versions:
-            classes, slices, claims, templates = (i.items() if i is not None else [] for i in informers)
-            self._inventory = devices.inventory_from(classes, slices, claims, templates, self._memo)
+        classes, slices, claims, templates = informers
+        versions = tuple(informer.resource_version for informer in (classes, claims, templates))
+        if slices is not self._pools_of:  # a new informer (discovery again): its first changes are all
+            self._pools, self._pools_of = devices.PoolBook(), slices
+        changed = slices.follow("devices")
+        if changed:
+            self._pools.apply(changed)
+        if changed or versions != self._versions:
+            inventory = devices.inventory_from(
+                classes.items(), (), claims.items(), templates.items(), self._memo, self._pools.gathered()
+            )
+            self._inventory = inventory.remembering(self._inventory)
             self._versions = versions
         return self._inventory
 

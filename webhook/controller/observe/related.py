@@ -83,7 +83,7 @@ def watch_keys(
 
 def drained(informers: Mapping[tuple[str, str], Informer]) -> list[WatchKey]:
     """What the watched workloads and group objects changed since the last pass (the informers' changes,
-    drained: the reconciler is their one reader of changes)."""
+    drained: the reconciler is the one reader that drains; others `follow`)."""
     return [
         (group_version, plural, key)
         for (group_version, plural), informer in list(informers.items())
