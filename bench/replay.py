@@ -4,7 +4,10 @@ Hours of the Philly trace (the week `gangkeeper simulate` replays, data/traces/p
 are applied to the real tier's control plane (tests/realcluster/: etcd, kube-apiserver, kube-controller-
 manager, kube-scheduler, KWOK, gangkeeper deployed from manifests/overlays/gate), once per backend on the
 same slice and the same cluster shape: --nodes KWOK nodes of 8 `nvidia.com/gpu` each, labelled in racks
-(`topology.kubernetes.io/zone`, --rack-size nodes each).
+(`topology.kubernetes.io/zone`, --rack-size nodes each). With --gpus-as dra the GPUs are DRA devices
+instead: each node publishes a ResourceSlice of 8, and each pod claims its GPUs through a
+ResourceClaimTemplate of that count (tests/realcluster/dra.py); Volcano 1.10 is left out (it allocates
+no devices, so gangkeeper refuses DRA workloads under it).
 
 Each trace job becomes a Job at its arrival time, in an opted-in namespace of its Philly virtual cluster:
 ceil(g/8) workers (as `simulate --split node` splits it), each asking for ceil(g/workers) GPUs, an Indexed
@@ -41,7 +44,8 @@ and peak memory.
 
     python bench/replay.py --backends floor,gate,native,volcano,coscheduling --nodes 16 --hours 12 \\
         --speedup 120 --json replay.json [--plots DIR] [--start 2017-10-23] [--split node|gpu] [--no-faults] \\
-        [--client-qps 100] [--head-of-line-seconds S] [--min-runtime-seconds S] [--backoff-base-seconds S]
+        [--gpus-as extended|dra] [--client-qps 100] [--head-of-line-seconds S] [--min-runtime-seconds S] \\
+        [--backoff-base-seconds S]
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config, watch
 
 from bench.cluster import GANGKEEPER, components, configure, cpu_seconds, profile_controllers, rss_mib
-from tests.realcluster import coscheduling, volcano
+from tests.realcluster import coscheduling, dra, volcano
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack, wait_until
 from webhook.controller.decide.headofline import DEFAULT_BOUND_SECONDS
@@ -135,18 +139,19 @@ def replay_jobs(
     return made
 
 
-def job_manifest(job: ReplayJob) -> dict[str, Any]:
-    gpus = {GPU: str(job.gpus_per_pod)}
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "work",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi", **gpus}, "limits": gpus},
-            }
-        ],
+def job_manifest(job: ReplayJob, gpus_as: str = "extended") -> dict[str, Any]:
+    """`gpus_as` extended: `nvidia.com/gpu` requests; dra: one claim per pod from the namespace's
+    ResourceClaimTemplate of that many devices (claim_templates)."""
+    gpus = {GPU: str(job.gpus_per_pod)} if gpus_as == "extended" else {}
+    container: dict[str, Any] = {
+        "name": "work",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi", **gpus}, "limits": gpus},
     }
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if gpus_as == "dra":
+        pod_spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"gpus-{job.gpus_per_pod}"}]
+        container["resources"]["claims"] = [{"name": "gpus"}]
     pod_spec["tolerations"] = [{"key": WORKERS_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     if job.high:
         pod_spec["priorityClassName"] = HIGH_CLASS
@@ -208,7 +213,11 @@ class Recorder:
         with self.lock:
             seen = self.pods.get(key)
             if seen is None:
-                gpus = sum(int((c.resources.requests or {}).get(GPU, 0)) for c in spec.containers)
+                gpus = sum(int((c.resources.requests or {}).get(GPU, 0)) for c in spec.containers) + sum(
+                    int(claim.resource_claim_template_name.removeprefix("gpus-"))
+                    for claim in spec.resource_claims or []
+                    if (claim.resource_claim_template_name or "").startswith("gpus-")
+                )
                 job = f"{meta.namespace}/{(meta.labels or {}).get(JOB_LABEL, '')}"
                 seen = self.pods[key] = PodSeen(job, gpus, now)
             if spec.node_name and seen.bound is None:
@@ -282,6 +291,7 @@ class Settings:
     faults: bool
     drain_limit: float  # real seconds to wait for the last jobs after the last arrival
     profiles: Path | None = None  # py-spy's samples of each gangkeeper controller, one file per backend
+    gpus_as: str = "extended"  # or dra: each node's GPUs a ResourceSlice, each pod's a ResourceClaim
 
 
 def make_nodes(stack: Stack, settings: Settings) -> list[str]:
@@ -291,10 +301,12 @@ def make_nodes(stack: Stack, settings: Settings) -> list[str]:
         settings.nodes,
         cpu="64",
         memory="512Gi",
-        gpus=GPUS_PER_NODE,
+        gpus=GPUS_PER_NODE if settings.gpus_as == "extended" else 0,
         prefix="gpu",
         labels=lambda index: {ZONE: f"rack-{index // settings.rack_size}"},
     )
+    if settings.gpus_as == "dra":  # the node's GPUs as a driver publishes them; gone with the node
+        stack.plane.apply([dra.device_class(), *(dra.node_slice(stack, node, GPUS_PER_NODE) for node in nodes)])
     stack.plane.kubectl("taint", "node", *nodes, f"{WORKERS_TAINT}=true:NoSchedule")
     return nodes
 
@@ -350,11 +362,11 @@ def all_pods(stack: Stack) -> list[dict[str, Any]]:
     return list(stack.plane.get("pods", selector=JOB_LABEL, all_namespaces=True))
 
 
-def submit(batch: client.BatchV1Api, job: ReplayJob, namespace: str) -> int:
+def submit(batch: client.BatchV1Api, job: ReplayJob, namespace: str, gpus_as: str) -> int:
     """The Job created, retried while the API (or its webhook, killed by a fault) refuses; the retries."""
     for attempt in range(120):
         try:
-            batch.create_namespaced_job(namespace, job_manifest(job))
+            batch.create_namespaced_job(namespace, job_manifest(job, gpus_as))
             return attempt
         except client.ApiException as error:
             if error.status == 409:
@@ -363,11 +375,14 @@ def submit(batch: client.BatchV1Api, job: ReplayJob, namespace: str) -> int:
     return 120
 
 
-def namespaces_for(stack: Stack, backend: str, clusters: Iterable[str]) -> dict[str, str]:
+def namespaces_for(stack: Stack, backend: str, clusters: Iterable[str], gpus_as: str) -> dict[str, str]:
     made = {}
     for cluster in sorted(set(clusters)):
         name = f"rp-{backend[:5]}-{cluster}"
         made[cluster] = stack.namespace(name, None if backend == "floor" else backend, backend != "floor")
+        if gpus_as == "dra":  # a template per pod size: gpus-N claims N devices
+            counts = range(1, GPUS_PER_NODE + 1)
+            stack.plane.apply([dra.claim_template(made[cluster], f"gpus-{n}", count=n) for n in counts])
     return made
 
 
@@ -413,19 +428,19 @@ def inject_faults(
     return done
 
 
-def submit_all(stack: Stack, jobs: list[ReplayJob], namespaces: dict[str, str], started: float) -> int:
+def submit_all(stack: Stack, jobs: list[ReplayJob], namespaces: dict[str, str], started: float, gpus_as: str) -> int:
     """Every Job at its arrival time; the creations retried (a fault's webhook outage)."""
     batch = client.BatchV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
     retries = 0
     for job in sorted(jobs, key=lambda j: j.arrival):
         time.sleep(max(0.0, started + job.arrival - time.monotonic()))
-        retries += submit(batch, job, namespaces[job.cluster])
+        retries += submit(batch, job, namespaces[job.cluster], gpus_as)
     return retries
 
 
 def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Settings) -> dict[str, Any]:
     nodes = make_nodes(stack, settings)
-    namespaces = namespaces_for(stack, backend, (j.cluster for j in jobs))
+    namespaces = namespaces_for(stack, backend, (j.cluster for j in jobs), settings.gpus_as)
     recorder, usage, stop = Recorder(frozenset(namespaces.values())), Usage(stack), threading.Event()
     keys = {job.name: f"{namespaces[job.cluster]}/{job.name}" for job in jobs}
     start_watches(stack, recorder, usage, stop)
@@ -441,7 +456,7 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
     faults: list[dict[str, Any]] = []
     injector = threading.Thread(target=lambda: faults.extend(inject_faults(stack, plan, started, settings.speedup)))
     injector.start()
-    retries = submit_all(stack, jobs, namespaces, started)
+    retries = submit_all(stack, jobs, namespaces, started, settings.gpus_as)
     injector.join()
     deadline = time.monotonic() + settings.drain_limit
     while time.monotonic() < deadline and not set(keys.values()) <= recorder.completed.keys():
@@ -857,6 +872,12 @@ def main() -> None:
             default=None,
             help=f"the controller's {key}, real s (default {default:g} / --speedup: compressed like the trace)",
         )
+    parser.add_argument(
+        "--gpus-as",
+        choices=("extended", "dra"),
+        default="extended",
+        help="extended: nvidia.com/gpu on nodes and pods; dra: ResourceSlices of 8 devices per node, a claim per pod",
+    )
     parser.add_argument("--no-faults", action="store_true")
     parser.add_argument(
         "--gangkeeper-profiles",
@@ -911,8 +932,14 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     _, sliced = trace.read(TRACE, args.start, args.hours / 24)
     jobs = replay_jobs(sliced, args.speedup, args.high_every, args.split, args.max_job_hours)
     drain = max((j.duration for j in jobs), default=0.0) + args.drain_hours * 3600 / args.speedup
-    settings = Settings(args.nodes, args.rack_size, args.speedup, not args.no_faults, drain, args.gangkeeper_profiles)
+    settings = Settings(
+        args.nodes, args.rack_size, args.speedup, not args.no_faults, drain, args.gangkeeper_profiles, args.gpus_as
+    )
     backends = [b for b in args.backends.split(",") if b]
+    if args.gpus_as == "dra" and "volcano" in backends:
+        # Volcano 1.10 binds pods with claims and allocates nothing; gangkeeper refuses them (devices_unheld)
+        print("volcano skipped: 1.10 allocates no DRA devices (its predicates plugin does from v1.12)", flush=True)
+        backends.remove("volcano")
     for name, module in (("volcano", volcano), ("coscheduling", coscheduling)):
         if name in backends and module.missing():
             print(f"{name} skipped: {module.missing()}", flush=True)
@@ -948,6 +975,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         "start",
         "speedup",
         "split",
+        "gpus_as",
         "max_job_hours",
         "high_every",
         "client_qps",

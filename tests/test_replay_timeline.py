@@ -113,7 +113,7 @@ def _pod(phase: str, node: str = "n1", deleting: bool = False) -> SimpleNamespac
     meta = SimpleNamespace(namespace="vc", name="a-0", labels={"replay.gangkeeper.io/job": "a"})
     meta.deletion_timestamp = "now" if deleting else None
     container = SimpleNamespace(resources=SimpleNamespace(requests={"nvidia.com/gpu": "1"}))
-    spec = SimpleNamespace(containers=[container], node_name=node, scheduling_gates=None)
+    spec = SimpleNamespace(containers=[container], node_name=node, scheduling_gates=None, resource_claims=None)
     return SimpleNamespace(metadata=meta, spec=spec, status=SimpleNamespace(phase=phase, container_statuses=None))
 
 
@@ -148,3 +148,28 @@ def test_a_gang_preempted_after_it_started_waits_again_in_all() -> None:
     assert waited_in_all(pods, 2, submitted=0.0) == 3.0
     assert waited_in_all(pods[:2], 2, submitted=0.0) == 1.0
     assert waited_in_all(pods[:1], 2, submitted=0.0) is None
+
+
+def test_the_replay_with_gpus_as_dra_claims_each_pods_gpus_from_a_template_of_that_count() -> None:
+    """--gpus-as dra: the Job asks no `nvidia.com/gpu`; its pods claim `gpus-N` (N devices), which
+    the namespace's templates define; both valid for the API; the recorder counts the claimed GPUs."""
+    from kubernetes import client
+
+    from bench.replay import job_manifest
+    from tests.realcluster import dra
+    from tests.schemas import validate
+
+    job = ReplayJob("j00001", "vc", arrival=0.0, duration=10.0, pods=2, gpus_per_pod=4, high=False)
+    manifest = job_manifest(job, "dra")
+    validate(manifest)
+    validate(dra.claim_template("vc", "gpus-4", count=4))
+    spec = manifest["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "gpus-4"}]
+    assert "nvidia.com/gpu" not in str(manifest)
+    assert "nvidia.com/gpu" in str(job_manifest(job))
+    pod = client.ApiClient()._ApiClient__deserialize(  # type: ignore[attr-defined]
+        {"metadata": {"name": "j00001-0", "namespace": "vc"}, "spec": spec, "status": {"phase": "Pending"}}, "V1Pod"
+    )
+    recorder = Recorder(frozenset({"vc"}))
+    recorder.see_pod("ADDED", pod, 1.0)
+    assert recorder.pods["vc/j00001-0"].gpus == 4
