@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import karpenter, workloads
+from tests.realcluster import dra, karpenter, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import assert_started_together, scheduled_at
 
@@ -282,3 +282,53 @@ def test_a_running_gang_is_not_taken_apart_by_karpenter_drift_or_consolidation(
         time.sleep(2)
     assert drifted(stack)  # still drifted, still there: their members asked not to be disrupted
     print(f"\ndrift, {backend}: 0 of 6 members evicted in 60 s; {len(drifted(stack))} drifted nodes kept")
+
+
+@pytest.mark.parametrize("ignore_dra_requests", ["true", "false"])
+def test_a_dra_gang_beside_karpenter_brings_no_node_either_way(stack: Stack, ignore_dra_requests: str) -> None:
+    """Karpenter 1.15 and DRA, both ways of its `--ignore-dra-requests`. With `true` (its default) it
+    refuses a pod with claims outright (scheduler.go `add`: NewDRAError); with `false` it simulates the
+    allocation against its instance types' ResourceSlice templates (provisioner.go, dynamicresources), and
+    its KWOK cloud provider declares none, so a new node is known to carry no device. Either way: the
+    floor's pods that found no device stay Pending and Karpenter adds no node for them; a gate gang whose
+    pods claim devices gets no placeholders (they would bring nodes with no device, for ever) and no node,
+    and waits whole saying why."""
+    if karpenter.missing():
+        pytest.skip(karpenter.missing())
+    worker = stack.replace_workers(1, cpu="4")[0]
+    dra.publish(stack, [worker], 2)
+    floor = stack.namespace(f"karpenter-dra-floor-{ignore_dra_requests}", None, opted_in=False)
+    gate = stack.namespace(f"karpenter-dra-gate-{ignore_dra_requests}", "gate")
+    with karpenter.running(stack.plane, f"--ignore-dra-requests={ignore_dra_requests}") as autoscaler:
+        stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="10s"))
+        for namespace in (floor, gate):
+            stack.plane.apply(dra.claim_template(namespace))
+        stack.plane.apply(dra.claiming(workloads.job("loose", floor, 4, "1")))
+        wait_until(lambda: len(bound(gang_pods(stack, floor, "loose"))) == 2, "two floor pods with devices bound", 60)
+        stack.plane.apply(dra.claiming(workloads.job("gang", gate, 3, "1")))
+
+        def gang_says_why() -> str | None:
+            gang = stack.plane.get("gang", "job-gang", namespace=gate)
+            message = str(((gang or {}).get("status") or {}).get("message", ""))
+            return message if "claims devices through DRA" in message else None
+
+        print(f"\ngate: {wait_until(gang_says_why, 'the Gang saying why no node comes', 90, every=1)}")
+
+        def karpenter_said() -> list[str] | None:
+            said = [
+                str(e.get("message"))
+                for e in stack.plane.get("events", namespace=floor)
+                if e.get("reason") == "FailedScheduling" and (e.get("source") or {}).get("component") == "karpenter"
+            ]
+            return said or None
+
+        said = wait_until(karpenter_said, "Karpenter's word on the floor's Pending pods", 90, every=2)
+        print(f"karpenter --ignore-dra-requests={ignore_dra_requests}: {said[0]}")
+        time.sleep(15)  # Karpenter batches for 1-3 s and would have made a NodeClaim by now
+        assert not stack.plane.get("nodeclaims.karpenter.sh"), stack.plane.get("nodeclaims.karpenter.sh")
+        assert not autoscaler.nodes()
+        assert len(bound(gang_pods(stack, floor, "loose"))) == 2  # the floor's partial start, not grown
+        assert not placeholders(stack, gate)
+        assert not bound(gang_pods(stack, gate, "gang")) and len(gang_pods(stack, gate, "gang")) == 3
+        if ignore_dra_requests == "true":
+            assert "Dynamic Resource Allocation" in said[0], said

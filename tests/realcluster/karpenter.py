@@ -66,6 +66,7 @@ def missing() -> str | None:
 class Karpenter:
     plane: ControlPlane
     process: Process | None = None
+    flags: tuple[str, ...] = ()  # more of its own flags (e.g. --ignore-dra-requests=false)
 
     def start(self) -> Karpenter:
         for crd in sorted((home() / "crds").glob("*.yaml")):
@@ -85,6 +86,7 @@ class Karpenter:
                 f"--health-probe-port={free_port()}",
                 "--batch-idle-duration=1s",
                 "--batch-max-duration=3s",
+                *self.flags,
             ],
         )
         return self
@@ -105,8 +107,8 @@ class Karpenter:
 
 
 @contextlib.contextmanager
-def running(plane: ControlPlane) -> Iterator[Karpenter]:
-    karpenter = Karpenter(plane).start()
+def running(plane: ControlPlane, *flags: str) -> Iterator[Karpenter]:
+    karpenter = Karpenter(plane, flags=flags).start()
     try:
         yield karpenter
     finally:
