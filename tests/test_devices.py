@@ -856,3 +856,39 @@ def test_another_reader_follows_an_informers_changes_apart_from_the_drain() -> N
     assert informer.follow("devices") == {"/a": None, "/b": {"metadata": {"name": "b", "resourceVersion": "2"}}}
     assert informer.follow("devices") == {}
     assert set(informer.drain()) == {"/a", "/b"}  # the drain's own, untouched by the follower
+
+
+def test_a_template_or_class_that_does_not_exist_is_warned_about_at_apply_naming_the_field() -> None:
+    """At apply, the webhook knows the namespace's ResourceClaimTemplates and the DeviceClasses (names
+    only): a pod template naming a missing template, or a template whose request can take no class that
+    exists, is admitted (either may be applied next) with a warning naming the field; nothing when all
+    exist, or when they are unknown (DRA not served, not yet listed)."""
+    from tests import builders as b
+    from webhook.admission.checks import DeviceNames
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+
+    job = b.job("train", parallelism=2, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+        {"name": "nic", "resourceClaimTemplateName": "fast-nic"},
+    ]
+    known = DeviceNames(
+        frozenset({"gpu"}), {("team-a", "one-gpu"): (("gpu",),), ("team-a", "fast-nic"): (("nic", "rdma"),)}
+    )
+    outcome = admit(job, "CREATE", make("gate"), "team-a", device_names=known)
+    assert outcome.allowed
+    assert outcome.warnings == [
+        "spec.template.spec.resourceClaims[1].resourceClaimTemplateName: ResourceClaimTemplate 'fast-nic' asks for "
+        "DeviceClass 'nic' or 'rdma', which does not exist; no device is allocated until it does, and the gang "
+        "waits whole (kubectl get deviceclasses)"
+    ], outcome.warnings
+    elsewhere = admit(job, "CREATE", make("gate"), "team-b", device_names=known)
+    assert elsewhere.allowed and len(elsewhere.warnings) == 2
+    assert elsewhere.warnings[0].startswith(
+        "spec.template.spec.resourceClaims[0].resourceClaimTemplateName: ResourceClaimTemplate 'one-gpu' does not "
+        "exist in namespace team-b"
+    )
+    present = DeviceNames(frozenset({"gpu", "rdma"}), known.templates)
+    assert admit(job, "CREATE", make("gate"), "team-a", device_names=present).warnings == []
+    assert admit(job, "CREATE", make("gate"), "team-a").warnings == []

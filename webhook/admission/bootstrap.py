@@ -13,7 +13,13 @@ from typing import Any
 from webhook import contract
 from webhook.admission.ahead import VolcanoGroupsAhead
 from webhook.admission.controller_lease import LeaseWatch
-from webhook.admission.resolve import BackendResolver, WatchedNamespaces, WatchedPriorityClasses, WatchedQueues
+from webhook.admission.resolve import (
+    BackendResolver,
+    WatchedDeviceNames,
+    WatchedNamespaces,
+    WatchedPriorityClasses,
+    WatchedQueues,
+)
 from webhook.admission.workloads import WorkloadUids
 from webhook.backends.discovery import DiscoveryCache, fetch_from_cluster
 from webhook.gangs.topology import DEFAULT_LEVELS
@@ -56,9 +62,9 @@ def build_resolver(
     **parts: Any,
 ) -> BackendResolver:
     """The webhook's collaborators. With an API: its watches started (namespace labels, API discovery,
-    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses; a gang pod's workload uid
-    read when asked), and with `wait` only once
-    the first three are known, so a worker never answers from an empty cache. Without one: the offline
+    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses, DeviceClasses and
+    ResourceClaimTemplates; a gang pod's workload uid read when asked), and with `wait` only once the
+    first three are known, so a worker never answers from an empty cache. Without one: the offline
     answers (`gangkeeper mutate`, tests). `parts` replaces any of BackendResolver's by name."""
     watched: dict[str, Any] = {}
     if api is not None:
@@ -81,6 +87,7 @@ def build_resolver(
             "controller": lease.health,
             "queues": queues.states,
             "priority_classes": priority_classes.names,
+            "device_names": WatchedDeviceNames(api, lambda: discovery.served).names,
             "workload_uids": WorkloadUids(api),
             "groups_ahead": VolcanoGroupsAhead(api),
         }

@@ -1,12 +1,13 @@
 """What the admission rules look at beyond the gang itself, each a pure function of the object and the
 cluster's settings: a scheduler of another, the Volcano queue a gang names and whether the namespace may
 use it, the PriorityClasses of a gang's members, the topology it asks for against the cluster's levels,
-and the group objects named ahead of a workload's pods. The rules in decide.py call these."""
+the ResourceClaimTemplates and DeviceClasses its pods' claims name, and the group objects named ahead of a
+workload's pods. The rules in decide.py call these."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from webhook import contract, naming
 from webhook.backends import Backend, NamespaceInfo, Target
@@ -119,6 +120,43 @@ def priority_warnings(gangs: list[Gang], known: Collection[str]) -> list[str]:
         "it exists (kubectl get priorityclasses), and its gang never starts"
         for name in missing[:3]
     ]
+
+
+@dataclass(frozen=True)
+class DeviceNames:
+    """The cluster's DeviceClasses, and its ResourceClaimTemplates with the classes each of their
+    requests may take (a request's `exactly`, or its `firstAvailable` alternatives)."""
+
+    classes: frozenset[str]
+    templates: Mapping[tuple[str, str], tuple[tuple[str, ...], ...]]  # (namespace, name) -> requests
+
+
+def device_warnings(gangs: list[Gang], namespace: str | None, known: DeviceNames) -> list[str]:
+    """A ResourceClaimTemplate the pods name that does not exist, or whose request can take no DeviceClass
+    that exists: kube-controller-manager makes no claim for such a pod (pkg/controller/resourceclaim), or
+    kube-scheduler allocates none (dynamicresources.go: "device class ... does not exist"), so the gang
+    waits whole. A warning: the template or class may be applied next. A shared ResourceClaim is not
+    looked up here (one per pod of every gang would be watched); the Gang says when one is missing."""
+    found: list[str] = []
+    for member in (m for g in gangs for m in g.members):
+        for index, name in member.claim_templates:
+            where = f"{member.path}.spec.resourceClaims[{index}].resourceClaimTemplateName"
+            requests = known.templates.get((namespace or "", name))
+            if requests is None:
+                found.append(
+                    f"{where}: ResourceClaimTemplate {name!r} does not exist in namespace {namespace}; no claim is "
+                    "made for these pods until it does, and the gang waits whole (kubectl get resourceclaimtemplates)"
+                )
+                continue
+            for classes in requests:
+                if classes and not any(c in known.classes for c in classes):
+                    wanted = " or ".join(map(repr, classes))
+                    found.append(
+                        f"{where}: ResourceClaimTemplate {name!r} asks for DeviceClass {wanted}, "
+                        "which does not exist; no device is allocated until it does, and the gang waits whole "
+                        "(kubectl get deviceclasses)"
+                    )
+    return list(dict.fromkeys(found))[:3]
 
 
 def topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> tuple[str | None, list[str]]:

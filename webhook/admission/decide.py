@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from webhook import contract, gangs
 from webhook.admission import forgery, keys
 from webhook.admission.checks import (
+    DeviceNames,
     at_lowest_class,
+    device_warnings,
     mark_not_disrupted,
     named_ahead,
     other_scheduler,
@@ -94,6 +96,7 @@ class Admission:
     protect_from_disruption: bool = True  # members carry karpenter.sh/do-not-disrupt (--protect-from-disruption)
     # (kind, namespace, name, the uid a pod claims) -> that workload's uid now; None: unknown
     workload_uids: Callable[[str, str, str, str], str | None] | None = None
+    device_names: DeviceNames | None = None  # the cluster's DeviceClasses and ResourceClaimTemplates
 
     @property
     def served(self) -> Backend:
@@ -294,6 +297,8 @@ def stamped(a: Admission) -> Outcome:
         outcome.warnings.extend(queue_warnings(outcome.group_objects, a.queues))
     if a.priority_classes is not None:
         outcome.warnings.extend(priority_warnings(plan.gangs, a.priority_classes))
+    if a.device_names is not None:
+        outcome.warnings.extend(device_warnings(plan.gangs, a.namespace, a.device_names))
     if not a.mutate:
         return outcome
     mutated: Obj = json_copy(a.obj)
@@ -353,6 +358,7 @@ def admit(
     volcano_queues: frozenset[str] = frozenset(),
     protect_from_disruption: bool = True,
     workload_uids: Callable[[str, str, str, str], str | None] | None = None,
+    device_names: DeviceNames | None = None,
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.
@@ -381,6 +387,7 @@ def admit(
         volcano_queues=volcano_queues,
         protect_from_disruption=protect_from_disruption,
         workload_uids=workload_uids,
+        device_names=device_names,
     )
     for rule in ADMISSION_RULES:
         outcome = rule(admission)

@@ -62,6 +62,11 @@ def members_of(
         render_path(count_field),
         shared,
         bool(spec.get("resourceClaims")),
+        tuple(
+            (i, str(entry["resourceClaimTemplateName"]))
+            for i, entry in enumerate(spec.get("resourceClaims") or [])
+            if isinstance(entry, dict) and entry.get("resourceClaimTemplateName")
+        ),
     )
 
 

@@ -53,6 +53,8 @@ class Members:
     # (the entry's name, the claim's name); one claim for every pod that names it, not one per pod
     shared_claims: tuple[tuple[str, str], ...] = ()
     claims_devices: bool = False  # the template's pods claim devices through DRA (spec.resourceClaims)
+    # the ResourceClaimTemplates their template names: (the entry's index in spec.resourceClaims, the name)
+    claim_templates: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
