@@ -55,6 +55,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.releaseConcurrency": {"controller": "--release-concurrency"},
     "controller.autoscaler": {"controller": "--autoscaler"},
     "controller.placeholderImage": {"controller": "--placeholder-image"},
+    "controller.maxPlaceholderPods": {"controller": "--max-placeholder-pods"},
 }
 
 

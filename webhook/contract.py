@@ -38,6 +38,8 @@ GATE: Final = f"{PREFIX}/gang-gate"
 # a placeholder pod the gate controller makes for a gang that waits on capacity on an autoscaled cluster
 # (an autoscaler adds nodes only for Unschedulable pods, never for gated ones): the gang it stands for
 PLACEHOLDER_LABEL: Final = f"{PREFIX}/placeholder-for"
+GANG_API_VERSION: Final = f"{PREFIX}/v1alpha1"  # the Gang objects (charts/gangkeeper/templates/crd.yaml)
+GANG_KIND: Final = "Gang"
 # their PriorityClass (the chart's): below every workload's, never preempting (preemptionPolicy Never),
 # and not below Cluster Autoscaler's expendable cutoff (-10), under which it would not scale up for them
 PLACEHOLDER_PRIORITY_CLASS: Final = "gangkeeper-placeholder"

@@ -12,7 +12,7 @@ from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, RELEASE_CON
 from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, MAX_BACKOFF_SECONDS
-from webhook.controller.observe.autoscaler import AUTOSCALERS, PAUSE_IMAGE
+from webhook.controller.observe.autoscaler import AUTOSCALERS, DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE
 
 
 def add(command: Command) -> None:
@@ -95,6 +95,13 @@ def add(command: Command) -> None:
     )
     controller.add_argument(
         "--placeholder-image", default=PAUSE_IMAGE, help="the image of placeholder pods (they only hold room)"
+    )
+    controller.add_argument(
+        "--max-placeholder-pods",
+        type=int,
+        default=DEFAULT_MAX_PLACEHOLDER_PODS,
+        help="placeholder pods in the cluster at once; a gang whose placeholders would pass it gets none and "
+        "says so (%(default)s)",
     )
     controller.add_argument("--log-level", default="info")
     options.add_gang_limit(controller)

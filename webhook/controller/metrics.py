@@ -22,6 +22,10 @@ PLACEHOLDERS = Counter(
     "Placeholder pods made for gangs that wait on an autoscaler's capacity, and deleted",
     ["action"],
 )
+PLACEHOLDERS_NOW = Gauge(
+    "gangkeeper_placeholder_pods_now",
+    "Placeholder pods in the cluster (at most the controller's maxPlaceholderPods)",
+)
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
 POD_WAKES = Counter(
     "gangkeeper_pod_wakes", "Waiting coscheduling pods annotated so a scheduler that lost them queues them again"

@@ -14,10 +14,8 @@ from webhook import contract
 from webhook.controller.decide.pods import Release, format_time, parse_time
 from webhook.controller.decide.situation import History
 
-API_VERSION = "gangkeeper.io/v1alpha1"
-
-
-KIND = "Gang"
+API_VERSION = contract.GANG_API_VERSION
+KIND = contract.GANG_KIND
 
 
 MAX_MESSAGE = 1024

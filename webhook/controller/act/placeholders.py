@@ -9,6 +9,13 @@ kube-scheduler schedules or refuses like the member would. The autoscaler provis
 ones; as they bind, the room they hold counts as the gang's own (cycle.py) and once the gang fits there
 it is released onto that room, its placeholders deleted in the same turn.
 
+A placeholder is known by who made it, not by its label: the label and an owner reference to the Gang
+it names (observe/cluster.py placeholder_owner), which only the controller's account may put on a pod
+(ValidatingAdmissionPolicy gangkeeper-placeholders-made-by-the-controller-only); one whose Gang is not
+the gang's Gang now (another uid: an earlier Gang of that name) is deleted, never counted. It is
+deleted as any pod is (its own grace period, no force), by uid. The cluster holds at most
+`maxPlaceholderPods` of them: a gang whose placeholders would pass that gets none, and says so.
+
 A placeholder is never a member (it carries no gang label, and gangkeeper.io/skip keeps every webhook
 off it); it never preempts and is the first thing any scheduler preempts (PriorityClass
 gangkeeper-placeholder, value -10: the lowest Cluster Autoscaler still scales up for); it is owned by the
@@ -32,13 +39,15 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS as POD_COUNT
 from webhook.controller.decide.shapes import show
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.autoscaler import PAUSE_IMAGE
+from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
 
 # the states in which a gang waits on capacity alone (not on the queue, its members, a backoff)
 WAITS_ON_CAPACITY = (GangState.WAITING_FOR_CAPACITY, GangState.NEVER_FITS)
+# a pause container ends at once on SIGTERM; the grace is a bound, not a wait
+PLACEHOLDER_GRACE_SECONDS = 5
 
 
 def placeholder_name(member: PodView) -> str:
@@ -58,7 +67,7 @@ def placeholder_for(member: PodView, raw: Mapping[str, Any], gang_object: Mappin
     requests = quantities(member.shape.requests)
     pod_spec: Obj = {
         "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": PLACEHOLDER_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -113,10 +122,12 @@ def wanted(gang: GangView, decision: Decision, autoscaled: bool) -> dict[str, tu
     }
 
 
-def progress(gang_key: str, index: ClusterIndex, wanted_count: int, pools: Sequence[NodePoolRoom] = ()) -> str:
+def progress(
+    gang_key: str, owner_uid: str, index: ClusterIndex, wanted_count: int, pools: Sequence[NodePoolRoom] = ()
+) -> str:
     """What the Gang says while the autoscaler works: how many of its pods have room, and the NodePool
     limits that stop the rest, if every NodePool's does."""
-    held = index.placeholders.get(gang_key, {}).values()
+    held = index.placeholders_of(gang_key, owner_uid).values()
     bound = sum(1 for node, _ in held if node)
     said = f"waiting for the autoscaler: capacity for {bound} of {wanted_count} pods provisioned"
     need: dict[str, int] = {}
@@ -154,9 +165,11 @@ class Placeholders:
         may_write: Callable[[], bool] = lambda: True,
         image: str = PAUSE_IMAGE,
         pools: Callable[[], Sequence[NodePoolRoom]] = lambda: (),
+        most: int = DEFAULT_MAX_PLACEHOLDER_PODS,
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
+        self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
 
     def sync(self, gang: GangView, decision: Decision) -> Decision:
         """Make the gang's placeholders what its decision calls for; the decision says how far along,
@@ -168,19 +181,34 @@ class Placeholders:
         hopeless = never_held({view.name: view.shape for view, _ in want.values()}, self.pools()) if want else None
         if hopeless:
             want = {}
+        owner = self.gang_object(gang.namespace, gang.name)
+        uid = str((owner or {}).get("metadata", {}).get("uid") or "")
+        owners = self.index.placeholder_owners
+        stale = {key for key in have if uid and owners.get(key, ("", ""))[0] != uid}  # an earlier Gang's
+        missing = [name for name in want if f"{gang.namespace}/{name}" not in have.keys() - stale]
+        elsewhere = sum(len(held) for key, held in self.index.placeholders.items() if key != gang.key)
+        capped = bool(missing) and elsewhere + len(want) > self.most
+        if capped:  # all of the gang's or none: a part would hold room that starts nothing
+            want = {}
         if self.may_write():
-            for key in have.keys() - {f"{gang.namespace}/{name}" for name in want}:
+            for key in (have.keys() - {f"{gang.namespace}/{name}" for name in want}) | stale:
                 self._delete(key)
-            owner = self.gang_object(gang.namespace, gang.name)
-            if owner is not None and (owner.get("metadata") or {}).get("uid"):
-                for name, (view, raw) in want.items():
-                    if f"{gang.namespace}/{name}" not in have:
-                        self._create(placeholder_for(view, raw, owner, self.image))
+            if owner is not None and uid:
+                for name in missing if want else ():
+                    view, raw = want[name]
+                    self._create(placeholder_for(view, raw, owner, self.image))
+        metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
         if hopeless:
             return replace(decision, message=f"{decision.message}; no placeholders: {hopeless}")
+        if capped:
+            said = (
+                f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
+                f"{len(missing)} more would pass maxPlaceholderPods ({self.most}); waiting for them to go"
+            )
+            return replace(decision, message=f"{decision.message}; {said}")
         if not want:
             return decision
-        said = progress(gang.key, self.index, len(want), self.pools())
+        said = progress(gang.key, uid, self.index, len(want), self.pools())
         return replace(decision, message=f"{decision.message}; {said}")
 
     def sweep(self, live: Mapping[str, GangView]) -> None:
@@ -200,10 +228,13 @@ class Placeholders:
                 metrics.API_ERRORS.labels("create", str(error.status)).inc()
 
     def _delete(self, key: str) -> None:
+        """Deleted as any pod is (its own grace period), and only the very pod seen (its uid)."""
         namespace, _, name = key.partition("/")
+        pod_uid = self.index.placeholder_owners.get(key, ("", ""))[1]
+        body = {"preconditions": {"uid": pod_uid}} if pod_uid else None
         try:
-            self.api.request("DELETE", PODS.path(namespace, name), body={"gracePeriodSeconds": 0}, answer=False)
+            self.api.request("DELETE", PODS.path(namespace, name), body=body, answer=False)
             metrics.PLACEHOLDERS.labels("deleted").inc()
         except ApiError as error:
-            if error.status != 404:
+            if error.status not in (404, 409):  # 409: the uid differs, another pod of that name now
                 metrics.API_ERRORS.labels("delete", str(error.status)).inc()

@@ -223,7 +223,7 @@ class Inventory:
     # remembered answers; each keeps the objects its key names by id, so no other object takes that id:
     # by pool, what each subrequest selects there
     _selected: dict[int, tuple[Pool, dict[Subrequest, tuple[Device, ...]]]] = field(default_factory=dict)
-    _demands: dict[tuple[str, str], tuple[Any, Any, Demand]] = field(default_factory=dict)
+    _demands: dict[tuple[str, Any], tuple[Any, Any, Demand]] = field(default_factory=dict)
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
         pools = self._pools_of.get(node.name)
@@ -284,8 +284,9 @@ class Inventory:
     def demand(self, namespace: str, spec: Mapping[str, Any]) -> Demand:
         """`pod_demand`, remembered by what it reads of the spec (a gang's pods share their template)."""
         claims, containers = spec.get("resourceClaims"), spec.get("containers")
+        key: tuple[str, Any]
         if is_canonical(claims) and is_canonical(containers):  # the controller's cached pods (informer.py)
-            key = (namespace, f"{id(claims)}/{id(containers)}")
+            key = (namespace, (id(claims), id(containers)))
         else:
             key = (namespace, json.dumps([claims, _extended_requests(spec)], sort_keys=True))
             claims = containers = None  # the key holds what it reads
@@ -353,7 +354,9 @@ class Inventory:
         if len(before.pools) == len(self.pools):
             pairs = [(old, new) for old, new in zip(before.pools, self.pools, strict=True) if old is not new]
             gone, came = [old for old, _ in pairs], [new for _, new in pairs]
-            if {id(p) for p in gone}.isdisjoint(id(p) for p in self.pools):
+            # a pool of `before` still here at another place differs from what is at that place too, so
+            # it is among those that came: none is, and the pools that went are exactly these
+            if {id(p) for p in gone}.isdisjoint(id(p) for p in came):
                 return gone, came
         old_pools, new_pools = {id(p): p for p in before.pools}, {id(p): p for p in self.pools}
         return (
@@ -590,6 +593,7 @@ class PoolBook:
     _pool_of: dict[str, PoolKey] = field(default_factory=dict)
     _gathered: dict[PoolKey, tuple[list[Pool], list[str]]] = field(default_factory=dict)
     _start: dict[PoolKey, int] = field(default_factory=dict)  # where each pool's Pools are in `pools`
+    _unreadable: set[PoolKey] = field(default_factory=set)  # the pools with a slice that could not be read
     _now: Gathered = field(default_factory=lambda: Gathered([], [], PoolIndex({}, [], {}, {})))
 
     def apply(self, changes: Mapping[str, Obj | None]) -> None:
@@ -619,15 +623,20 @@ class PoolBook:
         for key in dirty:
             old = self._gathered.pop(key, ([], []))[0]
             members = self._members.get(key)
+            self._unreadable.discard(key)
             if members:
                 problems: list[str] = []
                 self._gathered[key] = (gather_pools([self._slices[k] for k in sorted(members)], problems), problems)
+                if problems:
+                    self._unreadable.add(key)
             else:
                 self._members.pop(key, None)
             new = self._gathered.get(key, ([], []))[0]
             for pool in old:
                 if pool.node_name:
                     local[pool.node_name] = [p for p in local.get(pool.node_name, ()) if p is not pool]
+                    if not local[pool.node_name]:
+                        del local[pool.node_name]
             for pool in new:
                 if pool.node_name:
                     local[pool.node_name] = [*local.get(pool.node_name, ()), pool]
@@ -642,8 +651,7 @@ class PoolBook:
                 pools[at : at + len(new)] = new  # a pool republished in place: the rest stay where they are
             else:
                 pools = None
-        local = {node: found for node, found in local.items() if found}
-        problems = [p for key in sorted(self._gathered) for p in self._gathered[key][1]]
+        problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
         if pools is None:
             pools, self._start = [], {}
             for key in sorted(self._gathered):
@@ -865,6 +873,30 @@ class Allocator:
         self.picked.update(picked)
         self.shared.update(shared)
         return None
+
+    def allocate_alike(self, demand: Demand, node: Node, pods: int) -> bool:
+        """`pods` pods of this one demand on `node` at once, when that is the same as one by one: a single
+        claim of its own, one request of ExactCount, and only pools of this node (what no pod elsewhere
+        can take). False, nothing taken, when it is not so or the devices are too few: then one by one
+        says which pod cannot be placed, and why."""
+        if demand.problems or demand.unmodelled or len(demand.claims) != 1:
+            return False
+        claim = demand.claims[0]
+        if claim.shared or claim.allocated or len(claim.requests) != 1 or len(claim.requests[0].alternatives) != 1:
+            return False
+        sub = claim.requests[0].alternatives[0]
+        pools = self.inventory.pools_for(node)
+        if sub.all or not all(pool.node_name == node.name for pool in pools):
+            return False
+        wanted = sub.count * pods
+        try:
+            eligible = self._eligible(sub, pools, set(), enough=wanted)
+        except device_cel.SelectorError:
+            return False
+        if eligible is None or len(eligible) < wanted:
+            return False
+        self.picked.update(d.id for d in eligible)
+        return True
 
     def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
         """The nodes from which every device is reachable (None: every node)."""

@@ -13,6 +13,7 @@ from webhook.controller.decide.shapes import Taint, to_units
 from webhook.kube import Api, ApiError, Resource
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+DEFAULT_MAX_PLACEHOLDER_PODS = 2000  # placeholder pods in the cluster at once: a few large gangs' worth
 NODEPOOLS = Resource("karpenter.sh/v1", "nodepools")
 AUTOSCALERS = ("auto", "karpenter", "cluster-autoscaler", "none")
 CHECK_SECONDS = 15.0  # a NodePool made or removed is seen within this long

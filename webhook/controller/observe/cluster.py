@@ -51,6 +51,24 @@ def _add(target: dict[str, int], units: Iterable[tuple[str, int]], sign: int) ->
         target[resource] = target.get(resource, 0) + sign * amount
 
 
+def placeholder_owner(meta: Obj) -> str | None:
+    """The uid of the Gang a placeholder pod is owned by, the Gang its label names (a pod that carries the
+    label with no such owner is not one: the label alone is anyone's to write). Only the controller's
+    account may make a pod that has either (ValidatingAdmissionPolicy
+    gangkeeper-placeholders-made-by-the-controller-only), so the controller counts and deletes its own."""
+    name = (meta.get("labels") or {}).get(contract.PLACEHOLDER_LABEL)
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            isinstance(ref, dict)
+            and ref.get("apiVersion") == contract.GANG_API_VERSION
+            and ref.get("kind") == contract.GANG_KIND
+            and ref.get("name") == name
+            and ref.get("uid")
+        ):
+            return str(ref["uid"])
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Hold:
     """What one pod takes from its node (its requests: the shape's tuple, shared by identical pods)."""
@@ -97,6 +115,8 @@ class ClusterIndex:
         # "namespace/group" -> placeholder pod key -> (its node or "", its requests): what an autoscaler
         # made room for on the gang's behalf (controller/act/placeholders.py)
         self.placeholders: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
+        # placeholder pod key -> (the uid of the Gang owning it, its own uid)
+        self.placeholder_owners: dict[str, tuple[str, str]] = {}
         self.gated = 0
         self._version = 0
         self._node_list: list[Node] | None = None
@@ -243,7 +263,9 @@ class ClusterIndex:
         if not spec.get("schedulingGates") and contract.GROUP_LABEL not in labels:
             self._set_plain(key, meta, spec, (pod.get("status") or {}).get("phase"))
             stands_for = labels.get(contract.PLACEHOLDER_LABEL)
-            if stands_for and not meta.get("deletionTimestamp"):
+            owner = placeholder_owner(meta) if stands_for else None
+            if owner is not None and not meta.get("deletionTimestamp"):
+                self.placeholder_owners[key] = (owner, str(meta.get("uid") or ""))
                 self._set_placeholder(key, f"{meta.get('namespace', '')}/{stands_for}", spec)
             return
         group = member_group(pod)
@@ -289,6 +311,16 @@ class ClusterIndex:
             self._take(hold, +1, key)
         self.pods[key] = _Seen(meta.get("resourceVersion", ""), "", False, False)
 
+    def placeholders_of(self, gang: str, owner_uid: str) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
+        """The gang's placeholders that its Gang now owns (`owner_uid`): those of an earlier Gang of its
+        name hold no room of this one's."""
+        owners = self.placeholder_owners
+        return {
+            key: held
+            for key, held in self.placeholders.get(gang, {}).items()
+            if owner_uid and owners.get(key, ("", ""))[0] == owner_uid
+        }
+
     def _set_placeholder(self, key: str, gang: str, spec: Obj) -> None:
         """A placeholder holds capacity as any pod does (_set_plain); it is also its gang's, whose waiting
         decision it changes when it binds."""
@@ -300,6 +332,7 @@ class ClusterIndex:
 
     def _forget(self, key: str, old: _Seen) -> None:
         if old.placeholder_for:
+            self.placeholder_owners.pop(key, None)
             held = self.placeholders.get(old.placeholder_for)
             if held is not None:
                 held.pop(key, None)

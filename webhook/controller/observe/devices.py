@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from webhook.controller.decide import devices
-from webhook.controller.decide.devices import Allocator, Inventory, claims_devices
+from webhook.controller.decide.devices import Allocator, Demand, Inventory, claims_devices
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.informer import Informer
@@ -76,14 +76,22 @@ def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str,
             on = index.nodes.get(node)
             if on is not None:
                 allocator.allocate(inventory.demand(view.namespace, raw.get("spec") or {}), on)
+        # the pods alike on one node, in name order: allocated together where nothing else can take the
+        # same devices (Allocator.allocate_alike), else one by one
+        alike: dict[tuple[str, int], tuple[Demand, list[str]]] = {}
         for name, node_name in sorted(chosen.items()):
-            target = index.nodes.get(node_name)
             pod = raw_of.get(name)
-            if target is None or pod is None:
+            if pod is not None and node_name in index.nodes:
+                demand = inventory.demand(gang.namespace, pod.get("spec") or {})
+                alike.setdefault((node_name, id(demand)), (demand, []))[1].append(name)
+        for (node_name, _), (demand, names) in alike.items():
+            target = index.nodes[node_name]
+            if len(names) > 1 and allocator.allocate_alike(demand, target, len(names)):
                 continue
-            why = allocator.allocate(inventory.demand(gang.namespace, pod.get("spec") or {}), target)
-            if why is not None:
-                return f"pod {name} on {node_name}: {why}"
+            for name in names:
+                why = allocator.allocate(demand, target)
+                if why is not None:
+                    return f"pod {name} on {node_name}: {why}"
         return None
 
     return check

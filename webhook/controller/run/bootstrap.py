@@ -23,7 +23,7 @@ from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, RELEASE_CON
 from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS
-from webhook.controller.observe.autoscaler import PAUSE_IMAGE, Autoscaler
+from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE, Autoscaler
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.resolve import Workloads
 from webhook.controller.run.cycle import ReleaseCycle
@@ -49,6 +49,7 @@ class ControllerSettings:
     backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
     autoscaler: str = "auto"
     placeholder_image: str = PAUSE_IMAGE
+    max_placeholder_pods: int = DEFAULT_MAX_PLACEHOLDER_PODS
     component: str = "gangkeeper-controller"  # the Events' reporting component
     orphan_seconds: float = 30.0  # test-only: how often stray group objects are looked for
     resync_seconds: float = 10.0  # test-only: how long a gang's workload read is trusted without a change
@@ -113,7 +114,14 @@ def wire(
     index = ClusterIndex(gang_objects.releases)
     autoscaler = Autoscaler(api, settings.autoscaler)
     placeholders = Placeholders(
-        api, index, gang_objects.get, autoscaler.present, may_write, settings.placeholder_image, autoscaler.pools
+        api,
+        index,
+        gang_objects.get,
+        autoscaler.present,
+        may_write,
+        settings.placeholder_image,
+        autoscaler.pools,
+        settings.max_placeholder_pods,
     )
     cycle = ReleaseCycle(
         index,

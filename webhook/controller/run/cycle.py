@@ -124,7 +124,7 @@ class ReleaseCycle:
         held = self.reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
-        own = self._placeholder_room(gang.key)
+        own = self._placeholder_room(gang)
         if own:  # what an autoscaler made room for on this gang's behalf is its own to use
             adjust(free, own, +1)
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
@@ -159,10 +159,15 @@ class ReleaseCycle:
             self.waiting[gang.key] = waiting
         return decision, room
 
-    def _placeholder_room(self, gang_key: str) -> dict[str, dict[str, int]]:
-        """Node -> the requests of the gang's placeholders bound there."""
+    def _placeholder_room(self, gang: GangView) -> dict[str, dict[str, int]]:
+        """Node -> the requests of the gang's placeholders (its Gang's own) bound there."""
         room: dict[str, dict[str, int]] = {}
-        for node, units in self.index.placeholders.get(gang_key, {}).values():
+        if gang.key not in self.index.placeholders:
+            return room
+        owner = self.gang_objects.get(gang.namespace, gang.name) or {}
+        for node, units in self.index.placeholders_of(
+            gang.key, str(owner.get("metadata", {}).get("uid") or "")
+        ).values():
             if node:
                 node_room = room.setdefault(node, {})
                 for name, amount in units:
