@@ -442,5 +442,7 @@ def test_rbac_is_exactly_what_the_code_calls(account: str, tmp_path: Path) -> No
             (r.group_version.rpartition("/")[0], f"{r.plural}/finalizers", "update")
             for r in WORKLOAD_RESOURCES.values()
         }
+    if account == "gangkeeper-controller":  # asked of the authorizer by a ValidatingAdmissionPolicy, not called
+        declared |= {("gangkeeper.io", "gangs", "placehold")}
     extra = sorted(granted(rules) - used - declared)
     assert extra == [], f"permissions no code path uses: {extra}"

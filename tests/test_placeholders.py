@@ -312,3 +312,65 @@ def test_a_pods_scheduler_verdict_is_read_from_its_podscheduled_condition() -> N
     assert not with_reason(None).passed_over and not with_reason(None).unschedulable
     # a gated pod (another gate, Kueue's) is not one the scheduler looked at
     assert not with_reason("SchedulingGated").passed_over and not with_reason("SchedulingGated").unschedulable
+
+
+def test_a_pod_dressed_as_a_placeholder_is_neither_counted_nor_deleted(apiserver: TestApiServer, api: Api) -> None:
+    """A placeholder is one the controller made: the label and an owner reference to the gang's Gang
+    now (its uid). A tenant's pod with the label alone, or owned by another uid, holds no room for the
+    gang and is never deleted by it; a placeholder of an earlier Gang of that name is deleted, by uid."""
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    add_job_pods(store, add_job(store, "train", parallelism=2, cpu="3"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    controller.reconcile_once()
+    gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
+    made = {p["metadata"]["name"] for p in placeholders(store)}
+    assert len(made) == 2
+
+    def dressed(name: str, owner_uid: str | None) -> dict[str, Any]:
+        pod = b.pod(name, labels={"gangkeeper.io/placeholder-for": "job-train"}, spec=b.pod_spec(b.container("3")))
+        pod["metadata"]["namespace"] = "team-a"
+        if owner_uid is not None:
+            ref = {"apiVersion": "gangkeeper.io/v1alpha1", "kind": "Gang", "name": "job-train", "uid": owner_uid}
+            pod["metadata"]["ownerReferences"] = [ref]
+        pod["spec"]["nodeName"] = "small"  # bound: room a placeholder would hand to the gang
+        return pod
+
+    store.create("v1", "pods", "team-a", dressed("labelled", None))
+    store.create("v1", "pods", "team-a", dressed("earlier-gang", "uid-of-an-earlier-gang"))
+    decision = controller.reconcile_once()["team-a/job-train"]
+    left = {p["metadata"]["name"] for p in pods(store)}
+    assert "labelled" in left  # not the controller's: untouched
+    assert "earlier-gang" not in left  # its own kind, an earlier Gang's: deleted
+    assert "capacity for 0 of 2 pods provisioned" in decision.message, decision.message
+    assert {p["metadata"]["name"] for p in placeholders(store)} - {"labelled"} == made
+    assert gang["metadata"]["uid"] != "uid-of-an-earlier-gang"
+
+
+def test_no_more_placeholders_than_the_cap_and_the_gang_past_it_says_so(apiserver: TestApiServer, api: Api) -> None:
+    """maxPlaceholderPods: a gang whose placeholders would pass it gets none (never part of them), and its
+    Gang says why; once the first gang's go, the second gets its own."""
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", node("small", cpu="1"))
+    add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=4)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    assert len(placeholders(store)) == 3
+    add_job_pods(store, add_job(store, "second", parallelism=2, cpu="2"))
+    controller.reconcile_once()
+    decision = controller.reconcile_once()["team-a/job-second"]
+    assert len(placeholders(store)) == 3
+    assert "no placeholders: the cluster holds 3 for other gangs, and this gang's 2 more would pass" in (
+        decision.message
+    ), decision.message
+    store.delete("batch/v1", "jobs", "team-a", "first")
+    for pod in [p for p in pods(store) if p["metadata"]["name"].startswith("first-")]:
+        store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    controller.reconcile_once()
+    controller.reconcile_once()
+    left = {p["metadata"]["labels"]["gangkeeper.io/placeholder-for"] for p in placeholders(store)}
+    assert left == {"job-second"} and len(placeholders(store)) == 2

@@ -190,3 +190,38 @@ def test_pods_the_job_and_statefulset_controllers_create_skip_the_validating_cal
     assert after_workloads[0] == called + 2  # the Job and the StatefulSet, not their five pods
     assert after_workloads[1] >= skipped + 5
     assert after_users_pod[0] == after_workloads[0] + 1
+
+
+def test_only_the_controller_makes_placeholder_pods(stack: Stack) -> None:
+    """A tenant who may create pods (the built-in `edit` role in its namespace) may not make a pod that
+    carries gangkeeper's placeholder label or names a Gang as owner, nor give either to a pod it has:
+    the chart's ValidatingAdmissionPolicy asks the authorizer for the verb `placehold` on gangs, which
+    only the controller's ClusterRole grants. So no tenant pod is counted as a gang's room or deleted as
+    a placeholder. (The controller's own placeholders are made in tests/test_real_autoscale.py.)"""
+    stack.replace_workers(1)
+    namespace = stack.namespace("dressing", "gate")
+    stack.plane.kubectl("-n", namespace, "create", "rolebinding", "tenant-edits", "--clusterrole=edit", "--user=tenant")
+
+    def as_tenant(*args: str, stdin: str | None = None) -> Any:
+        return stack.plane.kubectl("--as=tenant", "-n", namespace, *args, stdin=stdin, check=False)
+
+    def pod(name: str, labels: dict[str, str], owners: list[dict[str, str]] | None = None) -> str:
+        meta: dict[str, Any] = {"name": name, "labels": labels}
+        if owners:
+            meta["ownerReferences"] = owners
+        spec = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+    refusal = "only gangkeeper's controller makes placeholder pods"
+    labelled = as_tenant("create", "-f", "-", stdin=pod("labelled", {"gangkeeper.io/placeholder-for": "job-x"}))
+    assert labelled.returncode != 0 and refusal in labelled.stderr, labelled.stderr
+    gang_owner = [{"apiVersion": "gangkeeper.io/v1alpha1", "kind": "Gang", "name": "job-x", "uid": "0000"}]
+    owned = as_tenant("create", "-f", "-", stdin=pod("owned", {}, gang_owner))
+    assert owned.returncode != 0 and refusal in owned.stderr, owned.stderr
+    plain = as_tenant("create", "-f", "-", stdin=pod("plain", {"app": "mine"}))
+    assert plain.returncode == 0, plain.stderr
+    relabelled = as_tenant("label", "pod", "plain", "gangkeeper.io/placeholder-for=job-x")
+    assert relabelled.returncode != 0 and refusal in relabelled.stderr, relabelled.stderr
+    assert "gangkeeper.io/placeholder-for" not in (stack.plane.get("pod", "plain", namespace=namespace) or {}).get(
+        "metadata", {}
+    ).get("labels", {})

@@ -100,6 +100,7 @@ controller:
   nativeVersion: {{ .Values.controller.nativeVersion | quote }}
   autoscaler: {{ .Values.controller.autoscaler }}
   placeholderImage: {{ .Values.controller.placeholderImage | quote }}
+  maxPlaceholderPods: {{ .Values.controller.maxPlaceholderPods }}
 {{- end }}
 
 {{/* Mounting the Configuration, and restarting pods when it changes. */}}
