@@ -229,6 +229,22 @@ def test_a_pods_own_disruption_word_and_the_setting_are_kept() -> None:
     )
 
 
+def test_a_namespace_opts_out_of_disruption_protection_by_its_label() -> None:
+    """gangkeeper.io/protect-from-disruption: "false" on the namespace: its gang pods are left to
+    Karpenter's consolidation and drift; any other value, or none, keeps the protection."""
+    from webhook.backends import NamespaceInfo
+
+    def marked(labels: dict[str, str]) -> bool:
+        pod = copied(owner=("batch/v1", "Job", "train"))
+        outcome = admit(pod, "CREATE", make("gate"), "team-a", namespace_info=NamespaceInfo(labels=labels))
+        assert outcome.mutated is not None
+        return outcome.mutated["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") == "true"
+
+    assert not marked({"gangkeeper.io/enabled": "true", "gangkeeper.io/protect-from-disruption": "false"})
+    assert marked({"gangkeeper.io/enabled": "true", "gangkeeper.io/protect-from-disruption": "true"})
+    assert marked({"gangkeeper.io/enabled": "true"})
+
+
 # --- membership by uid: a workload deleted and made again under its name --------------------------
 def jobset_job(uid: str = "js-uid-1") -> dict[str, Any]:
     """A Job as the JobSet controller makes it: its template carries JobSet js's stamp, and its

@@ -6,6 +6,8 @@ PREFIX: Final = "gangkeeper.io"
 
 NAMESPACE_ENABLED_LABEL: Final = f"{PREFIX}/enabled"
 NAMESPACE_BACKEND_LABEL: Final = f"{PREFIX}/backend"
+# "false" on a namespace: its gang pods are not marked karpenter.sh/do-not-disrupt (protectFromDisruption)
+NAMESPACE_PROTECT_LABEL: Final = f"{PREFIX}/protect-from-disruption"
 # the schedulerName a namespace's gangs get (Volcano or coscheduling), when not the cluster's default:
 # scheduler-plugins' production install runs Coscheduling inside default-scheduler itself
 NAMESPACE_SCHEDULER_ANNOTATION: Final = f"{PREFIX}/scheduler-name"

@@ -99,6 +99,13 @@ class Admission:
     device_names: DeviceNames | None = None  # the cluster's DeviceClasses and ResourceClaimTemplates
 
     @property
+    def protects_from_disruption(self) -> bool:
+        """Gang pods are marked karpenter.sh/do-not-disrupt where the Configuration says so and their
+        namespace does not opt out (its label gangkeeper.io/protect-from-disruption: "false")."""
+        opted_out = self.namespace_info.labels.get(contract.NAMESPACE_PROTECT_LABEL) == "false"
+        return self.protect_from_disruption and not opted_out
+
+    @property
     def served(self) -> Backend:
         """The backend, for the rules after `backend_unavailable` (which refuses when there is none)."""
         assert not isinstance(self.backend, Unavailable)
@@ -304,7 +311,7 @@ def stamped(a: Admission) -> Outcome:
     mutated: Obj = json_copy(a.obj)
     if plan.pod_gang is not None:
         backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
-        if a.protect_from_disruption:
+        if a.protects_from_disruption:
             mark_not_disrupted(mutated)
     for stamp in plan.templates:
         template = get_path(mutated, stamp.path)
