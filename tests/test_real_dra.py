@@ -108,8 +108,8 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
     print(wait_until(warned, "the warning at apply", 30, every=1))
     result = stack.plane.kubectl("apply", "-f", "-", stdin=missing)
     assert (
-        "spec.template.spec.resourceClaims[0].resourceClaimTemplateName: ResourceClaimTemplate 'no-such-template' "
-        f"does not exist in namespace {namespace}" in result.stderr
+        "ResourceClaimTemplate 'no-such-template' does not exist (spec.template.spec.resourceClaims[0]); the gang "
+        "waits\n" in result.stderr
     ), result.stderr
 
     def messages() -> dict[str, str] | None:

@@ -135,27 +135,21 @@ def device_warnings(gangs: list[Gang], namespace: str | None, known: DeviceNames
     """A ResourceClaimTemplate the pods name that does not exist, or whose request can take no DeviceClass
     that exists: kube-controller-manager makes no claim for such a pod (pkg/controller/resourceclaim), or
     kube-scheduler allocates none (dynamicresources.go: "device class ... does not exist"), so the gang
-    waits whole. A warning: the template or class may be applied next. A shared ResourceClaim is not
-    looked up here (one per pod of every gang would be watched); the Gang says when one is missing."""
+    waits whole. A warning: the template or class may be applied next. What matters comes first (the API
+    server shows about 120 characters, review.py MAX_WARNING). A shared ResourceClaim is not looked up
+    here (one per pod of every gang would be watched); the Gang says when one is missing."""
     found: list[str] = []
     for member in (m for g in gangs for m in g.members):
         for index, name in member.claim_templates:
-            where = f"{member.path}.spec.resourceClaims[{index}].resourceClaimTemplateName"
+            where = f"{member.path}.spec.resourceClaims[{index}]"
             requests = known.templates.get((namespace or "", name))
             if requests is None:
-                found.append(
-                    f"{where}: ResourceClaimTemplate {name!r} does not exist in namespace {namespace}; no claim is "
-                    "made for these pods until it does, and the gang waits whole (kubectl get resourceclaimtemplates)"
-                )
+                found.append(f"ResourceClaimTemplate {name!r} does not exist ({where}); the gang waits")
                 continue
             for classes in requests:
                 if classes and not any(c in known.classes for c in classes):
                     wanted = " or ".join(map(repr, classes))
-                    found.append(
-                        f"{where}: ResourceClaimTemplate {name!r} asks for DeviceClass {wanted}, "
-                        "which does not exist; no device is allocated until it does, and the gang waits whole "
-                        "(kubectl get deviceclasses)"
-                    )
+                    found.append(f"DeviceClass {wanted} does not exist (ResourceClaimTemplate {name!r}, {where})")
     return list(dict.fromkeys(found))[:3]
 
 
