@@ -120,8 +120,10 @@ def test_a_placeholder_holds_room_no_other_gang_may_take(apiserver: TestApiServe
 def test_a_nodepool_limit_below_the_gangs_need_is_named_and_the_gang_waits_whole(
     apiserver: TestApiServer, api: Api
 ) -> None:
-    """Karpenter adds no node past a NodePool's spec.limits: a gang whose pods without room need more
-    than every NodePool may still add waits whole, and its Gang says which limit stops it."""
+    """Karpenter adds no node past a NodePool's spec.limits: a gang whose waiting pods need more than
+    the nodes there are and every NodePool may still add could never start whole, so it gets no
+    placeholders (they would only hold room others' pods could use), waits whole, and its Gang says which
+    limits stop it."""
     store = apiserver.store
     store.served["karpenter.sh/v1"] = {"nodepools"}
     for name, limit in (("small-pool", "4"), ("gpu-pool", "64")):
@@ -134,13 +136,15 @@ def test_a_nodepool_limit_below_the_gangs_need_is_named_and_the_gang_waits_whole
     controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     controller.reconcile_once()
     controller.reconcile_once()
-    default_scheduler(store)  # one placeholder binds on the room there is; three need 9 CPUs
+    default_scheduler(store)
     decision = controller.reconcile_once()["team-a/job-train"]
-    assert "capacity for 1 of 4 pods provisioned" in decision.message, decision.message
-    assert "its pods without room need 9 cpu, 3Gi memory, more than any NodePool's limits allow" in decision.message
-    assert "NodePool small-pool may add 2 cpu more (spec.limits 4 cpu)" in decision.message
-    assert "NodePool gpu-pool may add 3 cpu more (spec.limits 5 cpu)" in decision.message
-    assert not any(p["spec"].get("nodeName") for p in pods(store) if p not in placeholders(store))
+    assert placeholders(store) == [], decision.message
+    assert (
+        "no placeholders: its 4 waiting pods need 12 cpu, more than the nodes there are (4 cpu) and every "
+        "NodePool's limits allow: NodePool gpu-pool may add 3 cpu more (spec.limits 5 cpu); NodePool small-pool "
+        "may add 2 cpu more (spec.limits 4 cpu)" in decision.message
+    ), decision.message
+    assert not any(p["spec"].get("nodeName") for p in pods(store))
     gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
     assert "spec.limits 4 cpu" in gang["status"]["message"]
 
@@ -374,3 +378,20 @@ def test_no_more_placeholders_than_the_cap_and_the_gang_past_it_says_so(apiserve
     controller.reconcile_once()
     left = {p["metadata"]["labels"]["gangkeeper.io/placeholder-for"] for p in placeholders(store)}
     assert left == {"job-second"} and len(placeholders(store)) == 2
+
+
+def test_a_gang_is_beyond_the_limits_only_when_no_growth_could_hold_it() -> None:
+    """beyond_limits: the waiting pods' need against the nodes there are and what every NodePool may still
+    add; a pool that does not limit a resource may add any amount of it; a limit raised lifts the verdict."""
+    from webhook.controller.decide.autoscaling import beyond_limits
+
+    pods = [Shape(requests=(("cpu", 3000), ("pods", 1)))] * 4  # 12 cpu
+    capped = NodePoolRoom("default", {"cpu": 8000}, {"cpu": 4000})
+    assert beyond_limits(pods, {"cpu": 4000}, [capped]) == (
+        "its 4 waiting pods need 12 cpu, more than the nodes there are (4 cpu) and every NodePool's limits "
+        "allow: NodePool default may add 4 cpu more (spec.limits 8 cpu)"
+    )
+    assert beyond_limits(pods, {"cpu": 8000}, [capped]) is None  # 8 there and 4 more: 12
+    assert beyond_limits(pods, {"cpu": 4000}, [NodePoolRoom("default", {"cpu": 40000}, {"cpu": 4000})]) is None
+    assert beyond_limits(pods, {"cpu": 4000}, [capped, NodePoolRoom("open", {}, {})]) is None
+    assert beyond_limits(pods, {"cpu": 4000}, []) is None  # no NodePool known: nothing said

@@ -183,10 +183,12 @@ def test_a_nodepool_limit_below_the_gangs_need_is_named_and_nothing_starts(
     stack: Stack, autoscaler: karpenter.Karpenter
 ) -> None:
     """Karpenter adds no node past a NodePool's spec.limits: 16 one-CPU pods, a 4-CPU node and a NodePool
-    limited to 8 CPUs never hold the whole gang. It waits whole, its Gang names the limit, and once it is
-    deleted nothing of it stays (no placeholder, no node)."""
+    limited to 8 CPUs never hold the whole gang. It gets no placeholders (they would only hold room
+    others could use), waits whole, and its Gang names the limit; another team's pods that fit run at once,
+    preempting nothing; once the gang is deleted nothing of it stays (no placeholder, no node)."""
     stack.replace_workers(1, cpu="4")
     namespace = stack.namespace("autoscale-limit", "gate")
+    others = stack.namespace("autoscale-limit-others", None, opted_in=False)
     stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=8, consolidate_after="10s"))
     stack.plane.apply(workloads.job("capped", namespace, 16, "1"))
 
@@ -197,11 +199,17 @@ def test_a_nodepool_limit_below_the_gangs_need_is_named_and_nothing_starts(
 
     gang = wait_until(names_the_limit, "the Gang naming the NodePool's limit", 120, every=1)
     print(f"\n{gang['status']['message']}")
-    time.sleep(10)  # Karpenter has made what its limit allows: still nothing of the gang bound
-    assert len(autoscaler.nodes()) <= 2, [n["metadata"]["name"] for n in autoscaler.nodes()]
+    assert "no placeholders: its 16 waiting pods need 16 cpu" in gang["status"]["message"]
+    applied = time.monotonic()
+    stack.plane.apply(workloads.job("small", others, 3, "1"))
+    wait_until(lambda: len(running(gang_pods(stack, others, "small"))) == 3, "the other team's pods Running", 60)
+    print(f"another team's 3 pods that fit: Running {time.monotonic() - applied:.1f} s after apply")
+    time.sleep(10)  # what Karpenter would have made by now for an Unschedulable placeholder
+    assert not placeholders(stack, namespace)
+    assert not autoscaler.nodes(), [n["metadata"]["name"] for n in autoscaler.nodes()]
     assert not bound(gang_pods(stack, namespace, "capped")), stack.describe(namespace)
     stack.plane.kubectl("delete", "job", "capped", "-n", namespace)
-    wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone with the gang", 90)
+    wait_until(lambda: not placeholders(stack, namespace), "no placeholder of the gang", 90)
     wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)
 
 

@@ -34,7 +34,7 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
-from webhook.controller.decide.autoscaling import NodePoolRoom, never_held
+from webhook.controller.decide.autoscaling import NodePoolRoom, beyond_limits, never_held
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS as POD_COUNT
 from webhook.controller.decide.shapes import show
@@ -170,6 +170,7 @@ class Placeholders:
         self.api, self.index, self.gang_object = api, index, gang_object
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
+        self._allocatable_at: tuple[int, dict[str, int]] | None = None
 
     def sync(self, gang: GangView, decision: Decision) -> Decision:
         """Make the gang's placeholders what its decision calls for; the decision says how far along,
@@ -178,7 +179,10 @@ class Placeholders:
         have = self.index.placeholders.get(gang.key, {})
         if not want and not have:
             return decision
-        hopeless = never_held({view.name: view.shape for view, _ in want.values()}, self.pools()) if want else None
+        pools = self.pools()
+        hopeless = never_held({view.name: view.shape for view, _ in want.values()}, pools) if want else None
+        if want and not hopeless:  # nodes the gang could never fill whole would only hold others' room
+            hopeless = beyond_limits([view.shape for view, _ in want.values()], self._allocatable(), pools)
         if hopeless:
             want = {}
         owner = self.gang_object(gang.namespace, gang.name)
@@ -210,6 +214,16 @@ class Placeholders:
             return decision
         said = progress(gang.key, uid, self.index, len(want), self.pools())
         return replace(decision, message=f"{decision.message}; {said}")
+
+    def _allocatable(self) -> dict[str, int]:
+        """What every node that takes pods could hold, summed (once per change of the nodes)."""
+        if self._allocatable_at is None or self._allocatable_at[0] != self.index.nodes_epoch:
+            total: dict[str, int] = {}
+            for node in (n for n in self.index.nodes.values() if not n.unschedulable):
+                for name, amount in node.allocatable.items():
+                    total[name] = total.get(name, 0) + amount
+            self._allocatable_at = (self.index.nodes_epoch, total)
+        return self._allocatable_at[1]
 
     def sweep(self, live: Mapping[str, GangView]) -> None:
         """Placeholders whose gang is gone (its pods all deleted, the namespace opted out)."""

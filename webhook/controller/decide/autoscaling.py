@@ -121,6 +121,39 @@ def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> st
     return None
 
 
+def beyond_limits(
+    shapes: Sequence[Shape], allocatable: Mapping[str, int], pools: Sequence[NodePoolRoom]
+) -> str | None:
+    """Why a gang's waiting pods could never all have room however the NodePools grow: for a resource
+    every pool limits, they need more than the nodes there are could hold (all their allocatable, as if
+    nothing else ran) and every pool's remaining limit (`spec.limits` less `status.resources`) could add.
+    The nodes a pool made are in both its `used` and `allocatable`, so the bound does not move as nodes
+    come and go. None when they might fit, or no pool is known."""
+    if not pools or not shapes:
+        return None
+    need: dict[str, int] = {}
+    for shape in shapes:
+        for name, amount in shape.requests:
+            if name != PODS:
+                need[name] = need.get(name, 0) + amount
+    for name, amount in sorted(need.items()):
+        if any(name not in pool.limits for pool in pools):
+            continue  # a pool without a limit on it may add any amount
+        addable = {pool.name: max(0, pool.limits[name] - pool.used.get(name, 0)) for pool in pools}
+        have = allocatable.get(name, 0)
+        if amount > have + sum(addable.values()):
+            each = "; ".join(
+                f"NodePool {pool.name} may add {show(name, addable[pool.name])} more (spec.limits "
+                f"{show(name, pool.limits[name])})"
+                for pool in pools
+            )
+            return (
+                f"its {len(shapes)} waiting pods need {show(name, amount)}, more than the nodes there are "
+                f"({show(name, have)}) and every NodePool's limits allow: {each}"
+            )
+    return None
+
+
 def unseen_by_autoscalers(pods: Sequence[PodView], scheduler: str) -> str | None:
     """What to say of a gang another scheduler holds, none of it bound, when the scheduler marked some of
     its pending pods Unschedulable and not the others: autoscalers add nodes only for Unschedulable pods
