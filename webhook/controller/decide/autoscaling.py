@@ -121,9 +121,7 @@ def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> st
     return None
 
 
-def beyond_limits(
-    shapes: Sequence[Shape], allocatable: Mapping[str, int], pools: Sequence[NodePoolRoom]
-) -> str | None:
+def beyond_limits(shapes: Sequence[Shape], allocatable: Mapping[str, int], pools: Sequence[NodePoolRoom]) -> str | None:
     """Why a gang's waiting pods could never all have room however the NodePools grow: for a resource
     every pool limits, they need more than the nodes there are could hold (all their allocatable, as if
     nothing else ran) and every pool's remaining limit (`spec.limits` less `status.resources`) could add.
