@@ -166,10 +166,12 @@ class Placeholders:
         image: str = PAUSE_IMAGE,
         pools: Callable[[], Sequence[NodePoolRoom]] = lambda: (),
         most: int = DEFAULT_MAX_PLACEHOLDER_PODS,
+        fresh_pools: Callable[[], Sequence[NodePoolRoom]] | None = None,
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
+        self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
 
     def sync(self, gang: GangView, decision: Decision) -> Decision:
@@ -179,7 +181,8 @@ class Placeholders:
         have = self.index.placeholders.get(gang.key, {})
         if not want and not have:
             return decision
-        pools = self.pools()
+        # a gang's first placeholders bring nodes: judged on the NodePools as they are now
+        pools = self.fresh_pools() if want and not have else self.pools()
         hopeless = never_held({view.name: view.shape for view, _ in want.values()}, pools) if want else None
         if want and not hopeless:  # nodes the gang could never fill whole would only hold others' room
             hopeless = beyond_limits([view.shape for view, _ in want.values()], self._allocatable(), pools)
@@ -212,7 +215,7 @@ class Placeholders:
             return replace(decision, message=f"{decision.message}; {said}")
         if not want:
             return decision
-        said = progress(gang.key, uid, self.index, len(want), self.pools())
+        said = progress(gang.key, uid, self.index, len(want), pools)
         return replace(decision, message=f"{decision.message}; {said}")
 
     def _allocatable(self) -> dict[str, int]:

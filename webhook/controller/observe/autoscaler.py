@@ -17,6 +17,9 @@ DEFAULT_MAX_PLACEHOLDER_PODS = 2000  # placeholder pods in the cluster at once: 
 NODEPOOLS = Resource("karpenter.sh/v1", "nodepools")
 AUTOSCALERS = ("auto", "karpenter", "cluster-autoscaler", "none")
 CHECK_SECONDS = 15.0  # a NodePool made or removed is seen within this long
+# how old the NodePools may be when a gang's first placeholders are made: those bring nodes, so they are
+# judged on the NodePools as they are (a limit lowered a moment ago), at most one read a second for all
+FRESH_SECONDS = 1.0
 
 
 def pool_labels(template: Mapping[str, Any]) -> dict[str, frozenset[str] | None]:
@@ -66,16 +69,16 @@ class Autoscaler:
             return self.mode != "none"
         return bool(self._pools())
 
-    def pools(self) -> list[NodePoolRoom]:
-        """Karpenter's NodePools and what each may still add ([] when there are none, or when they cannot
-        be read: nothing is then said of limits)."""
+    def pools(self, max_age: float = CHECK_SECONDS) -> list[NodePoolRoom]:
+        """Karpenter's NodePools and what each may still add, read at most `max_age` seconds ago ([] when
+        there are none, or when they cannot be read: nothing is then said of limits)."""
         if self.mode in ("none", "cluster-autoscaler"):
             return []
-        return self._pools()
+        return self._pools(max_age)
 
-    def _pools(self) -> list[NodePoolRoom]:
+    def _pools(self, max_age: float = CHECK_SECONDS) -> list[NodePoolRoom]:
         now = self.clock()
-        if self._known is None or now - self._known[0] >= CHECK_SECONDS:
+        if self._known is None or now - self._known[0] >= max_age:
             try:
                 found = [pool_room(item) for item in self.api.list(NODEPOOLS.path()).get("items") or []]
             except ApiError:  # 404: Karpenter not installed; anything else: asked again next time

@@ -23,7 +23,7 @@ from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, RELEASE_CON
 from webhook.controller.decide.preemption import DEFAULT_MIN_RUNTIME_SECONDS
 from webhook.controller.decide.queue import DEFAULT_DEPTH, DEFAULT_POLICY, Policy
 from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS
-from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE, Autoscaler
+from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, FRESH_SECONDS, PAUSE_IMAGE, Autoscaler
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.resolve import Workloads
 from webhook.controller.run.cycle import ReleaseCycle
@@ -122,6 +122,7 @@ def wire(
         settings.placeholder_image,
         autoscaler.pools,
         settings.max_placeholder_pods,
+        lambda: autoscaler.pools(FRESH_SECONDS),
     )
     cycle = ReleaseCycle(
         index,
