@@ -1,5 +1,6 @@
-"""Placeholder pods on a cluster that grows: a gate gang that waits on capacity gets one pause pod per
-gated member, which an autoscaler can see (gated pods it cannot); as they bind on new nodes, that room is
+"""Placeholder pods on a cluster that grows: a gate gang that waits on capacity gets pause pods for the
+members free room does not hold (one per node to add when the node size is known), which an autoscaler
+can see (gated pods it cannot); as they bind on new nodes, that room is
 the gang's own, and the gang is released onto it with its placeholders deleted. The real autoscaler is
 in tests/test_real_autoscale.py; here the test API server and the stock scheduler's model stand in."""
 
@@ -14,7 +15,15 @@ from tests.apiserver import Store, TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
 from tests.recorder import ListRecorder
 from tests.schemas import validate
-from webhook.controller.decide.autoscaling import NodePoolRoom, never_held, unseen_by_autoscalers
+from webhook.controller.decide.autoscaling import (
+    NodePoolRoom,
+    batches,
+    instance_room,
+    never_held,
+    pods_per_node,
+    pods_per_placeholder,
+    unseen_by_autoscalers,
+)
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import Shape, Taint
 from webhook.controller.observe.autoscaler import pool_room
@@ -42,7 +51,7 @@ def test_a_gang_waiting_on_an_autoscaler_gets_placeholders_and_starts_whole_on_t
     controller.reconcile_once()  # the Gang object first: it owns the placeholders
     decision = controller.reconcile_once()["team-a/job-train"]
     made = placeholders(store)
-    assert len(made) == 4, decision.message
+    assert len(made) == 3, decision.message  # the pod the free room holds needs none
     gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
     for pod in made:
         validate(pod)
@@ -51,12 +60,14 @@ def test_a_gang_waiting_on_an_autoscaler_gets_placeholders_and_starts_whole_on_t
         assert pod["spec"]["priorityClassName"] == "gangkeeper-placeholder"
         assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3000m"
         assert not pod["spec"].get("schedulingGates")
-    assert "waiting for the autoscaler: capacity for 0 of 4 pods provisioned" in decision.message
-    # the stock scheduler binds one placeholder to the room there is; the autoscaler brings the rest
+    assert "waiting for the autoscaler: capacity for 1 of 4 pods provisioned" in decision.message
+    # the stock scheduler binds one placeholder to the room there is: that pod's free room is gone, so it
+    # gets one too; the autoscaler brings the rest
     default_scheduler(store)
     assert sum(1 for p in placeholders(store) if p["spec"].get("nodeName")) == 1
     decision = controller.reconcile_once()["team-a/job-train"]
     assert "capacity for 1 of 4 pods provisioned" in decision.message, decision.message
+    assert len(placeholders(store)) == 4
     assert not any(p["spec"].get("nodeName") for p in pods(store) if p not in placeholders(store))
     for i in range(3):
         store.create("v1", "nodes", "", node(f"new-{i}", cpu="4"))
@@ -158,7 +169,7 @@ def test_a_nodepool_with_room_for_the_gang_is_not_named(apiserver: TestApiServer
     controller = Controller(api, recorder=ListRecorder(), clock=Clock())
     controller.reconcile_once()
     decision = controller.reconcile_once()["team-a/job-train"]
-    assert "capacity for 0 of 4 pods provisioned" in decision.message
+    assert "capacity for 1 of 4 pods provisioned" in decision.message
     assert "NodePool" not in decision.message, decision.message
 
 
@@ -331,7 +342,7 @@ def test_a_pod_dressed_as_a_placeholder_is_neither_counted_nor_deleted(apiserver
     controller.reconcile_once()
     gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
     made = {p["metadata"]["name"] for p in placeholders(store)}
-    assert len(made) == 2
+    assert len(made) == 1  # the other pod fits the free room
 
     def dressed(name: str, owner_uid: str | None) -> dict[str, Any]:
         pod = b.pod(name, labels={"gangkeeper.io/placeholder-for": "job-train"}, spec=b.pod_spec(b.container("3")))
@@ -349,7 +360,7 @@ def test_a_pod_dressed_as_a_placeholder_is_neither_counted_nor_deleted(apiserver
     assert "labelled" in left  # not the controller's: untouched
     assert "earlier-gang" not in left  # its own kind, an earlier Gang's: deleted
     assert "capacity for 0 of 2 pods provisioned" in decision.message, decision.message
-    assert {p["metadata"]["name"] for p in placeholders(store)} - {"labelled"} == made
+    assert made < {p["metadata"]["name"] for p in placeholders(store)} - {"labelled"}  # the free room is taken
     assert gang["metadata"]["uid"] != "uid-of-an-earlier-gang"
 
 
@@ -395,3 +406,112 @@ def test_a_gang_is_beyond_the_limits_only_when_no_growth_could_hold_it() -> None
     assert beyond_limits(pods, {"cpu": 4000}, [NodePoolRoom("default", {"cpu": 40000}, {"cpu": 4000})]) is None
     assert beyond_limits(pods, {"cpu": 4000}, [capped, NodePoolRoom("open", {}, {})]) is None
     assert beyond_limits(pods, {"cpu": 4000}, []) is None  # no NodePool known: nothing said
+
+
+def bound(name: str, cpu: str, node_name: str) -> dict[str, Any]:
+    """Another team's pod, running on `node_name`."""
+    pod = b.pod(name, spec=b.pod_spec(b.container(cpu)), owned=False)
+    pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def sized_pool(store: Store, cpu: int) -> None:
+    """A Karpenter NodePool whose nodes are one KWOK instance size of `cpu` CPUs."""
+    store.served["karpenter.sh/v1"] = {"nodepools"}
+    requirement = {"key": "karpenter.kwok.sh/instance-cpu", "operator": "In", "values": [str(cpu)]}
+    pool = {"metadata": {"name": "sized"}, "spec": {"template": {"spec": {"requirements": [requirement]}}}}
+    store.create("karpenter.sh/v1", "nodepools", "", pool)
+
+
+def test_pods_alike_share_placeholders_a_node_each_and_none_for_the_pods_free_room_takes(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """Issue #64: a 20-pod gang of 1-CPU pods beside 4 free CPUs and a NodePool of 8-CPU nodes: the 4 that
+    fit the free room get no placeholder, the other 16 share 3 (each asks for what one new node holds,
+    sizes even), not 16; the room the 3 bring is the gang's, and it starts whole there."""
+    store = apiserver.store
+    sized_pool(store, 8)
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    add_job_pods(store, add_job(store, "train", parallelism=20, cpu="1"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    made = placeholders(store)
+    for pod in made:
+        validate(pod)
+    asked = sorted(p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in made)
+    assert asked == ["5000m", "5000m", "6000m"], decision.message  # 16 over 3: one 8-CPU node keeps 1 CPU
+    assert "capacity for 4 of 20 pods provisioned" in decision.message, decision.message
+    default_scheduler(store)  # nothing binds them on the 4 free CPUs
+    assert not any(p["spec"].get("nodeName") for p in placeholders(store))
+    again = controller.reconcile_once()["team-a/job-train"]
+    assert sorted(p["metadata"]["name"] for p in placeholders(store)) == sorted(p["metadata"]["name"] for p in made)
+    labels = {"karpenter.sh/nodepool": "sized"}
+    for i in range(3):
+        store.create("v1", "nodes", "", node(f"new-{i}", cpu="7900m", labels=labels))
+    default_scheduler(store)
+    again = controller.reconcile_once()["team-a/job-train"]
+    assert again.state == "Release", again.message
+    assert sorted(set(again.release.values())) == ["new-0", "new-1", "new-2", "small"]
+    assert placeholders(store) == []
+    assert default_scheduler(store) == 20
+
+
+def test_a_placeholder_is_sized_by_the_nodes_its_nodepool_made_once_there_are_some(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """The nodes a NodePool made tell exactly what one more holds; its instance size only bounds it."""
+    store = apiserver.store
+    sized_pool(store, 8)
+    store.create("v1", "nodes", "", node("made", cpu="7900m", labels={"karpenter.sh/nodepool": "sized"}))
+    store.create("v1", "pods", "team-a", bound("busy", "7900m", "made"))
+    add_job_pods(store, add_job(store, "train", parallelism=14, cpu="1"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    decision = controller.reconcile_once()["team-a/job-train"]
+    asked = sorted(p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in placeholders(store))
+    assert asked == ["7000m", "7000m"], decision.message  # 7 of them on a made node's 7.9 CPUs
+
+
+def test_a_waiting_gangs_placeholders_are_added_to_never_traded(apiserver: TestApiServer, api: Api) -> None:
+    """Room that frees while a gang waits does not cost it the placeholders it has (one bound holds room
+    the gang counts on); the pods the free room no longer holds get more."""
+    store = apiserver.store
+    sized_pool(store, 4)
+    store.create("v1", "nodes", "", node("small", cpu="2"))
+    store.create("v1", "pods", "team-a", bound("other", "1", "small"))
+    add_job_pods(store, add_job(store, "train", parallelism=7, cpu="1"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    controller.reconcile_once()
+    first = {p["metadata"]["name"] for p in placeholders(store)}
+    assert len(first) == 2, first  # 6 without free room, 3 a node
+    store.delete("v1", "pods", "team-a", "other")
+    controller.reconcile_once()
+    assert {p["metadata"]["name"] for p in placeholders(store)} == first
+    store.create("v1", "pods", "team-a", bound("other", "2", "small"))
+    controller.reconcile_once()
+    now = {p["metadata"]["name"] for p in placeholders(store)}
+    assert first < now and len(now) == 3, now
+
+
+def test_how_many_pods_one_placeholder_stands_for() -> None:
+    one_cpu = Shape.from_pod_spec({"containers": [b.container("1", "1Gi")]})
+    kwok = NodePoolRoom("kwok", {}, {}, {"karpenter.kwok.sh/instance-cpu": frozenset({"32", "16"})})
+    assert instance_room(kwok) == {"cpu": 15000, "memory": 32 * 1024**3 - int(32 * 1024**3 * 0.1)}  # 2 GiB a CPU
+    assert pods_per_placeholder(one_cpu, [kwok], {}) == 15
+    unsized = NodePoolRoom("unsized", {}, {}, {"karpenter.kwok.sh/instance-cpu": None})
+    assert instance_room(unsized) == {} and pods_per_placeholder(one_cpu, [unsized], {}) == 1  # never guessed
+    sized = NodePoolRoom(
+        "aws",
+        {},
+        {},
+        {"karpenter.k8s.aws/instance-cpu": frozenset({"8"}), "karpenter.k8s.aws/instance-memory": frozenset({"32768"})},
+    )
+    assert instance_room(sized) == {"cpu": 7000, "memory": 32 * 1024**3 - int(32 * 1024**3 * 0.1)}
+    assert pods_per_placeholder(one_cpu, [sized], {}) == 7
+    assert pods_per_placeholder(one_cpu, [sized], {"aws": [{"cpu": 7900, "memory": 3 * 1024**3, "pods": 110}]}) == 3
+    assert pods_per_placeholder(one_cpu, [sized, NodePoolRoom("any", {}, {})], {}) == 1  # one pool's size unknown
+    assert pods_per_node(Shape((("pods", 1),)), {"cpu": 4000}) == 1
+    assert batches(16, 7) == [6, 5, 5] and batches(0, 7) == [] and batches(3, 1) == [1, 1, 1]
+    assert batches(752, 31) == [31, 31] + [30] * 23

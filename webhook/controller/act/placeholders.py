@@ -3,11 +3,16 @@
 Karpenter and Cluster Autoscaler add nodes only for pods that kube-scheduler refused (PodScheduled False,
 reason Unschedulable: Karpenter pkg/utils/pod/scheduling.go FailedToSchedule, Cluster Autoscaler
 utils/kubernetes/listers.go isUnschedulable); a pod behind the gate is SchedulingGated and invisible to
-both. So while a gang waits for capacity on an autoscaled cluster, each of its gated members has a
-placeholder: a pause pod with the member's requests, node selector, node affinity and tolerations, that
-kube-scheduler schedules or refuses like the member would. The autoscaler provisions for the refused
-ones; as they bind, the room they hold counts as the gang's own (cycle.py) and once the gang fits there
-it is released onto that room, its placeholders deleted in the same turn.
+both. So while a gang waits for capacity on an autoscaled cluster, the pods of it that the free room there
+is cannot hold get placeholders: pause pods that kube-scheduler schedules or refuses as it would them.
+The gang's pods alike (one shape: requests, node selector, node affinity, tolerations) share them, each
+standing for as many as one node of the NodePools that could hold them takes (decide/autoscaling.py
+pods_per_placeholder: the nodes a pool made, else the instance size its requirements pin; one pod
+each when neither is known), so the autoscaler sees a 1,000-pod gang in about one pod per node it must
+add. The autoscaler provisions for the refused ones; as they bind, the room they hold counts as the
+gang's own (cycle.py) and once the gang fits there it is released onto that room, its placeholders
+deleted in the same turn. While it waits, a gang's placeholders are only added to (the pods free room no
+longer holds), never traded: one bound holds room the gang counts on.
 
 A placeholder is known by who made it, not by its label: the label and an owner reference to the Gang
 it names (observe/cluster.py placeholder_owner), which only the controller's account may put on a pod
@@ -26,6 +31,7 @@ capacity, or its namespace opts out.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,10 +40,10 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
-from webhook.controller.decide.autoscaling import NodePoolRoom, beyond_limits, never_held
+from webhook.controller.decide.autoscaling import NodePoolRoom, batches, beyond_limits, never_held, pods_per_placeholder
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS as POD_COUNT
-from webhook.controller.decide.shapes import show
+from webhook.controller.decide.shapes import Shape, show
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE
 from webhook.controller.observe.cluster import ClusterIndex, GangView
@@ -46,25 +52,53 @@ from webhook.kube import PODS, Api, ApiError
 
 # the states in which a gang waits on capacity alone (not on the queue, its members, a backoff)
 WAITS_ON_CAPACITY = (GangState.WAITING_FOR_CAPACITY, GangState.NEVER_FITS)
+NODEPOOL_LABEL = "karpenter.sh/nodepool"  # on each node Karpenter made (pkg/apis/v1/labels.go)
 # a pause container ends at once on SIGTERM; the grace is a bound, not a wait
 PLACEHOLDER_GRACE_SECONDS = 5
 
 
-def placeholder_name(member: PodView) -> str:
-    return f"placeholder-{member.uid}" if member.uid else f"placeholder-{member.name}"[:253]
+def shape_tag(shape: Shape) -> str:
+    """A short, stable name for a pod shape: the gang's pods alike share their placeholders."""
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:10]
 
 
-def quantities(requests: tuple[tuple[str, int], ...]) -> dict[str, str]:
-    """A shape's units (cpu in millicores, the rest in whole units) as resource quantities."""
-    return {name: f"{amount}m" if name == "cpu" else str(amount) for name, amount in requests if name != "pods"}
+def placeholder_name(owner_uid: str, tag: str, index: int) -> str:
+    return f"placeholder-{owner_uid}-{tag}-{index}"
 
 
-def placeholder_for(member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], image: str) -> Obj:
-    """The pause pod that stands in for `member` (raw: its pod as the informer keeps it)."""
+def parse_name(name: str, owner_uid: str) -> tuple[str, int] | None:
+    """(shape tag, index) of one of this Gang's placeholders by its name (names are the controller's:
+    only it may make a Gang-owned pod), None for any other."""
+    prefix, _, rest = name.partition(f"placeholder-{owner_uid}-")
+    tag, _, index = rest.partition("-")
+    return (tag, int(index)) if not prefix and tag and index.isdigit() else None
+
+
+def stands_for(shape: Shape, units: tuple[tuple[str, int], ...]) -> int:
+    """How many pods of `shape` a placeholder of `units` stands for (it asks for that many times theirs)."""
+    have = dict(units)
+    counts = [have.get(name, 0) // amount for name, amount in shape.requests if name != POD_COUNT and amount > 0]
+    return max(1, min(counts)) if counts else 1
+
+
+def quantities(requests: tuple[tuple[str, int], ...], times: int = 1) -> dict[str, str]:
+    """A shape's units (cpu in millicores, the rest in whole units), `times` over, as resource quantities."""
+    return {
+        name: f"{amount * times}m" if name == "cpu" else str(amount * times)
+        for name, amount in requests
+        if name != "pods"
+    }
+
+
+def placeholder_for(
+    member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], image: str, name: str, pods: int = 1
+) -> Obj:
+    """The pause pod that stands in for `pods` pods shaped like `member` (raw: its pod as the informer
+    keeps it): their requests summed, the member's node selector, node affinity and tolerations."""
     spec = raw.get("spec") or {}
     meta = gang_object.get("metadata") or {}
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
-    requests = quantities(member.shape.requests)
+    requests = quantities(member.shape.requests, pods)
     pod_spec: Obj = {
         "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
         "terminationGracePeriodSeconds": PLACEHOLDER_GRACE_SECONDS,
@@ -93,7 +127,7 @@ def placeholder_for(member: PodView, raw: Mapping[str, Any], gang_object: Mappin
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": placeholder_name(member),
+            "name": name,
             "namespace": member.namespace,
             "labels": {contract.PLACEHOLDER_LABEL: str(meta.get("name", "")), contract.SKIP_LABEL: "true"},
             "ownerReferences": [
@@ -110,28 +144,44 @@ def placeholder_for(member: PodView, raw: Mapping[str, Any], gang_object: Mappin
     }
 
 
-def wanted(gang: GangView, decision: Decision, autoscaled: bool) -> dict[str, tuple[PodView, Obj]]:
-    """Placeholder name -> the member it stands for, with the member's pod: one per gated member while
-    the gang waits on capacity alone on an autoscaled cluster; none otherwise."""
+def waiting_members(gang: GangView, decision: Decision, autoscaled: bool) -> list[tuple[PodView, Obj]]:
+    """The gated members with their pods, while the gang waits on capacity alone on an autoscaled
+    cluster; none otherwise."""
     if not autoscaled or decision.state not in WAITS_ON_CAPACITY:
-        return {}
-    return {
-        placeholder_name(view): (view, raw)
-        for view, raw in zip(gang.pods, gang.raw, strict=True)
-        if view.gated and not view.terminal
-    }
+        return []
+    return [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
+
+
+# a gang's waiting pods, counted by shape -> how many of each the free room there is holds now
+FreeRoom = Callable[[Mapping[Shape, int]], Mapping[Shape, int]]
+
+
+def on_free(waiting: Sequence[tuple[PodView, Obj]], free_room: FreeRoom) -> set[str]:
+    """The waiting members free room takes (by name, the first of each shape): they need no placeholder,
+    and the room is not held for them (anyone may take it; if someone does, they get one then)."""
+    counts: dict[Shape, int] = {}
+    for view, _ in waiting:
+        counts[view.shape] = counts.get(view.shape, 0) + 1
+    held = dict(free_room(counts)) if counts else {}
+    free: set[str] = set()
+    for view, _ in sorted(waiting, key=lambda member: member[0].name):
+        if held.get(view.shape, 0) > 0:
+            held[view.shape] -= 1
+            free.add(view.name)
+    return free
 
 
 def progress(
-    gang_key: str, owner_uid: str, index: ClusterIndex, wanted_count: int, pools: Sequence[NodePoolRoom] = ()
+    provisioned: int,
+    waiting: int,
+    own: Mapping[str, tuple[str, tuple[tuple[str, int], ...]]],
+    pools: Sequence[NodePoolRoom] = (),
 ) -> str:
-    """What the Gang says while the autoscaler works: how many of its pods have room, and the NodePool
-    limits that stop the rest, if every NodePool's does."""
-    held = index.placeholders_of(gang_key, owner_uid).values()
-    bound = sum(1 for node, _ in held if node)
-    said = f"waiting for the autoscaler: capacity for {bound} of {wanted_count} pods provisioned"
+    """What the Gang says while the autoscaler works: how many of its waiting pods have room (free, or
+    its placeholders' bound), and the NodePool limits that stop the rest, if every NodePool's does."""
+    said = f"waiting for the autoscaler: capacity for {provisioned} of {waiting} pods provisioned"
     need: dict[str, int] = {}
-    for node, units in held:
+    for node, units in own.values():
         for name, amount in units if not node else ():
             if name != POD_COUNT:
                 need[name] = need.get(name, 0) + amount
@@ -173,50 +223,108 @@ class Placeholders:
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
+        self._made_at: tuple[int, dict[str, list[dict[str, int]]]] | None = None
 
-    def sync(self, gang: GangView, decision: Decision) -> Decision:
+    def sync(self, gang: GangView, decision: Decision, free_room: FreeRoom = lambda waiting: {}) -> Decision:
         """Make the gang's placeholders what its decision calls for; the decision says how far along,
-        or why no NodePool could ever hold the gang (then it has none: nothing would come of them)."""
-        want = wanted(gang, decision, self.autoscaler())
+        or why no NodePool could ever hold the gang (then it has none: nothing would come of them).
+
+        A gang's pods the placement puts on free room get none; the others, alike (one shape), share
+        placeholders of as many pods as one node of the NodePools takes (decide/autoscaling.py), so
+        the autoscaler sees the gang in about one pod per node it must add. While the gang waits, its
+        placeholders are only added to, never traded (one bound holds room the gang counts on)."""
+        waiting = waiting_members(gang, decision, self.autoscaler())
         have = self.index.placeholders.get(gang.key, {})
-        if not want and not have:
+        if not waiting and not have:
             return decision
-        # a gang's first placeholders bring nodes: judged on the NodePools as they are now
-        pools = self.fresh_pools() if want and not have else self.pools()
-        hopeless = never_held({view.name: view.shape for view, _ in want.values()}, pools) if want else None
-        if want and not hopeless:  # nodes the gang could never fill whole would only hold others' room
-            hopeless = beyond_limits([view.shape for view, _ in want.values()], self._allocatable(), pools)
-        if hopeless:
-            want = {}
         owner = self.gang_object(gang.namespace, gang.name)
         uid = str((owner or {}).get("metadata", {}).get("uid") or "")
-        owners = self.index.placeholder_owners
-        stale = {key for key in have if uid and owners.get(key, ("", ""))[0] != uid}  # an earlier Gang's
-        missing = [name for name in want if f"{gang.namespace}/{name}" not in have.keys() - stale]
+        own = self.index.placeholders_of(gang.key, uid)
+        stale = have.keys() - own.keys() if uid else set()  # an earlier Gang's
+        free = on_free(waiting, free_room)
+        needing = [(view, raw) for view, raw in waiting if view.name not in free]
+        # a gang's first placeholders bring nodes: judged on the NodePools as they are now
+        pools = self.fresh_pools() if needing and not own else self.pools()
+        hopeless = never_held({view.name: view.shape for view, _ in waiting}, pools) if needing else None
+        if needing and not hopeless:  # nodes the gang could never fill whole would only hold others' room
+            hopeless = beyond_limits([view.shape for view, _ in waiting], self._allocatable(), pools)
+        keep, make = self._plan(needing, own, uid, pools) if waiting and not hopeless else (set(), [])
         elsewhere = sum(len(held) for key, held in self.index.placeholders.items() if key != gang.key)
-        capped = bool(missing) and elsewhere + len(want) > self.most
+        capped = bool(make) and elsewhere + len(keep) + len(make) > self.most
+        more = len(make)
         if capped:  # all of the gang's or none: a part would hold room that starts nothing
-            want = {}
+            keep, make = set(), []
         if self.may_write():
-            for key in (have.keys() - {f"{gang.namespace}/{name}" for name in want}) | stale:
+            for key in (have.keys() - keep) | stale:
                 self._delete(key)
             if owner is not None and uid:
-                for name in missing if want else ():
-                    view, raw = want[name]
-                    self._create(placeholder_for(view, raw, owner, self.image))
+                for name, pods, (view, raw) in make:
+                    self._create(placeholder_for(view, raw, owner, self.image, name, pods))
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
         if hopeless:
             return replace(decision, message=f"{decision.message}; no placeholders: {hopeless}")
         if capped:
             said = (
                 f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
-                f"{len(missing)} more would pass maxPlaceholderPods ({self.most}); waiting for them to go"
+                f"{more} more would pass maxPlaceholderPods ({self.most}); waiting for them to go"
             )
             return replace(decision, message=f"{decision.message}; {said}")
-        if not want:
+        if not waiting:
             return decision
-        said = progress(gang.key, uid, self.index, len(want), pools)
+        by_tag = {shape_tag(view.shape): view.shape for view, _ in waiting}
+        provisioned = len(free)
+        for key, (node, units) in own.items():
+            parsed = parse_name(key.partition("/")[2], uid)
+            if node and parsed is not None and parsed[0] in by_tag:
+                provisioned += stands_for(by_tag[parsed[0]], units)
+        said = progress(min(provisioned, len(waiting)), len(waiting), own, pools)
         return replace(decision, message=f"{decision.message}; {said}")
+
+    def _plan(
+        self,
+        needing: Sequence[tuple[PodView, Obj]],
+        own: Mapping[str, tuple[str, tuple[tuple[str, int], ...]]],
+        uid: str,
+        pools: Sequence[NodePoolRoom],
+    ) -> tuple[set[str], list[tuple[str, int, tuple[PodView, Obj]]]]:
+        """The gang's placeholders to keep (those of a shape still waiting), and those to make: (name,
+        how many pods it stands for, a member of that shape) for the pods no placeholder stands for yet."""
+        alike: dict[str, list[tuple[PodView, Obj]]] = {}
+        for member in needing:
+            alike.setdefault(shape_tag(member[0].shape), []).append(member)
+        keep: set[str] = set()
+        taken: dict[str, set[int]] = {}
+        covered: dict[str, int] = {}
+        for key, (_, units) in own.items():
+            parsed = parse_name(key.partition("/")[2], uid)
+            if parsed is None or parsed[0] not in alike:
+                continue  # a shape no longer waiting (or a name of an older controller's): let go
+            tag, index = parsed
+            keep.add(key)
+            taken.setdefault(tag, set()).add(index)
+            covered[tag] = covered.get(tag, 0) + stands_for(alike[tag][0][0].shape, units)
+        made = self._made_by_pools()
+        make: list[tuple[str, int, tuple[PodView, Obj]]] = []
+        for tag, members in sorted(alike.items()):
+            sizes = batches(len(members) - covered.get(tag, 0), pods_per_placeholder(members[0][0].shape, pools, made))
+            used = taken.get(tag, set())
+            free_indexes = [i for i in range(len(sizes) + len(used)) if i not in used][: len(sizes)]
+            make.extend(
+                (placeholder_name(uid, tag, i), size, members[0]) for i, size in zip(free_indexes, sizes, strict=True)
+            )
+        return keep, make
+
+    def _made_by_pools(self) -> dict[str, list[dict[str, int]]]:
+        """A NodePool's name -> the allocatable of the nodes it made (Karpenter labels each
+        karpenter.sh/nodepool), once per change of the nodes."""
+        if self._made_at is None or self._made_at[0] != self.index.nodes_epoch:
+            made: dict[str, list[dict[str, int]]] = {}
+            for node in self.index.nodes.values():
+                pool = node.labels.get(NODEPOOL_LABEL)
+                if pool:
+                    made.setdefault(pool, []).append(dict(node.allocatable))
+            self._made_at = (self.index.nodes_epoch, made)
+        return self._made_at[1]
 
     def _allocatable(self) -> dict[str, int]:
         """What every node that takes pods could hold, summed (once per change of the nodes)."""

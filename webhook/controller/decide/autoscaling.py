@@ -10,13 +10,13 @@ a pool is ruled out only for what is sure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX
 from webhook.controller.decide.pods import PodView
-from webhook.controller.decide.shapes import PODS, Shape, Taint, show, thaw, tolerates
+from webhook.controller.decide.shapes import PODS, Shape, Taint, fit_count, show, thaw, tolerates
 
 HOSTNAME = "kubernetes.io/hostname"
 # pkg/apis/v1/labels.go WellKnownLabels and NormalizedLabels: values a pool's nodes may carry unnamed
@@ -171,3 +171,108 @@ def unseen_by_autoscalers(pods: Sequence[PodView], scheduler: str) -> str | None
         "no autoscaler adds nodes for them and the free room they would take is counted for the others: the "
         "gang waits until room frees; on an autoscaled cluster the gate backend brings nodes for the whole gang"
     )
+
+
+# a provider's well-known labels for an instance type's size (karpenter kwok/apis/v1alpha1/labels.go;
+# the AWS provider's karpenter.k8s.aws/instance-cpu and instance-memory): cores, and MiB
+INSTANCE_CPU = ("karpenter.kwok.sh/instance-cpu", "karpenter.k8s.aws/instance-cpu")
+INSTANCE_MEMORY = ("karpenter.kwok.sh/instance-memory", "karpenter.k8s.aws/instance-memory")
+# what a node keeps for itself out of its instance type's size, taken above what the providers reserve
+# (the KWOK provider 100m and 10Mi, cloudprovider/helpers.go; AWS under one core below ~370 cores, and
+# 11Mi per pod + 255Mi + a 100Mi eviction threshold): a placeholder sized to the rest fits the node
+KEPT_CPU = 1000
+KEPT_MEMORY_SHARE = 0.10
+KEPT_MEMORY_LEAST = 2 * 1024**3
+# the least memory an instance type has per CPU among the usual families (compute-optimized: AWS c5 to
+# c7, the KWOK provider's c family in kwok/cloudprovider/instance_types.json: 2 GiB a CPU)
+LEAST_MEMORY_PER_CPU = 2 * 1024**3
+
+
+def instance_room(pool: NodePoolRoom) -> dict[str, int]:
+    """What one node of `pool` is sure to hold, from the instance size its requirements pin (`In`; the
+    smallest value): cpu in millicores, memory in bytes; a resource it does not pin is not listed. A pool
+    that pins its CPUs but not its memory is taken at the least memory a CPU comes with."""
+    cpus = [int(v) for key in INSTANCE_CPU for v in pool.labels.get(key) or () if v.isdigit()]
+    mebibytes = [int(v) for key in INSTANCE_MEMORY for v in pool.labels.get(key) or () if v.isdigit()]
+    room: dict[str, int] = {}
+    if cpus:
+        room["cpu"] = min(cpus) * 1000 - KEPT_CPU
+    memory = min(mebibytes) * 1024**2 if mebibytes else min(cpus) * LEAST_MEMORY_PER_CPU if cpus else 0
+    if memory:
+        room["memory"] = memory - max(int(memory * KEPT_MEMORY_SHARE), KEPT_MEMORY_LEAST)
+    return room
+
+
+def pods_per_node(shape: Shape, room: Mapping[str, int]) -> int:
+    """How many pods of `shape` one node with `room` holds; 1 when the room does not bound every resource
+    the pod asks for (an unknown size is never guessed: a placeholder too large for every node would
+    bring none)."""
+    counts: list[int] = []
+    for name, amount in shape.requests:
+        if name == PODS or amount <= 0:
+            continue
+        if name not in room:
+            return 1
+        counts.append(room[name] // amount)
+    if PODS in room:
+        counts.append(room[PODS])
+    return max(1, min(counts)) if counts else 1
+
+
+def node_room(pool: NodePoolRoom, made: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """One node of `pool`: the smallest of what the nodes it made can hold (their allocatable, each
+    resource's least), else what its pinned instance size is sure to hold."""
+    if made:
+        names = set.intersection(*(set(node) for node in made))
+        return {name: min(node[name] for node in made) for name in names}
+    return instance_room(pool)
+
+
+def pods_per_placeholder(
+    shape: Shape, pools: Sequence[NodePoolRoom], made: Mapping[str, Sequence[Mapping[str, int]]]
+) -> int:
+    """How many of a gang's pods of `shape` one placeholder stands for: as many as one node of every
+    NodePool that could hold them takes, so each placeholder brings one node and the gang's pods fill it
+    (`made`: a pool's name -> the allocatable of the nodes it made); 1 when no pool's node size is known."""
+    fitting = [pool for pool in pools if pool.refusal(shape) is None]
+    if not fitting:
+        return 1
+    return min(pods_per_node(shape, node_room(pool, made.get(pool.name, ()))) for pool in fitting)
+
+
+def batches(pods: int, per_placeholder: int) -> list[int]:
+    """`pods` split into the fewest placeholders of at most `per_placeholder` each, their sizes even (so
+    none is small enough to slip into a gap on the nodes there are and leave a node's worth unasked)."""
+    if pods <= 0:
+        return []
+    count = -(-pods // max(1, per_placeholder))
+    base, larger = divmod(pods, count)
+    return [base + 1] * larger + [base] * (count - larger)
+
+
+def on_free_room(
+    waiting: Mapping[Shape, int],
+    eligible: Callable[[Shape], Iterable[str]],
+    free: Mapping[str, Mapping[str, int]],
+) -> dict[Shape, int]:
+    """How many of a gang's waiting pods of each shape the free room there is holds now, each shape in
+    turn on the nodes it may go to (what one takes is gone for the next): those need no placeholder."""
+    taken: dict[str, dict[str, int]] = {}
+    held: dict[Shape, int] = {}
+    for shape, count in waiting.items():
+        got = 0
+        for node in eligible(shape):
+            if got >= count:
+                break
+            room = taken.get(node) or free.get(node)
+            if room is None:
+                continue
+            fits = min(fit_count(shape, room), count - got)
+            if fits:
+                left = dict(room)
+                for name, amount in shape.requests:
+                    left[name] = left.get(name, 0) - amount * fits
+                taken[node] = left
+                got += fits
+        held[shape] = got
+    return held

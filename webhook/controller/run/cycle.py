@@ -19,6 +19,7 @@ from webhook.controller.act.release import Releaser, adjust
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import Requeuer
 from webhook.controller.decide import shapes
+from webhook.controller.decide.autoscaling import on_free_room
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.headofline import HeadOfLine
 from webhook.controller.decide.placement import Member
@@ -103,7 +104,8 @@ class ReleaseCycle:
         decision, room = self._placed(gang, resolved, snapshot, now, waiting, queue, expected)
         decision = self._queued(gang, resolved, decision, snapshot, now, queue, room, expected, books.claim_until)
         if self.placeholders is not None:
-            decision = self.placeholders.sync(gang, decision)
+            free, eligible = snapshot.free, snapshot.eligibility.names
+            decision = self.placeholders.sync(gang, decision, lambda waiting: on_free_room(waiting, eligible, free))
         self._act(gang, resolved, decision, snapshot, now, queue)
         self.reporter.transition(gang, resolved, decision, now, previous)
         return decision
