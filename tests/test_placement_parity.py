@@ -268,6 +268,10 @@ def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(sto
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     }
     store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    # kube-scheduler retries a refused pod as soon as a pod on its node goes: a refusal is believed once
+    # the release is a few seconds old
+    assert gangs.reconcile_once()["team-a/sts-train"].state == "Releasing"
+    clock.advance(5)
     assert gangs.reconcile_once()["team-a/sts-train"].state == "Repair"
     StatefulSetController(store).sync(NS, "train")
     again = gangs.reconcile_once()["team-a/sts-train"]
@@ -282,7 +286,8 @@ def test_a_job_whose_pinned_pod_is_refused_is_requeued_whole_never_thinned(store
     for name in ("worker1", "worker2"):
         store.create("v1", "nodes", "", node(name, cpu="8"))
     add_job(store, "train", 1, b.pod_spec(b.container("6", "1Gi")))
-    gangs = Controller(api, clock=Clock())
+    clock = Clock()
+    gangs = Controller(api, clock=clock)
     gangs.reconcile_once()
     pod = gang_pods(store)[0]
     pod["status"] = {
@@ -290,11 +295,38 @@ def test_a_job_whose_pinned_pod_is_refused_is_requeued_whole_never_thinned(store
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     }
     store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    clock.advance(5)
     assert gangs.reconcile_once()["team-a/job-train"].state == "Repair"
     assert store.get("batch/v1", "jobs", NS, "train")["spec"].get("suspend") is True
     assert [p["metadata"]["name"] for p in gang_pods(store)] == [pod["metadata"]["name"]]  # nothing evicted
     gangs.recorder.flush()
     assert "GangRequeued" in [e["reason"] for e in store.list("v1", "events", None)[0]]
+
+
+def test_a_pinned_pod_refused_while_its_nodes_room_is_on_its_way_back_is_not_replaced(store: Store, api: Api) -> None:
+    """Issue #64, seen on the real tier: a gang released onto its placeholders' room deletes them in the
+    same turn; until they are gone kube-scheduler refuses the members (and the node looks overcommitted),
+    then binds them. Neither is a lost node while a pod there is being deleted."""
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job(store, "train", 1, b.pod_spec(b.container("6", "1Gi")))
+    clock = Clock()
+    gangs = Controller(api, clock=clock)
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Release"
+    pod = gang_pods(store)[0]
+    going = b.pod("going", spec=b.pod_spec(b.container("6")), owned=False)
+    going["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:00Z"
+    going["spec"]["nodeName"] = "worker1"
+    store.create("v1", "pods", NS, going)
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    clock.advance(10)
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Releasing"
+    store.delete("v1", "pods", NS, "going")
+    assert gangs.reconcile_once()["team-a/job-train"].state == "Repair"  # gone, and still refused: lost
 
 
 # --- unpinned releases keep their reservation ----------------------------------------------------------------

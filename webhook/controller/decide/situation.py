@@ -115,6 +115,8 @@ class Situation:
     # the devices the chosen pods claim, allocated on the chosen nodes (pod name -> node): None, or why
     # not (observe/devices.py DevicesCheck); None when no pod of the gang claims devices
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None
+    # node -> what pods being deleted there still hold (ClusterIndex.going): room on its way back
+    going: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @cached_property
     def gated(self) -> list[PodView]:

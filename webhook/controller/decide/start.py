@@ -64,12 +64,11 @@ def stranded_release(s: Situation) -> Decision | None:
 
 def node_taken(s: Situation) -> Decision | None:
     """Rule 2: a pod pinned to a node whose capacity pods bound since have overcommitted (or that is
-    gone), or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced."""
-    stolen = [
-        p
-        for p in s.released
-        if not p.node_name and p.pinned_node and (p.unschedulable or overcommitted(s.free.get(p.pinned_node)))
-    ]
+    gone), or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced.
+    Room that pods being deleted there still hold is on its way back (the placeholders a release deletes
+    in its turn, a preempted victim): the scheduler refuses a pod while they go and takes it once they
+    are gone, so neither counts until then; a refusal counts once the release is REFUSAL_SETTLE_SECONDS old."""
+    stolen = [p for p in s.released if not p.node_name and p.pinned_node and _lost(s, p)]
     if not stolen:
         return None
     nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
@@ -82,6 +81,25 @@ def node_taken(s: Situation) -> Decision | None:
         evict=s.evict(stolen),
         present=s.present,
     )
+
+
+# how long after its release a pinned pod's refusal by the scheduler is believed: kube-scheduler retries
+# a refused pod as soon as a pod on the node goes (its queueing hints), which the controller may see first
+REFUSAL_SETTLE_SECONDS = 5.0
+
+
+def _lost(s: Situation, pod: PodView) -> bool:
+    node = pod.pinned_node or ""
+    coming = s.going.get(node)
+    if coming:
+        free = s.free.get(node)
+        returned = {name: amount + coming.get(name, 0) for name, amount in free.items()} if free is not None else None
+        return overcommitted(returned)
+    if overcommitted(s.free.get(node)):
+        return True
+    record = s.records.get(pod.name)
+    settled = record is None or (s.now - record.at).total_seconds() >= REFUSAL_SETTLE_SECONDS
+    return pod.unschedulable and settled
 
 
 def nothing_gated(s: Situation) -> Decision | None:
@@ -258,6 +276,7 @@ def start_decision(
     records: Mapping[str, Release] = EMPTY_RECORDS,
     workload_nodes: frozenset[str] = frozenset(),
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
+    going: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity: the first of
     START_RULES that applies. The controller and `gangkeeper explain` both ask this function, so they
@@ -282,6 +301,7 @@ def start_decision(
         workload_nodes,
         live=[p for p in pods if not p.terminal],
         devices_fit=devices_fit,
+        going=going or {},
     )
     for rule in START_RULES:
         decision = rule(situation)

@@ -43,6 +43,7 @@ def decide(
     records: Mapping[str, Release] = EMPTY_RECORDS,
     workload_nodes: frozenset[str] = frozenset(),
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
+    going: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Decision:
     """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
     decision = start_decision(
@@ -60,6 +61,7 @@ def decide(
         records=records,
         workload_nodes=workload_nodes,
         devices_fit=devices_fit,
+        going=going,
     )
     if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
         decision.timed = True

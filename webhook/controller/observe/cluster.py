@@ -102,6 +102,8 @@ class ClusterIndex:
         self.nodes: dict[str, Node] = {}
         self.held: dict[str, Units] = {}  # node -> requests of the pods holding it (known node or not)
         self.free: dict[str, Units] = {}  # known nodes: allocatable minus what is held
+        # node -> what pods being deleted there still hold: room on its way back (in `free`, held until gone)
+        self.going: dict[str, Units] = {}
         self.ports: dict[str, Counter[HostPort]] = {}
         self.held_by_priority: dict[int, dict[str, Units]] = {}
         self.nodes_epoch = 0  # changes whenever a node does: static fits must be checked again
@@ -363,6 +365,11 @@ class ClusterIndex:
         else:
             on_node.discard(key)
         _add(self.held_by_priority.setdefault(hold.priority, {}).setdefault(hold.node, {}), hold.units, sign)
+        if hold.going:
+            going = self.going.setdefault(hold.node, {})
+            _add(going, hold.units, sign)
+            if not any(going.values()):
+                del self.going[hold.node]
         free = self.free.get(hold.node)
         if free is not None:
             _add(free, hold.units, -sign)

@@ -328,6 +328,7 @@ class ReleaseCycle:
             if resolved.spec.workload_topology is not None
             else frozenset(),
             devices_fit=devices_check(snapshot.index, gang),
+            going=snapshot.index.going,
         )
 
 
