@@ -213,6 +213,51 @@ def test_a_nodepool_limit_below_the_gangs_need_is_named_and_nothing_starts(
     wait_until(lambda: not autoscaler.nodes(), "no node stays for it", 180, every=2)
 
 
+def test_gangs_competing_for_the_room_a_limit_allows_start_whole_one_at_a_time(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    """Issue #64: two gate gangs of 5 one-CPU pods (each runs 20 s), selecting a NodePool whose limit (8
+    CPUs: two nodes of 4, 3 such pods each) holds one of them at a time. The room Karpenter brings goes
+    whole to the first applied; the second waits whole and starts whole once the first is done. From the
+    cluster, after the fact: each gang's pods bound within seconds of each other, none of the second's
+    before the first's had all finished, never more than the limit's two nodes."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("autoscale-compete", "gate")
+    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=8, consolidate_after="30s"))
+    for name in ("first", "second"):
+        job = workloads.job(name, namespace, 5, "1", pod_annotations={"gangkeeper.test/run-for": "20s"})
+        job["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
+        stack.plane.apply(job)
+        time.sleep(1)  # the queue's order: the first applied first
+    finished: dict[str, list[dict[str, Any]]] = {}
+    started = time.monotonic()
+    while time.monotonic() < started + 300 and len(finished) < 2:
+        for name in ("first", "second"):
+            pods = gang_pods(stack, namespace, name)
+            if len(pods) == 5 and all(p.get("status", {}).get("phase") == "Succeeded" for p in pods):
+                finished.setdefault(name, pods)
+        assert len(autoscaler.nodes()) <= 2, [n["metadata"]["name"] for n in autoscaler.nodes()]
+        time.sleep(1)
+    assert set(finished) == {"first", "second"}, stack.describe(namespace)
+    first, second = finished["first"], finished["second"]
+    for pods in (first, second):
+        times = sorted(scheduled_at(p) for p in pods)
+        assert (times[-1] - times[0]).total_seconds() <= 5, times  # bound in one go
+    first_done = max(finished_at(p) for p in first)
+    second_bound = min(scheduled_at(p) for p in second)
+    print(
+        f"\ncompeting gangs, a limit for one: the second bound {(second_bound - first_done).total_seconds():.1f} s "
+        f"after the first finished; {time.monotonic() - started:.0f} s for both"
+    )
+    assert second_bound >= first_done, (str(second_bound), str(first_done))
+    wait_until(lambda: not placeholders(stack, namespace), "no placeholder left", 60)
+
+
+def finished_at(pod: dict[str, Any]) -> dt.datetime:
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    return dt.datetime.fromisoformat(state["finishedAt"].replace("Z", "+00:00"))
+
+
 def test_a_gang_no_nodepool_could_hold_gets_no_placeholders_and_no_node(
     stack: Stack, autoscaler: karpenter.Karpenter
 ) -> None:
