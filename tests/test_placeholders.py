@@ -515,3 +515,34 @@ def test_how_many_pods_one_placeholder_stands_for() -> None:
     assert pods_per_node(Shape((("pods", 1),)), {"cpu": 4000}) == 1
     assert batches(16, 7) == [6, 5, 5] and batches(0, 7) == [] and batches(3, 1) == [1, 1, 1]
     assert batches(752, 31) == [31, 31] + [30] * 23
+
+
+def test_the_room_a_limit_leaves_goes_to_one_gang_at_a_time_in_queue_order(apiserver: TestApiServer, api: Api) -> None:
+    """Issue #64: two gangs of 5 one-CPU pods and a NodePool limit (8 CPUs of 4-CPU nodes) that holds one:
+    the first in the queue gets its placeholders, the second none (each holding part of the room, they
+    would wait on each other for ever; seen on the real tier before this), and once the first started
+    the second gets its own."""
+    store = apiserver.store
+    sized_pool(store, 4)
+    pool = store.get("karpenter.sh/v1", "nodepools", "", "sized")
+    pool["spec"]["limits"] = {"cpu": "8"}
+    store.update("karpenter.sh/v1", "nodepools", "", "sized", pool, None, admit=False)
+    store.create("v1", "nodes", "", node("small", cpu="1"))
+    for name in ("first", "second"):
+        add_job_pods(store, add_job(store, name, parallelism=5, cpu="1"))
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()
+    decisions = controller.reconcile_once()
+    held = {p["metadata"]["labels"]["gangkeeper.io/placeholder-for"] for p in placeholders(store)}
+    head = "job-first" if decisions["team-a/job-first"].position <= 1 else "job-second"
+    other = ({"job-first", "job-second"} - {head}).pop()
+    assert held == {head}, (decisions["team-a/job-first"].message, decisions["team-a/job-second"].message)
+    assert "the gangs ahead in the queue take what the NodePools' limits leave (2 cpu more)" in (
+        decisions[f"team-a/{other}"].message
+    )
+    for i in range(2):
+        store.create("v1", "nodes", "", node(f"new-{i}", cpu="3900m", labels={"karpenter.sh/nodepool": "sized"}))
+    default_scheduler(store)
+    decisions = controller.reconcile_once()
+    assert decisions[f"team-a/{head}"].state == "Release", decisions[f"team-a/{head}"].message
+    assert {p["metadata"]["labels"]["gangkeeper.io/placeholder-for"] for p in placeholders(store)} <= {other}

@@ -40,7 +40,15 @@ from webhook import contract
 from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
-from webhook.controller.decide.autoscaling import NodePoolRoom, batches, beyond_limits, never_held, pods_per_placeholder
+from webhook.controller.decide.autoscaling import (
+    NodePoolRoom,
+    addable,
+    batches,
+    beyond_limits,
+    never_held,
+    node_room,
+    pods_per_placeholder,
+)
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import PODS as POD_COUNT
 from webhook.controller.decide.shapes import Shape, show
@@ -152,6 +160,31 @@ def waiting_members(gang: GangView, decision: Decision, autoscaled: bool) -> lis
     return [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
 
 
+def asked_of_pools(
+    own: Mapping[str, tuple[str, tuple[tuple[str, int], ...]]],
+    keep: set[str],
+    make: Sequence[tuple[str, int, tuple[PodView, Obj]]],
+    node: Mapping[str, int],
+) -> dict[str, int]:
+    """What a gang's placeholders ask the autoscaler to add: those kept that are not bound yet, and the
+    new ones; each at least one node's room (`node`, when known: a placeholder sized for a node brings a
+    whole one, and a NodePool's limit counts nodes' capacity)."""
+    asks: dict[str, int] = {}
+
+    def add(units: Mapping[str, int]) -> None:
+        for name in units.keys() | node.keys():
+            if name != POD_COUNT:
+                asks[name] = asks.get(name, 0) + max(units.get(name, 0), node.get(name, 0))
+
+    for key in keep:
+        bound_to, units = own.get(key, ("", ()))
+        if not bound_to:
+            add(dict(units))
+    for _, pods, (view, _) in make:
+        add({name: amount * pods for name, amount in view.shape.requests})
+    return asks
+
+
 # a gang's waiting pods, counted by shape -> how many of each the free room there is holds now
 FreeRoom = Callable[[Mapping[Shape, int]], Mapping[Shape, int]]
 
@@ -224,6 +257,40 @@ class Placeholders:
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
         self._made_at: tuple[int, dict[str, list[dict[str, int]]]] | None = None
+        # this pass: what the NodePools' limits still let the autoscaler add, less what the gangs ahead in
+        # the queue asked of it (None: not read yet this pass), and whether a gang ahead waits on it
+        self._left: dict[str, int] | None = None
+        self._asked = False
+        self._blocked = False
+
+    def begin_pass(self) -> None:
+        """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
+        self._left, self._asked, self._blocked = None, False, False
+
+    def _ahead(self, asks: Mapping[str, int], pools: Sequence[NodePoolRoom]) -> str | None:
+        """Whether the gangs ahead in the queue come first for the room the NodePools' limits leave: the
+        room a limit allows goes whole to one gang at a time, in the queue's order, not a part to each
+        (two gangs each holding part of it would wait on each other for ever). The first gang the room
+        left does not hold keeps its placeholders (its nodes come as the ones behind it let go); every gang
+        behind it has none. Why this gang has none, or None."""
+        if self._left is None:
+            self._left = addable(pools)
+        short = [name for name, amount in asks.items() if name in self._left and amount > self._left[name]]
+        if self._blocked:
+            return "a gang ahead in the queue waits for the room the NodePools' limits leave; it comes first"
+        if not short:
+            for name, amount in asks.items():
+                if name in self._left:
+                    self._left[name] -= amount
+            self._asked = self._asked or any(asks.values())
+            return None
+        self._blocked = True
+        if not self._asked:
+            return None  # the head of the queue: it keeps its own, and those behind let go of theirs
+        return (
+            f"the gangs ahead in the queue take what the NodePools' limits leave "
+            f"({', '.join(show(name, max(0, self._left[name])) for name in sorted(short))} more); it comes first"
+        )
 
     def sync(self, gang: GangView, decision: Decision, free_room: FreeRoom = lambda waiting: {}) -> Decision:
         """Make the gang's placeholders what its decision calls for; the decision says how far along,
@@ -249,6 +316,9 @@ class Placeholders:
         if needing and not hopeless:  # nodes the gang could never fill whole would only hold others' room
             hopeless = beyond_limits([view.shape for view, _ in waiting], self._allocatable(), pools)
         keep, make = self._plan(needing, own, uid, pools) if waiting and not hopeless else (set(), [])
+        behind = self._ahead(asked_of_pools(own, keep, make, self._node_room(pools)), pools) if keep or make else None
+        if behind:
+            keep, make = set(), []
         elsewhere = sum(len(held) for key, held in self.index.placeholders.items() if key != gang.key)
         capped = bool(make) and elsewhere + len(keep) + len(make) > self.most
         more = len(make)
@@ -261,8 +331,8 @@ class Placeholders:
                 for name, pods, (view, raw) in make:
                     self._create(placeholder_for(view, raw, owner, self.image, name, pods))
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
-        if hopeless:
-            return replace(decision, message=f"{decision.message}; no placeholders: {hopeless}")
+        if hopeless or behind:
+            return replace(decision, message=f"{decision.message}; no placeholders: {hopeless or behind}")
         if capped:
             said = (
                 f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
@@ -313,6 +383,15 @@ class Placeholders:
                 (placeholder_name(uid, tag, i), size, members[0]) for i, size in zip(free_indexes, sizes, strict=True)
             )
         return keep, make
+
+    def _node_room(self, pools: Sequence[NodePoolRoom]) -> dict[str, int]:
+        """The least room one node of any of the NodePools has, for the resources all of them say."""
+        made = self._made_by_pools()
+        rooms = [node_room(pool, made.get(pool.name, ())) for pool in pools]
+        if not rooms:
+            return {}
+        names = set.intersection(*(set(room) for room in rooms))
+        return {name: min(room[name] for room in rooms) for name in names}
 
     def _made_by_pools(self) -> dict[str, list[dict[str, int]]]:
         """A NodePool's name -> the allocatable of the nodes it made (Karpenter labels each

@@ -108,6 +108,15 @@ class NodePoolRoom:
         return True
 
 
+def addable(pools: Sequence[NodePoolRoom]) -> dict[str, int]:
+    """What the NodePools may still add, summed, for each resource every one of them limits (one that
+    some pool does not limit may grow without bound, and is left out)."""
+    if not pools:
+        return {}
+    names = set.intersection(*(set(pool.limits) for pool in pools))
+    return {name: sum(max(0, pool.limits[name] - pool.used.get(name, 0)) for pool in pools) for name in names}
+
+
 def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> str | None:
     """Why no NodePool could ever make a node for one of a gang's pods (pod name -> its shape), each
     pool's reason named; None when every pod has a pool that might, or no pool is known."""

@@ -171,6 +171,8 @@ class Controller:
             elif done:
                 self.work.forget(gang.key)
         # the release cycle, gate gangs only: higher priority first, then whoever waited longest
+        if self.cycle.placeholders is not None:
+            self.cycle.placeholders.begin_pass()
         for gang, resolved in sorted(cycle, key=lambda item: self.cycle.queue_key(item[0], now)):
             done, decision = self._guarded(gang.key, stamp, partial(self._release_turn, gang, resolved, current))
             if done and decision is not None:
