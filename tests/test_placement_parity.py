@@ -252,6 +252,15 @@ def test_a_node_taken_after_the_release_is_repaired_by_replacing_only_the_unboun
         validate(pod)
 
 
+def refused_by_the_scheduler(store: Store, pod: dict[str, Any]) -> None:
+    """What kube-scheduler writes on a pod it cannot place: PodScheduled False, reason Unschedulable."""
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+
+
 def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(store: Store, api: Api) -> None:
     """PodScheduled=False/Unschedulable on a pinned pod (a node changed in a way placement did not see)."""
     install_admission(store, "gate")
@@ -263,11 +272,7 @@ def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(sto
     first = gangs.reconcile_once()["team-a/sts-train"]
     refused_node = next(iter(first.release.values()))
     pod = gang_pods(store)[0]
-    pod["status"] = {
-        "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-    }
-    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    refused_by_the_scheduler(store, pod)
     # kube-scheduler retries a refused pod as soon as a pod on its node goes: a refusal is believed once
     # the release is a few seconds old
     assert gangs.reconcile_once()["team-a/sts-train"].state == "Releasing"
@@ -290,11 +295,7 @@ def test_a_job_whose_pinned_pod_is_refused_is_requeued_whole_never_thinned(store
     gangs = Controller(api, clock=clock)
     gangs.reconcile_once()
     pod = gang_pods(store)[0]
-    pod["status"] = {
-        "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-    }
-    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    refused_by_the_scheduler(store, pod)
     clock.advance(5)
     assert gangs.reconcile_once()["team-a/job-train"].state == "Repair"
     assert store.get("batch/v1", "jobs", NS, "train")["spec"].get("suspend") is True
@@ -318,11 +319,7 @@ def test_a_pinned_pod_refused_while_its_nodes_room_is_on_its_way_back_is_not_rep
     going["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:00Z"
     going["spec"]["nodeName"] = "worker1"
     store.create("v1", "pods", NS, going)
-    pod["status"] = {
-        "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-    }
-    store.update("v1", "pods", NS, pod["metadata"]["name"], pod, None, admit=False)
+    refused_by_the_scheduler(store, pod)
     clock.advance(10)
     assert gangs.reconcile_once()["team-a/job-train"].state == "Releasing"
     store.delete("v1", "pods", NS, "going")
