@@ -121,10 +121,18 @@ def test_the_webhooks_settings_come_from_the_configuration_and_the_flags(tmp_pat
     args = parsed(["serve", "--backend", "gate", "--volcano-queues", "a, b", "--protect-from-disruption", "false"])
     settings = WebhookSettings.from_args(args)  # type: ignore[arg-type]
     assert (settings.backend, settings.volcano_queues) == ("gate", frozenset({"a", "b"}))
-    assert not settings.protect_from_disruption
+    assert settings.protect_from_disruption == "false"
+    bounded = WebhookSettings.from_args(parsed(["serve", "--protect-from-disruption", "12h"]))  # type: ignore[arg-type]
+    assert bounded.protect_from_disruption == "12h"
+    with pytest.raises(SystemExit):  # argparse's own error: not true, false or a positive duration
+        parsed(["serve", "--protect-from-disruption", "forever"])
     assert WebhookSettings.from_args(parsed(["serve"])) == WebhookSettings()  # type: ignore[arg-type]
     resolver = build_resolver(settings)
-    assert (resolver.default, resolver.volcano_queues, resolver.protect_from_disruption) == ("gate", {"a", "b"}, False)
+    assert (resolver.default, resolver.volcano_queues, resolver.protect_from_disruption) == (
+        "gate",
+        {"a", "b"},
+        "false",
+    )
     serving = {"host", "port", "cert_dir", "kubeconfig", "workers", "graceful_timeout", "handshake_timeout"}
     serving |= {"header_timeout", "body_timeout", "idle_timeout", "max_in_flight", "max_in_flight_mib"}
     serving |= {"cert_reload_seconds", "noop_endpoint", "namespace", "service", "san", "cert_sync_seconds"}

@@ -222,7 +222,7 @@ def test_a_pods_own_disruption_word_and_the_setting_are_kept() -> None:
         and outcome.mutated["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "false"
     )
     outcome = admit(
-        copied(owner=("batch/v1", "Job", "train")), "CREATE", make("gate"), "team-a", protect_from_disruption=False
+        copied(owner=("batch/v1", "Job", "train")), "CREATE", make("gate"), "team-a", protect_from_disruption="false"
     )
     assert (
         outcome.mutated is not None and "karpenter.sh/do-not-disrupt" not in outcome.mutated["metadata"]["annotations"]
@@ -243,6 +243,62 @@ def test_a_namespace_opts_out_of_disruption_protection_by_its_label() -> None:
     assert not marked({"gangkeeper.io/enabled": "true", "gangkeeper.io/protect-from-disruption": "false"})
     assert marked({"gangkeeper.io/enabled": "true", "gangkeeper.io/protect-from-disruption": "true"})
     assert marked({"gangkeeper.io/enabled": "true"})
+
+
+@pytest.mark.parametrize(
+    ("setting", "label", "mark"),
+    [
+        ("true", None, "true"),
+        ("12h", None, "12h"),  # the Configuration's bound
+        ("true", "90m", "90m"),  # the namespace's own bound replaces the Configuration's
+        ("12h", "1h30m", "1h30m"),
+        ("12h", "true", "12h"),  # "true" on the namespace: as the Configuration says
+        ("12h", "soon", "12h"),  # not a duration Karpenter could parse: as the Configuration says
+        ("12h", "0s", "12h"),  # not positive: Karpenter would read it as no protection at all
+        ("false", "90m", None),  # the operator's switch is off for every namespace
+        ("12h", "false", None),
+    ],
+)
+def test_a_bound_on_disruption_protection_is_the_annotations_value(
+    setting: str, label: str | None, mark: str | None
+) -> None:
+    """Karpenter reads a duration in karpenter.sh/do-not-disrupt as a bound (pkg/utils/pod/scheduling.go
+    IsDoNotDisruptActive): the member may be disrupted once it has run that long. The Configuration sets
+    it for the cluster, a namespace's label for itself."""
+    from webhook.backends import NamespaceInfo
+
+    labels = {"gangkeeper.io/enabled": "true"} | ({"gangkeeper.io/protect-from-disruption": label} if label else {})
+    pod = copied(owner=("batch/v1", "Job", "train"))
+    outcome = admit(
+        pod,
+        "CREATE",
+        make("gate"),
+        "team-a",
+        namespace_info=NamespaceInfo(labels=labels),
+        protect_from_disruption=setting,
+    )
+    assert outcome.mutated is not None
+    assert outcome.mutated["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") == mark
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("12h", 43200.0), ("1h30m", 5400.0), ("2.5h", 9000.0), ("90s", 90.0), ("500ms", 0.5), (".5h", 1800.0)],
+)
+def test_go_durations_read_as_karpenter_reads_them(text: str, seconds: float) -> None:
+    from webhook.admission.checks import duration_seconds
+
+    assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "12", "h", "1d", "-5m", "12 h", "true", "1h-30m"])
+def test_what_is_not_a_positive_go_duration_is_not_a_bound(text: str) -> None:
+    from webhook.admission.checks import duration_seconds, protection
+
+    assert duration_seconds(text) is None
+    if text not in ("true",):
+        with pytest.raises(ValueError, match="positive duration"):
+            protection(text)
 
 
 # --- membership by uid: a workload deleted and made again under its name --------------------------

@@ -338,6 +338,58 @@ def test_a_running_gang_is_not_taken_apart_by_karpenter_drift_or_consolidation(
     print(f"\ndrift, {backend}: 0 of 6 members evicted in 60 s; {len(drifted(stack))} drifted nodes kept")
 
 
+def test_a_bound_on_the_protection_lets_karpenter_take_a_running_gang_once_it_has_run_that_long(
+    stack: Stack, autoscaler: karpenter.Karpenter
+) -> None:
+    """The namespace bounds its gangs' protection (label gangkeeper.io/protect-from-disruption: 60s):
+    members carry karpenter.sh/do-not-disrupt: "60s", and Karpenter 1.15 evicts none from a drifted node
+    before it has run 60 s since its startTime, then takes them as any pod."""
+    bound = 60
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("disrupt-bound", "gate", more_labels={"gangkeeper.io/protect-from-disruption": "60s"})
+    pool = karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="5s")
+    stack.plane.apply(pool)
+    steady = workloads.job("steady", namespace, 6, "1")
+    steady["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
+    stack.plane.apply(steady)
+    members = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "steady")) and len(running(p)) == 6 and p,
+        "the six pods Running on Karpenter's nodes",
+        180,
+        every=1,
+    )
+    assert {p["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") for p in members} == {"60s"}
+    started = {p["metadata"]["uid"]: started_at(p) for p in members}
+    pool["spec"]["template"]["metadata"]["labels"]["gangkeeper.test/generation"] = "2"
+    stack.plane.apply(pool)
+    wait_until(lambda: drifted(stack), "Karpenter finding its nodes drifted", 120, every=2)
+    found = dt.datetime.now(dt.UTC)
+    taken: dict[str, dt.datetime] = {}
+
+    def some_taken() -> bool:
+        now = dt.datetime.now(dt.UTC)
+        pods = {p["metadata"]["uid"]: p for p in gang_pods(stack, namespace, "steady")}
+        for uid in started.keys() - taken.keys():
+            pod = pods.get(uid)
+            if pod is None or pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") != "Running":
+                taken[uid] = now
+        return bool(taken)
+
+    wait_until(some_taken, "Karpenter evicting a member once its bound passed", 240, every=1)
+    first = min(taken, key=lambda uid: taken[uid])
+    ran = (taken[first] - started[first]).total_seconds()
+    drift_after = (found - min(started.values())).total_seconds()
+    print(
+        f"\ndrift found {drift_after:.0f} s after the gang started; "
+        f"first member taken after {ran:.0f} s (bound {bound} s)"
+    )
+    assert ran >= bound, f"a member taken {ran:.0f} s after it started, before its {bound} s bound"
+
+
+def started_at(pod: dict[str, Any]) -> dt.datetime:
+    return dt.datetime.fromisoformat(pod["status"]["startTime"].replace("Z", "+00:00"))
+
+
 @pytest.mark.parametrize("ignore_dra_requests", ["true", "false"])
 def test_a_dra_gang_beside_karpenter_brings_no_node_either_way(stack: Stack, ignore_dra_requests: str) -> None:
     """Karpenter 1.15 and DRA, both ways of its `--ignore-dra-requests`. With `true` (its default) it

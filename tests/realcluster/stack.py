@@ -179,8 +179,10 @@ class Stack:
         wait_until(lambda: all(_ready(self.plane.get("node", n)) for n in self.workers), "fake nodes Ready", 60)
         return self.workers
 
-    def namespace(self, name: str, backend: str | None, opted_in: bool = True) -> str:
-        labels = {"gangkeeper.io/enabled": "true"} if opted_in else {}
+    def namespace(
+        self, name: str, backend: str | None, opted_in: bool = True, more_labels: dict[str, str] | None = None
+    ) -> str:
+        labels = ({"gangkeeper.io/enabled": "true"} if opted_in else {}) | (more_labels or {})
         if backend:
             labels["gangkeeper.io/backend"] = backend
         self.plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", timeout=130)

@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook import contract
 from webhook.admission.ahead import VolcanoGroupsAhead
+from webhook.admission.checks import protection
 from webhook.admission.controller_lease import LeaseWatch
 from webhook.admission.resolve import (
     BackendResolver,
@@ -35,7 +36,7 @@ class WebhookSettings:
     coscheduling_scheduler: str = "scheduler-plugins-scheduler"
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     volcano_queues: frozenset[str] = frozenset()  # queues every namespace may name ("*": any)
-    protect_from_disruption: bool = True  # gang pods carry karpenter.sh/do-not-disrupt
+    protect_from_disruption: str = "true"  # karpenter.sh/do-not-disrupt on gang pods: "true", "false", a bound
     volcano_allocates_devices: bool = False  # Volcano allocates DRA claims (v1.12+ with its DRA predicate on)
 
     @classmethod
@@ -48,9 +49,10 @@ class WebhookSettings:
             given["topology_levels"] = tuple(str(given["topology_levels"]).split(","))
         if "volcano_queues" in given:
             given["volcano_queues"] = frozenset(q.strip() for q in str(given["volcano_queues"]).split(",") if q.strip())
-        for flag in ("protect_from_disruption", "volcano_allocates_devices"):
-            if flag in given:
-                given[flag] = given[flag] in (True, "true")
+        if "protect_from_disruption" in given:
+            given["protect_from_disruption"] = protection(given["protect_from_disruption"])
+        if "volcano_allocates_devices" in given:
+            given["volcano_allocates_devices"] = given["volcano_allocates_devices"] in (True, "true")
         return cls(**given)
 
 

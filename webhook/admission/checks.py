@@ -6,6 +6,7 @@ workload's pods. The rules in decide.py call these."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
@@ -93,11 +94,35 @@ def queue_warnings(group_objects: list[Obj], queues: Mapping[str, str]) -> list[
 # with it (karpenter pkg/apis/v1/labels.go DoNotDisruptAnnotationKey), so it takes no member of a running
 # gang away one node at a time. A pod that says otherwise ("false") keeps its word.
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+# A duration there is a bound: the pod may be disrupted once it has run that long since its startTime
+# (karpenter pkg/utils/pod/scheduling.go IsDoNotDisruptActive; parsed by Go's time.ParseDuration and
+# positive, parseDoNotDisrupt; Karpenter 1.15 reads it, one that reads only "true" sees no protection)
+GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def mark_not_disrupted(pod: Obj) -> None:
+def duration_seconds(text: str) -> float | None:
+    """A Go duration ("90m", "1h30m", "2.5h") in seconds; None for anything else or a value not positive."""
+    if not GO_DURATION.fullmatch(text):
+        return None
+    seconds = sum(
+        float(number) * _UNIT_SECONDS[unit] for number, unit in re.findall(r"([\d.]+)(ns|us|µs|ms|s|m|h)", text)
+    )
+    return seconds if seconds > 0 else None
+
+
+def protection(value: object) -> str:
+    """A protectFromDisruption setting as the annotation says it: "true" (for as long as the pod runs),
+    "false" (not marked), or a positive duration that bounds it; ValueError for anything else."""
+    text = str(value).lower() if isinstance(value, bool) else str(value).strip()
+    if text in ("true", "false") or duration_seconds(text) is not None:
+        return text
+    raise ValueError(f"{value!r} is not true, false or a positive duration such as 12h or 90m")
+
+
+def mark_not_disrupted(pod: Obj, value: str = "true") -> None:
     annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
-    annotations.setdefault(DO_NOT_DISRUPT, "true")
+    annotations.setdefault(DO_NOT_DISRUPT, value)
 
 
 def at_lowest_class(gang: Gang, known: Collection[str] | None) -> Gang:

@@ -18,6 +18,7 @@ from webhook.admission.checks import (
     DeviceNames,
     at_lowest_class,
     device_warnings,
+    duration_seconds,
     mark_not_disrupted,
     named_ahead,
     other_scheduler,
@@ -93,17 +94,21 @@ class Admission:
     topology_levels: tuple[str, ...]
     priority_classes: Collection[str] | None  # names; a Mapping also gives each one's value
     volcano_queues: frozenset[str] = frozenset()  # queues every namespace may use (--volcano-queues)
-    protect_from_disruption: bool = True  # members carry karpenter.sh/do-not-disrupt (--protect-from-disruption)
+    # members carry karpenter.sh/do-not-disrupt with this value, "false": not (--protect-from-disruption)
+    protect_from_disruption: str = "true"
     # (kind, namespace, name, the uid a pod claims) -> that workload's uid now; None: unknown
     workload_uids: Callable[[str, str, str, str], str | None] | None = None
     device_names: DeviceNames | None = None  # the cluster's DeviceClasses and ResourceClaimTemplates
 
     @property
-    def protects_from_disruption(self) -> bool:
-        """Gang pods are marked karpenter.sh/do-not-disrupt where the Configuration says so and their
-        namespace does not opt out (its label gangkeeper.io/protect-from-disruption: "false")."""
-        opted_out = self.namespace_info.labels.get(contract.NAMESPACE_PROTECT_LABEL) == "false"
-        return self.protect_from_disruption and not opted_out
+    def disruption_mark(self) -> str | None:
+        """The karpenter.sh/do-not-disrupt value gang pods get: the Configuration's ("true", or a duration
+        that bounds it), a namespace's own bound (its label gangkeeper.io/protect-from-disruption: "12h"),
+        none where either says "false"."""
+        label = self.namespace_info.labels.get(contract.NAMESPACE_PROTECT_LABEL, "")
+        if self.protect_from_disruption == "false" or label == "false":
+            return None
+        return label if duration_seconds(label) is not None else self.protect_from_disruption
 
     @property
     def served(self) -> Backend:
@@ -311,8 +316,8 @@ def stamped(a: Admission) -> Outcome:
     mutated: Obj = json_copy(a.obj)
     if plan.pod_gang is not None:
         backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
-        if a.protects_from_disruption:
-            mark_not_disrupted(mutated)
+        if a.disruption_mark is not None:
+            mark_not_disrupted(mutated, a.disruption_mark)
     for stamp in plan.templates:
         template = get_path(mutated, stamp.path)
         if isinstance(template, dict):
@@ -363,7 +368,7 @@ def admit(
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     priority_classes: Collection[str] | None = None,
     volcano_queues: frozenset[str] = frozenset(),
-    protect_from_disruption: bool = True,
+    protect_from_disruption: str = "true",
     workload_uids: Callable[[str, str, str, str], str | None] | None = None,
     device_names: DeviceNames | None = None,
 ) -> Outcome:

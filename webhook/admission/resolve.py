@@ -209,7 +209,7 @@ class BackendResolver:
         volcano_hypernodes: bool = False,
         volcano_devices: bool = False,
         volcano_queues: frozenset[str] = frozenset(),
-        protect_from_disruption: bool = True,
+        protect_from_disruption: str = "true",
         workload_uids: Callable[[str, str, str, str], str | None] | None = None,
         groups_ahead: Callable[[Obj, Volcano], int] | None = None,
     ) -> None:

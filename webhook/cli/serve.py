@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from webhook.admission.checks import protection
 from webhook.cli import certs, options
 from webhook.cli.options import Command
 from webhook.gangs.topology import DEFAULT_LEVELS
@@ -47,10 +48,12 @@ def add(command: Command) -> None:
     )
     serve.add_argument(
         "--protect-from-disruption",
-        choices=("true", "false"),
+        type=protection,
         default="true",
+        metavar="true|false|DURATION",
         help="gang pods carry karpenter.sh/do-not-disrupt, so Karpenter's consolidation, drift and other "
-        "voluntary disruption take no member of a running gang (expiry and kubectl drain still may)",
+        "voluntary disruption take no member of a running gang (expiry and kubectl drain still may); a "
+        "duration (12h, 90m) is the value instead: Karpenter may disrupt a member once it has run that long",
     )
     serve.add_argument(
         "--volcano-allocates-devices",
