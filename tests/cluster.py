@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tests import builders as b
@@ -96,15 +96,17 @@ def free_capacity(
     return free
 
 
-def default_scheduler(store: Store) -> int:
-    """The stock kube-scheduler, pod by pod: bind each ungated pod to the first node where it fits."""
+def default_scheduler(store: Store, only: Callable[[dict[str, Any]], bool] = lambda pod: True) -> int:
+    """The stock kube-scheduler, pod by pod: bind each ungated pod (of those `only` keeps: its own, when
+    another scheduler places the rest) to the first node where it fits."""
     bound = 0
     all_pods = store.list("v1", "pods", None)[0]
     nodes = [shapes.Node.from_api(n) for n in store.list("v1", "nodes", None)[0]]
     views = [PodView.from_api(p) for p in all_pods]
     free = free_capacity(nodes, ((v.node_name, v.units) for v in views if v.node_name))
+    mine = {pod["metadata"]["name"] for pod in all_pods if only(pod)}
     for view in sorted(views, key=lambda v: v.name):
-        if view.node_name or view.gated or view.terminal:
+        if view.node_name or view.gated or view.terminal or view.name not in mine:
             continue
         result = placement.place([placement.Member(view.name, view.shape)], nodes, free)
         if result.complete:

@@ -12,7 +12,7 @@ import pytest
 
 from tests import builders as b
 from tests.apiserver import Store, TestApiServer
-from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
+from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_status, node, pods
 from tests.recorder import ListRecorder
 from tests.schemas import validate
 from webhook.controller.decide.autoscaling import (
@@ -313,6 +313,62 @@ def test_a_gang_its_scheduler_marks_partly_schedulable_is_unseen_by_autoscalers(
     # a pod just made, not looked at yet, may still be refused: the scheduler has not said (seen on the real tier)
     assert unseen_by_autoscalers([pending("a", refused), pending("b", None)], "volcano") is None
     assert unseen_by_autoscalers([pending("a", refused), pending("b", placeable, node="n1")], "volcano") is None
+
+
+def marked_by_volcano(store: Store, job: str, schedulable: int) -> None:
+    """Volcano's marks on a gang it could not place whole (volcano-sh/volcano#3976): the first
+    `schedulable` of its pods `Schedulable` (it could place them), the rest `Unschedulable`."""
+    mine = sorted(
+        (p for p in pods(store) if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job),
+        key=lambda p: p["metadata"]["name"],
+    )
+    for i, pod in enumerate(mine):
+        reason = "Schedulable" if i < schedulable else "Unschedulable"
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason}
+        store.patch("v1", "pods", "team-a", pod["metadata"]["name"], {"status": {"conditions": [condition]}})
+
+
+def test_a_volcano_gang_waiting_on_an_autoscaler_gets_placeholders_on_nodepool_nodes_only(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """Volcano marks what it could place Schedulable, so an autoscaler sees only the rest and counts the
+    free room as theirs. The pods the free room cannot hold get placeholders, only on the NodePools'
+    nodes (on the free room they would make the autoscaler add that room twice); once the free room
+    and the bound placeholders hold the whole gang, the placeholders go and Volcano places it."""
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", node("small", cpu="4"))
+    add_job_pods(store, add_job(store, "train", parallelism=4, cpu="3"), backend="volcano")
+    marked_by_volcano(store, "train", schedulable=1)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock())
+    controller.reconcile_once()  # the Gang object first: it owns the placeholders
+    controller.reconcile_once()
+    made = placeholders(store)
+    assert len(made) == 3  # the pod the free room holds needs none
+    for pod in made:
+        validate(pod)
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}]}
+        ]
+    status = gang_status(store, "job-train")
+    assert status["message"] == (
+        "0 of 4 members scheduled by the volcano gang scheduler; "
+        "waiting for the autoscaler: capacity for 1 of 4 pods provisioned"
+    )
+    is_placeholder = lambda pod: "gangkeeper.io/placeholder-for" in pod["metadata"].get("labels", {})  # noqa: E731
+    assert default_scheduler(store, only=is_placeholder) == 0  # not on the free room: it is the gang's already
+    for i in range(3):
+        store.create("v1", "nodes", "", node(f"new-{i}", cpu="4", labels={"karpenter.sh/nodepool": "default"}))
+    assert default_scheduler(store, only=is_placeholder) == 3
+    controller.reconcile_once()
+    assert placeholders(store) == []  # the room for all of it is there: Volcano's to place it
+    assert gang_status(store, "job-train")["message"].endswith(
+        "room for the whole gang is there; the volcano scheduler places it"
+    )
+    controller.reconcile_once()
+    assert placeholders(store) == []  # none made again while Volcano has not placed it yet
+    assert default_scheduler(store, only=lambda pod: not is_placeholder(pod)) == 4  # Volcano's turn: all of it
 
 
 def test_a_pods_scheduler_verdict_is_read_from_its_podscheduled_condition() -> None:

@@ -59,44 +59,15 @@ def test_the_pinch_autoscaled_starts_whole_on_the_nodes_karpenter_adds(
     autoscaled_pinch(stack, autoscaler, backend)
 
 
-def test_the_pinch_beside_karpenter_under_volcano_waits_and_says_why(
+def test_the_pinch_autoscaled_under_volcano_starts_whole_on_the_nodes_karpenter_adds(
     vc: Stack, autoscaler: karpenter.Karpenter
 ) -> None:
     """Volcano's gang plugin marks the tasks it could place `Schedulable` while their gang waits, the
-    rest `Unschedulable` (volcano-sh/volcano#3976). Karpenter sees only the Unschedulable ones and counts
-    the free room as theirs: no node comes, and the gang waits whole (no pod bound) until room frees.
-    gangkeeper cannot change what Volcano writes on its pods; its Gang says so and points to the gate."""
-    stack = vc
-    stack.replace_workers(2, cpu="4")
-    namespace = stack.namespace("autoscale-volcano", "volcano")
-    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
-    pinch = workloads.job("pinch", namespace, 16, "1")
-    wait_until(lambda: stack.plane.apply(pinch), "the Job admitted", 90, every=5)
-
-    def reasons() -> list[str]:
-        return sorted(
-            c.get("reason", "")
-            for p in gang_pods(stack, namespace, "pinch")
-            for c in p["status"].get("conditions", [])
-            if c["type"] == "PodScheduled"
-        )
-
-    def says_why() -> dict[str, Any] | None:
-        """The Gang says why while Volcano's marks are split (it rewrites them each session: read together)."""
-        gang = stack.plane.get("gang", "job-pinch", namespace=namespace)
-        message = str(((gang or {}).get("status") or {}).get("message", ""))
-        seen = reasons()
-        split = "Schedulable" in seen and "Unschedulable" in seen
-        return gang if split and "not marked Unschedulable by the volcano scheduler" in message else None
-
-    gang = wait_until(says_why, "the Gang saying why no node comes, Volcano's marks split", 120, every=1)
-    print(f"\n{gang['status']['message']}\n{reasons()}")
-    time.sleep(30)  # Karpenter batches and provisions within seconds for pods it sees
-    assert not autoscaler.nodes(), [n["metadata"]["name"] for n in autoscaler.nodes()]
-    assert not bound(gang_pods(stack, namespace, "pinch"))  # whole: nothing started
-    # its pods would wait for ever: gone before the next test's Karpenter takes them for its own
-    stack.plane.kubectl("delete", "job", "pinch", "-n", namespace, "--cascade=foreground")
-    wait_until(lambda: not gang_pods(stack, namespace, "pinch"), "the waiting pinch's pods gone", 120, every=2)
+    rest `Unschedulable` (volcano-sh/volcano#3976): Karpenter sees only the Unschedulable ones and counts
+    the free room as theirs, so by itself no node comes and the gang waits for ever (seen here before
+    gangkeeper made placeholders for it). The pods the free room cannot hold get placeholders on the
+    NodePool's nodes; once those hold them, the placeholders go and Volcano places the whole gang."""
+    autoscaled_pinch(vc, autoscaler, "volcano")
 
 
 def test_the_pinch_autoscaled_under_coscheduling(cosched: Stack, autoscaler: karpenter.Karpenter) -> None:
@@ -106,9 +77,8 @@ def test_the_pinch_autoscaled_under_coscheduling(cosched: Stack, autoscaler: kar
 
 
 def pending_elsewhere(stack: Stack, namespace: str) -> list[str]:
-    """Pods of other namespaces still Pending: an earlier test's gang that waits for ever (the Volcano
-    pinch) is Unschedulable until its namespace is gone, and Karpenter provisions for it too (CI: 4 nodes
-    made for this pinch's 3, the fourth for `autoscale-volcano`'s pods)."""
+    """Pods of other namespaces still Pending: an earlier test's gang still waiting is Unschedulable until
+    its namespace is gone, and Karpenter would provision for it too (CI once: 4 nodes made for a pinch's 3)."""
     return [
         f"{p['metadata']['namespace']}/{p['metadata']['name']}"
         for p in stack.plane.get("pods", all_namespaces=True)
@@ -152,13 +122,18 @@ def autoscaled_pinch(stack: Stack, autoscaler: karpenter.Karpenter, backend: str
         f"\nautoscaled pinch, {backend}: apply -> all Running {all_running:.1f} s, pods bound before the room for "
         f"the whole gang was there {early}, nodes provisioned {len(made)} (needed {needed})"
     )
-    assert len(made) == needed, ([n["metadata"]["name"] for n in made], per_node)
+    if backend == "volcano":
+        # Karpenter also provisions for the pods Volcano marked Unschedulable when, at the moment it looks,
+        # they are more than the free room: never more than they could bring by themselves (4 of 3 once in 4 runs)
+        assert needed <= len(made) <= 2 * needed, ([n["metadata"]["name"] for n in made], per_node)
+    else:
+        assert len(made) == needed, ([n["metadata"]["name"] for n in made], per_node)
     if backend == "floor":
         assert early > 0  # the default scheduler starts the gang partly: what fits binds at once (8 here)
         return
     assert early == 0, sorted((p["metadata"]["name"], str(scheduled_at(p)), str(room)) for p in members)
     assert_started_together(members, 16)
-    if backend == "gate":
+    if backend in ("gate", "volcano"):
         wait_until(lambda: not placeholders(stack, namespace), "the placeholders gone once the gang runs", 30)
     # the gang finishes (run-for 20 s); Karpenter takes the emptied nodes away: nothing of gangkeeper's holds them
     wait_until(lambda: not autoscaler.nodes(), "Karpenter's nodes removed after the gang finished", 180, every=2)

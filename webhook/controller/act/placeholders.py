@@ -1,4 +1,5 @@
-"""Placeholder pods: how a gate gang that waits on capacity makes an autoscaler add nodes for all of it.
+"""Placeholder pods: how a gate gang that waits on capacity makes an autoscaler add nodes for all of it
+(and a Volcano gang, whose pods the autoscaler sees only in part: `Placeholders.hand_over`).
 
 Karpenter and Cluster Autoscaler add nodes only for pods that kube-scheduler refused (PodScheduled False,
 reason Unschedulable: Karpenter pkg/utils/pod/scheduling.go FailedToSchedule, Cluster Autoscaler
@@ -31,6 +32,7 @@ capacity, or its namespace opts out.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -99,13 +101,22 @@ def quantities(requests: tuple[tuple[str, int], ...], times: int = 1) -> dict[st
 
 
 def placeholder_for(
-    member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], image: str, name: str, pods: int = 1
+    member: PodView,
+    raw: Mapping[str, Any],
+    gang_object: Mapping[str, Any],
+    image: str,
+    name: str,
+    pods: int = 1,
+    on_pools: Sequence[str] = (),
 ) -> Obj:
     """The pause pod that stands in for `pods` pods shaped like `member` (raw: its pod as the informer
-    keeps it): their requests summed, the member's node selector, node affinity and tolerations."""
+    keeps it): their requests summed, the member's node selector, node affinity and tolerations; with
+    `on_pools`, only on those NodePools' nodes (`on_nodepools`)."""
     spec = raw.get("spec") or {}
     meta = gang_object.get("metadata") or {}
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+    if on_pools:
+        node_affinity = on_nodepools(node_affinity, on_pools)
     requests = quantities(member.shape.requests, pods)
     pod_spec: Obj = {
         "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
@@ -152,12 +163,34 @@ def placeholder_for(
     }
 
 
+def on_nodepools(node_affinity: Mapping[str, Any] | None, pools: Sequence[str]) -> Obj:
+    """A pod's node affinity narrowed to the nodes of `pools` (the label Karpenter puts on each node it
+    makes, pkg/apis/v1/labels.go): every required term also asks for it (the terms are ORed)."""
+    narrowed: Obj = copy.deepcopy(dict(node_affinity or {}))
+    required = narrowed.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    wanted = {"key": NODEPOOL_LABEL, "operator": "In", "values": sorted(pools)}
+    required["nodeSelectorTerms"] = [
+        {**term, "matchExpressions": [*(term.get("matchExpressions") or []), wanted]} for term in terms
+    ]
+    return narrowed
+
+
 def waiting_members(gang: GangView, decision: Decision, autoscaled: bool) -> list[tuple[PodView, Obj]]:
     """The gated members with their pods, while the gang waits on capacity alone on an autoscaled
     cluster; none otherwise."""
     if not autoscaled or decision.state not in WAITS_ON_CAPACITY:
         return []
     return [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
+
+
+def refused_whole(gang: GangView) -> list[tuple[PodView, Obj]]:
+    """The pending pods of a gang another gang scheduler places, while none of it is bound and that
+    scheduler refused some (PodScheduled False, Unschedulable): it waits on capacity; none otherwise."""
+    live = [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if not view.terminal]
+    if any(view.node_name for view, _ in live) or not any(view.unschedulable for view, _ in live):
+        return []
+    return live
 
 
 def asked_of_pools(
@@ -189,13 +222,18 @@ def asked_of_pools(
 FreeRoom = Callable[[Mapping[Shape, int]], Mapping[Shape, int]]
 
 
-def on_free(waiting: Sequence[tuple[PodView, Obj]], free_room: FreeRoom) -> set[str]:
-    """The waiting members free room takes (by name, the first of each shape): they need no placeholder,
-    and the room is not held for them (anyone may take it; if someone does, they get one then)."""
+def on_free_room_counts(waiting: Sequence[tuple[PodView, Obj]], free_room: FreeRoom) -> Mapping[Shape, int]:
+    """How many of the waiting pods of each shape `free_room` holds."""
     counts: dict[Shape, int] = {}
     for view, _ in waiting:
         counts[view.shape] = counts.get(view.shape, 0) + 1
-    held = dict(free_room(counts)) if counts else {}
+    return free_room(counts) if counts else {}
+
+
+def on_free(waiting: Sequence[tuple[PodView, Obj]], free_room: FreeRoom) -> set[str]:
+    """The waiting members free room takes (by name, the first of each shape): they need no placeholder,
+    and the room is not held for them (anyone may take it; if someone does, they get one then)."""
+    held = dict(on_free_room_counts(waiting, free_room))
     free: set[str] = set()
     for view, _ in sorted(waiting, key=lambda member: member[0].name):
         if held.get(view.shape, 0) > 0:
@@ -293,17 +331,42 @@ class Placeholders:
         )
 
     def sync(self, gang: GangView, decision: Decision, free_room: FreeRoom = lambda waiting: {}) -> Decision:
-        """Make the gang's placeholders what its decision calls for; the decision says how far along,
-        or why no NodePool could ever hold the gang (then it has none: nothing would come of them).
+        """Make the gate gang's placeholders what its decision calls for; the decision says how far
+        along, or why no NodePool could ever hold the gang (then it has none: nothing would come of them)."""
+        note = self._sync(gang, waiting_members(gang, decision, self.autoscaler()), free_room)
+        return replace(decision, message=f"{decision.message}; {note}") if note else decision
+
+    def hand_over(self, gang: GangView, scheduler: str, free_room: FreeRoom, with_own: FreeRoom) -> str | None:
+        """Placeholders for a gang another gang scheduler places (Volcano) and refused for want of room
+        (`refused_whole`): that scheduler marks the pods it could place `Schedulable` while the gang
+        waits (volcano-sh/volcano#3976), so an autoscaler sees only the rest, counts the free room as
+        theirs and adds nothing. The pods the free room cannot hold get placeholders as a gate gang's
+        do, but only on the NodePools' nodes: the free room elsewhere is what the autoscaler already
+        counts for the pods it sees, and a placeholder there would make it add their room twice. Once
+        the free room and the gang's bound placeholders (`with_own`) hold all of it, the placeholders go,
+        and the scheduler's next session places the whole gang there. What the Gang says, or None."""
+        pending = refused_whole(gang) if self.autoscaler() else []
+        if pending and sum(on_free_room_counts(pending, with_own).values()) >= len(pending):
+            self._sync(gang, [], free_room)
+            return f"room for the whole gang is there; the {scheduler} scheduler places it"
+        return self._sync(gang, pending, free_room, on_pools=[pool.name for pool in self.pools()])
+
+    def _sync(
+        self,
+        gang: GangView,
+        waiting: Sequence[tuple[PodView, Obj]],
+        free_room: FreeRoom,
+        on_pools: Sequence[str] = (),
+    ) -> str | None:
+        """Make the gang's placeholders what its `waiting` pods call for; what the Gang says of them.
 
         A gang's pods the placement puts on free room get none; the others, alike (one shape), share
         placeholders of as many pods as one node of the NodePools takes (decide/autoscaling.py), so
         the autoscaler sees the gang in about one pod per node it must add. While the gang waits, its
         placeholders are only added to, never traded (one bound holds room the gang counts on)."""
-        waiting = waiting_members(gang, decision, self.autoscaler())
         have = self.index.placeholders.get(gang.key, {})
         if not waiting and not have:
-            return decision
+            return None
         owner = self.gang_object(gang.namespace, gang.name)
         uid = str((owner or {}).get("metadata", {}).get("uid") or "")
         own = self.index.placeholders_of(gang.key, uid)
@@ -329,26 +392,24 @@ class Placeholders:
                 self._delete(key)
             if owner is not None and uid:
                 for name, pods, (view, raw) in make:
-                    self._create(placeholder_for(view, raw, owner, self.image, name, pods))
+                    self._create(placeholder_for(view, raw, owner, self.image, name, pods, on_pools))
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
         if hopeless or behind:
-            return replace(decision, message=f"{decision.message}; no placeholders: {hopeless or behind}")
+            return f"no placeholders: {hopeless or behind}"
         if capped:
-            said = (
+            return (
                 f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
                 f"{more} more would pass maxPlaceholderPods ({self.most}); waiting for them to go"
             )
-            return replace(decision, message=f"{decision.message}; {said}")
         if not waiting:
-            return decision
+            return None
         by_tag = {shape_tag(view.shape): view.shape for view, _ in waiting}
         provisioned = len(free)
         for key, (node, units) in own.items():
             parsed = parse_name(key.partition("/")[2], uid)
             if node and parsed is not None and parsed[0] in by_tag:
                 provisioned += stands_for(by_tag[parsed[0]], units)
-        said = progress(min(provisioned, len(waiting)), len(waiting), own, pools)
-        return replace(decision, message=f"{decision.message}; {said}")
+        return progress(min(provisioned, len(waiting)), len(waiting), own, pools)
 
     def _plan(
         self,

@@ -108,19 +108,26 @@ class Reporter:
         return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
 
     def report_other(
-        self, gang: GangView, resolved: Resolved, backend: str, now: dt.datetime, autoscaled: bool = False
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        backend: str,
+        now: dt.datetime,
+        autoscaled: bool = False,
+        placeholders: str | None = None,
     ) -> None:
         """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows;
-        on an autoscaled cluster, whether the autoscaler can see the pods it waits for."""
+        on an autoscaled cluster, what its placeholders bring, else whether the autoscaler can see the
+        pods it waits for."""
         previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
         live = [p for p in gang.pods if not p.terminal]
         running = sum(1 for p in live if p.node_name)
         need = resolved.spec.min_member if resolved.spec is not None else len(live)
         state = str(GangState.RUNNING) if running >= need else "Pending"
         message = f"{running} of {need} members scheduled by the {backend} gang scheduler"
-        unseen = unseen_by_autoscalers(gang.pods, backend) if autoscaled else None
-        if unseen:
-            message = f"{message}; {unseen}"
+        unseen = unseen_by_autoscalers(gang.pods, backend) if autoscaled and not placeholders else None
+        if placeholders or unseen:
+            message = f"{message}; {placeholders or unseen}"
         if resolved.spec is None:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
         self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now, later=True)

@@ -126,7 +126,7 @@ class ReleaseCycle:
         held = self.reserved.get(gang.key)
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
-        own = self._placeholder_room(gang)
+        own = self.placeholder_room(gang)
         if own:  # what an autoscaler made room for on this gang's behalf is its own to use
             adjust(free, own, +1)
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
@@ -161,7 +161,23 @@ class ReleaseCycle:
             self.waiting[gang.key] = waiting
         return decision, room
 
-    def _placeholder_room(self, gang: GangView) -> dict[str, dict[str, int]]:
+    def hand_over(self, gang: GangView, scheduler: str, snapshot: Snapshot) -> str | None:
+        """A gang another gang scheduler places, on an autoscaled cluster: its placeholders while that
+        scheduler refuses it for want of room, gone once the room for all of it is there
+        (Placeholders.hand_over); what its Gang says of them, or None."""
+        if self.placeholders is None or not self.autoscaled():
+            return None
+        free, eligible = snapshot.free, snapshot.eligibility.names
+        whole = {node: dict(room) for node, room in free.items()}
+        adjust(whole, self.placeholder_room(gang), +1)
+        return self.placeholders.hand_over(
+            gang,
+            scheduler,
+            lambda waiting: on_free_room(waiting, eligible, free),
+            lambda waiting: on_free_room(waiting, eligible, whole),
+        )
+
+    def placeholder_room(self, gang: GangView) -> dict[str, dict[str, int]]:
         """Node -> the requests of the gang's placeholders (its Gang's own) bound there."""
         room: dict[str, dict[str, int]] = {}
         if gang.key not in self.index.placeholders:

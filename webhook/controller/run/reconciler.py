@@ -89,6 +89,7 @@ class Controller:
         self.passes, self.orphan_seconds, self.resync_seconds = 0, settings.orphan_seconds, settings.resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
         self._gone_since: dict[str, float] = {}  # gangs whose workload is deleted: since when
+        self._handed: dict[str, str | None] = {}  # what each other scheduler's gang said of its placeholders
         # per gang: its pods' version when its workload was last read, and what was read
         self._seen: dict[str, tuple[int, Resolved]] = {}
         self.related = RelatedObjects()
@@ -156,7 +157,10 @@ class Controller:
             lambda gang: self.cycle.head_of_line.may_hold(gang, now),
         )
         current = _Pass(snapshot, now, due, touched, workloads, seen, waiting, queue)
-        # each gang on its own: group objects of the other backends, gates nothing will release
+        # each gang on its own: group objects of the other backends, gates nothing will release; the
+        # NodePools' room goes to the other schedulers' gangs first, then to the gate's in queue order
+        if self.cycle.placeholders is not None:
+            self.cycle.placeholders.begin_pass()
         cycle: list[tuple[GangView, Resolved]] = []
         self.visited = 0
         for gang in snapshot.gangs.values():
@@ -171,8 +175,6 @@ class Controller:
             elif done:
                 self.work.forget(gang.key)
         # the release cycle, gate gangs only: higher priority first, then whoever waited longest
-        if self.cycle.placeholders is not None:
-            self.cycle.placeholders.begin_pass()
         for gang, resolved in sorted(cycle, key=lambda item: self.cycle.queue_key(item[0], now)):
             done, decision = self._guarded(gang.key, stamp, partial(self._release_turn, gang, resolved, current))
             if done and decision is not None:
@@ -181,6 +183,7 @@ class Controller:
         self.cycle.finish_releases()
         self._seen, self._marks = seen, current.marks
         self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
+        self._handed = {key: said for key, said in self._handed.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
@@ -261,9 +264,14 @@ class Controller:
             self.releaser.lift_gates(gated, why, now)
             return None
         if mechanism.name != "gate":
-            if fresh and self.may_write():
-                self.groups.sync(gang, resolved, mechanism)
-                self.reporter.report_other(gang, resolved, mechanism.name, now, self.cycle.autoscaled())
+            # Volcano marks the pods it could place Schedulable: only placeholders show an autoscaler the gang
+            said = self.cycle.hand_over(gang, mechanism.name, current.snapshot) if mechanism.name == "volcano" else None
+            changed = said != self._handed.get(gang.key)
+            self._handed[gang.key] = said
+            if (fresh or changed) and self.may_write():
+                if fresh:
+                    self.groups.sync(gang, resolved, mechanism)
+                self.reporter.report_other(gang, resolved, mechanism.name, now, self.cycle.autoscaled(), said)
             if mechanism.name == "coscheduling" and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
