@@ -226,14 +226,12 @@ class ClusterIndex:
                     if view.node_name and (key in self._devices_lost) != self._lost(view, raw):
                         self._set_pod(key, raw)
             for gang, members_of in self._members.items():
-                if any(
-                    view.gated and devices.claims_devices(raw.get("spec") or {}) for view, raw in members_of.values()
-                ):
+                if any(view.gated and view.claims_devices for view, _ in members_of.values()):
                     self._touch(gang)
             return
         for members_of in list(self._members.values()):
-            for key, (_, raw) in list(members_of.items()):
-                if devices.claims_devices(raw.get("spec") or {}):
+            for key, (view, raw) in list(members_of.items()):
+                if view.claims_devices:
                     self._set_pod(key, raw)
 
     def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
@@ -242,7 +240,7 @@ class ClusterIndex:
         for members in self._members.values():
             for view, raw in members.values():
                 node = view.holds_node
-                if node is not None and not view.terminal and devices.claims_devices(raw.get("spec") or {}):
+                if node is not None and not view.terminal and view.claims_devices:
                     found.append((view, raw, node))
         return found
 

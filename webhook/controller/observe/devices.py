@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from webhook.controller.decide import devices
-from webhook.controller.decide.devices import Allocator, Demand, Inventory, claims_devices
+from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.informer import Informer
@@ -62,7 +62,7 @@ class DeviceWatch:
 def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str, str]], str | None] | None:
     """The check of a gang whose pods claim devices (None for one whose pods claim none)."""
     inventory = index.devices
-    if inventory is None or not any(claims_devices(raw.get("spec") or {}) for raw in gang.raw):
+    if inventory is None or not any(view.claims_devices for view in gang.pods):
         return None
     raw_of = {view.name: raw for view, raw in zip(gang.pods, gang.raw, strict=True)}
 
@@ -107,7 +107,7 @@ def shared_reaches(index: ClusterIndex, gang: GangView) -> list[frozenset[str]] 
     gang must be placed inside one of them. None for a gang with no shared claim, or with several (the
     devices check then judges the placement as it is)."""
     inventory = index.devices
-    if inventory is None or not any(claims_devices(raw.get("spec") or {}) for raw in gang.raw):
+    if inventory is None or not any(view.claims_devices for view in gang.pods):
         return None
     shared = {
         claim.key: claim
