@@ -269,6 +269,26 @@ def drifted(stack: Stack) -> list[str]:
     ]
 
 
+def drifted_under(stack: Stack, namespace: str) -> list[dict[str, Any]]:
+    """Six one-CPU pods of Job `steady` Running on Karpenter's nodes (they select its NodePool,
+    consolidation on), then the NodePool's template changed so every node it made has drifted: the
+    six members as they ran before the change. The workers are replaced before the namespace is made."""
+    pool = karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="5s")
+    stack.plane.apply(pool)
+    steady = workloads.job("steady", namespace, 6, "1")
+    steady["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
+    stack.plane.apply(steady)
+    members: list[dict[str, Any]] = wait_until(
+        lambda: (p := gang_pods(stack, namespace, "steady")) and len(running(p)) == 6 and p,
+        "the six pods Running on Karpenter's nodes",
+        180,
+        every=1,
+    )
+    pool["spec"]["template"]["metadata"]["labels"]["gangkeeper.test/generation"] = "2"
+    stack.plane.apply(pool)
+    return members
+
+
 @pytest.mark.parametrize("backend", ["floor", "gate"])
 def test_a_running_gang_is_not_taken_apart_by_karpenter_drift_or_consolidation(
     stack: Stack, autoscaler: karpenter.Karpenter, backend: str
@@ -280,20 +300,8 @@ def test_a_running_gang_is_not_taken_apart_by_karpenter_drift_or_consolidation(
     runs on, the same pods."""
     stack.replace_workers(1, cpu="4")
     namespace = stack.namespace(f"disrupt-{backend}", None if backend == "floor" else backend, backend != "floor")
-    pool = karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="5s")
-    stack.plane.apply(pool)
-    steady = workloads.job("steady", namespace, 6, "1")
-    steady["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
-    stack.plane.apply(steady)
-    members = wait_until(
-        lambda: (p := gang_pods(stack, namespace, "steady")) and len(running(p)) == 6 and p,
-        "the six pods Running on Karpenter's nodes",
-        180,
-        every=1,
-    )
+    members = drifted_under(stack, namespace)
     first = {p["metadata"]["uid"] for p in members}
-    pool["spec"]["template"]["metadata"]["labels"]["gangkeeper.test/generation"] = "2"
-    stack.plane.apply(pool)
     wait_until(lambda: drifted(stack), "Karpenter finding its nodes drifted", 120, every=2)
     if backend == "floor":
         taken = wait_until(
@@ -322,21 +330,9 @@ def test_a_bound_on_the_protection_lets_karpenter_take_a_running_gang_once_it_ha
     bound = 60
     stack.replace_workers(1, cpu="4")
     namespace = stack.namespace("disrupt-bound", "gate", more_labels={"gangkeeper.io/protect-from-disruption": "60s"})
-    pool = karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="5s")
-    stack.plane.apply(pool)
-    steady = workloads.job("steady", namespace, 6, "1")
-    steady["spec"]["template"]["spec"]["nodeSelector"] = {"gangkeeper.test/pool": "default"}
-    stack.plane.apply(steady)
-    members = wait_until(
-        lambda: (p := gang_pods(stack, namespace, "steady")) and len(running(p)) == 6 and p,
-        "the six pods Running on Karpenter's nodes",
-        180,
-        every=1,
-    )
+    members = drifted_under(stack, namespace)
     assert {p["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") for p in members} == {"60s"}
     started = {p["metadata"]["uid"]: started_at(p) for p in members}
-    pool["spec"]["template"]["metadata"]["labels"]["gangkeeper.test/generation"] = "2"
-    stack.plane.apply(pool)
     wait_until(lambda: drifted(stack), "Karpenter finding its nodes drifted", 120, every=2)
     found = dt.datetime.now(dt.UTC)
     taken: dict[str, dt.datetime] = {}
