@@ -168,13 +168,15 @@ class ReleaseCycle:
         if self.placeholders is None or not self.autoscaled():
             return None
         free, eligible = snapshot.free, snapshot.eligibility.names
-        whole = {node: dict(room) for node, room in free.items()}
-        adjust(whole, self.placeholder_room(gang), +1)
+
+        def with_own(waiting: Mapping[shapes.Shape, int]) -> dict[shapes.Shape, int]:
+            # copied only for a gang that waits (every pass visits the running ones too)
+            whole = {node: dict(room) for node, room in free.items()}
+            adjust(whole, self.placeholder_room(gang), +1)
+            return on_free_room(waiting, eligible, whole)
+
         return self.placeholders.hand_over(
-            gang,
-            scheduler,
-            lambda waiting: on_free_room(waiting, eligible, free),
-            lambda waiting: on_free_room(waiting, eligible, whole),
+            gang, scheduler, lambda waiting: on_free_room(waiting, eligible, free), with_own
         )
 
     def placeholder_room(self, gang: GangView) -> dict[str, dict[str, int]]:
