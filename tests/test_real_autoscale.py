@@ -90,7 +90,11 @@ def autoscaled_pinch(stack: Stack, autoscaler: karpenter.Karpenter, backend: str
     stack.replace_workers(2, cpu="4")
     namespace = stack.namespace(f"autoscale-{backend}", None if backend == "floor" else backend, backend != "floor")
     wait_until(lambda: not pending_elsewhere(stack, namespace), "no other test's pods Pending", 180, every=2)
-    stack.plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s"))
+    # all emptied nodes go at once: Volcano's run may bring twice the nodes needed (below), and Karpenter's
+    # default budget (10% of them) would take them one consolidation pass at a time
+    stack.plane.apply(
+        karpenter.node_pool(cpu_per_node=4, limit_cpu=32, consolidate_after="20s", disrupt_at_once="100%")
+    )
     # 16 pods of 1 CPU on two nodes of 4: 8 fit; Karpenter's nodes of 4 CPUs must bring the other 8
     pinch = workloads.job("pinch", namespace, 16, "1", pod_annotations={"gangkeeper.test/run-for": "20s"})
     # the webhook's API discovery refreshes each minute: until it sees Volcano's or scheduler-plugins'

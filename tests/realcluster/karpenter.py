@@ -26,8 +26,14 @@ def node_pool(
     limit_cpu: int = 64,
     consolidate_after: str = "30s",
     policy: str = "WhenEmptyOrUnderutilized",
+    disrupt_at_once: str | None = None,
 ) -> dict[str, Any]:
-    """Nodes of one size (KWOK's instance types of `cpu_per_node` CPUs), at most `limit_cpu` CPUs in all."""
+    """Nodes of one size (KWOK's instance types of `cpu_per_node` CPUs), at most `limit_cpu` CPUs in all.
+    `disrupt_at_once` is the budget of nodes Karpenter may take at once (its default is 10%: one node
+    at a time for a handful, each after its own consolidation pass)."""
+    disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": consolidate_after}
+    if disrupt_at_once is not None:
+        disruption["budgets"] = [{"nodes": disrupt_at_once}]
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
@@ -46,7 +52,7 @@ def node_pool(
                 },
             },
             "limits": {"cpu": str(limit_cpu)},
-            "disruption": {"consolidationPolicy": policy, "consolidateAfter": consolidate_after},
+            "disruption": disruption,
         },
     }
 
