@@ -44,7 +44,7 @@ _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "admissionchecks"}
 
 
 # group-versions kube-apiserver serves from typed structs (their lists' items carry no TypeMeta)
@@ -109,6 +109,24 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+def apply_patch(target: Any, applied: Any) -> Any:
+    """Server-side apply, as far as these tests need it: maps merged, and lists of maps keyed by name or
+    type (the +listType=map lists of conditions and Kueue's admission checks) merged entry by entry."""
+    if isinstance(applied, dict):
+        result = dict(target) if isinstance(target, dict) else {}
+        for key, value in applied.items():
+            result[key] = apply_patch(result.get(key), value)
+        return result
+    if isinstance(applied, list) and applied and all(isinstance(i, dict) for i in applied):
+        key = "name" if all("name" in i for i in applied) else "type" if all("type" in i for i in applied) else None
+        if key is not None and isinstance(target, list):
+            merged = {i.get(key): i for i in target if isinstance(i, dict)}
+            for item in applied:
+                merged[item[key]] = apply_patch(merged.get(item[key]), item)
+            return list(merged.values())
+    return copy.deepcopy(applied)
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -531,6 +549,14 @@ class Handler(BaseHTTPRequestHandler):
             elif method == "PUT":
                 body = self._body()
                 self._send(200, store.update(gv, plural, ns, name or "", body, body["metadata"].get("resourceVersion")))
+            elif method == "PATCH" and self.headers.get("Content-Type") == "application/apply-patch+yaml":
+                body = status_part(plural, sub, self._body())
+                with store.lock:
+                    old = store.get(gv, plural, ns, name or "")
+                    new = apply_patch(old, {k: v for k, v in body.items() if k not in ("apiVersion", "kind")})
+                    new["metadata"] = old["metadata"]
+                    version = old["metadata"]["resourceVersion"]
+                self._send(200, store.update(gv, plural, ns, name or "", new, version))
             elif method == "PATCH":
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
                     raise Reject(415, "UnsupportedMediaType", "only merge patches in this test server")

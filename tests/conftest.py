@@ -55,6 +55,7 @@ NEED_THE_REST = frozenset(
         "test_real_autoscale",
         "test_real_coscheduling",
         "test_real_kueue",
+        "test_real_multikueue",
         "test_real_newest",
         "test_real_upgrade",
         "test_real_volcano",

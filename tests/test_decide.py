@@ -190,6 +190,12 @@ ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
         {"obj": b.job(annotations={"gangkeeper.io/min-member": "many"})},
     ),
     "no_gang": (True, 200, "", {"obj": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}),
+    "dispatched_elsewhere": (
+        True,
+        200,
+        "dispatched by Kueue's MultiKueue",
+        {"obj": b.job(managedBy="kueue.x-k8s.io/multikueue"), "backend": Unavailable("volcano", "not installed")},
+    ),
     "backend_unavailable": (
         False,
         403,

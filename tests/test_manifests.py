@@ -318,6 +318,40 @@ def exercise_controller(server: TestApiServer) -> None:
         if pod["metadata"].get("labels", {}).get("gangkeeper.io/group") == "job-grows":
             store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
     grower.reconcile_once()
+    # gangkeeper's Kueue AdmissionCheck: marked Active, and a Workload waiting on it told Ready
+    store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
+    from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
+
+    for resource in served(list(KUEUE_RESOURCES), api):  # watched where Kueue is served
+        informer = Informer(api, resource, watch_seconds=1)
+        informer.relist()
+        informer.watch_once()
+    store.create(
+        "kueue.x-k8s.io/v1beta2",
+        "admissionchecks",
+        "",
+        {"metadata": {"name": "gang-fits"}, "spec": {"controllerName": "gangkeeper.io/gang-fits"}},
+    )
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", kueue_workload("gang-fits"))
+    Controller(api, clock=clock).reconcile_once()
+    answered = store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "job-train")
+    assert answered["status"]["admissionChecks"][0]["state"] == "Ready"
+    assert store.get("kueue.x-k8s.io/v1beta2", "admissionchecks", "", "gang-fits")["status"]["conditions"]
+
+
+def kueue_workload(check: str) -> dict[str, Any]:
+    """A Workload as Kueue makes it for a 2-pod Job, quota reserved, waiting on `check`."""
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    return {
+        "metadata": {"name": "job-train"},
+        "spec": {"podSets": [{"name": "main", "count": 2, "template": template}]},
+        "status": {
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main"}]},
+            "admissionChecks": [
+                {"name": check, "state": "Pending", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            ],
+        },
+    }
 
 
 def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:

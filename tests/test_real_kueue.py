@@ -269,3 +269,77 @@ def test_kueue_topology_aware_scheduling_and_the_gate_agree_on_one_rack(
     assert racks_of(stack, train) == ["r2"] * 4
     admission = kueue_workload(stack, namespace, "train")["status"]["admission"]
     assert admission["podSetAssignments"][0].get("topologyAssignment"), admission
+
+
+def gang_fits_check() -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "gang-fits"},
+        "spec": {"controllerName": "gangkeeper.io/gang-fits"},
+    }
+
+
+def check_state(workload: dict[str, Any], name: str = "gang-fits") -> dict[str, Any]:
+    states = (workload.get("status") or {}).get("admissionChecks") or []
+    return next((s for s in states if s["name"] == name), {})
+
+
+def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_hold_it_whole(
+    stack: Stack, kueue: operators.Operator
+) -> None:
+    """Quota counts CPUs, not where they are: 16 CPUs of quota and one 4-CPU node reserve quota for a
+    gang of 8 that cannot start. With gangkeeper's AdmissionCheck on the ClusterQueue, Kueue keeps the
+    Job suspended (no pod made, nothing held) while the check says why, and admits it the moment a
+    node brings the room: the gang then starts whole."""
+    stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("kueue-check", "gate")
+    stack.plane.apply(gang_fits_check())
+    wait_until(
+        lambda: any(
+            c["type"] == "Active" and c["status"] == "True"
+            for c in (stack.plane.get("admissioncheck", "gang-fits") or {}).get("status", {}).get("conditions", [])
+        ),
+        "gangkeeper's controller marked its AdmissionCheck Active",
+        90,
+    )
+    stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
+    stack.plane.apply(queued_job("wide", namespace, 8, "1", run_for="30s"))
+    waiting = wait_until(
+        lambda: (
+            (w := kueue_workload(stack, namespace, "wide"))
+            and condition(w, "QuotaReserved")
+            and "4 of 8 pods" in check_state(w).get("message", "")
+            and w
+        ),
+        "quota reserved and gangkeeper's check Pending, naming what fits",
+        90,
+    )
+    assert check_state(waiting)["state"] == "Pending" and not condition(waiting, "Admitted")
+    assert stack.plane.get("job", "wide", namespace=namespace)["spec"]["suspend"] is True
+    assert not job_pods(stack, namespace, "wide")
+    # another node: the whole gang fits; the check goes Ready, Kueue admits, the gang starts whole
+    node = dict(stack.plane.get("node", stack.workers[0]))
+    extra = f"{stack.workers[0]}-more"
+    stack.plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": extra,
+                "annotations": node["metadata"]["annotations"],
+                "labels": {**node["metadata"]["labels"], "kubernetes.io/hostname": extra},
+            },
+            "status": {"capacity": node["status"]["capacity"], "allocatable": node["status"]["allocatable"]},
+        }
+    )
+    stack.workers.append(extra)
+    members = wait_until(
+        lambda: (p := job_pods(stack, namespace, "wide")) and len(running(p)) == 8 and p,
+        "the Job admitted once the room is there and Running whole",
+        120,
+    )
+    assert_started_together(members, 8)
+    admitted = kueue_workload(stack, namespace, "wide")
+    assert check_state(admitted)["state"] == "Ready" and condition(admitted, "Admitted")
+    assert "the whole gang fits" in check_state(admitted)["message"]

@@ -73,3 +73,6 @@ VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_NAMESPACE_ANNOTATION: Final = "scheduling.volcano.sh/queue-name"
 COSCHEDULING_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 KAI_GROUP_KEYS: Final = ("pod-group-name",)
+# the controllerName of a Kueue AdmissionCheck gangkeeper's controller answers: Ready once the gang of a
+# Workload that reserved quota fits the nodes whole (Kueue then admits it; MultiKueue picks that worker)
+KUEUE_CHECK_CONTROLLER: Final = f"{PREFIX}/gang-fits"

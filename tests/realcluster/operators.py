@@ -281,12 +281,14 @@ def kuberay(batch_scheduler: str = "volcano") -> Operator:
     )
 
 
-def kueue(devices: dict[str, list[str]] | None = None) -> Operator:
+def kueue(devices: dict[str, list[str]] | None = None, more: dict[str, Any] | None = None) -> Operator:
     """Kueue, admitting batch/v1 Jobs by quota (its job webhook suspends each Job with a queue name until
     its Workload is admitted, then its controller resumes it: kueue pkg/controller/jobs/job). `devices`:
     its DRA quota (alpha gate DynamicResourceAllocation since v0.14), a quota resource name to the
-    DeviceClasses it counts (Configuration resources.deviceClassMappings, apis/config/v1beta2)."""
+    DeviceClasses it counts (Configuration resources.deviceClassMappings, apis/config/v1beta2). `more`:
+    other fields of its Configuration (multiKueue, waitForPodsReady)."""
     settings: dict[str, Any] = {"integrations": {"frameworks": ["batch/job"]}, "manageJobsWithoutQueueName": False}
+    settings |= more or {}
     gates = "VisibilityOnDemand=false"
     if devices:
         settings["resources"] = {

@@ -29,7 +29,7 @@ from webhook.admission.checks import (
 )
 from webhook.admission.patch import diff
 from webhook.backends import Backend, NamespaceInfo, Target
-from webhook.backends.base import remove_stamp
+from webhook.backends.base import marks_of, remove_marks, remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
 from webhook.backends.volcano import Volcano
@@ -219,6 +219,37 @@ def no_gang(a: Admission) -> Outcome | None:
     return outcome
 
 
+def dispatched_elsewhere(a: Admission) -> Outcome | None:
+    """A workload a multi-cluster dispatcher manages (MultiKueue's managedBy) makes no pods here: it is
+    validated and previewed, never stamped, gated or given group objects. Its copy in the worker cluster
+    the dispatcher admits it in is a new object there, whose own gangkeeper gives it its gang, its stamps
+    and its membership by that copy's uid (nothing of this cluster's rides along to be taken for it)."""
+    dispatcher = gangs.kinds.dispatched_by(a.obj)
+    if dispatcher is None:
+        return None
+    warnings = list(a.plan.warnings)
+    if a.operation == "CREATE":
+        sizes = ", ".join(f"gang {g.name}: {g.min_member} pods to start together" for g in a.plan.gangs)
+        warnings.append(
+            f"{describe(a.obj)} is dispatched by {dispatcher}: its pods are made in the worker cluster it is "
+            f"admitted in, whose gangkeeper starts them whole ({sizes}); nothing is gated here"
+        )
+    outcome = Outcome(True, f"dispatched by {dispatcher}", warnings=warnings, gangs=list(a.plan.gangs), plan=a.plan)
+    if a.mutate and a.operation == "CREATE" and not isinstance(a.backend, Unavailable):
+        # called again after Kueue's webhook defaulted managedBy (its configuration's name sorts after
+        # gangkeeper's, kueue pkg/controller/jobframework/defaults.go ApplyDefaultForManagedBy): the
+        # first call's marks come off, or the copy would carry this cluster's mechanism to the worker
+        outcome.mutated = json_copy(a.received)
+        for stamp in a.plan.templates:
+            template = get_path(outcome.mutated, stamp.path)
+            if isinstance(template, dict):
+                remove_marks(template, marks_of(a.backend, stamp.shape, stamp.gang))
+        outcome.patch = diff(a.received, outcome.mutated)
+        if not outcome.patch:
+            outcome.mutated = None
+    return outcome
+
+
 def backend_unavailable(a: Admission) -> Outcome | None:
     """No gang mechanism can serve the namespace (the one it names is not installed): refused with why."""
     if not isinstance(a.backend, Unavailable):
@@ -342,6 +373,7 @@ ADMISSION_RULES: tuple[Callable[[Admission], Outcome | None], ...] = (
     made_for_another,
     invalid_settings,
     no_gang,
+    dispatched_elsewhere,
     backend_unavailable,
     queue_forbidden,
     update_validated,

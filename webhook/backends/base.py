@@ -173,6 +173,23 @@ def remove_stamp(pod: Obj) -> None:
             spec.pop("schedulingGates", None)
 
 
+def marks_of(backend: Backend, shape: str, gang: GangId | None) -> Obj:
+    """What `backend.stamp` writes into a template of this shape, as an otherwise empty template."""
+    marks: Obj = {}
+    backend.stamp(Target(marks, shape), gang, is_pod=False)
+    return marks
+
+
+def remove_marks(template: Obj, marks: Obj) -> None:
+    """Take off `template` each value of `marks` it holds as written (a value the user changed stays)."""
+    for key, mark in marks.items():
+        held = template.get(key)
+        if isinstance(mark, dict) and isinstance(held, dict) and mark != held:
+            remove_marks(held, mark)
+        elif held == mark:
+            del template[key]
+
+
 def object_meta(gang: Gang, name: str | None = None) -> Obj:
     meta: Obj = {"name": name or gang.name, "labels": {contract.GROUP_LABEL: gang.name}}
     if gang.namespace:

@@ -126,6 +126,7 @@ register(
         # batch/v1 Job spec.suspend (KEP-2232): the Job controller deletes a suspended Job's pods
         # without counting them failed, where an eviction would spend its backoffLimit
         suspend_path=("spec", "suspend"),
+        managed_by_path=("spec", "managedBy"),  # batch/v1 Job spec.managedBy (KEP-4368)
         tag="job",
     )
 )
@@ -137,6 +138,7 @@ register(
         identity=identity,
         pod_owners=JOBS,
         plural="cronjobs",
+        managed_by_path=("spec", "jobTemplate", "spec", "managedBy"),  # the Jobs it creates
         tag="job",
     )
 )

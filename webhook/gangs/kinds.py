@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from webhook.gangs.model import GangId, Obj, Plan
+from webhook.gangs.model import GangId, Obj, Plan, get_path
 
 # A pod of the kind yields its gang, None when the pod is not one of this kind's, or WAIT when it is
 # but the operator has not yet put the labels that identify the gang (a later reinvocation will).
@@ -52,6 +52,9 @@ class Kind:
     # its suspend field, when it has one: a timed-out gang of it is requeued whole by suspending and
     # resuming it, so its owner deletes the pods without counting them as failures (requeue.py)
     suspend_path: tuple[str, ...] = ()
+    # its managedBy field, when it has one: a value in DISPATCHERS means the object is dispatched to
+    # another cluster, whose own admission gives it its gang (the pods are never made here)
+    managed_by_path: tuple[str, ...] = ()
     # it creates workloads (Jobs, StatefulSets, a RayCluster) whose pods join its own gang: those
     # children are never grouped again
     gang_parent: bool = False
@@ -61,6 +64,11 @@ class Kind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+
+# managedBy values that hand an object to another cluster: Kueue's MultiKueue keeps the manager's
+# controllers off it and creates its copy, managedBy cleared, on the worker it admits it in (kueue
+# pkg/controller/jobs/job/job_multikueue_adapter.go SyncJob; the value is kueue.MultiKueueControllerName)
+DISPATCHERS = {"kueue.x-k8s.io/multikueue": "Kueue's MultiKueue"}
 
 REGISTRY: dict[tuple[str, str], Kind] = {}
 POD_RULES: list[tuple[str, PodRule]] = []  # checked in this order: operator kinds, then generic owners
@@ -81,6 +89,15 @@ def _key_of(kind_name: str) -> tuple[str, str]:
 def lookup(api_version: str, kind: str) -> Kind | None:
     group = api_version.rpartition("/")[0] if "/" in api_version else ""
     return REGISTRY.get((group, kind))
+
+
+def dispatched_by(obj: Obj) -> str | None:
+    """The multi-cluster dispatcher (DISPATCHERS) that manages `obj`, None when it runs here."""
+    entry = lookup(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    if entry is None or not entry.managed_by_path:
+        return None
+    value = get_path(obj, entry.managed_by_path)
+    return DISPATCHERS.get(value) if isinstance(value, str) else None
 
 
 def tag_of(kind: str) -> str:

@@ -107,6 +107,7 @@ for _kind in REPLICA_SPECS:
             # mpi-operator v2 serves MPIJob at v2beta1 (training-operator served v1): watched where served
             other_versions=("v2beta1",) if _kind == "MPIJob" else (),
             suspend_path=("spec", "runPolicy", "suspend"),  # training-operator and mpi-operator runPolicy
+            managed_by_path=("spec", "runPolicy", "managedBy"),
             gang_parent=True,  # mpi-operator v2's launcher Job (pkg/controller/mpi_job_controller.go)
             tag=_kind.lower(),
         )

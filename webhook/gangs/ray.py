@@ -125,6 +125,7 @@ register(
         pod_owners=RAY_CLUSTERS,
         version="v1",
         plural="rayclusters",
+        managed_by_path=("spec", "managedBy"),  # KubeRay: ray.io/kuberay-operator or MultiKueue's
         gang_parent=True,
         tag="raycluster",
     )
@@ -141,6 +142,7 @@ register(
         version="v1",
         plural="rayjobs",
         suspend_path=("spec", "suspend"),  # KubeRay RayJob spec.suspend
+        managed_by_path=("spec", "managedBy"),
         gang_parent=True,  # its RayCluster
         tag="rayjob",
     )

@@ -61,6 +61,27 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": _trim_pod_status(pod, managed)}
 
 
+def trim_kueue_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """A Kueue Workload as gangkeeper's AdmissionCheck reads it (controller/decide/kueue_check.py): its
+    podSets' counts and what placement reads of their pods, its admission and its checks."""
+    metadata, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    pod_sets = [
+        {
+            "name": s.get("name"),
+            "count": s.get("count"),
+            "template": {"spec": _trim_pod_spec(((s.get("template") or {}).get("spec")) or {}, True)},
+        }
+        for s in spec.get("podSets") or []
+        if isinstance(s, dict)
+    ]
+    status = workload.get("status") or {}
+    return {
+        "metadata": _keep(metadata, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")),
+        "spec": {"podSets": pod_sets},
+        "status": _keep(status, ("admission", "admissionChecks")),
+    }
+
+
 def _trim_pod_spec(spec: dict[str, Any], managed: bool) -> dict[str, Any]:
     trimmed = _keep(spec, GANG_POD_SPEC if managed else OTHER_POD_SPEC)
     if managed and spec.get("volumes"):  # only whether a claim may tie the pod to nodes

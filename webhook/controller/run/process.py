@@ -17,8 +17,16 @@ from webhook import contract
 from webhook.backends import DEFAULT_KUBERNETES_VERSION
 from webhook.controller import metrics
 from webhook.controller.act.gangobject import GANGS
+from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
+from webhook.controller.act.kueue_checks import WORKLOADS as KUEUE_WORKLOADS
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
-from webhook.controller.observe.informer import InformerSource, controller_informer, trim_node, trim_pod
+from webhook.controller.observe.informer import (
+    InformerSource,
+    controller_informer,
+    trim_kueue_workload,
+    trim_node,
+    trim_pod,
+)
 from webhook.controller.observe.workloads import all_workload_resources
 from webhook.controller.run import garbage
 from webhook.controller.run.bootstrap import ControllerSettings
@@ -187,9 +195,12 @@ def left_gangkeeper(namespaces: Informer, name: str) -> bool:
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
-    wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS, *DRA_RESOURCES]
+    wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS, *DRA_RESOURCES, *KUEUE_RESOURCES]
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
-        informer = controller_informer(api, resource, changed=changed)
+        if resource == KUEUE_WORKLOADS:  # what the check reads of each (a cluster's worth of pod templates)
+            informer = controller_informer(api, resource, transform=trim_kueue_workload, changed=changed)
+        else:
+            informer = controller_informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer
         informer.start()
         started.append(informer)

@@ -22,6 +22,7 @@ from webhook.controller import metrics
 from webhook.controller.act.events import Recorder
 from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.groups import orphan_groups
+from webhook.controller.act.kueue_checks import KueueChecks
 from webhook.controller.act.wakeup import Waker, waiting_gang_fits
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
@@ -112,6 +113,7 @@ class Controller:
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
         self.waker = Waker()
+        self.kueue_checks = KueueChecks(api, may_write, self.informers)
 
     @property
     def replaced(self) -> int:
@@ -182,6 +184,8 @@ class Controller:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
         self.cycle.finish_releases()
+        if self.may_write():  # Kueue's Workloads that wait on gangkeeper's check, in the room the gangs left
+            wakes.append(self.kueue_checks.sync(snapshot, now))
         self._seen, self._marks = seen, current.marks
         self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
         self._handed = {key: said for key, said in self._handed.items() if key in snapshot.gangs}

@@ -1,0 +1,185 @@
+"""gangkeeper's Kueue AdmissionCheck, answered (controller/decide/kueue_check.py decides): the checks
+whose controllerName is gangkeeper's marked Active (Kueue holds a ClusterQueue inactive until each of its
+checks is), and each Workload that reserved quota and waits on one told Ready once its whole gang fits
+the nodes, or why it still waits. Written by server-side apply of that one check's entry (a list keyed
+by name, kueue apis/kueue/v1beta2 workload_types.go), so Kueue's own fields stay Kueue's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import contract
+from webhook.controller.decide.kueue_check import demands, gang_fits, holds_room, waiting_check
+from webhook.controller.observe.reuse import Snapshot
+from webhook.informer import Informer
+from webhook.kube import Api, ApiError, Resource
+
+log = logging.getLogger("gangkeeper.controller")
+WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
+KUEUE_RESOURCES = (WORKLOADS, ADMISSION_CHECKS)  # watched where Kueue is served (run/process.py)
+APPLY = "application/apply-patch+yaml"
+FIELD_MANAGER = "gangkeeper-controller"
+# watched, a Workload's change or a pod's wakes the pass that answers it, and this often all the same
+# while one waits (room that frees with no event: a safety net)
+WATCHED_RECHECK_SECONDS = 10.0
+# not watched yet (Kueue installed after the controller started: watched from the next discovery, within
+# a minute) or not at all (`gangkeeper explain`), how often the Workloads are listed while checks exist
+LISTED_RECHECK_SECONDS = 2.0
+CHECKS_SECONDS = 30.0  # unwatched, the AdmissionChecks are listed again this often
+DEADLINE_SECONDS = 5.0  # each read or write, retries included: well inside a pass
+
+
+def _timestamp(now: dt.datetime) -> str:
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KueueChecks:
+    def __init__(
+        self, api: Api, may_write: Callable[[], bool], informers: Mapping[tuple[str, str], Informer] | None = None
+    ) -> None:
+        self.api, self.may_write, self.informers = api, may_write, informers or {}
+        self._checks: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+        self._next = float("-inf")
+
+    def _watched(self, resource: Resource) -> Informer | None:
+        informer = self.informers.get((resource.group_version, resource.plural))
+        return informer if informer is not None and informer.synced.is_set() else None
+
+    def _list(self, resource: Resource) -> list[dict[str, Any]]:
+        """From the watch cache when watched, else one listing (ApiError when it cannot be read)."""
+        informer = self._watched(resource)
+        if informer is not None:
+            return informer.items()
+        return list(self.api.request("GET", resource.path(), deadline=DEADLINE_SECONDS).get("items") or [])
+
+    def sync(self, snapshot: Snapshot, now: dt.datetime) -> float | None:
+        """Answer the waiting Workloads (every pass when watched, else at most every LISTED_RECHECK_SECONDS);
+        when to look again although nothing changes, None when nothing waits."""
+        stamp = now.timestamp()
+        checks = self._our_checks(stamp, now)
+        if not checks:
+            return None
+        watched = self._watched(WORKLOADS) is not None
+        if not watched and stamp < self._next:
+            return self._next
+        self._next = stamp + (WATCHED_RECHECK_SECONDS if watched else LISTED_RECHECK_SECONDS)
+        try:
+            listed = self._list(WORKLOADS)
+        except ApiError as error:
+            log.warning("Kueue Workloads not read: %s", error)
+            return self._next
+        for held in listed:  # the room of those told Ready a moment ago, whose pods may not be there yet
+            if holds_room(held, checks, stamp) and not isinstance(wanted := demands(held), str):
+                verdict = gang_fits(wanted, snapshot.nodes, snapshot.free, snapshot.ports)
+                snapshot.free.update({node: dict(room) for node, room in verdict.taken.items()})
+        waiting = [(w, name) for w in listed if (name := waiting_check(w, checks)) is not None]
+        waiting.sort(key=lambda item: str((item[0].get("metadata") or {}).get("creationTimestamp", "")))
+        for workload, check in waiting:
+            if not self.may_write():
+                break
+            self._answer(workload, check, snapshot, now)
+        return self._next if waiting or not watched else None
+
+    def _our_checks(self, stamp: float, now: dt.datetime) -> frozenset[str]:
+        """The names of the AdmissionChecks gangkeeper answers, each marked Active once."""
+        listed_at, names = self._checks
+        if stamp - listed_at < CHECKS_SECONDS and self._watched(ADMISSION_CHECKS) is None:
+            return names
+        try:
+            items = self._list(ADMISSION_CHECKS)
+        except ApiError as error:  # 404: Kueue not installed; anything else: asked again later
+            if error.status != 404:
+                log.warning("Kueue AdmissionChecks not read: %s", error)
+            self._checks = (stamp, frozenset())
+            return frozenset()
+        ours = [c for c in items if (c.get("spec") or {}).get("controllerName") == contract.KUEUE_CHECK_CONTROLLER]
+        for check in ours:
+            if not _active(check) and self.may_write():
+                self._apply(
+                    ADMISSION_CHECKS.path(name=check["metadata"]["name"], sub="status"),
+                    {
+                        "apiVersion": WORKLOADS.group_version,
+                        "kind": "AdmissionCheck",
+                        "metadata": {"name": check["metadata"]["name"]},
+                        "status": {
+                            "conditions": [
+                                {
+                                    "type": "Active",
+                                    "status": "True",
+                                    "reason": "Active",
+                                    "message": "gangkeeper's controller answers this check",
+                                    "lastTransitionTime": _timestamp(now),
+                                }
+                            ]
+                        },
+                    },
+                )
+        self._checks = (stamp, frozenset(str(c["metadata"]["name"]) for c in ours))
+        return self._checks[1]
+
+    def _answer(self, workload: dict[str, Any], check: str, snapshot: Snapshot, now: dt.datetime) -> None:
+        wanted = demands(workload)
+        if isinstance(wanted, str):
+            ready, message = False, f"gangkeeper cannot place this Workload's pods: {wanted}"
+        else:
+            verdict = gang_fits(wanted, snapshot.nodes, snapshot.free, snapshot.ports)
+            ready, message = verdict.fits, verdict.message
+            if verdict.fits:  # the next Workload of this pass is placed in what this one leaves
+                snapshot.free.update({node: dict(room) for node, room in verdict.taken.items()})
+        state = "Ready" if ready else "Pending"
+        meta = workload.get("metadata") or {}
+        current: dict[str, Any] = next(
+            (s for s in (workload.get("status") or {}).get("admissionChecks") or [] if s.get("name") == check), {}
+        )
+        if current.get("state") == state and current.get("message") == message:
+            return
+        changed = current.get("state") != state
+        entry = {
+            "name": check,
+            "state": state,
+            "message": message[:1024],  # Kueue's maxLength for a check's message
+            "lastTransitionTime": _timestamp(now) if changed else current.get("lastTransitionTime") or _timestamp(now),
+        }
+        self._apply(
+            WORKLOADS.path(meta.get("namespace"), meta.get("name"), "status"),
+            {
+                "apiVersion": WORKLOADS.group_version,
+                "kind": "Workload",
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+                "status": {"admissionChecks": [entry]},
+            },
+        )
+        if changed:
+            log.info(
+                "Kueue check %s of Workload %s/%s: %s (%s)",
+                check,
+                meta.get("namespace"),
+                meta.get("name"),
+                state,
+                message,
+            )
+
+    def _apply(self, path: str, body: dict[str, Any]) -> None:
+        try:
+            self.api.request(
+                "PATCH",
+                path,
+                {"fieldManager": FIELD_MANAGER, "force": "true"},
+                body,
+                content_type=APPLY,
+                answer=False,
+                deadline=DEADLINE_SECONDS,
+            )
+        except ApiError as error:  # the Workload is looked at again on the next check
+            log.warning("Kueue check not written to %s: %s", path, error)
+
+
+def _active(check: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Active" and c.get("status") == "True"
+        for c in (check.get("status") or {}).get("conditions") or []
+    )
