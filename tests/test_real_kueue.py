@@ -280,6 +280,11 @@ def gang_fits_check() -> dict[str, Any]:
     }
 
 
+def check_active(stack: Stack, name: str = "gang-fits") -> bool:
+    found = stack.plane.get("admissioncheck", name) or {}
+    return any(c["type"] == "Active" and c["status"] == "True" for c in found.get("status", {}).get("conditions", []))
+
+
 def check_state(workload: dict[str, Any], name: str = "gang-fits") -> dict[str, Any]:
     states = (workload.get("status") or {}).get("admissionChecks") or []
     return next((s for s in states if s["name"] == name), {})
@@ -295,14 +300,7 @@ def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_
     stack.replace_workers(1, cpu="4")
     namespace = stack.namespace("kueue-check", "gate")
     stack.plane.apply(gang_fits_check())
-    wait_until(
-        lambda: any(
-            c["type"] == "Active" and c["status"] == "True"
-            for c in (stack.plane.get("admissioncheck", "gang-fits") or {}).get("status", {}).get("conditions", [])
-        ),
-        "gangkeeper's controller marked its AdmissionCheck Active",
-        90,
-    )
+    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 90)
     stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
     stack.plane.apply(queued_job("wide", namespace, 8, "1", run_for="30s"))
     waiting = wait_until(

@@ -19,7 +19,7 @@ import pytest
 from tests.realcluster import operators
 from tests.realcluster.multicluster import WORKER_ADDRESSES, multikueue_objects, worker
 from tests.realcluster.stack import Stack, bound, running, wait_until
-from tests.test_real_kueue import condition, gang_fits_check, job_pods, queued_job, queues
+from tests.test_real_kueue import check_active, condition, gang_fits_check, job_pods, queued_job, queues
 from tests.test_real_seeds import assert_started_together, scheduled_at
 
 pytestmark = pytest.mark.cluster
@@ -54,6 +54,8 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         for member in workers.values():
             operators.kueue().install(member.plane)
             member.plane.apply(gang_fits_check())
+        for member in workers.values():
+            wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 90)
         stack.plane.apply(multikueue_objects({name: s.plane for name, s in workers.items()}))
         wait_until(
             lambda: all(condition(stack.plane.get("multikueuecluster", name) or {}, "Active") for name in workers),

@@ -29,7 +29,7 @@ WATCHED_RECHECK_SECONDS = 10.0
 # not watched yet (Kueue installed after the controller started: watched from the next discovery, within
 # a minute) or not at all (`gangkeeper explain`), how often the Workloads are listed while checks exist
 LISTED_RECHECK_SECONDS = 2.0
-CHECKS_SECONDS = 30.0  # unwatched, the AdmissionChecks are listed again this often
+CHECKS_SECONDS = 10.0  # unwatched, the AdmissionChecks are listed again this often
 DEADLINE_SECONDS = 5.0  # each read or write, retries included: well inside a pass
 
 
