@@ -123,3 +123,28 @@ def test_workloads_are_answered_oldest_first_each_in_the_room_the_earlier_left(a
     checks = KueueChecks(api, lambda: True)
     checks.sync(controller.snapshot(), dt.datetime.now(dt.UTC))
     assert state("younger")["version"] == younger["version"]  # the same answer is not written again
+
+
+def test_a_workload_placement_cannot_read_waits_and_the_others_are_answered(api: Any, store: Any) -> None:
+    from tests.cluster import node as api_node
+    from webhook.controller.run.reconciler import Controller
+
+    store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
+    check = {"metadata": {"name": CHECK}, "spec": {"controllerName": "gangkeeper.io/gang-fits"}}
+    store.create("kueue.x-k8s.io/v1beta2", "admissionchecks", "", check)
+    store.create("v1", "nodes", "", api_node("n1", cpu="8", taints=[{"key": "gpu", "effect": "NoSchedule"}]))
+    odd = workload(("main", 1, "1"))
+    odd["metadata"] = {"name": "odd"}
+    odd["spec"]["podSets"][0]["template"]["spec"]["tolerations"] = "everything"
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", odd)
+    fine = workload(("main", 1, "1"))
+    fine["metadata"] = {"name": "fine"}
+    fine["spec"]["podSets"][0]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", fine)
+    Controller(api).reconcile_once()  # the pass goes on
+    answered = store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "fine")
+    assert answered["status"]["admissionChecks"][0]["state"] == "Ready"
+    assert (
+        store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "odd")["status"]["admissionChecks"][0]["state"]
+        == "Pending"
+    )

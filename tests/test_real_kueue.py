@@ -300,7 +300,8 @@ def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_
     stack.replace_workers(1, cpu="4")
     namespace = stack.namespace("kueue-check", "gate")
     stack.plane.apply(gang_fits_check())
-    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 90)
+    # Kueue's API is watched from the controller's next discovery (within a minute of its install)
+    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 150)
     stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
     stack.plane.apply(queued_job("wide", namespace, 8, "1", run_for="30s"))
     waiting = wait_until(

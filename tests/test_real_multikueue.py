@@ -55,7 +55,7 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
             operators.kueue().install(member.plane)
             member.plane.apply(gang_fits_check())
         for member in workers.values():
-            wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 90)
+            wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 150)
         stack.plane.apply(multikueue_objects({name: s.plane for name, s in workers.items()}))
         wait_until(
             lambda: all(condition(stack.plane.get("multikueuecluster", name) or {}, "Active") for name in workers),

@@ -6,6 +6,7 @@ by name, kueue apis/kueue/v1beta2 workload_types.go), so Kueue's own fields stay
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
@@ -26,8 +27,9 @@ FIELD_MANAGER = "gangkeeper-controller"
 # watched, a Workload's change or a pod's wakes the pass that answers it, and this often all the same
 # while one waits (room that frees with no event: a safety net)
 WATCHED_RECHECK_SECONDS = 10.0
-# not watched yet (Kueue installed after the controller started: watched from the next discovery, within
-# a minute) or not at all (`gangkeeper explain`), how often the Workloads are listed while checks exist
+# with no watches at all (`gangkeeper explain`, tests), how often the Workloads are listed while checks
+# exist; the controller itself only reads what it watches (Kueue installed after it started is watched
+# from its next discovery, within REDISCOVER_SECONDS): no read of its own in the pass, none to hang on
 LISTED_RECHECK_SECONDS = 2.0
 CHECKS_SECONDS = 10.0  # unwatched, the AdmissionChecks are listed again this often
 DEADLINE_SECONDS = 5.0  # each read or write, retries included: well inside a pass
@@ -73,20 +75,29 @@ class KueueChecks:
             log.warning("Kueue Workloads not read: %s", error)
             return self._next
         for held in listed:  # the room of those told Ready a moment ago, whose pods may not be there yet
-            if holds_room(held, checks, stamp) and not isinstance(wanted := demands(held), str):
-                verdict = gang_fits(wanted, snapshot.nodes, snapshot.free, snapshot.ports)
-                snapshot.free.update({node: dict(room) for node, room in verdict.taken.items()})
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
+                if holds_room(held, checks, stamp) and not isinstance(wanted := demands(held), str):
+                    verdict = gang_fits(wanted, snapshot.nodes, snapshot.free, snapshot.ports)
+                    snapshot.free.update({node: dict(room) for node, room in verdict.taken.items()})
         waiting = [(w, name) for w in listed if (name := waiting_check(w, checks)) is not None]
         waiting.sort(key=lambda item: str((item[0].get("metadata") or {}).get("creationTimestamp", "")))
         for workload, check in waiting:
             if not self.may_write():
                 break
-            self._answer(workload, check, snapshot, now)
+            try:
+                self._answer(workload, check, snapshot, now)
+            except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
+                # a tenant's Workload the placement cannot read: it waits, the others are answered
+                meta = workload.get("metadata") or {}
+                log.exception("Kueue Workload %s/%s not answered", meta.get("namespace"), meta.get("name"))
         return self._next if waiting or not watched else None
 
     def _our_checks(self, stamp: float, now: dt.datetime) -> frozenset[str]:
         """The names of the AdmissionChecks gangkeeper answers, each marked Active once."""
         listed_at, names = self._checks
+        key = (ADMISSION_CHECKS.group_version, ADMISSION_CHECKS.plural)
+        if self.informers and key not in self.informers:
+            return frozenset()  # the controller watches what is served: Kueue is not (yet: discovery repeats)
         if stamp - listed_at < CHECKS_SECONDS and self._watched(ADMISSION_CHECKS) is None:
             return names
         try:
