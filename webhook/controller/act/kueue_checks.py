@@ -51,11 +51,12 @@ class KueueChecks:
         informer = self.informers.get((resource.group_version, resource.plural))
         return informer if informer is not None and informer.synced.is_set() else None
 
-    def _list(self, resource: Resource) -> list[dict[str, Any]]:
-        """From the watch cache when watched, else one listing (ApiError when it cannot be read)."""
-        informer = self._watched(resource)
+    def _list(self, resource: Resource) -> list[dict[str, Any]] | None:
+        """From the watch cache when watched (None until it has synced), else one listing (ApiError when it
+        cannot be read)."""
+        informer = self.informers.get((resource.group_version, resource.plural))
         if informer is not None:
-            return informer.items()
+            return informer.items() if informer.synced.is_set() else None
         return list(self.api.request("GET", resource.path(), deadline=DEADLINE_SECONDS).get("items") or [])
 
     def sync(self, snapshot: Snapshot, now: dt.datetime) -> float | None:
@@ -73,6 +74,8 @@ class KueueChecks:
             listed = self._list(WORKLOADS)
         except ApiError as error:
             log.warning("Kueue Workloads not read: %s", error)
+            return self._next
+        if listed is None:  # watched, not synced yet
             return self._next
         for held in listed:  # the room of those told Ready a moment ago, whose pods may not be there yet
             with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
@@ -107,6 +110,8 @@ class KueueChecks:
                 log.warning("Kueue AdmissionChecks not read: %s", error)
             self._checks = (stamp, frozenset())
             return frozenset()
+        if items is None:  # watched, not synced yet
+            return names
         ours = [c for c in items if (c.get("spec") or {}).get("controllerName") == contract.KUEUE_CHECK_CONTROLLER]
         for check in ours:
             if not _active(check) and self.may_write():
