@@ -221,9 +221,11 @@ def test_a_gang_whose_worker_is_lost_comes_back_whole_on_the_other_once_room_is_
     fleet.manager.plane.apply(queued_job("wide", namespace, GANG, CPU, run_for="600s"))
     ran = wait_until(lambda: where_it_runs(fleet, namespace), "the gang Running whole on worker 2", 180, every=0.5)
     assert ran[0] == "worker2"
-    two = fleet.workers["worker2"]
-    for process in [p for p in two.plane.processes if p.name == "kube-apiserver"]:
-        process.stop()
+    with fleet.workers["worker2"].plane.api_server_stopped():
+        lost_worker_comes_back(fleet, namespace)
+
+
+def lost_worker_comes_back(fleet: Fleet, namespace: str) -> None:
     one = fleet.workers["worker1"]
     waiting = wait_until(
         lambda: [

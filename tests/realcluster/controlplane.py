@@ -19,6 +19,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,6 +357,18 @@ class ControlPlane:
         self._start_apiserver()
         self._start_kube_controller_manager()
         self.start_scheduler()
+
+    @contextlib.contextmanager
+    def api_server_stopped(self) -> Iterator[None]:
+        """kube-apiserver stopped for the block (the cluster lost to every client), then started again over
+        the same etcd, so what runs beside it stops cleanly after."""
+        for process in [p for p in self.processes if p.name == "kube-apiserver"]:
+            process.stop()
+            self.processes.remove(process)
+        try:
+            yield
+        finally:
+            self._start_apiserver()
 
     def start_scheduler(self, extra: list[str] | None = None, name: str = "kube-scheduler") -> Process:
         kubeconfig = str(self.kubeconfig)
