@@ -318,21 +318,7 @@ def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_
     assert stack.plane.get("job", "wide", namespace=namespace)["spec"]["suspend"] is True
     assert not job_pods(stack, namespace, "wide")
     # another node: the whole gang fits; the check goes Ready, Kueue admits, the gang starts whole
-    node = dict(stack.plane.get("node", stack.workers[0]))
-    extra = f"{stack.workers[0]}-more"
-    stack.plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": extra,
-                "annotations": node["metadata"]["annotations"],
-                "labels": {**node["metadata"]["labels"], "kubernetes.io/hostname": extra},
-            },
-            "status": {"capacity": node["status"]["capacity"], "allocatable": node["status"]["allocatable"]},
-        }
-    )
-    stack.workers.append(extra)
+    stack.add_worker_like(stack.workers[0])
     members = wait_until(
         lambda: (p := job_pods(stack, namespace, "wide")) and len(running(p)) == 8 and p,
         "the Job admitted once the room is there and Running whole",

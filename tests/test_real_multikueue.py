@@ -238,24 +238,7 @@ def lost_worker_comes_back(fleet: Fleet, namespace: str) -> None:
         every=2,
     )
     assert waiting and not job_pods(one, namespace, "wide")  # held by the check: nothing made, nothing partial
-    node = dict(one.plane.get("node", one.workers[0]))
-    extra = f"{one.workers[0]}-more"
-    one.plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": extra,
-                "annotations": node["metadata"]["annotations"],
-                "labels": {**node["metadata"]["labels"], "kubernetes.io/hostname": extra},
-            },
-            "status": {
-                "capacity": {**node["status"]["capacity"], "cpu": "8"},
-                "allocatable": {**node["status"]["allocatable"], "cpu": "8"},
-            },
-        }
-    )
-    one.workers.append(extra)
+    one.add_worker_like(one.workers[0], cpu="8")
     members = wait_until(
         lambda: (p := job_pods(one, namespace, "wide")) and len(running(p)) == GANG and p,
         "the gang Running whole on worker 1 once the room is there",

@@ -179,6 +179,27 @@ class Stack:
         wait_until(lambda: all(_ready(self.plane.get("node", n)) for n in self.workers), "fake nodes Ready", 60)
         return self.workers
 
+    def add_worker_like(self, model: str, cpu: str | None = None) -> str:
+        """One more Ready fake node, a copy of `model` (its labels and size, `cpu` CPUs if given): a node
+        added to a running cluster."""
+        node = self.plane.get("node", model)
+        extra = f"{model}-more"
+        capacity = {**node["status"]["capacity"], **({"cpu": cpu} if cpu else {})}
+        self.plane.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": extra,
+                    "annotations": node["metadata"]["annotations"],
+                    "labels": {**node["metadata"]["labels"], "kubernetes.io/hostname": extra},
+                },
+                "status": {"capacity": capacity, "allocatable": capacity},
+            }
+        )
+        self.workers.append(extra)
+        return extra
+
     def namespace(
         self, name: str, backend: str | None, opted_in: bool = True, more_labels: dict[str, str] | None = None
     ) -> str:
