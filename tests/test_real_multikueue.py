@@ -71,6 +71,16 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         )
 
 
+@pytest.fixture(autouse=True)
+def no_gang_left_partly_bound_on_a_worker(fleet: Fleet) -> Iterator[None]:
+    """As tests/conftest.py asserts of the first cluster: after each test, no gate gang on either worker
+    was seen partly bound for longer than a release takes."""
+    yield
+    for name, member in fleet.workers.items():
+        seen = member.watch.take() if member.watch is not None else []
+        assert not seen, f"gangs left partly bound on {name}: {seen}"
+
+
 def prepare(fleet: Fleet, name: str, backend: str | None, checked: bool = True, held: str | None = None) -> str:
     """The namespace `name` on every cluster, its queues (the manager's dispatching through MultiKueue,
     the workers' answering gangkeeper's check when `checked`; the worker `held` admits nothing), and the
