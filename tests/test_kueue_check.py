@@ -148,3 +148,162 @@ def test_a_workload_placement_cannot_read_waits_and_the_others_are_answered(api:
         store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "odd")["status"]["admissionChecks"][0]["state"]
         == "Pending"
     )
+
+
+def manager_workload(name: str, job_uid: str, **status: Any) -> dict[str, Any]:
+    """A manager's Workload of Job `name`, its check MultiKueue's."""
+    w = workload(("main", 8, "1"))
+    w["metadata"] = {
+        "name": f"job-{name}-1a2b3",
+        "namespace": "team-a",
+        "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid, "controller": True}
+        ],
+    }
+    w["status"] = {"admissionChecks": [{"name": "multikueue", "state": "Pending", "message": ""}], **status}
+    return w
+
+
+def test_a_dispatched_workload_says_which_worker_runs_it_and_none_other_is_reported() -> None:
+    from webhook.controller.decide.kueue_check import dispatched
+
+    waiting = dispatched(manager_workload("train", "u1", nominatedClusterNames=["w1", "w2"]), {"multikueue"})
+    assert waiting is not None and waiting.state == "WaitingForCluster" and "w1, w2" in waiting.message
+    assert waiting.owner == {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1"}
+    assert waiting.pods == 8 and waiting.cluster is None
+    running = dispatched(manager_workload("train", "u1", clusterName="w2"), {"multikueue"})
+    assert running is not None and (running.state, running.cluster) == ("Dispatched", "w2")
+    done = dispatched(
+        manager_workload("train", "u1", clusterName="w2", conditions=[{"type": "Finished", "status": "True"}]),
+        {"multikueue"},
+    )
+    assert done is not None and done.state == "Finished"
+    assert dispatched(manager_workload("train", "u1"), {"another-check"}) is None  # not MultiKueue's
+    orphan = manager_workload("train", "u1")
+    orphan["metadata"]["ownerReferences"][0]["controller"] = False
+    assert dispatched(orphan, {"multikueue"}) is None  # nothing to own its Gang
+
+
+def test_the_manager_writes_a_gang_owned_by_the_dispatched_job_saying_its_worker(api: Any, store: Any) -> None:
+    """On a MultiKueue manager (no pod of the Job there), the Gang is made from the Workload Kueue wrote,
+    owned by the Job's uid, with the worker cluster once MultiKueue chose it; unchanged, not written again."""
+    import datetime as dt
+
+    from webhook.controller.act.kueue_checks import KueueChecks
+    from webhook.controller.run.reconciler import Controller
+
+    store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
+    check = {"metadata": {"name": "multikueue"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}}
+    store.create("kueue.x-k8s.io/v1beta2", "admissionchecks", "", check)
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", manager_workload("train", "u1"))
+    controller = Controller(api)
+    controller.reconcile_once()
+    gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
+    assert gang["spec"] == {
+        "backend": "multikueue",
+        "minMember": 8,
+        "workload": {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1"},
+    }
+    assert gang["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert gang["status"]["state"] == "WaitingForCluster" and "cluster" not in gang["status"]
+    store.patch("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "job-train-1a2b3", {"status": {"clusterName": "w2"}})
+
+    def look_again() -> None:  # unwatched, the pass lists Workloads every 2 s: a new reader lists them now
+        checks = KueueChecks(api, lambda: True, None, controller.gang_objects)
+        checks.sync(controller.snapshot(), dt.datetime.now(dt.UTC))
+        controller.gang_objects.flush()
+
+    look_again()
+    gang = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")
+    assert (gang["status"]["state"], gang["status"]["cluster"]) == ("Dispatched", "w2")
+    assert "runs in worker cluster w2" in gang["status"]["message"]
+    version = gang["metadata"]["resourceVersion"]
+    look_again()
+    assert store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train")["metadata"]["resourceVersion"] == version
+
+
+def test_a_workload_whose_pods_claim_devices_is_ready_only_where_its_devices_are(apiserver: Any, api: Any) -> None:
+    """4 pods each claiming a GPU (a ResourceClaimTemplate), a node with CPU for all and GPUs for 2: the
+    check stays Pending, counting the devices; GPUs published for the rest: Ready."""
+    from tests.cluster import node as api_node
+    from tests.recorder import ListRecorder
+    from tests.test_devices import device_class, exactly, gpus, node_slice, template
+    from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
+    from webhook.controller.observe.devices import RESOURCES
+    from webhook.controller.run.reconciler import Controller
+    from webhook.informer import Informer
+
+    store = apiserver.store
+    store.served["resource.k8s.io/v1"] = {r.plural for r in RESOURCES}
+    store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
+    watched = (*RESOURCES, *KUEUE_RESOURCES)
+    informers = {(r.group_version, r.plural): Informer(api, r, watch_seconds=1) for r in watched}
+    store.create(
+        "kueue.x-k8s.io/v1beta2",
+        "admissionchecks",
+        "",
+        {"metadata": {"name": CHECK}, "spec": {"controllerName": "gangkeeper.io/gang-fits"}},
+    )
+    store.create("v1", "nodes", "", api_node("n1", cpu="16"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("one-gpu", exactly()))
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("n1", gpus(2)))
+    w = workload(("main", 4, "1"))
+    w["spec"]["podSets"][0]["template"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    ]
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", w)
+    controller = Controller(api, recorder=ListRecorder(), informers=informers)
+
+    def answer() -> dict[str, Any]:
+        for informer in informers.values():
+            informer.relist()
+        controller.reconcile_once()
+        return dict(store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "w")["status"]["admissionChecks"][0])
+
+    pending = answer()
+    assert pending["state"] == "Pending" and "2 of 4 pods" in pending["message"], pending
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("n1", gpus(2), pool="more"))
+    ready = answer()
+    assert ready["state"] == "Ready", ready
+
+
+def admitted(ready_at: str, **conditions: str) -> dict[str, Any]:
+    w = workload(("main", 8, "1"), state="Ready")
+    w["status"]["admissionChecks"][0]["lastTransitionTime"] = ready_at
+    w["status"]["conditions"] = [{"type": kind, "status": value} for kind, value in conditions.items()]
+    return w
+
+
+def test_a_gang_admitted_on_the_check_that_has_not_started_within_its_timeout_is_handed_back() -> None:
+    import datetime as dt
+
+    from webhook.controller.decide.kueue_check import overdue
+
+    ready_at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    later = (ready_at + dt.timedelta(seconds=31)).timestamp()
+    w = admitted("2026-01-01T00:00:00Z", Admitted="True")
+    assert overdue(w, {CHECK}, False, 30, later) == CHECK
+    assert overdue(w, {CHECK}, False, 60, later) is None  # within its timeout
+    assert overdue(w, {CHECK}, True, 30, later) is None  # a pod of its gang holds a node: it started
+    assert overdue(admitted("2026-01-01T00:00:00Z", PodsReady="True"), {CHECK}, False, 30, later) is None
+    assert overdue(admitted("2026-01-01T00:00:00Z", Evicted="True"), {CHECK}, False, 30, later) is None
+    assert overdue(w, {"another"}, False, 30, later) is None
+
+
+def test_the_check_says_retry_for_a_gang_that_never_started_and_kueue_takes_it_back(api: Any, store: Any) -> None:
+    """Admitted on the check an hour ago, no pod of its gang anywhere: the check goes Retry (Kueue then
+    evicts and requeues it), with why."""
+    from webhook.controller.run.reconciler import Controller
+
+    store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
+    check = {"metadata": {"name": CHECK}, "spec": {"controllerName": "gangkeeper.io/gang-fits"}}
+    store.create("kueue.x-k8s.io/v1beta2", "admissionchecks", "", check)
+    w = admitted("2000-01-01T00:00:00Z", Admitted="True")
+    w["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+    ]
+    store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", w)
+    Controller(api).reconcile_once()
+    state = store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "w")["status"]["admissionChecks"][0]
+    assert state["state"] == "Retry" and "handed back to Kueue" in state["message"], state

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import operators, workloads
+from tests.realcluster import dra, operators, workloads
+from tests.realcluster.multicluster import check_active, gang_fits_check
 from tests.realcluster.stack import Stack, bound, running, wait_until
+from tests.test_real_dra import allocated_devices
 from tests.test_real_recovery import priority_class
 from tests.test_real_seeds import assert_started_together
 from tests.test_real_topology import RACK, blocker, racks_of
@@ -271,20 +273,6 @@ def test_kueue_topology_aware_scheduling_and_the_gate_agree_on_one_rack(
     assert admission["podSetAssignments"][0].get("topologyAssignment"), admission
 
 
-def gang_fits_check() -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "AdmissionCheck",
-        "metadata": {"name": "gang-fits"},
-        "spec": {"controllerName": "gangkeeper.io/gang-fits"},
-    }
-
-
-def check_active(stack: Stack, name: str = "gang-fits") -> bool:
-    found = stack.plane.get("admissioncheck", name) or {}
-    return any(c["type"] == "Active" and c["status"] == "True" for c in found.get("status", {}).get("conditions", []))
-
-
 def check_state(workload: dict[str, Any], name: str = "gang-fits") -> dict[str, Any]:
     states = (workload.get("status") or {}).get("admissionChecks") or []
     return next((s for s in states if s["name"] == name), {})
@@ -328,3 +316,40 @@ def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_
     admitted = kueue_workload(stack, namespace, "wide")
     assert check_state(admitted)["state"] == "Ready" and condition(admitted, "Admitted")
     assert "the whole gang fits" in check_state(admitted)["message"]
+
+
+def test_gangkeepers_admission_check_counts_the_devices_a_gang_claims(stack: Stack, kueue: operators.Operator) -> None:
+    """Kueue's quota counts CPUs; the pods also claim a GPU each (DRA, a ResourceClaimTemplate). Two nodes
+    with CPU for all, GPUs published on one (4): the check stays Pending ("4 of 8 pods"), the Job
+    suspended with no pod. GPUs published on the other: Ready, admitted, and the 8 start together,
+    each with its own device."""
+    nodes = stack.replace_workers(2)
+    dra.publish(stack, nodes[:1], 4)
+    namespace = stack.namespace("kueue-check-gpus", "gate")
+    stack.plane.apply(gang_fits_check())
+    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 150)
+    stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
+    stack.plane.apply(dra.claim_template(namespace))
+    stack.plane.apply(dra.claiming(queued_job("gpus", namespace, 8, "100m", run_for="30s")))
+    waiting = wait_until(
+        lambda: (
+            (w := kueue_workload(stack, namespace, "gpus"))
+            and condition(w, "QuotaReserved")
+            and "4 of 8 pods" in check_state(w).get("message", "")
+            and w
+        ),
+        "quota reserved and gangkeeper's check Pending on the devices",
+        90,
+    )
+    assert check_state(waiting)["state"] == "Pending" and not condition(waiting, "Admitted")
+    assert not job_pods(stack, namespace, "gpus")
+    dra.publish(stack, nodes[1:], 4)
+    members = wait_until(
+        lambda: (p := job_pods(stack, namespace, "gpus")) and len(running(p)) == 8 and p,
+        "the Job admitted once the devices are there and Running whole",
+        120,
+    )
+    assert_started_together(members, 8)
+    devices = allocated_devices(stack, namespace)
+    assert sorted(devices) == sorted(p["metadata"]["name"] for p in members)
+    assert len({d for found in devices.values() for d in found}) == 8  # a device of its own each

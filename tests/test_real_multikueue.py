@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from tests.realcluster import operators
-from tests.realcluster.multicluster import WORKER_ADDRESSES, multikueue_objects, worker
+from tests.realcluster.multicluster import MANAGER_KUEUE, dispatch_to, workers_with_kueue
 from tests.realcluster.stack import Stack, bound, running, wait_until
-from tests.test_real_kueue import check_active, condition, gang_fits_check, job_pods, queued_job, queues
+from tests.test_real_kueue import condition, job_pods, queued_job, queues
 from tests.test_real_seeds import assert_started_together, scheduled_at
+from tests.test_real_topology import blocker
 
 pytestmark = pytest.mark.cluster
 GANG, CPU = 8, "1"  # 8 one-CPU pods: worker 1 has 4 CPUs, worker 2 has 16
 NEVER = 20  # more than either worker's nodes hold
-MANAGER_KUEUE = {"multiKueue": {"gcInterval": "30s", "origin": "multikueue", "workerLostTimeout": "30s"}}
 FIGURES: dict[str, float] = {}
 
 
@@ -45,23 +45,8 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         pytest.skip(manager_kueue.missing())
     stack.replace_workers(0)  # the manager runs no pod of these Jobs: MultiKueue keeps them off it
     manager_kueue.install(stack.plane)
-    version = stack.plane.kubernetes_version
-    with (
-        worker(tmp_path_factory.mktemp("worker1"), WORKER_ADDRESSES[0], version) as one,
-        worker(tmp_path_factory.mktemp("worker2"), WORKER_ADDRESSES[1], version) as two,
-    ):
-        workers = {"worker1": one, "worker2": two}
-        for member in workers.values():
-            operators.kueue().install(member.plane)
-            member.plane.apply(gang_fits_check())
-        for member in workers.values():
-            wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 150)
-        stack.plane.apply(multikueue_objects({name: s.plane for name, s in workers.items()}))
-        wait_until(
-            lambda: all(condition(stack.plane.get("multikueuecluster", name) or {}, "Active") for name in workers),
-            "the manager's MultiKueueClusters Active (the workers reachable)",
-            120,
-        )
+    with workers_with_kueue(tmp_path_factory.mktemp("workers"), stack.plane.kubernetes_version) as workers:
+        dispatch_to(stack.plane, workers)
         yield Fleet(stack, workers)
     manager_kueue.uninstall(stack.plane)
     if FIGURES:
@@ -189,6 +174,24 @@ def test_a_dispatched_gang_runs_whole_on_the_worker_whose_nodes_hold_it(fleet: F
             w for w in fleet.workers["worker1"].plane.get("workloads.kueue.x-k8s.io", namespace=namespace) or []
         ]
         assert all(not condition(w, "Admitted") for w in one_workload)
+        # the manager's Gang says where it runs, owned by the manager's Job
+        said = wait_until(
+            lambda: (
+                (g := fleet.manager.plane.get("gang", "job-wide", namespace=namespace))
+                and (g.get("status") or {}).get("cluster")
+                and g
+            ),
+            "the manager's Gang naming the worker that runs it",
+            30,
+        )
+        assert said["metadata"]["ownerReferences"][0]["uid"] == on_manager["metadata"]["uid"]
+        assert (said["spec"]["backend"], said["status"]["state"], said["status"]["cluster"]) == (
+            "multikueue",
+            "Dispatched",
+            "worker2",
+        )
+    else:  # a namespace that did not opt in gets nothing from gangkeeper on the manager either
+        assert fleet.manager.plane.get("gang", "job-wide", namespace=namespace) is None
     # the manager's Job shows the worker's status (MultiKueue copies it back)
     wait_until(
         lambda: (
@@ -255,3 +258,44 @@ def lost_worker_comes_back(fleet: Fleet, namespace: str) -> None:
         180,
     )
     assert_started_together(members, GANG)
+
+
+def test_a_gang_whose_room_is_taken_before_it_starts_is_handed_back_and_runs_whole_on_the_other_worker(
+    fleet: Fleet,
+) -> None:
+    """Worker 2's check says Ready on room it has, Kueue admits there and MultiKueue dispatches there; the
+    gang's pods cannot be made for a moment (a ResourceQuota of 0 pods: anything that delays them) and
+    another team's pods take the room meanwhile. The gang waits gated, whole: no pod starts on worker 2.
+    Its timeout (15 s here, counted from Ready) passes, gangkeeper's check says Retry, Kueue evicts the
+    Workload there and MultiKueue dispatches it again; worker 2 now says Pending, and the gang starts
+    whole on worker 1 once a node brings the room there."""
+    namespace = prepare(fleet, "mk-back", "gate")
+    two = fleet.workers["worker2"]
+    no_pods = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods-yet", "namespace": namespace},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    two.plane.apply(no_pods)
+    job = queued_job("wide", namespace, GANG, CPU, run_for="600s", annotations={"gangkeeper.io/timeout-seconds": "15"})
+    fleet.manager.plane.apply(job)
+    wait_until(lambda: two.plane.get("job", "wide", namespace=namespace), "the Job dispatched to worker 2", 120)
+    other = two.namespace("mk-back-other", None, opted_in=False)
+    two.plane.apply([blocker(other, f"other-{i}", node, "7") for i, node in enumerate(two.workers)])
+    wait_until(lambda: len(running(two.pods(other))) == 2, "another team's pods Running on worker 2's room", 60)
+    two.plane.kubectl("delete", "resourcequota", "no-pods-yet", "-n", namespace)
+    bound_on_two: list[int] = []
+
+    def handed_back() -> bool:
+        bound_on_two.append(len(bound(job_pods(two, namespace, "wide"))))
+        copies = fleet.workers["worker1"].plane.get("workloads.kueue.x-k8s.io", namespace=namespace) or []
+        return any(condition(w, "QuotaReserved") for w in copies)
+
+    wait_until(handed_back, "the gang handed back by worker 2's check and dispatched again", 120, every=1)
+    assert max(bound_on_two) == 0, bound_on_two
+    events = fleet.manager.plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "evicted on worker cluster" in events, "MultiKueue on the manager saw the eviction on worker 2"
+    lost_worker_comes_back(fleet, namespace)
+    assert bound_anywhere(fleet, namespace, but="worker1") == 0
+    fleet.manager.plane.kubectl("delete", "job", "wide", "-n", namespace, "--wait=false")

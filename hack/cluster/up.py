@@ -1,7 +1,7 @@
 """One command for a local cluster with gangkeeper in it: the test bed, as a demo.
 
     sudo .venv/bin/python hack/cluster/up.py [--kubernetes 1.36.3] [--overlay gate] [--nodes 3] [--lws] [--jobset]
-        [--karpenter]
+        [--karpenter] [--multikueue]
 
 Starts the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
 from hack/cluster/build.sh's binaries, deploys gangkeeper with `kubectl apply -k manifests/overlays/OVERLAY`,
@@ -13,6 +13,7 @@ everything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import tempfile
@@ -57,6 +58,13 @@ def main() -> int:
         help="run Karpenter's KWOK provider with a NodePool of 4-CPU nodes (64 CPUs at most): a gang larger "
         "than the cluster brings its nodes (hack/cluster/build.sh karpenter)",
     )
+    parser.add_argument(
+        "--multikueue",
+        action="store_true",
+        help="this cluster a Kueue MultiKueue manager, with two worker clusters beside it (10.253.0.2 and .3), "
+        "each with Kueue, gangkeeper and its AdmissionCheck gang-fits; WORKDIR/env names their kubeconfigs "
+        "(docs/multikueue.md; hack/cluster/build.sh kueue)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="state and logs (default: a new temp dir)")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gangkeeper-cluster-"))
@@ -70,7 +78,8 @@ def main() -> int:
         return 1
     stop_on_the_first_signal()
     started = time.monotonic()
-    with Stack(plane, overlay=args.overlay).running() as stack:
+    with contextlib.ExitStack() as running:
+        stack = running.enter_context(Stack(plane, overlay=args.overlay).running())
         for wanted, operator in ((args.lws, operators.lws), (args.jobset, operators.jobset)):
             if wanted:
                 operator().install(plane)
@@ -83,16 +92,33 @@ def main() -> int:
                 return 1
             karpenter.Karpenter(plane).start()
             plane.apply(karpenter.node_pool(cpu_per_node=4, limit_cpu=64))
+        workers: dict[str, Stack] = {}
+        if args.multikueue:
+            from tests.realcluster import multicluster
+
+            manager_kueue = operators.kueue(more=multicluster.MANAGER_KUEUE)
+            if manager_kueue.missing():
+                print(manager_kueue.missing(), file=sys.stderr)
+                return 1
+            manager_kueue.install(plane)
+            workers = running.enter_context(multicluster.workers_with_kueue(workdir, args.kubernetes))
+            for member in workers.values():
+                member.replace_workers(args.nodes)
+            multicluster.dispatch_to(plane, workers)
         kubectl = plane.k8s_binary("kubectl")
         plugins = Path(__file__).resolve().parents[2] / "plugins"
         try:  # from the moment it is written: a signal at any point after still removes it
-            env.write_text(f"export KUBECONFIG={plane.kubeconfig}\nexport PATH={kubectl.parent}:{plugins}:$PATH\n")
+            lines = [f"export KUBECONFIG={plane.kubeconfig}", f"export PATH={kubectl.parent}:{plugins}:$PATH"]
+            lines += [f"export KUBECONFIG_{name.upper()}={member.plane.kubeconfig}" for name, member in workers.items()]
+            env.write_text("\n".join(lines) + "\n")
             print(
                 f"cluster v{args.kubernetes} with gangkeeper ({args.overlay}) up in {time.monotonic() - started:.0f}s"
             )
             print(f"  . {env}    # KUBECONFIG={plane.kubeconfig}; kubectl and kubectl-gangkeeper on the PATH")
             print("  kubectl apply -f manifests/examples/00-namespace.yaml")
             print("  kubectl apply -n gang-demo -f manifests/examples/01-all-fit.yaml")
+            if workers:
+                print(f"  a MultiKueue manager of {', '.join(workers)}: kubectl --kubeconfig $KUBECONFIG_WORKER1 ...")
             print(f"  logs: {plane.logs}   Ctrl-C stops and removes everything", flush=True)
             while all(p.alive() for p in plane.processes):
                 time.sleep(1)

@@ -13,11 +13,14 @@ from typing import Any
 
 import yaml
 
+from tests.realcluster import operators
 from tests.realcluster.controlplane import ControlPlane
-from tests.realcluster.stack import Stack
+from tests.realcluster.stack import Stack, wait_until
 
 WORKER_ADDRESSES = ("10.253.0.2", "10.253.0.3")
 KUEUE_NAMESPACE = "kueue-system"
+# the manager's Kueue: MultiKueue's own settings (a worker unreachable for 30 s is given up on)
+MANAGER_KUEUE = {"multiKueue": {"gcInterval": "30s", "origin": "multikueue", "workerLostTimeout": "30s"}}
 
 
 def _inline(path: Path) -> str:
@@ -94,3 +97,48 @@ def worker(workdir: Path, address: str, kubernetes_version: str) -> Iterator[Sta
     plane = ControlPlane(workdir, kubernetes_version=kubernetes_version, advertise_address=address)
     with Stack(plane, overlay="gate").running() as stack:
         yield stack
+
+
+def gang_fits_check() -> dict[str, Any]:
+    """gangkeeper's Kueue AdmissionCheck, for a worker's ClusterQueue to list."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "gang-fits"},
+        "spec": {"controllerName": "gangkeeper.io/gang-fits"},
+    }
+
+
+def condition_true(obj: dict[str, Any], kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def check_active(stack: Stack, name: str = "gang-fits") -> bool:
+    return condition_true(stack.plane.get("admissioncheck", name) or {}, "Active")
+
+
+@contextlib.contextmanager
+def workers_with_kueue(workdir: Path, kubernetes_version: str) -> Iterator[dict[str, Stack]]:
+    """Two workers, worker1 and worker2, each with Kueue and gangkeeper's check (marked Active by the
+    worker's gangkeeper), stopped and removed on leaving."""
+    with (
+        worker(workdir / "worker1", WORKER_ADDRESSES[0], kubernetes_version) as one,
+        worker(workdir / "worker2", WORKER_ADDRESSES[1], kubernetes_version) as two,
+    ):
+        workers = {"worker1": one, "worker2": two}
+        for member in workers.values():
+            operators.kueue().install(member.plane)
+            member.plane.apply(gang_fits_check())
+        for member in workers.values():
+            wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 150)
+        yield workers
+
+
+def dispatch_to(manager: ControlPlane, workers: dict[str, Stack]) -> None:
+    """The manager (its Kueue installed with MANAGER_KUEUE) told of the workers, once it reaches each."""
+    manager.apply(multikueue_objects({name: s.plane for name, s in workers.items()}))
+    wait_until(
+        lambda: all(condition_true(manager.get("multikueuecluster", name) or {}, "Active") for name in workers),
+        "the manager's MultiKueueClusters Active (the workers reachable)",
+        120,
+    )

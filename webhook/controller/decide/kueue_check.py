@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.controller.decide.devices import Inventory, claims_devices, with_demand
 from webhook.controller.decide.packing import Placing, pack
 from webhook.controller.decide.shapes import HostPort, Node, Shape, static_reason
 from webhook.gangs.model import Obj
@@ -66,6 +67,31 @@ def holds_room(workload: Obj, checks: Iterable[str], now: float) -> bool:
     return False
 
 
+def overdue(workload: Obj, checks: Iterable[str], started: bool, timeout_seconds: float, now: float) -> str | None:
+    """The name of one of `checks` to set Retry: it told this Workload Ready more than `timeout_seconds`
+    ago, Kueue admitted it, and no pod of its gang has started (none released or bound): the room it
+    was admitted on went to others before its pods came. Retry makes Kueue evict it, count the retry and
+    queue it again with the check Pending (kueue pkg/controller/core/workload_controller.go
+    reconcileCheckBasedEviction, pkg/workload/admissionchecks.go resetChecksOnEviction); on a MultiKueue
+    worker, the manager then dispatches it again (pkg/controller/admissionchecks/multikueue/workload.go,
+    MultiKueueRedoAdmissionOnEvictionInWorker, on in 0.17)."""
+    status = workload.get("status") or {}
+    if started or not status.get("admission"):
+        return None
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict)}
+    if conditions.get("PodsReady") == "True" or conditions.get("Finished") == "True":
+        return None
+    if conditions.get("Evicted") == "True":
+        return None  # Kueue is taking it back already
+    wanted = set(checks)
+    for state in status.get("admissionChecks") or []:
+        if isinstance(state, dict) and state.get("name") in wanted and state.get("state") == "Ready":
+            since = _seconds(state.get("lastTransitionTime"))
+            if since is not None and now - since > timeout_seconds:
+                return str(state["name"])
+    return None
+
+
 def _seconds(stamp: Any) -> float | None:
     try:
         return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
@@ -73,10 +99,13 @@ def _seconds(stamp: Any) -> float | None:
         return None
 
 
-def demands(workload: Obj) -> list[PodSetDemand] | str:
+def demands(workload: Obj, inventory: Inventory | None = None) -> list[PodSetDemand] | str:
     """Each podSet's pods as admitted (a partial admission's count, kueue PodSetAssignment.count), or why
-    they cannot be read."""
+    they cannot be read. With the cluster's DRA `inventory`, a pod's claims count as the gate's placement
+    counts them: the devices of each class (with its selectors) the claims' first choices take, against
+    each node's devices (the nodes' allocatable carries them: observe/cluster.py)."""
     spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    namespace = str((workload.get("metadata") or {}).get("namespace") or "")
     admitted = {
         str(a.get("name")): a.get("count")
         for a in (status.get("admission") or {}).get("podSetAssignments") or []
@@ -91,10 +120,16 @@ def demands(workload: Obj) -> list[PodSetDemand] | str:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             return f"podSet {name}: its count is not a number"
         template = pod_set.get("template") or {}
+        pod_spec = template.get("spec") or {}
         try:
-            shape = Shape.from_pod_spec(template.get("spec") or {})
+            shape = Shape.from_pod_spec(pod_spec)
         except (ValueError, ArithmeticError, TypeError, AttributeError) as error:
             return f"podSet {name}: its requests cannot be read ({error})"
+        if inventory is not None and claims_devices(pod_spec):
+            claimed = inventory.demand(namespace, pod_spec)
+            if claimed.problems:  # a template not there yet: nothing to count the devices by
+                return f"podSet {name}: {'; '.join(claimed.problems)}"
+            shape = with_demand(shape, claimed)
         found.append(PodSetDemand(name, count, shape))
     return found
 
@@ -127,3 +162,60 @@ def gang_fits(
             )
     pods = ", ".join(f"{d.count} {d.name}" for d in wanted)
     return Verdict(True, f"the whole gang fits the nodes now ({pods})", placing.remaining)
+
+
+# the controllerName of MultiKueue's AdmissionCheck (kueue apis/kueue/v1beta2/multikueue_types.go)
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """Where a gang MultiKueue dispatches runs, as the manager's Gang says it: read from the manager's
+    Workload, whose status Kueue alone writes (`clusterName` once a worker admitted it, immutable;
+    `nominatedClusterNames` while its copies wait in the workers; kueue workload_types.go)."""
+
+    owner: Mapping[str, str]  # the Workload's controller: the manager's Job (apiVersion, kind, name, uid)
+    pods: int  # every podSet's count
+    state: str
+    message: str
+    cluster: str | None
+
+
+def dispatched(workload: Obj, multikueue_checks: Iterable[str]) -> Dispatched | None:
+    """The gang of a Workload one of `multikueue_checks` dispatches, None for any other Workload (or one
+    with no controller to own its Gang)."""
+    status = workload.get("status") or {}
+    wanted = set(multikueue_checks)
+    if not any(isinstance(s, dict) and s.get("name") in wanted for s in status.get("admissionChecks") or []):
+        return None
+    owner = next(
+        (
+            r
+            for r in (workload.get("metadata") or {}).get("ownerReferences") or []
+            if isinstance(r, dict) and r.get("controller") is True and all(r.get(k) for k in OWNER_KEYS)
+        ),
+        None,
+    )
+    if owner is None:
+        return None
+    pods = sum(
+        s["count"]
+        for s in (workload.get("spec") or {}).get("podSets") or []
+        if isinstance(s, dict) and isinstance(s.get("count"), int) and not isinstance(s.get("count"), bool)
+    )
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict)}
+    cluster = status.get("clusterName") if isinstance(status.get("clusterName"), str) else None
+    nominated = [str(n) for n in status.get("nominatedClusterNames") or [] if isinstance(n, str)]
+    if cluster and conditions.get("Finished") == "True":
+        state, message = "Finished", f"finished in worker cluster {cluster} (Kueue MultiKueue)"
+    elif cluster:
+        state, message = "Dispatched", f"runs in worker cluster {cluster}: Kueue's MultiKueue sent it there whole"
+    elif nominated:
+        state = "WaitingForCluster"
+        message = f"waiting for one of the worker clusters {', '.join(nominated)} to admit the whole gang"
+    else:
+        state, message = "WaitingForCluster", "waiting for Kueue's MultiKueue to choose a worker cluster"
+    return Dispatched({k: str(owner[k]) for k in OWNER_KEYS}, pods, state, message, cluster)
+
+
+OWNER_KEYS = ("apiVersion", "kind", "name", "uid")

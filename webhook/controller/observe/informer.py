@@ -63,7 +63,8 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 def trim_kueue_workload(workload: dict[str, Any]) -> dict[str, Any]:
     """A Kueue Workload as gangkeeper's AdmissionCheck reads it (controller/decide/kueue_check.py): its
-    podSets' counts and what placement reads of their pods, its admission and its checks."""
+    podSets' counts and what placement reads of their pods, its admission, checks and conditions' states,
+    its owner and the cluster MultiKueue chose (a manager's Gang says it)."""
     metadata, spec = workload.get("metadata") or {}, workload.get("spec") or {}
     pod_sets = [
         {
@@ -75,10 +76,15 @@ def trim_kueue_workload(workload: dict[str, Any]) -> dict[str, Any]:
         if isinstance(s, dict)
     ]
     status = workload.get("status") or {}
+    kept = _keep(status, ("admission", "admissionChecks", "clusterName", "nominatedClusterNames"))
+    if isinstance(status.get("conditions"), list):  # whether admitted, ready, finished: not their messages
+        kept["conditions"] = [_keep(c, ("type", "status")) for c in status["conditions"] if isinstance(c, dict)]
     return {
-        "metadata": _keep(metadata, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")),
+        "metadata": _keep(
+            metadata, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "ownerReferences")
+        ),
         "spec": {"podSets": pod_sets},
-        "status": _keep(status, ("admission", "admissionChecks")),
+        "status": kept,
     }
 
 

@@ -113,12 +113,18 @@ class Controller:
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
         self.waker = Waker()
-        self.kueue_checks = KueueChecks(api, may_write, self.informers)
+        self.kueue_checks = KueueChecks(
+            api, may_write, self.informers, self.gang_objects, opted_out, timeout_of=self._timeout_of
+        )
 
     @property
     def replaced(self) -> int:
         """Decisions re-placed in the last pass (the others were reused)."""
         return self.cycle.replaced
+
+    def _timeout_of(self, gang_key: str) -> float | None:
+        resolved = self.resolved(gang_key)
+        return resolved.spec.timeout_seconds if resolved is not None and resolved.spec is not None else None
 
     def resolved(self, gang_key: str) -> Resolved | None:
         """What the last pass read of the gang's workload (its size, timeout, topology), or None."""
