@@ -47,8 +47,12 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
     manager_kueue.install(stack.plane)
     with workers_with_kueue(tmp_path_factory.mktemp("workers"), stack.plane.kubernetes_version) as workers:
         dispatch_to(stack.plane, workers)
-        yield Fleet(stack, workers)
-    manager_kueue.uninstall(stack.plane)
+        try:
+            yield Fleet(stack, workers)
+        finally:
+            # before the workers stop: the manager's watches on a worker held its API server's exit until
+            # the 15 s kill (twice 15 s of this module's teardown)
+            manager_kueue.uninstall(stack.plane)
     if FIGURES:
         print(
             "\nMultiKueue, apply on the manager -> all Running on a worker: "

@@ -102,6 +102,8 @@ def main() -> int:
                 return 1
             manager_kueue.install(plane)
             workers = running.enter_context(multicluster.workers_with_kueue(workdir, args.kubernetes))
+            # stopped before the workers: its watches on them would hold each API server's exit 15 s
+            running.callback(manager_kueue.uninstall, plane)
             for member in workers.values():
                 member.replace_workers(args.nodes)
             multicluster.dispatch_to(plane, workers)

@@ -362,13 +362,15 @@ class ControlPlane:
     def api_server_stopped(self) -> Iterator[None]:
         """kube-apiserver stopped for the block (the cluster lost to every client), then started again over
         the same etcd, so what runs beside it stops cleanly after."""
-        for process in [p for p in self.processes if p.name == "kube-apiserver"]:
-            process.stop()
-            self.processes.remove(process)
+        place = next(i for i, p in enumerate(self.processes) if p.name == "kube-apiserver")
+        self.processes.pop(place).stop()
         try:
             yield
         finally:
             self._start_apiserver()
+            # back in its place: stopped last but etcd, after its clients (stopped before them, it waited
+            # for their connections until the 15 s kill)
+            self.processes.insert(place, self.processes.pop())
 
     def start_scheduler(self, extra: list[str] | None = None, name: str = "kube-scheduler") -> Process:
         kubeconfig = str(self.kubeconfig)
