@@ -292,18 +292,32 @@ def test_a_gang_admitted_on_the_check_that_has_not_started_within_its_timeout_is
 
 
 def test_the_check_says_retry_for_a_gang_that_never_started_and_kueue_takes_it_back(api: Any, store: Any) -> None:
-    """Admitted on the check an hour ago, no pod of its gang anywhere: the check goes Retry (Kueue then
-    evicts and requeues it), with why."""
+    """Admitted on the check long ago, its gang's pods made and all still gated (no room: the node is
+    too small): the check goes Retry (Kueue then evicts and requeues it), with why. Before any pod of
+    it is seen, nothing is said: nothing tells that it has not started."""
+    from tests.cluster import add_job, add_job_pods
+    from tests.cluster import node as api_node
     from webhook.controller.run.reconciler import Controller
 
     store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
     check = {"metadata": {"name": CHECK}, "spec": {"controllerName": "gangkeeper.io/gang-fits"}}
     store.create("kueue.x-k8s.io/v1beta2", "admissionchecks", "", check)
+    store.create("v1", "nodes", "", api_node("n1", cpu="2"))
+    job = add_job(store, "j", parallelism=4, cpu="1")
     w = admitted("2000-01-01T00:00:00Z", Admitted="True")
-    w["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
-    ]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job["metadata"]["uid"], "controller": True}
+    w["metadata"]["ownerReferences"] = [owner]
     store.create("kueue.x-k8s.io/v1beta2", "workloads", "team-a", w)
-    Controller(api).reconcile_once()
-    state = store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "w")["status"]["admissionChecks"][0]
-    assert state["state"] == "Retry" and "handed back to Kueue" in state["message"], state
+
+    def state() -> dict[str, Any]:
+        return dict(store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-a", "w")["status"]["admissionChecks"][0])
+
+    controller = Controller(api)
+    controller.reconcile_once()
+    assert state()["state"] == "Ready"  # no pod of it yet
+    add_job_pods(store, job)
+    controller.kueue_checks = type(controller.kueue_checks)(  # a new reader: unwatched, it lists now
+        api, lambda: True, None, controller.gang_objects, timeout_of=controller._timeout_of
+    )
+    controller.reconcile_once()
+    assert state()["state"] == "Retry" and "handed back to Kueue" in state()["message"], state()

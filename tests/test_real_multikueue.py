@@ -186,7 +186,7 @@ def test_a_dispatched_gang_runs_whole_on_the_worker_whose_nodes_hold_it(fleet: F
                 and g
             ),
             "the manager's Gang naming the worker that runs it",
-            30,
+            90,  # Kueue installed on the manager is watched from the controller's next discovery
         )
         assert said["metadata"]["ownerReferences"][0]["uid"] == on_manager["metadata"]["uid"]
         assert (said["spec"]["backend"], said["status"]["state"], said["status"]["cluster"]) == (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +92,18 @@ def multikueue_objects(workers: dict[str, ControlPlane], check: str = "multikueu
 
 
 @contextlib.contextmanager
-def worker(workdir: Path, address: str, kubernetes_version: str) -> Iterator[Stack]:
-    """A worker cluster with gangkeeper deployed (the gate overlay, as the first cluster's)."""
+def worker(
+    workdir: Path, address: str, kubernetes_version: str, before: Callable[[ControlPlane], object] | None = None
+) -> Iterator[Stack]:
+    """A worker cluster with gangkeeper deployed (the gate overlay, as the first cluster's); `before`
+    installs what gangkeeper should find served at its start (its controller's first discovery sees it,
+    instead of the next one a minute later)."""
     plane = ControlPlane(workdir, kubernetes_version=kubernetes_version, advertise_address=address)
-    with Stack(plane, overlay="gate").running() as stack:
+    with Stack(plane, overlay=None).running() as stack:
+        if before is not None:
+            before(plane)
+        stack.overlay = "gate"
+        stack.deploy()
         yield stack
 
 
@@ -121,14 +129,16 @@ def check_active(stack: Stack, name: str = "gang-fits") -> bool:
 def workers_with_kueue(workdir: Path, kubernetes_version: str) -> Iterator[dict[str, Stack]]:
     """Two workers, worker1 and worker2, each with Kueue and gangkeeper's check (marked Active by the
     worker's gangkeeper), stopped and removed on leaving."""
+
+    def kueue_and_check(plane: ControlPlane) -> None:
+        operators.kueue().install(plane)
+        plane.apply(gang_fits_check())
+
     with (
-        worker(workdir / "worker1", WORKER_ADDRESSES[0], kubernetes_version) as one,
-        worker(workdir / "worker2", WORKER_ADDRESSES[1], kubernetes_version) as two,
+        worker(workdir / "worker1", WORKER_ADDRESSES[0], kubernetes_version, kueue_and_check) as one,
+        worker(workdir / "worker2", WORKER_ADDRESSES[1], kubernetes_version, kueue_and_check) as two,
     ):
         workers = {"worker1": one, "worker2": two}
-        for member in workers.values():
-            operators.kueue().install(member.plane)
-            member.plane.apply(gang_fits_check())
         for member in workers.values():
             wait_until(lambda m=member: check_active(m), "each worker's gangkeeper marked its check Active", 150)
         yield workers

@@ -202,9 +202,9 @@ class KueueChecks:
     def _hand_back(
         self, listed: list[dict[str, Any]], checks: frozenset[str], snapshot: Snapshot, now: dt.datetime
     ) -> None:
-        """Set Retry on the Workloads admitted on this check whose gang has not started within its timeout
-        (gangkeeper.io/timeout-seconds, counted from Ready): Kueue takes them back and admits them again
-        where the whole gang fits (decide `overdue`)."""
+        """Set Retry on the Workloads admitted on this check whose gang's pods are there and none has started
+        within its timeout (gangkeeper.io/timeout-seconds, counted from Ready): Kueue takes them back and
+        admits them again where the whole gang fits (decide `overdue`)."""
         stamp = now.timestamp()
         told = [w for w in listed if overdue(w, checks, False, 0.0, stamp) is not None]
         if not told:
@@ -224,8 +224,12 @@ class KueueChecks:
                 ),
                 "",
             )
-            started, gang_key = gangs.get(owner, (False, ""))
-            timeout = (self.timeout_of(gang_key) if gang_key else None) or DEFAULT_TIMEOUT_SECONDS
+            if owner not in gangs:
+                # no pod of it seen waiting (its pods not made yet, or not gangkeeper's to see: Kueue's
+                # PodsReady is only kept with waitForPodsReady): nothing tells that it has not started
+                continue
+            started, gang_key = gangs[owner]
+            timeout = self.timeout_of(gang_key) or DEFAULT_TIMEOUT_SECONDS
             check = overdue(workload, checks, started, timeout, stamp)
             if check is None or not self.may_write():
                 continue
