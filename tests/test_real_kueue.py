@@ -278,6 +278,33 @@ def check_state(workload: dict[str, Any], name: str = "gang-fits") -> dict[str, 
     return next((s for s in states if s["name"] == name), {})
 
 
+def checked_namespace(stack: Stack, name: str) -> str:
+    """A gate namespace whose ClusterQueue (16 CPUs) lists gangkeeper's check, the check marked Active."""
+    namespace = stack.namespace(name, "gate")
+    stack.plane.apply(gang_fits_check())
+    # Kueue's API is watched from the controller's next discovery (within a minute of its install)
+    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 150)
+    stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
+    return namespace
+
+
+def held_by_the_check(stack: Stack, namespace: str, job: str, fits: str) -> None:
+    """Quota reserved for the Job, gangkeeper's check Pending saying `fits`, nothing admitted, no pod."""
+    waiting = wait_until(
+        lambda: (
+            (w := kueue_workload(stack, namespace, job))
+            and condition(w, "QuotaReserved")
+            and fits in check_state(w).get("message", "")
+            and w
+        ),
+        "quota reserved and gangkeeper's check Pending, naming what fits",
+        90,
+    )
+    assert check_state(waiting)["state"] == "Pending" and not condition(waiting, "Admitted")
+    assert stack.plane.get("job", job, namespace=namespace)["spec"]["suspend"] is True
+    assert not job_pods(stack, namespace, job)
+
+
 def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_hold_it_whole(
     stack: Stack, kueue: operators.Operator
 ) -> None:
@@ -286,25 +313,9 @@ def test_gangkeepers_admission_check_has_kueue_admit_a_gang_only_once_its_nodes_
     Job suspended (no pod made, nothing held) while the check says why, and admits it the moment a
     node brings the room: the gang then starts whole."""
     stack.replace_workers(1, cpu="4")
-    namespace = stack.namespace("kueue-check", "gate")
-    stack.plane.apply(gang_fits_check())
-    # Kueue's API is watched from the controller's next discovery (within a minute of its install)
-    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 150)
-    stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
+    namespace = checked_namespace(stack, "kueue-check")
     stack.plane.apply(queued_job("wide", namespace, 8, "1", run_for="30s"))
-    waiting = wait_until(
-        lambda: (
-            (w := kueue_workload(stack, namespace, "wide"))
-            and condition(w, "QuotaReserved")
-            and "4 of 8 pods" in check_state(w).get("message", "")
-            and w
-        ),
-        "quota reserved and gangkeeper's check Pending, naming what fits",
-        90,
-    )
-    assert check_state(waiting)["state"] == "Pending" and not condition(waiting, "Admitted")
-    assert stack.plane.get("job", "wide", namespace=namespace)["spec"]["suspend"] is True
-    assert not job_pods(stack, namespace, "wide")
+    held_by_the_check(stack, namespace, "wide", "4 of 8 pods")
     # another node: the whole gang fits; the check goes Ready, Kueue admits, the gang starts whole
     stack.add_worker_like(stack.workers[0])
     members = wait_until(
@@ -325,24 +336,10 @@ def test_gangkeepers_admission_check_counts_the_devices_a_gang_claims(stack: Sta
     each with its own device."""
     nodes = stack.replace_workers(2)
     dra.publish(stack, nodes[:1], 4)
-    namespace = stack.namespace("kueue-check-gpus", "gate")
-    stack.plane.apply(gang_fits_check())
-    wait_until(lambda: check_active(stack), "gangkeeper's controller marked its AdmissionCheck Active", 150)
-    stack.plane.apply(queues(namespace, "16", admissionChecksStrategy={"admissionChecks": [{"name": "gang-fits"}]}))
+    namespace = checked_namespace(stack, "kueue-check-gpus")
     stack.plane.apply(dra.claim_template(namespace))
     stack.plane.apply(dra.claiming(queued_job("gpus", namespace, 8, "100m", run_for="30s")))
-    waiting = wait_until(
-        lambda: (
-            (w := kueue_workload(stack, namespace, "gpus"))
-            and condition(w, "QuotaReserved")
-            and "4 of 8 pods" in check_state(w).get("message", "")
-            and w
-        ),
-        "quota reserved and gangkeeper's check Pending on the devices",
-        90,
-    )
-    assert check_state(waiting)["state"] == "Pending" and not condition(waiting, "Admitted")
-    assert not job_pods(stack, namespace, "gpus")
+    held_by_the_check(stack, namespace, "gpus", "4 of 8 pods")
     dra.publish(stack, nodes[1:], 4)
     members = wait_until(
         lambda: (p := job_pods(stack, namespace, "gpus")) and len(running(p)) == 8 and p,

@@ -209,12 +209,19 @@ class KueueChecks:
         told = [w for w in listed if overdue(w, checks, False, 0.0, stamp) is not None]
         if not told:
             return
-        gangs: dict[str, tuple[bool, str]] = {}  # workload uid -> (a pod of its gang holds a node, the gang)
+        # workload uid -> (a pod of its gang holds a node, the gang): the gangs of those namespaces only, a
+        # running one decided at its first bound pod (the admitted Workloads stay here while they run when
+        # Kueue keeps no PodsReady)
+        namespaces = {str((w.get("metadata") or {}).get("namespace")) for w in told}
+        gangs: dict[str, tuple[bool, str]] = {}
         for gang in snapshot.gangs.values():
-            for view in gang.pods:
-                if view.workload_uid:
-                    started = gangs.get(view.workload_uid, (False, ""))[0] or view.holds_node is not None
-                    gangs[view.workload_uid] = (started, gang.key)
+            if gang.namespace not in namespaces:
+                continue
+            for uid in {view.workload_uid for view in gang.pods if view.workload_uid}:
+                started = gangs.get(uid, (False, ""))[0] or any(
+                    view.holds_node is not None for view in gang.pods if view.workload_uid == uid
+                )
+                gangs[uid] = (started, gang.key)
         for workload in told:
             owner = next(
                 (
