@@ -26,6 +26,7 @@ from webhook.controller.decide.kueue_check import (
     gang_fits,
     holds_room,
     overdue,
+    told_ready,
     waiting_check,
 )
 from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS
@@ -206,7 +207,7 @@ class KueueChecks:
         within its timeout (gangkeeper.io/timeout-seconds, counted from Ready): Kueue takes them back and
         admits them again where the whole gang fits (decide `overdue`)."""
         stamp = now.timestamp()
-        told = [w for w in listed if overdue(w, checks, False, 0.0, stamp) is not None]
+        told = [w for w in listed if told_ready(w, checks) is not None]
         if not told:
             return
         # workload uid -> (a pod of its gang holds a node, the gang): the gangs of those namespaces only, a

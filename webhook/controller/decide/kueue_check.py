@@ -51,20 +51,27 @@ def waiting_check(workload: Obj, checks: Iterable[str]) -> str | None:
     return None
 
 
-def holds_room(workload: Obj, checks: Iterable[str], now: float) -> bool:
-    """Told Ready by one of `checks` less than HELD_SECONDS ago, still admitted, its pods not all ready."""
+def told_ready(workload: Obj, checks: Iterable[str]) -> tuple[str, float] | None:
+    """One of `checks` that told this Workload Ready, and since when, while Kueue still holds it admitted
+    and its pods are not all ready nor done; None otherwise."""
     status = workload.get("status") or {}
     if not status.get("admission"):
-        return False
+        return None
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict)}
-    if conditions.get("PodsReady") == "True" or conditions.get("Finished") == "True":
-        return False
+    if any(conditions.get(kind) == "True" for kind in ("PodsReady", "Finished", "Evicted")):
+        return None  # started, done, or Kueue is taking it back already
     wanted = set(checks)
     for state in status.get("admissionChecks") or []:
         if isinstance(state, dict) and state.get("name") in wanted and state.get("state") == "Ready":
             since = _seconds(state.get("lastTransitionTime"))
-            return since is not None and now - since < HELD_SECONDS
-    return False
+            return None if since is None else (str(state["name"]), since)
+    return None
+
+
+def holds_room(workload: Obj, checks: Iterable[str], now: float) -> bool:
+    """Told Ready by one of `checks` less than HELD_SECONDS ago, still admitted, its pods not all ready."""
+    told = told_ready(workload, checks)
+    return told is not None and now - told[1] < HELD_SECONDS
 
 
 def overdue(workload: Obj, checks: Iterable[str], started: bool, timeout_seconds: float, now: float) -> str | None:
@@ -75,21 +82,8 @@ def overdue(workload: Obj, checks: Iterable[str], started: bool, timeout_seconds
     reconcileCheckBasedEviction, pkg/workload/admissionchecks.go resetChecksOnEviction); on a MultiKueue
     worker, the manager then dispatches it again (pkg/controller/admissionchecks/multikueue/workload.go,
     MultiKueueRedoAdmissionOnEvictionInWorker, on in 0.17)."""
-    status = workload.get("status") or {}
-    if started or not status.get("admission"):
-        return None
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict)}
-    if conditions.get("PodsReady") == "True" or conditions.get("Finished") == "True":
-        return None
-    if conditions.get("Evicted") == "True":
-        return None  # Kueue is taking it back already
-    wanted = set(checks)
-    for state in status.get("admissionChecks") or []:
-        if isinstance(state, dict) and state.get("name") in wanted and state.get("state") == "Ready":
-            since = _seconds(state.get("lastTransitionTime"))
-            if since is not None and now - since > timeout_seconds:
-                return str(state["name"])
-    return None
+    told = None if started else told_ready(workload, checks)
+    return told[0] if told is not None and now - told[1] > timeout_seconds else None
 
 
 def _seconds(stamp: Any) -> float | None:
