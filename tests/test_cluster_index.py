@@ -51,6 +51,8 @@ def picture(index: ClusterIndex) -> dict[str, Any]:
         "gangs": {k: sorted(p.name for p in g.pods) for k, g in index.gangs().items()},
         "gated": index.gated,
         "stray": sorted(index.stray_gated),
+        "going": {n: {k: v for k, v in u.items() if v} for n, u in index.going.items()},
+        "yielding": {n: {k: v for k, v in u.items() if v} for n, u in index.yielding.items()},
     }
 
 
@@ -225,3 +227,32 @@ def test_a_gang_that_fits_is_released_within_one_pass_of_the_change_that_made_it
     finally:
         for informer in informers:
             informer.stop()
+
+
+def placeholder(name: str, node_name: str | None, deleting: bool = False) -> dict[str, Any]:
+    pod = b.pod(name, spec=b.pod_spec(b.container("3", "1Gi")), namespace=NS, owned=False)
+    pod["metadata"]["labels"] = {"gangkeeper.io/placeholder-for": "job-train", "gangkeeper.io/skip": "true"}
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "gangkeeper.io/v1alpha1", "kind": "Gang", "name": "job-train", "uid": "gang-uid"}
+    ]
+    if node_name:
+        pod["spec"]["nodeName"] = node_name
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:00Z"
+    return pod
+
+
+def test_the_room_bound_placeholders_hold_is_known_per_node_until_they_go() -> None:
+    """What a pinned pod that may preempt can count on (start.py node_taken): a placeholder's room while
+    it is bound; once it is being deleted that room is `going` instead, and once gone, neither."""
+    index = ClusterIndex()
+    index.replace_nodes([node("n1", cpu="8")])
+    key = f"{NS}/ph-0"
+    index.apply_pods({key: placeholder("ph-0", None)})
+    assert index.yielding == {}  # pending: it holds nothing yet
+    index.apply_pods({key: placeholder("ph-0", "n1")})
+    assert index.yielding["n1"]["cpu"] == 3000 and index.going == {}
+    index.apply_pods({key: placeholder("ph-0", "n1", deleting=True)})
+    assert not any(index.yielding.get("n1", {}).values()) and index.going["n1"]["cpu"] == 3000
+    index.apply_pods({key: None})
+    assert not any(index.yielding.get("n1", {}).values()) and "n1" not in index.going

@@ -602,3 +602,45 @@ def test_the_room_a_limit_leaves_goes_to_one_gang_at_a_time_in_queue_order(apise
     decisions = controller.reconcile_once()
     assert decisions[f"team-a/{head}"].state == "Release", decisions[f"team-a/{head}"].message
     assert {p["metadata"]["labels"]["gangkeeper.io/placeholder-for"] for p in placeholders(store)} <= {other}
+
+
+def test_a_placeholder_bound_on_a_released_gangs_room_is_preempted_for_it_not_a_reason_to_replace_it(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """Issue #64, from the real tier (CI, test_gangs_competing_for_the_room...): the first gang is
+    released onto the room its placeholders held and deletes them; the next gang's placeholder, made
+    in that turn, binds there before the first's pods (a pod whose gates just went waits out the
+    scheduler's backoff; a new one does not). kube-scheduler preempts a placeholder for any pod that may
+    preempt, so the first gang's pods still have their room: no repair (for a Job, a requeue whole
+    that avoided those nodes for 300 s, while its placeholders came back on them). A pod that may not
+    preempt has lost it."""
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", node("small", cpu="1"))
+    add_job_pods(store, add_job(store, "first", parallelism=2, cpu="3"))
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    for name in ("new-0", "new-1"):
+        store.create("v1", "nodes", "", node(name, cpu="4"))
+    default_scheduler(store)
+    clock.advance(1)
+    assert controller.reconcile_once()["team-a/job-first"].state == "Release"
+    add_job_pods(store, add_job(store, "second", parallelism=1, cpu="3"))
+    clock.advance(1)
+    controller.reconcile_once()
+    clock.advance(1)
+    assert controller.reconcile_once()["team-a/job-second"].state == "WaitingForCapacity"
+    (thief,) = placeholders(store)
+    pinned = store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-first")["status"]["released"]
+    store.bind("team-a", thief["metadata"]["name"], sorted(r["node"] for r in pinned.values())[0])
+    clock.advance(6)  # past the refusal's settling: only the room counts
+    decision = controller.reconcile_once()["team-a/job-first"]
+    assert decision.state == "Releasing", decision.message
+    assert store.get("batch/v1", "jobs", "team-a", "first")["spec"].get("suspend") is not True
+    assert not controller.requeuer.avoided("team-a/job-first", clock())
+    # the scheduler preempts the placeholder; the first gang's pods bind on their room
+    store.delete("v1", "pods", "team-a", thief["metadata"]["name"])
+    assert default_scheduler(store, only=lambda pod: "placeholder-for" not in str(pod["metadata"])) == 2
+    assert controller.reconcile_once()["team-a/job-first"].state == "Running"

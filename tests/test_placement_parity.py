@@ -233,6 +233,8 @@ def test_a_node_taken_after_the_release_is_repaired_by_replacing_only_the_unboun
     clock.advance(2)
     decision = gangs.reconcile_once()["team-a/sts-train"]
     assert decision.state == "Repair" and decision.evict == [refused[0].split("/")[1]], decision.message
+    # room taken is seen as such: the node is not avoided (the scheduler refused nothing placement missed)
+    assert not gangs.requeuer.avoided("team-a/sts-train", clock())
     bound = [p["metadata"]["name"] for p in gang_pods(store) if p["spec"].get("nodeName")]
     assert len(bound) == 1  # the member that bound stays
     # the StatefulSet controller replaces the evicted pod (test API server eviction deletes it)
@@ -278,6 +280,7 @@ def test_a_pinned_pod_the_scheduler_refuses_is_replaced_and_its_node_avoided(sto
     assert gangs.reconcile_once()["team-a/sts-train"].state == "Releasing"
     clock.advance(5)
     assert gangs.reconcile_once()["team-a/sts-train"].state == "Repair"
+    assert gangs.requeuer.avoided("team-a/sts-train", clock()) == {refused_node}
     StatefulSetController(store).sync(NS, "train")
     again = gangs.reconcile_once()["team-a/sts-train"]
     assert again.state == "Release" and refused_node not in again.release.values()

@@ -45,6 +45,7 @@ GANG_KIND: Final = "Gang"
 # their PriorityClass (the chart's): below every workload's, never preempting (preemptionPolicy Never),
 # and not below Cluster Autoscaler's expendable cutoff (-10), under which it would not scale up for them
 PLACEHOLDER_PRIORITY_CLASS: Final = "gangkeeper-placeholder"
+PLACEHOLDER_PRIORITY: Final = -10  # its value: any pod above it that may preempt takes a placeholder's room
 
 # Stamped next to GROUP_LABEL so the controller can find the workload without an owner walk.
 WORKLOAD_ANNOTATION: Final = f"{PREFIX}/workload"

@@ -263,11 +263,12 @@ class Requeuer:
     def repair(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         """Pods pinned to a node they can no longer bind on go now, not at the timeout: their owner
         recreates them gated, and the next pass places them around the members that stay. The nodes
-        they lost are not planned for this gang again for a while (the scheduler may disagree for a
-        reason placement does not see)."""
-        lost = {p.pinned_node for p in gang.pods if p.name in decision.evict and p.pinned_node}
+        the scheduler refused them on are not planned for this gang again for a while (it may disagree
+        for a reason placement does not see). A node whose room pods bound since took is not: placement sees
+        that room taken, and avoiding it kept a gang from the very node its placeholders then held."""
         until = now + dt.timedelta(seconds=REFUSED_NODE_SECONDS)
-        self._avoid.setdefault(gang.key, {}).update({node: until for node in lost})
+        if decision.refused_on:
+            self._avoid.setdefault(gang.key, {}).update({node: until for node in decision.refused_on})
         if not self.may_write():
             return
         if decision.evict and self.requeues_by_suspending(resolved):

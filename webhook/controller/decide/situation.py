@@ -89,6 +89,7 @@ class Decision:
     claim_until: dt.datetime | None = None
     claim_broken: bool = False  # requeued for running past that promise: its claims are no longer believed
     rule: str = ""  # the start rule that decided (state.START_RULES), for explain and the table tests
+    refused_on: tuple[str, ...] = ()  # nodes the scheduler refused pinned pods on: not planned again for a while
 
 
 def overcommitted(free: Mapping[str, int] | None) -> bool:
@@ -117,6 +118,8 @@ class Situation:
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None
     # node -> what pods being deleted there still hold (ClusterIndex.going): room on its way back
     going: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # node -> what placeholders bound there hold (ClusterIndex.yielding): room a pod that may preempt takes
+    yielding: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @cached_property
     def gated(self) -> list[PodView]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from webhook import contract
 from webhook.controller.decide import placement
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.placement import Member, Placement
@@ -67,10 +68,15 @@ def node_taken(s: Situation) -> Decision | None:
     gone), or that the scheduler marked Unschedulable, will never bind there: those pods alone are replaced.
     Room that pods being deleted there still hold is on its way back (the placeholders a release deletes
     in its turn, a preempted victim): the scheduler refuses a pod while they go and takes it once they
-    are gone, so neither counts until then; a refusal counts once the release is REFUSAL_SETTLE_SECONDS old."""
-    stolen = [p for p in s.released if not p.node_name and p.pinned_node and _lost(s, p)]
-    if not stolen:
+    are gone, so neither counts until then; a refusal counts once the release is REFUSAL_SETTLE_SECONDS old.
+    Room placeholders hold there is the pod's too when it may preempt them: kube-scheduler's preemption
+    takes them for it (a waiting gang's placeholder made as another gang is released may bind first: a
+    pod whose gates just went is in the scheduler's backoff, a new pod is not). Only the nodes the
+    scheduler refused are planned around for a while: one whose room was taken is seen as such."""
+    lost = {p.name: why for p in s.released if not p.node_name and p.pinned_node and (why := _lost(s, p))}
+    if not lost:
         return None
+    stolen = [p for p in s.released if p.name in lost]
     nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
     return Decision(
         GangState.REPAIR,
@@ -80,26 +86,34 @@ def node_taken(s: Situation) -> Decision | None:
         + ("; replacing them" if s.spec.evictable else "; bare pods: delete and recreate them"),
         evict=s.evict(stolen),
         present=s.present,
+        refused_on=tuple(sorted({p.pinned_node for p in stolen if p.pinned_node and lost[p.name] == REFUSED})),
     )
 
 
 # how long after its release a pinned pod's refusal by the scheduler is believed: kube-scheduler retries
 # a refused pod as soon as a pod on the node goes (its queueing hints), which the controller may see first
 REFUSAL_SETTLE_SECONDS = 5.0
+# why a pinned pod lost its node: its room is held by others (or the node is gone), or the scheduler said no
+TAKEN, REFUSED = "taken", "refused"
 
 
-def _lost(s: Situation, pod: PodView) -> bool:
+def _lost(s: Situation, pod: PodView) -> str | None:
+    """Why the pod can no longer bind on the node it was pinned to (TAKEN, REFUSED), or None."""
     node = pod.pinned_node or ""
-    coming = s.going.get(node)
-    if coming:
-        free = s.free.get(node)
-        returned = {name: amount + coming.get(name, 0) for name, amount in free.items()} if free is not None else None
-        return overcommitted(returned)
-    if overcommitted(s.free.get(node)):
-        return True
+    free = s.free.get(node)
+    if free is None:
+        return TAKEN  # the node is gone
+    back = dict(s.going.get(node) or {})
+    if pod.preempts and pod.priority > contract.PLACEHOLDER_PRIORITY:
+        for name, amount in (s.yielding.get(node) or {}).items():
+            back[name] = back.get(name, 0) + amount
+    if any(back.values()):
+        return TAKEN if overcommitted({name: amount + back.get(name, 0) for name, amount in free.items()}) else None
+    if overcommitted(free):
+        return TAKEN
     record = s.records.get(pod.name)
     settled = record is None or (s.now - record.at).total_seconds() >= REFUSAL_SETTLE_SECONDS
-    return pod.unschedulable and settled
+    return REFUSED if pod.unschedulable and settled else None
 
 
 def nothing_gated(s: Situation) -> Decision | None:
@@ -277,6 +291,7 @@ def start_decision(
     workload_nodes: frozenset[str] = frozenset(),
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
     going: Mapping[str, Mapping[str, int]] | None = None,
+    yielding: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Decision:
     """The next step for one gang, given its live pods and the nodes' free capacity: the first of
     START_RULES that applies. The controller and `gangkeeper explain` both ask this function, so they
@@ -302,6 +317,7 @@ def start_decision(
         live=[p for p in pods if not p.terminal],
         devices_fit=devices_fit,
         going=going or {},
+        yielding=yielding or {},
     )
     for rule in START_RULES:
         decision = rule(situation)

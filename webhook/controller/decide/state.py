@@ -44,6 +44,7 @@ def decide(
     workload_nodes: frozenset[str] = frozenset(),
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None,
     going: Mapping[str, Mapping[str, int]] | None = None,
+    yielding: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Decision:
     """The next step for one gang: the start rules (`start_decision`), then recovery (`recover`)."""
     decision = start_decision(
@@ -62,6 +63,7 @@ def decide(
         workload_nodes=workload_nodes,
         devices_fit=devices_fit,
         going=going,
+        yielding=yielding,
     )
     if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
         decision.timed = True

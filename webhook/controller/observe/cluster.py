@@ -104,6 +104,9 @@ class ClusterIndex:
         self.free: dict[str, Units] = {}  # known nodes: allocatable minus what is held
         # node -> what pods being deleted there still hold: room on its way back (in `free`, held until gone)
         self.going: dict[str, Units] = {}
+        # node -> what bound placeholders hold there: room any pod that may preempt them takes (kube-scheduler
+        # preempts the lowest priority first, and a placeholder is below every workload's)
+        self.yielding: dict[str, Units] = {}
         self.ports: dict[str, Counter[HostPort]] = {}
         self.held_by_priority: dict[int, dict[str, Units]] = {}
         self.nodes_epoch = 0  # changes whenever a node does: static fits must be checked again
@@ -327,6 +330,8 @@ class ClusterIndex:
         hold = self._holds.get(key)
         units = hold.units if hold is not None else shape_of(spec).requests
         self.placeholders.setdefault(gang, {})[key] = (hold.node if hold is not None else "", units)
+        if hold is not None:
+            _add(self.yielding.setdefault(hold.node, {}), hold.units, +1)
         self.pods[key] = replace(self.pods[key], placeholder_for=gang)
         self._touch(gang)
 
@@ -335,7 +340,12 @@ class ClusterIndex:
             self.placeholder_owners.pop(key, None)
             held = self.placeholders.get(old.placeholder_for)
             if held is not None:
-                held.pop(key, None)
+                node, units = held.pop(key, ("", ()))
+                yielding = self.yielding.get(node)
+                if yielding is not None:
+                    _add(yielding, units, -1)
+                    if not any(yielding.values()):
+                        del self.yielding[node]
                 if not held:
                     del self.placeholders[old.placeholder_for]
             self._touch(old.placeholder_for)

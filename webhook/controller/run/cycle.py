@@ -347,6 +347,7 @@ class ReleaseCycle:
             else frozenset(),
             devices_fit=devices_check(snapshot.index, gang),
             going=snapshot.index.going,
+            yielding=snapshot.index.yielding,
         )
 
 
