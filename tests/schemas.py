@@ -21,6 +21,16 @@ CRDS = SHARED / "crds"
 EXAMPLES = SHARED / "examples"
 SEEDS = SHARED / "seeds"
 OWN_CRD = Path(__file__).resolve().parents[1] / "charts" / "gangkeeper" / "templates" / "crd.yaml"
+
+
+def provisioning_crd() -> Path:
+    """Cluster Autoscaler's ProvisioningRequest CRD, as hack/cluster/build.sh core downloads it from its
+    apis module (CA_APIS_VERSION) into the component cache."""
+    from tests.realcluster.controlplane import cache_dir, versions
+
+    return cache_dir() / "crds" / f"provisioningrequests-{versions()['CA_APIS_VERSION']}.yaml"
+
+
 NATIVE_VERSIONS = ("1.35", "1.36", "1.37")
 _PATCH = {"1.35": "1.35.0", "1.36": "1.36.0", "1.37": "1.37.0"}
 
@@ -52,7 +62,7 @@ def _strict(schema: Any) -> Any:
 def crd_schemas() -> dict[tuple[str, str], Any]:
     schemas: dict[tuple[str, str], Any] = {}
     # the upstream CRDs, and gangkeeper's own Gang
-    for path in [*CRDS.glob("*.yaml"), OWN_CRD]:
+    for path in [*CRDS.glob("*.yaml"), OWN_CRD, *[crd for crd in [provisioning_crd()] if crd.exists()]]:
         crd = yaml.load(path.read_text(), Loader=_LOADER)
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:

@@ -318,6 +318,27 @@ def exercise_controller(server: TestApiServer) -> None:
         if pod["metadata"].get("labels", {}).get("gangkeeper.io/group") == "job-grows":
             store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
     grower.reconcile_once()
+    # with Cluster Autoscaler: a ProvisioningRequest and its PodTemplate for a gang that waits, watched,
+    # then deleted once it no longer waits (one of that name someone else made is never touched)
+    from webhook.controller.act.provisioning import PROVISIONING_REQUESTS
+
+    store.served[PROVISIONING_REQUESTS.group_version] = {PROVISIONING_REQUESTS.plural}
+    requests = Informer(api, PROVISIONING_REQUESTS, watch_seconds=1)
+    requests.relist()
+    requests.watch_once()
+    asker = Controller(api, clock=clock, autoscaler="cluster-autoscaler")
+    asker.informers[(PROVISIONING_REQUESTS.group_version, PROVISIONING_REQUESTS.plural)] = requests
+    add_job_pods(store, add_job(store, "asks", parallelism=2, cpu="100"))
+    asker.reconcile_once()
+    asker.reconcile_once()
+    assert store.list(PROVISIONING_REQUESTS.group_version, PROVISIONING_REQUESTS.plural, "team-a")[0]
+    requests.relist()
+    for pod in store.list("v1", "pods", "team-a")[0]:
+        if pod["metadata"].get("labels", {}).get("gangkeeper.io/group") == "job-asks":
+            store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    asker.reconcile_once()  # gone: the request by its uid, then its template, read first for its owner
+    assert not store.list(PROVISIONING_REQUESTS.group_version, PROVISIONING_REQUESTS.plural, "team-a")[0]
+    assert not store.list("v1", "podtemplates", "team-a")[0]
     # gangkeeper's Kueue AdmissionCheck: marked Active, and a Workload waiting on it told Ready
     store.served["kueue.x-k8s.io/v1beta2"] = {"admissionchecks", "workloads"}
     from webhook.controller.act.kueue_checks import KUEUE_RESOURCES

@@ -8,14 +8,17 @@ reports."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.realcluster import dra, karpenter, workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
+from tests.schemas import provisioning_crd
 from tests.test_real_seeds import assert_started_together, scheduled_at
 
 pytestmark = pytest.mark.cluster
@@ -414,3 +417,102 @@ def test_a_dra_gang_beside_karpenter_brings_no_node_either_way(stack: Stack, ign
         # its own words, each way (Karpenter 1.15 scheduler.go add; its allocator with no template)
         expected = {"true": "not yet supported by Karpenter", "false": "no instance type can satisfy the allocation"}
         assert expected[ignore_dra_requests] in said[0], said
+
+
+def gang_message(stack: Stack, namespace: str, name: str) -> str:
+    gang = stack.plane.get("gangs.gangkeeper.io", name, namespace=namespace) or {}
+    return str((gang.get("status") or {}).get("message") or "")
+
+
+@pytest.fixture
+def cluster_autoscaler_mode(stack: Stack) -> Iterator[Stack]:
+    """Cluster Autoscaler's ProvisioningRequest CRD installed (its apis module's, hack/cluster/build.sh
+    provisioning-crd) and gangkeeper's controller configured `autoscaler: cluster-autoscaler`; both put
+    back afterwards. Cluster Autoscaler itself does not run here (no cloud provider of it is served to
+    build and run on this tier): the test plays its part, after the fact of gangkeeper's request."""
+    crd = yaml.safe_load(provisioning_crd().read_text())
+    stack.plane.apply(crd)
+    stack.plane.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+    saved = stack.plane.get("configmap", "gangkeeper-config", namespace="gangkeeper-system")["data"]["config.yaml"]
+    changed = saved.replace("autoscaler: auto\n", "autoscaler: cluster-autoscaler\n")
+    assert changed != saved, saved
+
+    def configure(text: str) -> None:
+        patch = json.dumps({"data": {"config.yaml": text}})
+        stack.plane.kubectl("-n", "gangkeeper-system", "patch", "configmap", "gangkeeper-config", "-p", patch)
+        stack.restart("controller")
+
+    configure(changed)
+    try:
+        yield stack
+    finally:
+        configure(saved)
+        stack.plane.kubectl("delete", "crd", crd["metadata"]["name"], "--ignore-not-found", timeout=120)
+
+
+def test_with_cluster_autoscaler_a_waiting_gang_asks_one_provisioningrequest_and_starts_whole_on_its_room(
+    cluster_autoscaler_mode: Stack,
+) -> None:
+    """Issue #64 item 7: a gate gang of 4 three-CPU pods on one 4-CPU node waits whole; gangkeeper makes one
+    ProvisioningRequest (best-effort-atomic-scale-up) for the 3 pods the free room does not hold, with
+    their PodTemplate, both owned by the gang's Gang (uid) and accepted by the real API server under
+    Cluster Autoscaler's own CRD; no placeholder pod. Once the room is there and the request says
+    Provisioned, the gang starts whole and the request and its template are gone."""
+    stack = cluster_autoscaler_mode
+    (worker,) = stack.replace_workers(1, cpu="4")
+    namespace = stack.namespace("provisioning", "gate")
+    stack.plane.apply(workloads.job("train", namespace, 4, "3"))
+    request = wait_until(
+        lambda: next(iter(stack.plane.get("provisioningrequests", namespace=namespace) or []), None),
+        "gangkeeper's ProvisioningRequest",
+        60,
+    )
+    gang = stack.plane.get("gangs.gangkeeper.io", "job-train", namespace=namespace)
+    uid = gang["metadata"]["uid"]
+    assert request["metadata"]["name"] == f"gangkeeper-{uid}"
+    assert [r["uid"] for r in request["metadata"]["ownerReferences"]] == [uid]
+    assert request["spec"]["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    (pod_set,) = request["spec"]["podSets"]
+    assert pod_set["count"] == 3, request["spec"]
+    template = stack.plane.get("podtemplates", pod_set["podTemplateRef"]["name"], namespace=namespace)
+    assert [r["uid"] for r in template["metadata"]["ownerReferences"]] == [uid]
+    assert template["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] in ("3", "3000m")
+    time.sleep(3)  # whatever gangkeeper would do meanwhile, it has done
+    assert not placeholders(stack, namespace)
+    assert not bound(gang_pods(stack, namespace, "train")), stack.describe(namespace)
+    assert len(stack.plane.get("provisioningrequests", namespace=namespace)) == 1
+    # Cluster Autoscaler's part: Provisioned on the request as its nodes come (the Gang says so), the room
+    status = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Provisioned",
+                    "status": "True",
+                    "reason": "Provisioned",
+                    "message": "Provisioning Request was successfully provisioned.",
+                    "lastTransitionTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ]
+        }
+    }
+    stack.plane.kubectl(
+        "-n", namespace, "patch", "provisioningrequest", request["metadata"]["name"],
+        "--subresource=status", "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+    wait_until(
+        lambda: (
+            ": Provisioned (Provisioned Provisioning Request was successfully provisioned.)"
+            in gang_message(stack, namespace, "job-train")
+        ),
+        "the Gang saying the request is Provisioned",
+        30,
+    )
+    stack.add_worker_like(worker, cpu="12")
+    pods = wait_until(
+        lambda: (found := gang_pods(stack, namespace, "train")) and len(running(found)) == 4 and found,
+        "the gang Running",
+        90,
+    )
+    assert_started_together(pods, 4)
+    wait_until(lambda: not stack.plane.get("provisioningrequests", namespace=namespace), "the request deleted", 30)
+    assert not stack.plane.get("podtemplates", namespace=namespace)

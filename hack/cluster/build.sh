@@ -124,9 +124,17 @@ for t in "${targets[@]}"; do
     # what most tests need (the default control plane; the chart's helm and promtool), then the rest, which
     # hack/test.sh builds beside the tests that do not need it: LWS and JobSet (the shared stack's
     # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
-    core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool ;;
+    core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool provisioning-crd ;;
     rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter kueue ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool kuberay training-operator karpenter kueue ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool provisioning-crd kuberay training-operator karpenter kueue ;;
+    # the ProvisioningRequest CRD, from Cluster Autoscaler's apis module (a download, nothing to build)
+    provisioning-crd) crd="$GK_CACHE/crds/provisioningrequests-$CA_APIS_VERSION.yaml"
+                      if [[ -f "$crd" ]]; then log "provisioning-crd $CA_APIS_VERSION cached in $crd"; continue; fi
+                      dir="$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "k8s.io/autoscaler/cluster-autoscaler/apis@$CA_APIS_VERSION" |
+                             sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+                      mkdir -p "$GK_CACHE/crds"
+                      cp "$dir/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" "$crd.tmp" && mv "$crd.tmp" "$crd"
+                      log "provisioning-crd $CA_APIS_VERSION from the Go module proxy" ;;
     1.*) k8s "$t" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;

@@ -26,6 +26,11 @@ PLACEHOLDERS_NOW = Gauge(
     "gangkeeper_placeholder_pods_now",
     "Placeholder pods in the cluster (at most the controller's maxPlaceholderPods)",
 )
+PROVISIONING_REQUESTS = Counter(
+    "gangkeeper_provisioning_requests",
+    "ProvisioningRequests made for gangs that wait on Cluster Autoscaler's capacity, and deleted",
+    ["action"],
+)
 GROUP_OBJECTS = Counter("gangkeeper_group_object_writes", "Group objects created, updated or deleted", ["action"])
 POD_WAKES = Counter(
     "gangkeeper_pod_wakes", "Waiting coscheduling pods annotated so a scheduler that lost them queues them again"

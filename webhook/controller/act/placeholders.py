@@ -37,7 +37,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from webhook import contract
 from webhook.controller import metrics
@@ -280,6 +280,16 @@ def limits_in_the_way(pools: Sequence[NodePoolRoom], need: Mapping[str, int]) ->
     return f"its pods without room need {asked}, more than any NodePool's limits allow: {each}"
 
 
+class WholeRequests(Protocol):
+    """Another way to ask an autoscaler for a gang's room (act/provisioning.py ProvisioningRequests)."""
+
+    def served(self) -> bool: ...
+
+    def sync(self, gang: GangView, waiting: Sequence[tuple[PodView, Obj]], free_room: FreeRoom) -> str | None: ...
+
+    def sweep(self, live: Mapping[str, GangView]) -> None: ...
+
+
 class Placeholders:
     def __init__(
         self,
@@ -292,11 +302,13 @@ class Placeholders:
         pools: Callable[[], Sequence[NodePoolRoom]] = lambda: (),
         most: int = DEFAULT_MAX_PLACEHOLDER_PODS,
         fresh_pools: Callable[[], Sequence[NodePoolRoom]] | None = None,
+        requests: WholeRequests | None = None,
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
+        self.requests = requests  # ProvisioningRequests in place of placeholder pods, where served
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
         self._made_at: tuple[int, dict[str, list[dict[str, int]]]] | None = None
         # this pass: what the NodePools' limits still let the autoscaler add, less what the gangs ahead in
@@ -337,7 +349,12 @@ class Placeholders:
     def sync(self, gang: GangView, decision: Decision, free_room: FreeRoom = lambda waiting: {}) -> Decision:
         """Make the gate gang's placeholders what its decision calls for; the decision says how far
         along, or why no NodePool could ever hold the gang (then it has none: nothing would come of them)."""
-        note = self._sync(gang, waiting_members(gang, decision, self.autoscaler()), free_room)
+        waiting = waiting_members(gang, decision, self.autoscaler())
+        if self.requests is not None and self.requests.served():
+            self._sync(gang, [], free_room)  # placeholder pods made before the API was served go
+            note = self.requests.sync(gang, waiting, free_room)
+        else:
+            note = self._sync(gang, waiting, free_room)
         return replace(decision, message=f"{decision.message}; {note}") if note else decision
 
     def hand_over(self, gang: GangView, scheduler: str, free_room: FreeRoom, with_own: FreeRoom) -> str | None:
@@ -482,6 +499,8 @@ class Placeholders:
 
     def sweep(self, live: Mapping[str, GangView]) -> None:
         """Placeholders whose gang is gone (its pods all deleted, the namespace opted out)."""
+        if self.requests is not None:
+            self.requests.sweep(live)
         if not self.may_write():
             return
         for gang_key in list(self.index.placeholders.keys() - live.keys()):

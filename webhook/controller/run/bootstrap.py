@@ -15,6 +15,7 @@ from webhook.controller.act.gangobject import GANGS, GangObjects
 from webhook.controller.act.groups import GroupObjects
 from webhook.controller.act.placeholders import Placeholders
 from webhook.controller.act.preemptor import Preemptor
+from webhook.controller.act.provisioning import PROVISIONING_REQUESTS, ProvisioningRequests
 from webhook.controller.act.release import Releaser
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import DEFAULT_MAX_ATTEMPTS, Requeuer
@@ -123,6 +124,16 @@ def wire(
         autoscaler.pools,
         settings.max_placeholder_pods,
         lambda: autoscaler.pools(FRESH_SECONDS),
+        # Cluster Autoscaler, where it serves the API: one ProvisioningRequest per gang, not placeholder pods
+        ProvisioningRequests(
+            api,
+            lambda: informers.get((PROVISIONING_REQUESTS.group_version, PROVISIONING_REQUESTS.plural)),
+            gang_objects.get,
+            may_write,
+            clock,
+        )
+        if settings.autoscaler == "cluster-autoscaler"
+        else None,
     )
     cycle = ReleaseCycle(
         index,

@@ -19,6 +19,7 @@ from webhook.controller import metrics
 from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
 from webhook.controller.act.kueue_checks import WORKLOADS as KUEUE_WORKLOADS
+from webhook.controller.act.provisioning import PROVISIONING_REQUESTS, trim_request
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import (
     InformerSource,
@@ -196,9 +197,13 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
     wanted = [*all_workload_resources(), *controller.groups.resources(), GANGS, *DRA_RESOURCES, *KUEUE_RESOURCES]
+    if controller.settings.autoscaler == "cluster-autoscaler":
+        wanted.append(PROVISIONING_REQUESTS)
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
         if resource == KUEUE_WORKLOADS:  # what the check reads of each (a cluster's worth of pod templates)
             informer = controller_informer(api, resource, transform=trim_kueue_workload, changed=changed)
+        elif resource == PROVISIONING_REQUESTS:
+            informer = controller_informer(api, resource, transform=trim_request, changed=changed)
         else:
             informer = controller_informer(api, resource, changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer
