@@ -26,6 +26,7 @@ from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.act.placeholders import FreeRoom, on_free, placeholder_for, shape_tag
 from webhook.controller.decide.pods import PodView, parse_time
+from webhook.controller.observe.autoscaler import PAUSE_IMAGE
 from webhook.controller.observe.cluster import GangView
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
@@ -110,7 +111,7 @@ def condition(request: Mapping[str, Any]) -> tuple[str, str, dt.datetime | None]
 def pod_template(member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], name: str) -> Obj:
     """One pod of the member's shape, as Cluster Autoscaler simulates it: its requests, node selector,
     node affinity and tolerations (the parts of a pod that decide which nodes it needs)."""
-    pod = placeholder_for(member, raw, gang_object, "registry.k8s.io/pause:3.10", name)
+    pod = placeholder_for(member, raw, gang_object, PAUSE_IMAGE, name)
     spec = {k: v for k, v in pod["spec"].items() if k not in ("priorityClassName", "terminationGracePeriodSeconds")}
     return {
         "apiVersion": "v1",
