@@ -141,8 +141,10 @@ def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event
             stop.wait(seconds)
 
 
-def profile_controllers(stack: Stack, prefix: Path, idle: bool = False) -> list[subprocess.Popen[bytes]]:
-    """py-spy recording each gangkeeper controller (every replica: which one leads is the lease's
+def profile_controllers(
+    stack: Stack, prefix: Path, idle: bool = False, kinds: tuple[str, ...] = ("gangkeeper-controller",)
+) -> list[subprocess.Popen[bytes]]:
+    """py-spy recording each gangkeeper process of `kinds` (every replica: which one leads is the lease's
     business) until sent SIGINT: PREFIX-gangkeeper-controller@NODE.txt, collapsed stacks (flamegraph.pl).
     `idle`: threads blocked (on an API call, a lock) are sampled too, so the stacks are wall-clock time."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -166,7 +168,7 @@ def profile_controllers(stack: Stack, prefix: Path, idle: bool = False) -> list[
             stderr=subprocess.DEVNULL,
         )
         for name, pid in components(stack).items()
-        if name.startswith("gangkeeper-controller")
+        if name.startswith(kinds)
     ]
 
 

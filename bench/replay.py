@@ -267,12 +267,21 @@ class Usage:
     def __init__(self, stack: Stack) -> None:
         self.stack, self.peak_mib = stack, 0.0
         self.cpu_by_pid: dict[int, float] = {}
+        self.kind_of_pid: dict[int, str] = {}  # gangkeeper-webhook or gangkeeper-controller
 
     def sample(self) -> None:
-        pids = [pid for name, pid in components(self.stack).items() if name.startswith(GANGKEEPER)]
+        pids = {pid: name.split("@")[0] for name, pid in components(self.stack).items() if name.startswith(GANGKEEPER)}
+        self.kind_of_pid.update(pids)
         for pid in pids:
             self.cpu_by_pid[pid] = max(self.cpu_by_pid.get(pid, 0.0), cpu_seconds(pid))
         self.peak_mib = max(self.peak_mib, sum(rss_mib(pid) for pid in pids))
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds per kind of gangkeeper process (its replicas and restarts summed)."""
+        kinds: dict[str, float] = {}
+        for pid, seconds in self.cpu_by_pid.items():
+            kinds[self.kind_of_pid[pid]] = kinds.get(self.kind_of_pid[pid], 0.0) + seconds
+        return kinds
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(2.0):
@@ -292,6 +301,7 @@ class Settings:
     drain_limit: float  # real seconds to wait for the last jobs after the last arrival
     profiles: Path | None = None  # py-spy's samples of each gangkeeper controller, one file per backend
     gpus_as: str = "extended"  # or dra: each node's GPUs a ResourceSlice, each pod's a ResourceClaim
+    profile_cpu: bool = False  # the samples are CPU time, of the webhooks too, not the controllers' wall clock
 
 
 def make_nodes(stack: Stack, settings: Settings) -> list[str]:
@@ -447,10 +457,15 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
     spies = []
     if settings.profiles is not None:
         settings.profiles.mkdir(parents=True, exist_ok=True)
-        # wall-clock: a release waits on blocked API calls as much as on CPU
-        spies = profile_controllers(stack, settings.profiles / f"replay-{backend}", idle=True)
+        # wall-clock: a release waits on blocked API calls as much as on CPU; or CPU alone, of every process
+        prefix = settings.profiles / f"replay-{backend}"
+        spies = (
+            profile_controllers(stack, prefix, kinds=GANGKEEPER)
+            if settings.profile_cpu
+            else profile_controllers(stack, prefix, idle=True)
+        )
     usage.sample()
-    cpu_before, started = usage.cpu, time.monotonic()
+    cpu_before, kinds_before, started = usage.cpu, usage.cpu_by_kind(), time.monotonic()
     span = max((j.arrival for j in jobs), default=0.0)
     plan = fault_plan(span, nodes) if settings.faults else []
     faults: list[dict[str, Any]] = []
@@ -478,6 +493,10 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
         "requeues": sum(n for reason, n in events.items() if reason in REQUEUES),
         "events": dict(events.most_common(12)),
         "gangkeeper_cpu_ms_per_pod": round(1000 * (usage.cpu - cpu_before) / max(1, len(recorder.pods)), 2),
+        "gangkeeper_cpu_ms_per_pod_by_process": {
+            kind: round(1000 * (seconds - kinds_before.get(kind, 0.0)) / max(1, len(recorder.pods)), 2)
+            for kind, seconds in usage.cpu_by_kind().items()
+        },
         "gangkeeper_peak_rss_mib": round(usage.peak_mib, 1),
         "gangkeeper_peak_rss_kib_per_pod": round(1024 * usage.peak_mib / max(1, len(recorder.pods)), 1),
         "pods_created": len(recorder.pods),
@@ -885,6 +904,11 @@ def main() -> None:
         default=None,
         help="a directory for py-spy's wall-clock samples of each gangkeeper controller (collapsed stacks)",
     )
+    parser.add_argument(
+        "--profile-cpu",
+        action="store_true",
+        help="with --gangkeeper-profiles: CPU-time samples of every gangkeeper process (webhooks too) instead",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--plots", type=Path, default=None, help="a directory for replay.png")
     args = parser.parse_args()
@@ -933,7 +957,14 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     jobs = replay_jobs(sliced, args.speedup, args.high_every, args.split, args.max_job_hours)
     drain = max((j.duration for j in jobs), default=0.0) + args.drain_hours * 3600 / args.speedup
     settings = Settings(
-        args.nodes, args.rack_size, args.speedup, not args.no_faults, drain, args.gangkeeper_profiles, args.gpus_as
+        args.nodes,
+        args.rack_size,
+        args.speedup,
+        not args.no_faults,
+        drain,
+        args.gangkeeper_profiles,
+        args.gpus_as,
+        args.profile_cpu,
     )
     backends = [b for b in args.backends.split(",") if b]
     if args.gpus_as == "dra" and "volcano" in backends:

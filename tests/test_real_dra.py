@@ -112,16 +112,24 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
         "waits\n" in result.stderr
     ), result.stderr
 
-    def messages() -> dict[str, str] | None:
-        gangs = {
-            g["metadata"]["name"]: (g.get("status") or {}).get("message", "")
-            for g in stack.plane.get("gangs", namespace=namespace)
-        }
-        return gangs if len(gangs) == 2 and all(gangs.values()) else None
+    # the Job controller makes its pods in slow-start batches, so "1 of 2 pods exist" may come first
+    expected = {"job-h100": "could hold 0", "job-missing": "ResourceClaimTemplate no-such-template does not exist"}
+    seen: dict[str, str] = {}
 
-    found: dict[str, Any] = wait_until(messages, "both Gangs saying why they wait", 60)
-    assert "could hold 0" in found["job-h100"], found
-    assert "ResourceClaimTemplate no-such-template does not exist" in found["job-missing"], found
+    def saying_why() -> bool:
+        seen.clear()
+        seen.update(
+            {
+                g["metadata"]["name"]: (g.get("status") or {}).get("message", "")
+                for g in stack.plane.get("gangs", namespace=namespace)
+            }
+        )
+        return all(reason in seen.get(name, "") for name, reason in expected.items())
+
+    try:
+        wait_until(saying_why, "both Gangs saying why they wait", 90)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}: {seen}") from None
     assert not bound(stack.pods(namespace))
 
 

@@ -284,10 +284,20 @@ def test_a_gang_whose_room_is_taken_before_it_starts_is_handed_back_and_runs_who
     two.plane.apply(no_pods)
     job = queued_job("wide", namespace, GANG, CPU, run_for="600s", annotations={"gangkeeper.io/timeout-seconds": "15"})
     fleet.manager.plane.apply(job)
-    wait_until(lambda: two.plane.get("job", "wide", namespace=namespace), "the Job dispatched to worker 2", 120)
+    wait_until(
+        lambda: two.plane.get("job", "wide", namespace=namespace),
+        "the Job dispatched to worker 2",
+        180,
+        explain=lambda: fleet.manager.describe(namespace),
+    )
     other = two.namespace("mk-back-other", None, opted_in=False)
     two.plane.apply([blocker(other, f"other-{i}", node, "7") for i, node in enumerate(two.workers)])
-    wait_until(lambda: len(running(two.pods(other))) == 2, "another team's pods Running on worker 2's room", 60)
+    wait_until(
+        lambda: len(running(two.pods(other))) == 2,
+        "another team's pods Running on worker 2's room",
+        120,
+        explain=lambda: two.plane.kubectl("get", "pods,events,nodes", "-A", "-o", "wide", check=False).stdout,
+    )
     two.plane.kubectl("delete", "resourcequota", "no-pods-yet", "-n", namespace)
     bound_on_two: list[int] = []
 

@@ -24,7 +24,15 @@ MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 FAKE = {"kwok.x-k8s.io/node": "fake"}
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 60, every: float = 0.3) -> Any:
+def wait_until(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 60,
+    every: float = 0.3,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """`check()` once it is truthy; on timeout an AssertionError naming `what`, with `explain()` (what
+    the cluster shows then) when given."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -35,8 +43,9 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 60, every: 
         if value:
             return value
         time.sleep(every)
+    shown = f"\n{explain()}" if explain is not None else ""
     raise AssertionError(
-        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "") + shown
     )
 
 
