@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.realcluster import operators
-from tests.realcluster.multicluster import MANAGER_KUEUE, dispatch_to, workers_with_kueue
+from tests.realcluster.multicluster import MANAGER_KUEUE, condition_true, dispatch_to, workers_with_kueue
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_kueue import condition, job_pods, queued_job, queues
 from tests.test_real_seeds import assert_started_together, scheduled_at
@@ -240,6 +240,27 @@ def test_a_gang_whose_worker_is_lost_comes_back_whole_on_the_other_once_room_is_
     assert ran[0] == "worker2"
     with fleet.workers["worker2"].plane.api_server_stopped():
         lost_worker_comes_back(fleet, namespace)
+    back_in_service(fleet, "worker2")
+
+
+def back_in_service(fleet: Fleet, name: str) -> None:
+    """A worker whose API server came back, before the next test counts on it: the manager reaches it
+    again, and it runs a pod (its scheduler and KWOK watch it again)."""
+    member = fleet.workers[name]
+    wait_until(
+        lambda: condition_true(fleet.manager.plane.get("multikueuecluster", name) or {}, "Active"),
+        f"the manager's MultiKueueCluster {name} Active again",
+        180,
+        every=1,
+    )
+    probe = member.namespace("probe", None, opted_in=False)
+    member.plane.apply(blocker(probe, "probe", member.workers[0], "10m"))
+    wait_until(
+        lambda: running(member.pods(probe)),
+        f"a pod Running on {name} again",
+        120,
+        explain=lambda: member.plane.kubectl("get", "pods,events,nodes", "-A", "-o", "wide", check=False).stdout,
+    )
 
 
 def lost_worker_comes_back(fleet: Fleet, namespace: str) -> None:
