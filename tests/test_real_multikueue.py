@@ -230,39 +230,6 @@ def test_a_gang_no_worker_can_hold_waits_on_the_manager_and_is_bounced_nowhere(f
     fleet.manager.plane.kubectl("delete", "job", "wide", "-n", namespace, "--wait=false")
 
 
-def test_a_gang_whose_worker_is_lost_comes_back_whole_on_the_other_once_room_is_made(fleet: Fleet) -> None:
-    """The gang runs whole on worker 2; worker 2's API server goes away. After MultiKueue's
-    workerLostTimeout the manager requeues the Job and dispatches it again: only worker 1 answers, and
-    gangkeeper's check holds it there (no pod made) until a node brings the room; then it starts whole."""
-    namespace = prepare(fleet, "mk-lost", "gate")
-    fleet.manager.plane.apply(queued_job("wide", namespace, GANG, CPU, run_for="600s"))
-    ran = wait_until(lambda: where_it_runs(fleet, namespace), "the gang Running whole on worker 2", 180, every=0.5)
-    assert ran[0] == "worker2"
-    with fleet.workers["worker2"].plane.api_server_stopped():
-        lost_worker_comes_back(fleet, namespace)
-    back_in_service(fleet, "worker2")
-
-
-def back_in_service(fleet: Fleet, name: str) -> None:
-    """A worker whose API server came back, before the next test counts on it: the manager reaches it
-    again, and it runs a pod (its scheduler and KWOK watch it again)."""
-    member = fleet.workers[name]
-    wait_until(
-        lambda: condition_true(fleet.manager.plane.get("multikueuecluster", name) or {}, "Active"),
-        f"the manager's MultiKueueCluster {name} Active again",
-        180,
-        every=1,
-    )
-    probe = member.namespace("probe", None, opted_in=False)
-    member.plane.apply(blocker(probe, "probe", member.workers[0], "10m"))
-    wait_until(
-        lambda: running(member.pods(probe)),
-        f"a pod Running on {name} again",
-        120,
-        explain=lambda: member.plane.kubectl("get", "pods,events,nodes", "-A", "-o", "wide", check=False).stdout,
-    )
-
-
 def lost_worker_comes_back(fleet: Fleet, namespace: str) -> None:
     one = fleet.workers["worker1"]
     waiting = wait_until(
@@ -309,7 +276,7 @@ def test_a_gang_whose_room_is_taken_before_it_starts_is_handed_back_and_runs_who
         lambda: two.plane.get("job", "wide", namespace=namespace),
         "the Job dispatched to worker 2",
         180,
-        explain=lambda: fleet.manager.describe(namespace),
+        explain=lambda: explain_dispatch(fleet, namespace),
     )
     other = two.namespace("mk-back-other", None, opted_in=False)
     two.plane.apply([blocker(other, f"other-{i}", node, "7") for i, node in enumerate(two.workers)])
@@ -334,3 +301,60 @@ def test_a_gang_whose_room_is_taken_before_it_starts_is_handed_back_and_runs_who
     lost_worker_comes_back(fleet, namespace)
     assert bound_anywhere(fleet, namespace, but="worker1") == 0
     fleet.manager.plane.kubectl("delete", "job", "wide", "-n", namespace, "--wait=false")
+
+
+# last in the module: nothing after it waits on a worker whose API server came back
+def test_a_gang_whose_worker_is_lost_comes_back_whole_on_the_other_once_room_is_made(fleet: Fleet) -> None:
+    """The gang runs whole on worker 2; worker 2's API server goes away. After MultiKueue's
+    workerLostTimeout the manager requeues the Job and dispatches it again: only worker 1 answers, and
+    gangkeeper's check holds it there (no pod made) until a node brings the room; then it starts whole."""
+    namespace = prepare(fleet, "mk-lost", "gate")
+    fleet.manager.plane.apply(queued_job("wide", namespace, GANG, CPU, run_for="600s"))
+    ran = wait_until(lambda: where_it_runs(fleet, namespace), "the gang Running whole on worker 2", 180, every=0.5)
+    assert ran[0] == "worker2"
+    with fleet.workers["worker2"].plane.api_server_stopped():
+        lost_worker_comes_back(fleet, namespace)
+    back_in_service(fleet, "worker2")
+
+
+def explain_dispatch(fleet: Fleet, namespace: str) -> str:
+    """Where a dispatch stands: each cluster's Workloads (their conditions), Jobs, pods and events, and
+    its gangkeeper controller's last words."""
+    parts = []
+    for name, member in {"manager": fleet.manager, **fleet.workers}.items():
+        workloads = member.plane.get("workloads.kueue.x-k8s.io", namespace=namespace) or []
+        conditions = {
+            w["metadata"]["name"]: [
+                (c["type"], c["status"], c.get("reason"), c.get("message", "")[:200])
+                for c in (w.get("status") or {}).get("conditions") or []
+            ]
+            + [
+                (a.get("name"), a.get("state"), a.get("message", "")[:200])
+                for a in (w.get("status") or {}).get("admissionChecks") or []
+            ]
+            for w in workloads
+        }
+        parts.append(f"=== {name}: workloads {conditions}\n{member.describe(namespace)}")
+    return "\n".join(parts)
+
+
+def back_in_service(fleet: Fleet, name: str) -> None:
+    """A worker whose API server came back, before the next test counts on it: the manager reaches it
+    again, and it runs a pod (its scheduler and KWOK watch it again)."""
+    member = fleet.workers[name]
+    wait_until(
+        lambda: condition_true(fleet.manager.plane.get("multikueuecluster", name) or {}, "Active"),
+        f"the manager's MultiKueueCluster {name} Active again",
+        180,
+        every=1,
+    )
+    probe = member.namespace("probe", None, opted_in=False)
+    anywhere = blocker(probe, "probe", member.workers[0], "10m")
+    del anywhere["spec"]["nodeSelector"]  # the lost gang may still fill a node: any node with room
+    member.plane.apply(anywhere)
+    wait_until(
+        lambda: running(member.pods(probe)),
+        f"a pod Running on {name} again",
+        120,
+        explain=lambda: member.plane.kubectl("get", "pods,events,nodes", "-A", "-o", "wide", check=False).stdout,
+    )
