@@ -160,6 +160,7 @@ def profile_controllers(
                 "--format",
                 "raw",
                 "--nonblocking",
+                "--subprocesses",  # the webhook serves from worker processes
                 *(["--idle"] if idle else []),
                 "--output",
                 str(prefix.with_name(f"{prefix.name}-{name}.txt")),

@@ -226,3 +226,42 @@ def test_one_namespaces_giants_hold_another_namespaces_gang_back_for_one_bound_n
     decisions = gangs.reconcile_once()
     assert decisions["team-b/job-small"].state == "Release", decisions["team-b/job-small"].message
     assert "holds no gang back until" in decisions["team-a/job-giant2"].message
+
+
+def test_a_waiting_gangs_new_place_in_the_queue_is_written_every_few_seconds_not_on_every_release(
+    store: Store, api: Api
+) -> None:
+    """Every release moves each gang behind it one place up: with dozens waiting that was a Gang status
+    PATCH per waiting gang per release (a Philly replay's gate controller, py-spy). A place alone is
+    written as the counts are, at most every COUNTS_SECONDS; a change of state at once."""
+    from webhook.controller.act.books import COUNTS_SECONDS
+
+    clock = Clock()
+    install_admission(store, "gate")
+    store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job(store, "run", 1, "8", arrived=0)
+    controller = Controller(api, clock=clock)
+    assert controller.reconcile_once()["team-a/job-run"].state == "Release"
+    schedule(store)
+    kubelet(store, NS)
+    for arrived, name in enumerate(("first", "second", "third"), start=1):
+        add_job(store, name, 1, "8", arrived=arrived)
+    clock.advance(1)
+    controller.reconcile_once()
+    assert [gang_status(store, f"job-{n}", NS).get("queuePosition") for n in ("first", "second", "third")] == [1, 2, 3]
+
+    def patched(gang: str) -> int:
+        return sum(1 for method, path in store.requests if method == "PATCH" and path.endswith(f"/gangs/{gang}/status"))
+
+    before = patched("job-third")
+    running = next(
+        p for p in store.list("v1", "pods", NS)[0] if p["metadata"]["labels"]["gangkeeper.io/group"] == "job-run"
+    )
+    store.delete("v1", "pods", NS, running["metadata"]["name"])  # the running gang ends: the first goes
+    clock.advance(1)
+    assert controller.reconcile_once()["team-a/job-first"].state == "Release"
+    assert gang_status(store, "job-first", NS)["state"] == "Release"  # a state: at once
+    assert patched("job-third") == before and gang_status(store, "job-third", NS)["queuePosition"] == 3
+    clock.advance(COUNTS_SECONDS)
+    controller.reconcile_once()
+    assert [gang_status(store, f"job-{n}", NS).get("queuePosition") for n in ("second", "third")] == [1, 2]

@@ -80,7 +80,9 @@ class Reporter:
         records = _records_to_write(current, live, released or {})
         if records:
             status["released"] = records
-        elif current is not None and differs(current.get("status") or {}, status):
+        elif current is None:
+            self.counts_written[gang.key] = now  # written whole with the new Gang: counts or place alone wait
+        elif differs(current.get("status") or {}, status):
             status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
         return self.gang_objects.write(wanted, status, later=later) is not None
 
