@@ -81,7 +81,8 @@ class Reporter:
         if records:
             status["released"] = records
         elif current is None:
-            self.counts_written[gang.key] = now  # written whole with the new Gang: counts or place alone wait
+            if position:  # a new Gang of a gang in the queue: its place alone moves on every release ahead
+                self.counts_written[gang.key] = now
         elif differs(current.get("status") or {}, status):
             status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
         return self.gang_objects.write(wanted, status, later=later) is not None
