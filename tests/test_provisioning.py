@@ -59,15 +59,25 @@ def templates(store: Store) -> list[dict[str, Any]]:
 
 
 def caught_up(informer: Informer, store: Store) -> None:
-    """Until the informer holds what the store holds."""
-    want = {r["metadata"]["name"]: r["metadata"].get("resourceVersion") for r in requests(store)}
+    """Until the informer holds what the store holds: each request, with its conditions (the trimmed
+    copy keeps no resourceVersion to compare)."""
+
+    def seen(items: list[dict[str, Any]]) -> dict[str, list[tuple[str, str]]]:
+        return {
+            r["metadata"]["name"]: sorted(
+                (c.get("type"), c.get("status")) for c in (r.get("status") or {}).get("conditions") or []
+            )
+            for r in items
+        }
+
+    want = seen(requests(store))
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        have = {r["metadata"]["name"]: r["metadata"].get("resourceVersion") for r in informer.items()}
-        if have.keys() == want.keys():
+        have = seen(list(informer.items()))
+        if have == want:
             return
         time.sleep(0.02)
-    raise AssertionError(f"informer holds {sorted(have)}, the store {sorted(want)}")
+    raise AssertionError(f"informer holds {have}, the store {want}")
 
 
 def gang_uid(store: Store, name: str) -> str:
