@@ -142,11 +142,17 @@ def profile_apiserver(api: client.ApiClient, prefix: Path, stop: threading.Event
 
 
 def profile_controllers(
-    stack: Stack, prefix: Path, idle: bool = False, kinds: tuple[str, ...] = ("gangkeeper-controller",)
+    stack: Stack,
+    prefix: Path,
+    idle: bool = False,
+    kinds: tuple[str, ...] = ("gangkeeper-controller",),
+    gil: bool = False,
 ) -> list[subprocess.Popen[bytes]]:
     """py-spy recording each gangkeeper process of `kinds` (every replica: which one leads is the lease's
     business) until sent SIGINT: PREFIX-gangkeeper-controller@NODE.txt, collapsed stacks (flamegraph.pl).
-    `idle`: threads blocked (on an API call, a lock) are sampled too, so the stacks are wall-clock time."""
+    `idle`: threads blocked (on an API call, a lock) are sampled too, so the stacks are wall-clock time.
+    `gil`: only the thread holding the GIL, so the samples are the Python code's CPU time (a thread in a
+    socket read or TLS without the GIL is left out, where a plain sample may still count it)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     return [
         subprocess.Popen(
@@ -162,6 +168,7 @@ def profile_controllers(
                 "--nonblocking",
                 "--subprocesses",  # the webhook serves from worker processes
                 *(["--idle"] if idle else []),
+                *(["--gil"] if gil else []),
                 "--output",
                 str(prefix.with_name(f"{prefix.name}-{name}.txt")),
             ],

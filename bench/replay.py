@@ -71,7 +71,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, config, watch
 
-from bench.cluster import GANGKEEPER, components, configure, cpu_seconds, profile_controllers, rss_mib
+from bench.cluster import (
+    GANGKEEPER,
+    apiserver_metrics,
+    components,
+    configure,
+    cpu_seconds,
+    profile_controllers,
+    rss_mib,
+    writes_by_resource,
+)
 from tests.realcluster import coscheduling, dra, volcano
 from tests.realcluster.controlplane import ControlPlane, versions
 from tests.realcluster.stack import Stack, wait_until
@@ -460,11 +469,12 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
         # wall-clock: a release waits on blocked API calls as much as on CPU; or CPU alone, of every process
         prefix = settings.profiles / f"replay-{backend}"
         spies = (
-            profile_controllers(stack, prefix, kinds=GANGKEEPER)
+            profile_controllers(stack, prefix, kinds=GANGKEEPER, gil=True)
             if settings.profile_cpu
             else profile_controllers(stack, prefix, idle=True)
         )
     usage.sample()
+    writes_before = writes_by_resource(apiserver_metrics(stack.plane))
     cpu_before, kinds_before, started = usage.cpu, usage.cpu_by_kind(), time.monotonic()
     span = max((j.arrival for j in jobs), default=0.0)
     plan = fault_plan(span, nodes) if settings.faults else []
@@ -478,6 +488,7 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
         time.sleep(1.0)
     ended = time.monotonic()
     usage.sample()
+    writes = writes_by_resource(apiserver_metrics(stack.plane))
     left = all_pods(stack)
     events = Counter(e.get("reason", "") for ns in namespaces.values() for e in stack.plane.get("events", namespace=ns))
     stop.set()
@@ -496,6 +507,12 @@ def run_backend(stack: Stack, backend: str, jobs: list[ReplayJob], settings: Set
         "gangkeeper_cpu_ms_per_pod_by_process": {
             kind: round(1000 * (seconds - kinds_before.get(kind, 0.0)) / max(1, len(recorder.pods)), 2)
             for kind, seconds in usage.cpu_by_kind().items()
+        },
+        # every client's, the replay's own and the control plane's too: compare backends, per pod
+        "api_writes_per_pod": {
+            key: round((n - writes_before.get(key, 0.0)) / max(1, len(recorder.pods)), 2)
+            for key, n in sorted(writes.items(), key=lambda item: -(item[1] - writes_before.get(item[0], 0.0)))
+            if n - writes_before.get(key, 0.0) >= 1
         },
         "gangkeeper_peak_rss_mib": round(usage.peak_mib, 1),
         "gangkeeper_peak_rss_kib_per_pod": round(1024 * usage.peak_mib / max(1, len(recorder.pods)), 1),
@@ -907,7 +924,8 @@ def main() -> None:
     parser.add_argument(
         "--profile-cpu",
         action="store_true",
-        help="with --gangkeeper-profiles: CPU-time samples of every gangkeeper process (webhooks too) instead",
+        help="with --gangkeeper-profiles: samples of the thread holding the GIL (Python's CPU time) of every "
+        "gangkeeper process, webhooks too",
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--plots", type=Path, default=None, help="a directory for replay.png")

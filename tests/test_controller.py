@@ -76,6 +76,7 @@ def test_seed_pinch_keeps_all_gated_then_releases_all_together(server: TestApiSe
     assert controller.reconcile_once()["team-a/job-train"].state == "Running"
     (released_event,) = events(controller, "GangReleased")  # on the Job alone: its pods get Scheduled
     assert released_event["involvedObject"]["kind"] == "Job", released_event
+    assert not events(controller, "GangRunning")  # told by the release: one event per gang started
 
 
 def test_control_without_gangkeeper_starts_one_of_four(server: TestApiServer) -> None:

@@ -66,3 +66,20 @@ def test_every_gang_has_a_turn_when_told_to(apiserver: TestApiServer, api: Api) 
     clock.advance(1)
     controller.reconcile_once()
     assert controller.visited == 2
+
+
+def test_a_finished_gang_nothing_changed_for_is_skipped(apiserver: TestApiServer, api: Api) -> None:
+    """A Job whose pods all Succeeded keeps them (and so its gang) until it is deleted: hundreds of such
+    gangs in a day's trace (bench/replay.py) were each decided again on every pass."""
+    clock = Clock()
+    controller = started(apiserver, api, clock)
+    for pod in pods(apiserver.store):
+        if pod["metadata"]["name"].startswith("run-"):
+            apiserver.store.patch("v1", "pods", "team-a", pod["metadata"]["name"], {"status": {"phase": "Succeeded"}})
+    clock.advance(1)
+    finished = controller.reconcile_once()["team-a/job-run"]
+    assert controller.visited == 2  # its pods changed: looked at once
+    clock.advance(1)
+    decisions = controller.reconcile_once()
+    assert controller.visited == 1  # the waiting gang alone
+    assert decisions["team-a/job-run"] == finished

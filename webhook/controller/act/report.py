@@ -106,7 +106,7 @@ class Reporter:
         """The release recorded in the gang's Gang object (created if need be), with the decision's state and
         the books after it (`next_books`) in the same write: `transition` writes nothing more for a release.
         False when it could not be written. Called on the releaser's pool, beside the pass."""
-        books = next_books(books_of(self.gang_objects.get(gang.namespace, gang.name)), gang, decision, now)
+        books = next_books(self.gang_objects.books(gang.namespace, gang.name), gang, decision, now)
         state, message, position = decision.state, decision.message, decision.position
         return self._write_gang(gang, resolved, "gate", state, message, position, books, now, released)
 
@@ -148,9 +148,11 @@ class Reporter:
         self.last_state[gang.key] = decision.state
         # a release's state and books go with its record (`record_releases`, on the releaser's pool)
         if self.may_write() and decision.state != GangState.RELEASE:
-            books = next_books(books_of(self.gang_objects.get(gang.namespace, gang.name)), gang, decision, now)
+            books = next_books(self.gang_objects.books(gang.namespace, gang.name), gang, decision, now)
             self.save_books(gang, resolved, decision, books, now, later=True)
-        if previous != decision.state:
+        if previous != decision.state and not (previous in RELEASED_STATES and decision.state == GangState.RUNNING):
+            # a gang running after the release it follows is told already, by the release's event and the
+            # scheduler's Scheduled per pod: one event write per gang started, not two (bench/replay.py)
             self._tell(gang, resolved, decision)
 
     def _tell(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
@@ -180,6 +182,9 @@ class Reporter:
             metrics.GANGS.labels(state.value).set(counts.get(state, 0))
         metrics.GATED_PODS.set(gated)
 
+
+# a gang in these states was told released: its running next is no news
+RELEASED_STATES = (GangState.RELEASE, GangState.RELEASING)
 
 # the event a gang's entry into a state sends: (reason, type)
 STATE_EVENTS = {

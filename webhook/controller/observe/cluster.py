@@ -30,10 +30,11 @@ class GangView:
     name: str
     pods: list[PodView] = field(default_factory=list)
     raw: list[Obj] = field(default_factory=list)
+    # made once: a pass asks for it a few dozen times per gang
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
     def made_for(self, workload: Obj | None) -> GangView:
         """The gang's pods made for this very workload. A pod whose workload uid is another's was made for

@@ -240,12 +240,13 @@ class Controller:
     def _untouched_running(self, gang: GangView, current: _Pass) -> bool:
         """A running gate gang nothing of its own changed since its last turn (its pods' version, its
         workload or group object, its deadlines and periodic re-read, its backfill claim) would decide
-        Running again: skipped whole. A steady pass costs the changed and the waiting gangs, not the
-        thousands that run."""
+        Running again: skipped whole. So would a finished one (every pod Succeeded or Failed, kept until
+        its Job goes): a steady pass costs the changed and the waiting gangs, not the thousands that ran."""
         last, seen, key = self.decisions.get(gang.key), self._seen.get(gang.key), gang.key
+        settled = last is not None and (last.state == GangState.RUNNING or all(p.terminal for p in gang.pods))
         return (
             not self.settings.visit_settled
-            and (last is not None and last.state == GangState.RUNNING and seen is not None)
+            and (settled and seen is not None)
             and seen[0] == self.index.gang_versions[key]
             and key in self._marks
             and key not in current.due
