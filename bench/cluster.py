@@ -656,7 +656,7 @@ def run_one(
     spies: list[subprocess.Popen[bytes]] = []
     if controller_profiles is not None:
         controller_profiles.mkdir(parents=True, exist_ok=True)
-        spies = profile_controllers(stack, controller_profiles / f"{scenario}-{backend}-{round_}")
+        spies = profile_controllers(stack, controller_profiles / f"{scenario}-{backend}-{round_}", gil=True)
     time.sleep(1.0)
     before = Snapshot.take(stack)
     peak_rss: dict[str, float] = defaultdict(float)  # per gangkeeper pod (all its processes)
@@ -865,7 +865,8 @@ def main() -> None:
         "--gangkeeper-profiles",
         type=Path,
         default=None,
-        help="a directory for py-spy's profile of each gangkeeper controller in each run (SCENARIO-BACKEND-N-POD.txt)",
+        help="a directory for py-spy's CPU samples (the GIL's holder) of each gangkeeper controller in each run "
+        "(SCENARIO-BACKEND-N-POD.txt)",
     )
     parser.add_argument(
         "--gangkeeper-logs",

@@ -86,6 +86,17 @@ START_CASES: dict[str, tuple[GangState, str, dict[str, Any]]] = {
         "1 released pods can no longer bind on the 1 node they were given",
         {"pods": [released("a", 10, "n0"), released("b", 10, "n1", bound=True)], "spec": GangSpec(2), "free": (-1, 4)},
     ),
+    "all_finished": (
+        GangState.FINISHED,
+        "all 2 pods finished",
+        {
+            "pods": [
+                replace(released("a", 10, "n0", bound=True), terminal=True, finished=True, succeeded=True),
+                replace(released("b", 10, "n0", bound=True), terminal=True, finished=True),
+            ],
+            "spec": GangSpec(2),
+        },
+    ),
     "nothing_gated": (
         GangState.RUNNING,
         "2 of 2 pods scheduled",

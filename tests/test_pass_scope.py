@@ -78,6 +78,7 @@ def test_a_finished_gang_nothing_changed_for_is_skipped(apiserver: TestApiServer
             apiserver.store.patch("v1", "pods", "team-a", pod["metadata"]["name"], {"status": {"phase": "Succeeded"}})
     clock.advance(1)
     finished = controller.reconcile_once()["team-a/job-run"]
+    assert (finished.state, finished.message) == ("Finished", "all 2 pods finished")
     assert controller.visited == 2  # its pods changed: looked at once
     clock.advance(1)
     decisions = controller.reconcile_once()

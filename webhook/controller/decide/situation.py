@@ -59,6 +59,7 @@ class GangState(StrEnum):
     TIMED_OUT = "TimedOut"  # released pods did not bind within the timeout
     RUNNING = "Running"  # at least minMember pods bound
     RELEASING = "Releasing"  # released, binding under way
+    FINISHED = "Finished"  # every pod Succeeded or Failed (a Job's pods stay until the Job goes)
     REPAIR = "Repair"  # pinned pods lost their node to pods bound after the release: replace them now
     WAITING_FOR_MEMBERS = "WaitingForMembers"  # fewer than minMember pods exist
     BACKOFF = "Backoff"  # requeued after a timeout; waiting out the backoff
@@ -113,6 +114,7 @@ class Situation:
     records: Mapping[str, Release]
     workload_nodes: frozenset[str]
     live: list[PodView]
+    finished: int = 0  # pods that Succeeded or Failed
     # the devices the chosen pods claim, allocated on the chosen nodes (pod name -> node): None, or why
     # not (observe/devices.py DevicesCheck); None when no pod of the gang claims devices
     devices_fit: Callable[[Mapping[str, str]], str | None] | None = None

@@ -116,6 +116,14 @@ def _lost(s: Situation, pod: PodView) -> str | None:
     return REFUSED if pod.unschedulable and settled else None
 
 
+def all_finished(s: Situation) -> Decision | None:
+    """Rule 3a: no member left but pods that Succeeded or Failed: the gang's run is over (a Job's pods stay
+    until the Job is deleted). A gang whose members failed after it ran is still recovered (`recover`)."""
+    if s.live or not s.finished:
+        return None
+    return Decision(GangState.FINISHED, f"all {s.finished} pods finished", present=0)
+
+
 def nothing_gated(s: Situation) -> Decision | None:
     """Rule 3: every member released: Running once minMember pods are bound, else Releasing."""
     if s.gated:
@@ -264,6 +272,7 @@ START_RULES: tuple[Callable[[Situation], Decision | None], ...] = (
     late_release,
     stranded_release,
     node_taken,
+    all_finished,
     nothing_gated,
     members_missing,
     gated_by_others,
@@ -315,6 +324,7 @@ def start_decision(
         records,
         workload_nodes,
         live=[p for p in pods if not p.terminal],
+        finished=sum(1 for p in pods if p.finished),
         devices_fit=devices_fit,
         going=going or {},
         yielding=yielding or {},

@@ -32,6 +32,8 @@ class GangView:
     raw: list[Obj] = field(default_factory=list)
     # made once: a pass asks for it a few dozen times per gang
     key: str = field(init=False, repr=False, compare=False)
+    # the last `made_for`: (the workload's uid, the view); the index keeps a view while its pods are the same
+    _made_for: tuple[str, GangView] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.key = f"{self.namespace}/{self.name}"
@@ -40,11 +42,15 @@ class GangView:
         """The gang's pods made for this very workload. A pod whose workload uid is another's was made for
         an earlier workload of the same name, since deleted (its name and labels are the same): the
         garbage collector is deleting it, and it is no member of the new one's gang."""
-        uid = ((workload or {}).get("metadata") or {}).get("uid")
+        uid = str(((workload or {}).get("metadata") or {}).get("uid") or "")
+        if self._made_for is not None and self._made_for[0] == uid:
+            return self._made_for[1]
         kept = [i for i, view in enumerate(self.pods) if not uid or view.workload_uid in ("", uid)]
-        if len(kept) == len(self.pods):
-            return self
-        return GangView(self.namespace, self.name, [self.pods[i] for i in kept], [self.raw[i] for i in kept])
+        made = self
+        if len(kept) != len(self.pods):
+            made = GangView(self.namespace, self.name, [self.pods[i] for i in kept], [self.raw[i] for i in kept])
+        self._made_for = (uid, made)
+        return made
 
 
 def _add(target: dict[str, int], units: Iterable[tuple[str, int]], sign: int) -> None:

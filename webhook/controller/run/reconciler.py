@@ -240,10 +240,13 @@ class Controller:
     def _untouched_running(self, gang: GangView, current: _Pass) -> bool:
         """A running gate gang nothing of its own changed since its last turn (its pods' version, its
         workload or group object, its deadlines and periodic re-read, its backfill claim) would decide
-        Running again: skipped whole. So would a finished one (every pod Succeeded or Failed, kept until
-        its Job goes): a steady pass costs the changed and the waiting gangs, not the thousands that ran."""
+        Running again: skipped whole. So would a Finished one (its pods kept until its Job goes) whose
+        recovery clock does not run: a steady pass costs the changed and the waiting gangs, not the
+        thousands that ran."""
         last, seen, key = self.decisions.get(gang.key), self._seen.get(gang.key), gang.key
-        settled = last is not None and (last.state == GangState.RUNNING or all(p.terminal for p in gang.pods))
+        settled = last is not None and (
+            last.state == GangState.RUNNING or (last.state == GangState.FINISHED and not last.timed)
+        )
         return (
             not self.settings.visit_settled
             and (settled and seen is not None)
