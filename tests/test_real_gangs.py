@@ -29,13 +29,15 @@ def test_kubectl_get_gangs_shows_every_gang_and_tenants_only_read_them(stack: St
     namespace = stack.namespace("gangs-view", "gate")
     stack.plane.apply(workloads.job("fits", namespace, 2, "1", pod_annotations={"gangkeeper.test/run-for": "600s"}))
     stack.plane.apply(workloads.job("huge", namespace, 3, "64"))  # larger than any node: never fits
+    stack.plane.apply(workloads.job("done", namespace, 2, "1", pod_annotations={"gangkeeper.test/run-for": "2s"}))
     try:
         wait_until(
             lambda: (
                 gang_state(stack, namespace, "job-fits") == "Running"
                 and gang_state(stack, namespace, "job-huge") == "NeverFits"
+                and gang_state(stack, namespace, "job-done") == "Finished"  # its pods Succeeded, still there
             ),
-            "both gangs' states in their Gang objects",
+            "the three gangs' states in their Gang objects",
             90,
         )
     except AssertionError as error:
@@ -46,6 +48,7 @@ def test_kubectl_get_gangs_shows_every_gang_and_tenants_only_read_them(stack: St
     assert header[:8] == ["NAMESPACE", "NAME", "BACKEND", "STATE", "MINMEMBER", "PRESENT", "RUNNING", "QUEUE"], table
     assert row(table, "job-fits")[2:7] == ["gate", "Running", "2", "2", "2"], table
     assert row(table, "job-huge")[2:7] == ["gate", "NeverFits", "3", "3", "0"], table
+    assert row(table, "job-done")[2:7] == ["gate", "Finished", "2", "0", "0"], table
     described = stack.plane.kubectl("describe", "gang", "job-huge", "-n", namespace).stdout
     assert "even if empty" in described and "Released" in described, described
 

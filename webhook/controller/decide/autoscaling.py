@@ -122,7 +122,10 @@ def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> st
     pool's reason named; None when every pod has a pool that might, or no pool is known."""
     if not pools:
         return None
+    first_of: dict[Shape, str] = {}  # each shape judged once, named by its first pod: a gang's pods share a few
     for name, shape in sorted(shapes.items()):
+        first_of.setdefault(shape, name)
+    for shape, name in first_of.items():
         reasons = [(pool.name, pool.refusal(shape)) for pool in pools]
         if all(reason is not None for _, reason in reasons):
             each = "; ".join(f"NodePool {pool}: {reason}" for pool, reason in reasons)

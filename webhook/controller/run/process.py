@@ -39,6 +39,7 @@ from webhook.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 log = logging.getLogger("gangkeeper.controller")
 
 REDISCOVER_SECONDS = 60.0  # how soon a CRD installed after start (JobSet, Volcano, ...) is watched
+MAX_PACING_SECONDS = 0.25  # the most a pass waits after the last one (see `run`)
 STUCK_SECONDS = 120.0  # /healthz fails when the loop has not come round for this long
 FAILING_PASSES = 5  # /healthz fails after this many passes in a row raised: a restart may clear it
 
@@ -155,7 +156,9 @@ def run(
             watched += watch_new(api, controller, changed)
             discovered_at = time.monotonic()
         metrics.LEADER.set(1 if elector.leading() else 0)
+        spent = 0.0
         if elector.leading() and pods.synced.is_set() and nodes.synced.is_set():
+            started = time.monotonic()
             try:
                 controller.reconcile_once()
                 probes.failed_in_a_row = 0
@@ -163,10 +166,15 @@ def run(
                 log.exception("reconcile pass failed")
                 metrics.PASS_FAILURES.inc()
                 probes.failed_in_a_row += 1
-        # until something changes (a watch event, leadership) or the earliest deadline of any gang;
-        # `interval` bounds the sleep, a safety net for a deadline nothing announced
+            spent = time.monotonic() - started
         if collector is not None:
             collector.between_passes()
+        # a pause as long as the last pass: a burst of changes (a 1,000-pod gang's pods arriving) is
+        # taken in passes over many of them, not one pass per change each over the whole gang, and
+        # passes take at most about half the controller's time (bench/cluster.py autoscale)
+        stop.wait(min(spent, MAX_PACING_SECONDS))
+        # until something changes (a watch event, leadership) or the earliest deadline of any gang;
+        # `interval` bounds the sleep, a safety net for a deadline nothing announced
         changed.wait(seconds_to_sleep(controller, interval))
         changed.clear()
     elector.stop(release=True)  # after the last pass: a standby or the next pod takes over at once

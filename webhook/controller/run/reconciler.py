@@ -339,9 +339,8 @@ class Controller:
             # not its pods (reading 1,000 unchanged pods each pass was a tenth of the controller's CPU)
             before, after = self._pod_marks.get(gang.key, {}), {}
             mechanisms = []
-            for raw in gang.raw:
-                meta = raw.get("metadata") or {}
-                uid, pod_version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+            for view, raw in zip(gang.pods, gang.raw, strict=True):
+                uid, pod_version = view.uid, view.resource_version
                 seen = before.get(uid)
                 mechanism = seen[1] if uid and seen and seen[0] == pod_version else self.mechanisms.of_pod(raw)
                 after[uid] = (pod_version, mechanism)
