@@ -32,8 +32,9 @@ class GangView:
     raw: list[Obj] = field(default_factory=list)
     # made once: a pass asks for it a few dozen times per gang
     key: str = field(init=False, repr=False, compare=False)
-    # the last `made_for`: (the workload's uid, the view); the index keeps a view while its pods are the same
-    _made_for: tuple[str, GangView] | None = field(default=None, init=False, repr=False, compare=False)
+    # the last `made_for`: (the workload's uid, the view, None for this one: no cycle for the collector to
+    # find, garbage.py); the index keeps a view while its pods are the same
+    _made_for: tuple[str, GangView | None] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.key = f"{self.namespace}/{self.name}"
@@ -44,13 +45,13 @@ class GangView:
         garbage collector is deleting it, and it is no member of the new one's gang."""
         uid = str(((workload or {}).get("metadata") or {}).get("uid") or "")
         if self._made_for is not None and self._made_for[0] == uid:
-            return self._made_for[1]
+            return self._made_for[1] or self
         kept = [i for i, view in enumerate(self.pods) if not uid or view.workload_uid in ("", uid)]
-        made = self
+        made = None
         if len(kept) != len(self.pods):
             made = GangView(self.namespace, self.name, [self.pods[i] for i in kept], [self.raw[i] for i in kept])
         self._made_for = (uid, made)
-        return made
+        return made or self
 
 
 def _add(target: dict[str, int], units: Iterable[tuple[str, int]], sign: int) -> None:
