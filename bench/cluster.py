@@ -321,6 +321,7 @@ class Snapshot:
     at: float
     cpu: dict[str, float]
     families: list[Any]
+    passes: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def take(cls, stack: Stack) -> Snapshot:
@@ -328,7 +329,34 @@ class Snapshot:
             time.monotonic(),
             {name: cpu_seconds(pid) for name, pid in components(stack).items()},
             apiserver_metrics(stack.plane),
+            controller_passes(stack),
         )
+
+
+def controller_passes(stack: Stack) -> dict[str, tuple[float, float]]:
+    """Each controller replica's passes so far and the seconds they took (its own metrics,
+    gangkeeper_controller_pass_seconds): how often the leader looked, and how long each look took."""
+    found: dict[str, tuple[float, float]] = {}
+    for node in stack.system:
+        for sandbox in node.sandboxes.values():
+            if not sandbox.name.startswith("gangkeeper-controller"):
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{sandbox.pod_ip}:8080/metrics", timeout=5) as answer:
+                    families = list(text_string_to_metric_families(answer.read().decode()))
+            except OSError:
+                continue
+            samples = {
+                sample.name: sample.value
+                for family in families
+                if family.name == "gangkeeper_controller_pass_seconds"
+                for sample in family.samples
+            }
+            found[f"gangkeeper-controller@{node.name}"] = (
+                samples.get("gangkeeper_controller_pass_seconds_count", 0.0),
+                samples.get("gangkeeper_controller_pass_seconds_sum", 0.0),
+            )
+    return found
 
 
 def with_controller_fields(text: str, controller_fields: str) -> str:
@@ -750,6 +778,15 @@ def run_one(
         "requests_by_verb": delta(requests_by_verb(before.families), requests_by_verb(after.families)),
         "writes_by_resource": delta(writes_by_resource(before.families), writes_by_resource(after.families), 10),
         "reads_by_resource": delta(reads_by_resource(before.families), reads_by_resource(after.families), 10),
+        "events_by_reason": events_by_reason(core, namespace),
+        # the replicas' passes while measured: how many, and their seconds (each pass's own clock)
+        "controller_passes": {
+            name: {
+                "passes": int(count - before.passes.get(name, (0.0, 0.0))[0]),
+                "seconds": round(total - before.passes.get(name, (0.0, 0.0))[1], 2),
+            }
+            for name, (count, total) in sorted(after.passes.items())
+        },
         "cpu_seconds": {
             name: round(after.cpu[name] - before.cpu.get(name, after.cpu[name]), 1)
             for name in sorted(after.cpu)
@@ -764,6 +801,16 @@ def run_one(
     if autoscaled is not None:
         autoscaled.remove()
     return result
+
+
+def events_by_reason(core: client.CoreV1Api, namespace: str, least: int = 10) -> dict[str, int]:
+    """The run's namespace's Events by who reported them and why ("default-scheduler Scheduled"), their
+    repeats counted: which component's events the API server's "POST events" writes were."""
+    counts: dict[str, int] = defaultdict(int)
+    for event in core.list_namespaced_event(namespace).items:
+        who = event.reporting_component or (event.source.component if event.source else None) or "?"
+        counts[f"{who} {event.reason}"] += max(1, event.count or 1)
+    return dict(sorted(((k, n) for k, n in counts.items() if n >= least), key=lambda item: -item[1]))
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -807,6 +854,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
         for r in rows:
             print(f"  {r['backend']}: requests {r['requests_by_verb']}")
             print(f"  {r['backend']}: writes {r['writes_by_resource']}")
+            print(f"  {r['backend']}: events {r.get('events_by_reason', {})}")
+            print(f"  {r['backend']}: controller passes {r.get('controller_passes', {})}")
             print(f"  {r['backend']}: reads {r['reads_by_resource']}")
             print(f"  {r['backend']}: cpu s {r['cpu_seconds']}; gangkeeper peak RSS MiB {r['gangkeeper_peak_rss_mib']}")
 

@@ -49,6 +49,8 @@ def picture(index: ClusterIndex) -> dict[str, Any]:
         "free": {n: {k: v for k, v in u.items() if v} for n, u in index.free.items()},
         "ports": {n: dict(c) for n, c in index.ports.items()},
         "gangs": {k: sorted(p.name for p in g.pods) for k, g in index.gangs().items()},
+        # what the index tallied of each gang's pods as they changed
+        "tallies": {k: (sorted(g.mechanisms or ()), sorted(g.workload_uids or ())) for k, g in index.gangs().items()},
         "gated": index.gated,
         "stray": sorted(index.stray_gated),
         "going": {n: {k: v for k, v in u.items() if v} for n, u in index.going.items()},
@@ -100,10 +102,14 @@ def test_the_index_kept_by_changes_equals_one_built_from_a_full_listing(store: S
             controller.reconcile_once()  # releases gangs: their pods change again
             settle(store, informers)
             controller.snapshot()  # takes in what the informers saw since
-            fresh = ClusterIndex(controller.gang_objects.releases)  # the same release records
+            # the same release records and mechanisms
+            fresh = ClusterIndex(controller.gang_objects.releases, controller.index.mechanism_of)
             fresh.replace_nodes(store.list("v1", "nodes", None)[0])
             fresh.replace_pods(trim_pod(p) for p in store.list("v1", "pods", None)[0])
             assert picture(controller.index) == picture(fresh), f"round {round_}"
+            for gang in controller.index.gangs().values():  # the tallies are what the pods say
+                assert gang.mechanisms == {controller.mechanisms.of_pod(raw).name for raw in gang.raw}
+                assert gang.workload_uids == {view.workload_uid for view in gang.pods}
     finally:
         for informer in informers:
             informer.stop()
@@ -256,3 +262,30 @@ def test_the_room_bound_placeholders_hold_is_known_per_node_until_they_go() -> N
     assert not any(index.yielding.get("n1", {}).values()) and index.going["n1"]["cpu"] == 3000
     index.apply_pods({key: None})
     assert not any(index.yielding.get("n1", {}).values()) and "n1" not in index.going
+
+
+def test_the_index_tallies_each_gangs_mechanisms_as_its_pods_change() -> None:
+    """A pass reads a gang's mechanisms off the index's tally (reconciler._mechanisms_of), kept as its pods
+    change: a member relabelled or gone leaves it, and a change of the mechanisms tells every pod anew."""
+
+    def member(name: str, mechanism: str | None = None) -> dict[str, Any]:
+        labels = {"gangkeeper.io/group-name": "mpi", "gangkeeper.io/group": "pg-mpi"}
+        pod = b.pod(name, labels=labels | ({"m": mechanism} if mechanism else {}))
+        pod["metadata"]["annotations"] = {"gangkeeper.io/workload": "Pod/mpi"}
+        pod["spec"]["schedulingGates"] = [{"name": "gangkeeper.io/gang-gate"}]
+        return pod
+
+    def tallied() -> frozenset[str] | None:
+        (gang,) = index.gangs().values()
+        return gang.mechanisms
+
+    index = ClusterIndex(mechanism_of=lambda pod: str(pod["metadata"]["labels"].get("m", "gate")))
+    a, c = f"{NS}/a", f"{NS}/c"
+    index.apply_pods({a: member("a"), c: member("c", "volcano")})
+    assert tallied() == {"gate", "volcano"}
+    index.apply_pods({c: member("c")})
+    assert tallied() == {"gate"}
+    index.apply_pods({c: None, a: member("a", "coscheduling")})
+    assert tallied() == {"coscheduling"}
+    index.reclassify(lambda pod: "native")
+    assert tallied() == {"native"}

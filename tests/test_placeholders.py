@@ -61,6 +61,10 @@ def test_a_gang_waiting_on_an_autoscaler_gets_placeholders_and_starts_whole_on_t
         assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3000m"
         assert not pod["spec"].get("schedulingGates")
     assert "waiting for the autoscaler: capacity for 1 of 4 pods provisioned" in decision.message
+    # told on the Job alone: its pods wait for the nodes their placeholders bring, not for good
+    assert isinstance(controller.recorder, ListRecorder)
+    too_large = controller.recorder.reasons("GangTooLarge")
+    assert [e["involvedObject"]["kind"] for e in too_large] == ["Job"], too_large
     # the stock scheduler binds one placeholder to the room there is: that pod's free room is gone, so it
     # gets one too; the autoscaler brings the rest
     default_scheduler(store)

@@ -149,7 +149,11 @@ class Informer:
                     self._items[key] = self.transform(obj)
                     self._record(key, self._items[key])
                 self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
-            self.changed.set()
+            # recorded first, so a flag already up wakes the consumer for this change too: setting it
+            # again takes the Event's lock and notifies for nothing (a tenth of an idle controller's CPU
+            # at 1,000 pods changing, py-spy in bench/cluster.py --scenarios autoscale)
+            if not self.changed.is_set():
+                self.changed.set()
         return True
 
     def run(self) -> None:

@@ -124,6 +124,9 @@ def http_date(values: list[str]) -> dt.datetime | None:
     return None
 
 
+AUTH_REFRESH_SECONDS = 10.0
+
+
 class Api:
     """Requests through the kubernetes client's own connection pool and authentication.
 
@@ -147,6 +150,20 @@ class Api:
         direct = type(manager) is urllib3.PoolManager
         self._pool: Any = manager.connection_from_url(self._host) if direct else None
         self._manager = manager
+        self._auth: tuple[float, dict[str, str]] = (-AUTH_REFRESH_SECONDS, {})
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The client's auth headers, asked for again every AUTH_REFRESH_SECONDS: the in-cluster loader
+        re-applies its whole configuration on each ask (kubernetes/config/incluster_config.py
+        _refresh_api_key), a twentieth of a release's CPU when asked per PATCH; it reads a rotated
+        token at most once a minute itself."""
+        at, headers = self._auth
+        now = time.monotonic()
+        if now - at >= AUTH_REFRESH_SECONDS:
+            headers = {}
+            self._client.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
+            self._auth = (now, headers)
+        return headers
 
     @property
     def client(self) -> Any:
@@ -234,8 +251,7 @@ class Api:
     ) -> Any:
         if getattr(_thread, "no_waiting", False):
             raise WouldWait(f"{method} {path}")
-        headers = {**self._headers, "Content-Type": content_type}
-        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        headers = {**self._headers, **self._auth_headers(), "Content-Type": content_type}
         url = self._prefix + (f"{path}?{urlencode(query)}" if query else path)
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         options = {

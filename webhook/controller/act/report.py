@@ -31,8 +31,15 @@ from webhook.gangs.model import Obj
 
 
 class Reporter:
-    def __init__(self, recorder: Recorder, gang_objects: GangObjects, may_write: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        gang_objects: GangObjects,
+        may_write: Callable[[], bool],
+        grows: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
+        self.grows = grows  # whether an autoscaler may add nodes (observe/autoscaler.py Autoscaler.present)
         self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
         self.counts_written: dict[str, dt.datetime] = {}  # when each Gang's counts were last written
         self.counts_due: dict[str, dt.datetime] = {}  # Gangs whose newer counts wait for COUNTS_SECONDS
@@ -157,7 +164,10 @@ class Reporter:
 
     def _tell(self, gang: GangView, resolved: Resolved, decision: Decision) -> None:
         """The event of the state the gang entered, on its workload; on its pods too when they stay
-        Pending for good (NeverFits), so `kubectl describe pod` says why. A released pod is told by the
+        Pending for good (NeverFits on a cluster no autoscaler grows), so `kubectl describe pod` says
+        why. Where one does, the pods wait for the nodes their placeholders bring (the workload's event
+        and the Gang say so): an event each was a 1,000-pod gang's 1,000 writes, a tenth of the API
+        server's requests in bench/cluster.py --scenarios autoscale. A released pod is told by the
         scheduler's own Scheduled event: a per-pod GangReleased was 1,000 event writes racing a
         1,000-pod gang's bindings on the API server (bench/cluster.py)."""
         reason, kind = STATE_EVENTS.get(decision.state, ("", ""))
@@ -167,7 +177,7 @@ class Reporter:
         if decision.placement is not None and decision.state in ("WaitingForCapacity", "NeverFits"):
             message += "; " + "; ".join(reasons.summarize_for_tenant(decision.placement.why)[:3])
         self.event(resolved.workload or gang.raw[0], kind, reason, message)
-        if decision.state == "NeverFits":
+        if decision.state == "NeverFits" and not self.grows():
             for pod in gang.raw:
                 self.event(pod, kind, reason, message)
 

@@ -32,6 +32,10 @@ class GangView:
     raw: list[Obj] = field(default_factory=list)
     # made once: a pass asks for it a few dozen times per gang
     key: str = field(init=False, repr=False, compare=False)
+    # what the index tallied of its pods as they changed (None: not known, read off the pods): the
+    # mechanisms whose marks they carry, and the uids of the workloads they were made for
+    mechanisms: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    workload_uids: frozenset[str] | None = field(default=None, repr=False, compare=False)
     # the last `made_for`: (the workload's uid, the view, None for this one: no cycle for the collector to
     # find, garbage.py); the index keeps a view while its pods are the same
     _made_for: tuple[str, GangView | None] | None = field(default=None, init=False, repr=False, compare=False)
@@ -46,6 +50,9 @@ class GangView:
         uid = str(((workload or {}).get("metadata") or {}).get("uid") or "")
         if self._made_for is not None and self._made_for[0] == uid:
             return self._made_for[1] or self
+        if self.workload_uids is not None and self.workload_uids <= {"", uid}:
+            self._made_for = (uid, None)  # all made for it, as the index's tally says: no pod to look at
+            return self
         kept = [i for i, view in enumerate(self.pods) if not uid or view.workload_uid in ("", uid)]
         made = None
         if len(kept) != len(self.pods):
@@ -103,9 +110,19 @@ class _Seen:
 class ClusterIndex:
     """Pods, nodes, each node's free capacity and host ports, and the gangs, updated by changes."""
 
-    def __init__(self, releases: Callable[[str, str], Mapping[str, Release]] = lambda namespace, gang: {}) -> None:
+    def __init__(
+        self,
+        releases: Callable[[str, str], Mapping[str, Release]] = lambda namespace, gang: {},
+        mechanism_of: Callable[[Obj], str] = lambda pod: "gate",
+    ) -> None:
         # the controller's release records of a gang (namespace, gang name): pod name -> record
         self.releases = releases
+        # the name of the mechanism whose marks a member carries (backends Mechanisms.of_pod)
+        self.mechanism_of = mechanism_of
+        # gang -> its members' mechanisms and workload uids, counted as they change: a pass reads a
+        # 1,000-pod gang's in one look, not one per pod each time one of them changed
+        self._tallies: dict[str, tuple[Counter[str], Counter[str]]] = {}
+        self._tallied: dict[str, tuple[str, str, str]] = {}  # member pod key -> (gang, mechanism, workload uid)
         self.pods: dict[str, _Seen] = {}
         self.nodes: dict[str, Node] = {}
         self.held: dict[str, Units] = {}  # node -> requests of the pods holding it (known node or not)
@@ -302,6 +319,7 @@ class ClusterIndex:
         gang = f"{view.namespace}/{view.group}" if view.group else ""
         if gang:
             self._members.setdefault(gang, {})[key] = (view, pod)
+            self._tally(key, gang, self.mechanism_of(pod), view.workload_uid, +1)
             self._touch(gang)
         elif view.gated:
             self.stray_gated[key] = (view, pod)
@@ -363,6 +381,9 @@ class ClusterIndex:
         if old.gated:
             self.gated -= 1
         if old.gang:
+            tallied = self._tallied.get(key)
+            if tallied is not None:
+                self._tally(key, *tallied, -1)
             members = self._members.get(old.gang)
             if members is not None:
                 members.pop(key, None)
@@ -403,6 +424,28 @@ class ClusterIndex:
         self._version += 1
         self.gang_versions[gang] = self._version
 
+    def _tally(self, key: str, gang: str, mechanism: str, workload_uid: str, sign: int) -> None:
+        mechanisms, workloads = self._tallies.setdefault(gang, (Counter(), Counter()))
+        for counted, value in ((mechanisms, mechanism), (workloads, workload_uid)):
+            counted[value] += sign
+            if counted[value] <= 0:
+                del counted[value]
+        if sign > 0:
+            self._tallied[key] = (gang, mechanism, workload_uid)
+        else:
+            self._tallied.pop(key, None)
+            if not mechanisms and not workloads:
+                del self._tallies[gang]
+
+    def reclassify(self, mechanism_of: Callable[[Obj], str]) -> None:
+        """Every member's mechanism told anew (the mechanisms changed: a native API of another generation)."""
+        self.mechanism_of = mechanism_of
+        self._tallies, self._tallied = {}, {}
+        for gang, members in self._members.items():
+            for key, (view, pod) in members.items():
+                self._tally(key, gang, mechanism_of(pod), view.workload_uid, +1)
+            self._touch(gang)
+
     # --- what a pass reads ----------------------------------------------------------------------
     def node_list(self) -> list[Node]:
         if self._node_list is None:
@@ -423,7 +466,15 @@ class ClusterIndex:
             if cached is None or cached[0] != version:
                 namespace, _, name = key.partition("/")
                 ordered = sorted(members.values(), key=lambda item: item[0].name)
-                view = GangView(namespace, name, [v for v, _ in ordered], [raw for _, raw in ordered])
+                mechanisms, workloads = self._tallies.get(key, (Counter(), Counter()))
+                view = GangView(
+                    namespace,
+                    name,
+                    [v for v, _ in ordered],
+                    [raw for _, raw in ordered],
+                    mechanisms=frozenset(mechanisms),
+                    workload_uids=frozenset(workloads),
+                )
                 cached = self._gang_views[key] = (version, view)
             views[key] = cached[1]
         for key in self._gang_views.keys() - views.keys():

@@ -101,7 +101,8 @@ def wire(
     # suspensions), read back from there and never from an annotation a tenant could write
     gang_objects = GangObjects(api, lambda: informers.get((GANGS.group_version, GANGS.plural)), may_write)
     workloads = Workloads(api, informers, settings.recovery_seconds)
-    reporter = Reporter(recorder, gang_objects, may_write)
+    autoscaler = Autoscaler(api, settings.autoscaler)
+    reporter = Reporter(recorder, gang_objects, may_write, autoscaler.present)
     releaser = Releaser(api, reporter, may_write, settings.release_concurrency)
     requeuer = Requeuer(
         api, workloads, reporter, gang_objects, settings.max_attempts, may_write, settings.backoff_base_seconds
@@ -112,8 +113,7 @@ def wire(
         settings.native_version,
         settings.native_composite,
     )
-    index = ClusterIndex(gang_objects.releases)
-    autoscaler = Autoscaler(api, settings.autoscaler)
+    index = ClusterIndex(gang_objects.releases, lambda pod: mechanisms.of_pod(pod).name)
     placeholders = Placeholders(
         api,
         index,

@@ -91,7 +91,6 @@ class Controller:
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
         self._gone_since: dict[str, float] = {}  # gangs whose workload is deleted: since when
         self._handed: dict[str, str | None] = {}  # what each other scheduler's gang said of its placeholders
-        self._pod_marks: dict[str, dict[str, tuple[str, Backend]]] = {}  # gang -> pod uid -> (its version, mechanism)
         # per gang: its pods' version when its workload was last read, and what was read
         self._seen: dict[str, tuple[int, Resolved]] = {}
         self.related = RelatedObjects()
@@ -195,7 +194,6 @@ class Controller:
         self._seen, self._marks = seen, current.marks
         self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
         self._handed = {key: said for key, said in self._handed.items() if key in snapshot.gangs}
-        self._pod_marks = {key: marks for key, marks in self._pod_marks.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
         self.reporter.publish(decisions, self.index.gated)
         self.decisions = decisions
@@ -220,7 +218,7 @@ class Controller:
         self.mechanisms.serve_native(version, composite)
         self._seen.clear()
         self._marks.clear()
-        self._pod_marks.clear()
+        self.index.reclassify(lambda pod: self.mechanisms.of_pod(pod).name)
         self.related.clear()  # the group kinds changed with the generation
         return True
 
@@ -330,24 +328,16 @@ class Controller:
         return resolved, True
 
     def _mechanisms_of(self, gang: GangView, current: _Pass) -> tuple[Backend, frozenset[str]]:
-        """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: read off
-        every pod only when the gang's pods changed (a steady pass over thousands of pods reads none)."""
+        """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: the
+        index tallies them as pods change (reading 1,000 pods on each change of one was a twentieth of
+        the controller's CPU, bench/cluster.py autoscale); a view it did not make is read pod by pod."""
         version = self.index.gang_versions[gang.key]
         known = self._marks.get(gang.key)
         if known is None or known[0] != version:
-            # each pod read again only when it changed: a placeholder binding changes its gang's version,
-            # not its pods (reading 1,000 unchanged pods each pass was a tenth of the controller's CPU)
-            before, after = self._pod_marks.get(gang.key, {}), {}
-            mechanisms = []
-            for view, raw in zip(gang.pods, gang.raw, strict=True):
-                uid, pod_version = view.uid, view.resource_version
-                seen = before.get(uid)
-                mechanism = seen[1] if uid and seen and seen[0] == pod_version else self.mechanisms.of_pod(raw)
-                after[uid] = (pod_version, mechanism)
-                mechanisms.append(mechanism)
-            self._pod_marks[gang.key] = after
-            switched = frozenset(mechanism.name for mechanism in mechanisms) - {"gate"}
-            known = (version, mechanisms[0], switched)
+            names = gang.mechanisms
+            if names is None:
+                names = frozenset(self.mechanisms.of_pod(raw).name for raw in gang.raw)
+            known = (version, self.mechanisms.of_pod(gang.raw[0]), names - {"gate"})
         current.marks[gang.key] = known
         return known[1], known[2]
 
