@@ -465,7 +465,9 @@ class ClusterIndex:
             cached = self._gang_views.get(key)
             if cached is None or cached[0] != version:
                 namespace, _, name = key.partition("/")
-                ordered = sorted(members.values(), key=lambda item: item[0].name)
+                # by name: the keys ("namespace/name", one namespace) sort as the names do, with no key
+                # function called per pod
+                ordered = [members[pod_key] for pod_key in sorted(members)]
                 mechanisms, workloads = self._tallies.get(key, (Counter(), Counter()))
                 view = GangView(
                     namespace,
