@@ -674,10 +674,14 @@ def test_a_high_priority_dra_gang_takes_the_devices_of_exactly_one_whole_lower_g
     assert decision.state == "Release" and len(decision.release) == 4, decision.message
 
 
-def test_a_gang_whose_devices_vanish_from_their_slice_is_requeued_whole(apiserver: Any, api: Any) -> None:
+@pytest.mark.parametrize("seen_running", [True, False], ids=["seen-running", "lost-before-a-pass-saw-it-run"])
+def test_a_gang_whose_devices_vanish_from_their_slice_is_requeued_whole(
+    apiserver: Any, api: Any, seen_running: bool
+) -> None:
     """The driver on one of the gang's nodes goes (its ResourceSlice deleted): the two pods there run on
     without their devices, no working members. The gang that ran whole is short, and once its recovery
-    timeout passes it is requeued whole (its Job suspended), never left running partly."""
+    timeout passes it is requeued whole (its Job suspended), never left running partly. So too when the
+    slice went before any pass saw the gang running: its whole release is on record."""
     from tests.cluster import Clock, add_job, add_job_pods, default_scheduler
     from tests.cluster import node as api_node
 
@@ -697,7 +701,8 @@ def test_a_gang_whose_devices_vanish_from_their_slice_is_requeued_whole(apiserve
     for name in ("w1", "w2"):
         allocate_their_claims_on(store, "job-train", name)
     relist()
-    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    if seen_running:
+        assert controller.reconcile_once()["team-a/job-train"].state == "Running"
     store.delete("resource.k8s.io/v1", "resourceslices", "", "w2-None")
     relist()
     short = controller.reconcile_once()["team-a/job-train"]

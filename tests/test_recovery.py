@@ -81,6 +81,32 @@ def test_a_gang_short_of_a_member_past_its_recovery_timeout_is_requeued_whole(se
     assert events(controller, "GangRequeued")
 
 
+def test_a_member_lost_before_any_pass_saw_the_gang_run_whole_still_starts_the_clock(
+    server: TestApiServer, api: Api
+) -> None:
+    """The gang is released whole and binds, and a member is preempted before the controller's next pass
+    (a busy controller; the watch folds the bind and the deletion into one): no pass ever saw it whole,
+    but its release records do. It is short, and requeued whole at its recovery timeout, never left
+    running 3 of 4."""
+    clock = Clock()
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=RECOVERY))
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 4
+    preempt_one(server)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert "lost a member: 3 of 4 running, requeued whole in 60s" in decision.message, decision.message
+    assert gang_status(server.store, "job-train")["ranWith"] == 4
+    clock.advance(30)
+    decision = controller.reconcile_once()["team-a/job-train"]  # its records of the lost pod are gone now
+    assert "requeued whole in 30s" in decision.message, decision.message
+    clock.advance(31)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "TimedOut" and decision.whole_gang, decision.message
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+
+
 def test_a_replacement_that_fits_in_time_is_released_and_the_clock_stops(server: TestApiServer, api: Api) -> None:
     clock = Clock()
     controller = running_gang(server, api, clock)

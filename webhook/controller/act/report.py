@@ -228,7 +228,8 @@ def _run_books(books: Books, gang: GangView, decision: Decision, now: dt.datetim
         running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
         return replace(books, attempts=0, not_before=None, ran_with=running, short_since=None)
     if decision.short and decision.state != GangState.TIMED_OUT:
-        return replace(books, short_since=books.short_since or now)  # the recovery clock starts
+        # the recovery clock starts; a gang no pass saw running whole is whole with what it was released with
+        return replace(books, short_since=books.short_since or now, ran_with=books.ran_with or decision.whole)
     if not decision.short:
         return replace(books, short_since=None)
     return books

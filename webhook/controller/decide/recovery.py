@@ -20,21 +20,36 @@ _ACTING = frozenset({GangState.RELEASE, GangState.RELEASING, GangState.TIMED_OUT
 
 
 def recover(
-    decision: Decision, pods: Sequence[PodView], spec: GangSpec, history: History, now: dt.datetime
+    decision: Decision,
+    pods: Sequence[PodView],
+    spec: GangSpec,
+    history: History,
+    now: dt.datetime,
+    records: Mapping[str, Release] | None = None,
+    requeued_until: dt.datetime | None = None,
 ) -> Decision:
     """A gang that ran whole and now has fewer than minMember members running (one preempted, its node
     lost, OOM-killed) is short. A replacement that fits is released as any gated member; a gang still
     short `recovery_seconds` after it first was is requeued whole (`whole_gang`), never left partly
     running: the failure gangs exist to prevent (Kueue's waitForPodsReady.recoveryTimeout, Volcano's
-    PodEvicted -> RestartJob)."""
+    PodEvicted -> RestartJob). A gang released whole that lost a released member before any pass saw it
+    running is short too (`released_whole`)."""
     live = [p for p in pods if not p.terminal]
     running = sum(1 for p in live if p.node_name)
     # members that ran and never left keep it whole: a scale-up's newcomers that wait are not a loss
     # (they go back alone at their timeout), nor is a Job's next wave once members succeeded
     whole = min(spec.min_member, history.ran_with)
-    if running >= whole or any(p.succeeded for p in pods) or decision.state in (GangState.RUNNING, GangState.GAVE_UP):
+    released = min(spec.min_member, released_whole(pods, spec, records or {}, requeued_until))
+    out_of_the_gate = sum(1 for p in live if not p.gated)
+    if (
+        (running >= whole and out_of_the_gate >= released)
+        or any(p.succeeded for p in pods)
+        or decision.state in (GangState.RUNNING, GangState.GAVE_UP)
+    ):
         return decision
+    whole = max(whole, released)
     decision.short = decision.timed = True
+    decision.whole = whole
     since = history.short_since or now
     elapsed = max(0.0, (now - since).total_seconds())
     lost = f"lost a member: {running} of {whole} running"
@@ -54,6 +69,23 @@ def recover(
         short=True,
         timed=True,
     )
+
+
+def released_whole(
+    pods: Sequence[PodView], spec: GangSpec, records: Mapping[str, Release], requeued_until: dt.datetime | None
+) -> int:
+    """How many members the gang's release made it whole with, as its release records tell: the pods
+    released since its last requeue (`requeued_until`, its backoff's end) that are out of the gate or gone
+    since; 0 below minMember. A member can be lost before any pass sees the gang running (a busy
+    controller; the watch folds a bind and a deletion into one event), and then only these records say
+    it ran whole."""
+    gated = {p.uid for p in pods if p.gated and not p.terminal}
+    count = sum(
+        1
+        for record in records.values()
+        if record.uid not in gated and (requeued_until is None or record.at >= requeued_until)
+    )
+    return count if count >= spec.min_member else 0
 
 
 # how long past its expected-seconds a backfilled gang may run before the gang it overtook is owed its

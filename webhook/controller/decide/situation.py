@@ -85,6 +85,7 @@ class Decision:
     position: int = 0  # place among the gangs waiting in the queue (1: the head), 0 when not waiting
     reservation: str = ""  # the head of the queue: where and from when it is expected to fit
     short: bool = False  # the gang ran whole and has fewer than minMember members running now
+    whole: int = 0  # a short gang: the members it was whole with (its books' ranWith, or its release's)
     timed: bool = False  # it changes with time alone (a recovery or stranded clock runs): never reused
     # released by backfill on its expected-seconds: it promised to be done by then (None: not backfilled)
     claim_until: dt.datetime | None = None

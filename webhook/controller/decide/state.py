@@ -67,7 +67,7 @@ def decide(
     )
     if stranded_since([p for p in pods if not p.terminal], spec, records) is not None:
         decision.timed = True
-    return recover(decision, pods, spec, history, now)
+    return recover(decision, pods, spec, history, now, records, not_before)
 
 
 def release_patch(pod: PodView, node: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
