@@ -196,3 +196,30 @@ def test_without_the_api_served_placeholder_pods_stand_in_as_before(apiserver: T
     controller.reconcile_once()
     controller.reconcile_once()
     assert len([p for p in pods(store) if "placeholder-for" in str(p["metadata"].get("labels"))]) == 3
+
+
+def test_a_template_for_pods_that_claim_devices_carries_their_claims_not_the_device_counts() -> None:
+    """Placement keeps a member's devices as resources of its own, which no node has: the PodTemplate
+    carries the member's claims instead, for Cluster Autoscaler to simulate, and is a valid PodTemplate."""
+    from dataclasses import replace
+
+    from tests import builders as b
+    from webhook.controller.act.provisioning import pod_template
+    from webhook.controller.decide.devices import class_resource
+    from webhook.controller.decide.pods import PodView
+
+    raw = b.pod("train-0", spec=b.pod_spec(b.container("1", "1Gi")))
+    raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    raw["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    view = PodView.from_api(raw, None, "job-train")
+    devices = (class_resource("gpu.example.com"), 1)
+    view = replace(view, shape=replace(view.shape, requests=(*view.shape.requests, devices)))
+    gang = {"metadata": {"name": "job-train", "uid": "u-1"}}
+    template = pod_template(view, raw, gang, "gk-u-1-a")
+    validate(template)
+    spec = template["template"]["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    (container,) = spec["containers"]
+    assert container["resources"]["claims"] == [{"name": "gpu"}]
+    assert container["resources"]["requests"] == {"cpu": "1000m", "memory": str(1 << 30)}, container["resources"]
+    assert container["resources"]["limits"] == container["resources"]["requests"]

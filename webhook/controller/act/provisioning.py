@@ -25,6 +25,7 @@ from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.act.placeholders import FreeRoom, on_free, placeholder_for, shape_tag
+from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX
 from webhook.controller.decide.pods import PodView, parse_time
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE
 from webhook.controller.observe.cluster import GangView
@@ -110,9 +111,24 @@ def condition(request: Mapping[str, Any]) -> tuple[str, str, dt.datetime | None]
 
 def pod_template(member: PodView, raw: Mapping[str, Any], gang_object: Mapping[str, Any], name: str) -> Obj:
     """One pod of the member's shape, as Cluster Autoscaler simulates it: its requests, node selector,
-    node affinity and tolerations (the parts of a pod that decide which nodes it needs)."""
+    node affinity and tolerations (the parts of a pod that decide which nodes it needs), and its device
+    claims as the member makes them (Cluster Autoscaler simulates DRA claims itself, from its node
+    groups' templates: cluster-autoscaler simulator/dynamicresources), never the device counts
+    placement keeps as resources of its own (`devices.class_resource`), which no node has."""
     pod = placeholder_for(member, raw, gang_object, PAUSE_IMAGE, name)
     spec = {k: v for k, v in pod["spec"].items() if k not in ("priorityClassName", "terminationGracePeriodSeconds")}
+    claims = [
+        {k: entry[k] for k in ("name", "resourceClaimName", "resourceClaimTemplateName") if entry.get(k)}
+        for entry in (raw.get("spec") or {}).get("resourceClaims") or []
+        if isinstance(entry, Mapping) and entry.get("name")
+    ]
+    (container,) = spec["containers"]
+    for amounts in container["resources"].values():
+        for resource in [r for r in amounts if r.startswith(CLASS_RESOURCE_PREFIX)]:
+            del amounts[resource]
+    if claims:
+        spec["resourceClaims"] = claims
+        container["resources"]["claims"] = [{"name": entry["name"]} for entry in claims]
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
