@@ -255,8 +255,10 @@ def _domain_books(books: Books, decision: Decision) -> Books:
 def _records_to_write(current: Obj | None, live: Sequence[PodView], released: Mapping[str, Release]) -> dict[str, Any]:
     """The changes to the Gang's release records: the new releases, and a null (a merge-patch delete) for
     the record of each pod gone or replaced under the same name."""
-    live_uids = {p.name: p.uid for p in live}
     recorded = ((current or {}).get("status") or {}).get("released") or {}
+    if not recorded:  # a gang that waits: no walk over its pods
+        return release_records(released)
+    live_uids = {p.name: p.uid for p in live}
     records: dict[str, Any] = {
         n: None for n, r in recorded.items() if not isinstance(r, dict) or live_uids.get(n) != r.get("uid")
     }

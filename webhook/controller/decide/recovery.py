@@ -79,6 +79,8 @@ def released_whole(
     since; 0 below minMember. A member can be lost before any pass sees the gang running (a busy
     controller; the watch folds a bind and a deletion into one event), and then only these records say
     it ran whole."""
+    if len(records) < spec.min_member:  # too few released to have made it whole: no walk over its pods
+        return 0
     gated = {p.uid for p in pods if p.gated and not p.terminal}
     count = sum(
         1
@@ -126,6 +128,8 @@ def stranded_since(live: Sequence[PodView], spec: GangSpec, records: Mapping[str
     record comes before the PATCH) are still gated, that PATCH answered 500, 429 or never answered and
     the node perhaps taken since, while the gang cannot run without them. None when no release stranded
     anyone; pods never released (a scale-up's, a lost member's replacement) are not stranded."""
+    if not records:  # a gang that waits: nothing released yet, no walk over its pods
+        return None
     stranded = [
         record.at for p in live if p.gated and (record := records.get(p.name)) is not None and record.uid == p.uid
     ]
