@@ -39,13 +39,10 @@ def recover(
     # members that ran and never left keep it whole: a scale-up's newcomers that wait are not a loss
     # (they go back alone at their timeout), nor is a Job's next wave once members succeeded
     whole = min(spec.min_member, history.ran_with)
+    if decision.state in (GangState.RUNNING, GangState.GAVE_UP) or any(p.succeeded for p in pods):
+        return decision
     released = min(spec.min_member, released_whole(pods, spec, records or {}, requeued_until))
-    out_of_the_gate = sum(1 for p in live if not p.gated)
-    if (
-        (running >= whole and out_of_the_gate >= released)
-        or any(p.succeeded for p in pods)
-        or decision.state in (GangState.RUNNING, GangState.GAVE_UP)
-    ):
+    if running >= whole and sum(1 for p in live if not p.gated) >= released:
         return decision
     whole = max(whole, released)
     decision.short = decision.timed = True
