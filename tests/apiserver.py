@@ -111,6 +111,38 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+# the lists of the kinds this server serves that a strategic merge patch merges by a key instead of
+# replacing (k8s.io/api core/v1 types.go, patchStrategy:"merge"): the ones gangkeeper patches
+STRATEGIC_MERGE_KEYS = {"schedulingGates": "name"}
+
+
+def strategic_merge_patch(target: Any, patch: Any, key: str = "") -> Any:
+    """A strategic merge patch, as far as gangkeeper sends them: maps merged, null deletes, the lists of
+    STRATEGIC_MERGE_KEYS merged entry by entry (`$patch: delete` removes one), other lists replaced."""
+    if isinstance(patch, list) and key in STRATEGIC_MERGE_KEYS:
+        merge_key = STRATEGIC_MERGE_KEYS[key]
+        result = [copy.deepcopy(i) for i in target] if isinstance(target, list) else []
+        for entry in patch:
+            unknown = {k for k in entry if k.startswith("$")} - {"$patch"}
+            if unknown or entry.get("$patch", "delete") != "delete":
+                raise Reject(400, "BadRequest", f"unsupported directive in {entry}")
+            result = [i for i in result if i.get(merge_key) != entry.get(merge_key)]
+            if "$patch" not in entry:
+                result.append(copy.deepcopy(entry))
+        return result
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if any(k.startswith("$") for k in patch):
+        raise Reject(400, "BadRequest", f"unsupported directive in {patch}")
+    result = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = strategic_merge_patch(result.get(name), value, name)
+    return result
+
+
 def apply_patch(target: Any, applied: Any) -> Any:
     """Server-side apply, as far as these tests need it: maps merged, and lists of maps keyed by name or
     type (the +listType=map lists of conditions and Kueue's admission checks) merged entry by entry."""
@@ -370,14 +402,14 @@ class Store:
             self._bump(gv, plural, "MODIFIED", new)
             return copy.deepcopy(new)
 
-    def patch(self, gv: str, plural: str, ns: str, name: str, patch: Obj) -> Obj:
-        """A merge patch; without a resourceVersion it is retried on conflict, as the apiserver's
-        GuaranteedUpdate does (k8s.io/apiserver/pkg/registry/generic/registry/store.go)."""
+    def patch(self, gv: str, plural: str, ns: str, name: str, patch: Obj, strategic: bool = False) -> Obj:
+        """A merge patch (`strategic`: a strategic merge patch); without a resourceVersion it is retried on
+        conflict, as the apiserver's GuaranteedUpdate does (k8s.io/apiserver/pkg/registry/generic/registry/store.go)."""
         expected = (patch.get("metadata") or {}).get("resourceVersion")
         while True:
             with self.lock:
                 old = self.get(gv, plural, ns, name)
-                new = merge_patch(old, patch)
+                new = strategic_merge_patch(old, patch) if strategic else merge_patch(old, patch)
                 new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             try:
                 return self.update(gv, plural, ns, name, new, expected or old["metadata"]["resourceVersion"])
@@ -558,9 +590,14 @@ class Handler(BaseHTTPRequestHandler):
                     version = old["metadata"]["resourceVersion"]
                 self._send(200, store.update(gv, plural, ns, name or "", new, version))
             elif method == "PATCH":
-                if self.headers.get("Content-Type") != "application/merge-patch+json":
-                    raise Reject(415, "UnsupportedMediaType", "only merge patches in this test server")
-                self._send(200, store.patch(gv, plural, ns, name or "", status_part(plural, sub, self._body())))
+                kind = self.headers.get("Content-Type")
+                strategic = kind == "application/strategic-merge-patch+json"
+                if strategic and "." in gv.partition("/")[0]:  # as the API server: no custom resource takes one
+                    raise Reject(415, "UnsupportedMediaType", "strategic merge patches are for built-in kinds")
+                if kind != "application/merge-patch+json" and not strategic:
+                    raise Reject(415, "UnsupportedMediaType", "only merge and strategic merge patches here")
+                body = status_part(plural, sub, self._body())
+                self._send(200, store.patch(gv, plural, ns, name or "", body, strategic))
             elif method == "DELETE":
                 self._send(200, store.delete(gv, plural, ns, name or ""))
         except Reject as error:

@@ -148,7 +148,7 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
     sent = {"count": 0}
     lock = threading.Lock()
     dying = Api(api._client)
-    original = dying.merge_patched
+    original = dying.strategic_patched
 
     def dying_patch(path: str, patch: dict):  # type: ignore[no-untyped-def]
         with lock:  # the process dies before its PATCH number dies_after + 1: nothing after goes out
@@ -158,7 +158,7 @@ def test_crash_at_any_step_of_a_release_is_finished_by_the_next_controller(
                 sent["count"] += 1
         return original(path, patch)
 
-    dying.merge_patched = dying_patch  # type: ignore[method-assign]
+    dying.strategic_patched = dying_patch  # type: ignore[method-assign]
     first = Controller(dying, clock=Clock(), release_concurrency=1)
     with pytest.raises(Crash):
         first.reconcile_once()

@@ -77,7 +77,7 @@ def test_a_release_stops_writing_the_moment_the_lease_is_lost(store: Store, api:
     add_job_pods(store, add_job(store, "wide", parallelism=8, cpu="1"))
     leading = {"yes": True}
     writer = Api(api._client)
-    send = writer.merge_patched
+    send = writer.strategic_patched
 
     def patch_then_lose(path: str, body: Any) -> Any:
         answer = send(path, body)
@@ -85,7 +85,7 @@ def test_a_release_stops_writing_the_moment_the_lease_is_lost(store: Store, api:
             leading["yes"] = False  # the Lease expires while the batch is being sent
         return answer
 
-    writer.merge_patched = patch_then_lose  # type: ignore[method-assign]
+    writer.strategic_patched = patch_then_lose  # type: ignore[method-assign]
     controller = Controller(writer, clock=Clock(), may_write=lambda: leading["yes"], release_concurrency=1)
     controller.reconcile_once()
     assert len(gated(store, "wide")) == 7  # one PATCH went out; the other seven are the next leader's

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver import Reject, check_pod_update, merge_patch
+from tests.apiserver import Reject, check_pod_update, strategic_merge_patch
 from webhook.controller.decide.pods import PodView, pin_terms, pinned_to
 from webhook.controller.decide.state import release_patch
 
@@ -30,10 +30,10 @@ def spec_with(*terms: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 
 def released(spec: dict[str, Any], node: str | None) -> dict[str, Any]:
-    """The pod after the merge patch (RFC 7386) is applied, as the API server stores it."""
+    """The pod after the strategic merge patch is applied, as the API server stores it."""
     pod = {"metadata": {"name": "p", "resourceVersion": "7"}, "spec": spec}
     patch = release_patch(PodView.from_api(pod), node, spec)
-    after: dict[str, Any] = merge_patch({"spec": spec}, {"spec": patch["spec"]})["spec"]
+    after: dict[str, Any] = strategic_merge_patch({"spec": spec}, {"spec": patch["spec"]})["spec"]
     return after
 
 

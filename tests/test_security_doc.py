@@ -19,7 +19,7 @@ WEBHOOK_PROCESS = [
     ROOT / "webhook" / "informer.py",
     ROOT / "webhook" / "cli" / "serve.py",
 ]
-WRITE_METHODS = {"create", "merge_patch", "merge_patched", "delete"}
+WRITE_METHODS = {"create", "merge_patch", "merge_patched", "strategic_patched", "delete"}
 READ_VERBS = {"GET"}
 
 

@@ -21,6 +21,7 @@ import urllib3
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"  # built-in kinds only
 CONFLICT = 409  # AlreadyExists on a create, a stale resourceVersion on a write
 
 
@@ -286,6 +287,10 @@ class Api:
     def merge_patched(self, path: str, patch: Mapping[str, Any]) -> Any:
         """A merge patch that returns the patched object (its new resourceVersion to write over next)."""
         return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def strategic_patched(self, path: str, patch: Mapping[str, Any]) -> Any:
+        """A strategic merge patch (built-in kinds: lists merge by their keys) that returns the patched object."""
+        return self.request("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)

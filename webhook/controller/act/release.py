@@ -184,7 +184,7 @@ class Releaser:
         if not self.may_write():  # the Lease was lost mid-batch: the next leader decides what is left
             return None
         try:
-            pod = self.api.merge_patched(PODS.path(view.namespace, view.name), patch)
+            pod = self.api.strategic_patched(PODS.path(view.namespace, view.name), patch)
         except ApiError as error:
             # 409: the pod changed since we read it; 404: it is gone. The next pass sees the truth.
             metrics.API_ERRORS.labels("patch", str(error.status)).inc()

@@ -71,15 +71,18 @@ def decide(
 
 
 def release_patch(pod: PodView, node: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """One merge patch: pin to the node (None: no pin, the capacity held where the Gang's record says),
-    lift gangkeeper's gate; guarded by resourceVersion so a pod changed since it was read is left for the
-    next pass (the terms it extends are the ones it read). The release itself is recorded in the Gang's
-    status before this is sent."""
-    remaining = [dict(g) for g in spec.get("schedulingGates") or [] if g.get("name") != contract.GATE]
-    patch: dict[str, Any] = {"schedulingGates": remaining or None}
+    """One strategic merge patch: pin to the node (None: no pin, the capacity held where the Gang's
+    record says), take gangkeeper's gate out of the list by its name (`schedulingGates` merges by name,
+    k8s.io/api core/v1 types.go PodSpec), other gates left as they are; guarded by resourceVersion so
+    a pod changed since it was read is left for the next pass (the terms it extends are the ones it
+    read). A strategic patch is applied to the stored pod as a map; a JSON merge patch goes through
+    the pod's JSON and back, half again as much of kube-apiserver's time per release (its profile,
+    bench/cluster.py autoscale). The release itself is recorded in the Gang's status before this is
+    sent."""
+    patch: dict[str, Any] = {"schedulingGates": [{"name": contract.GATE, "$patch": "delete"}]}
     if node is not None:
         terms = pin_terms(required_terms(spec), node)
-        # a merge patch replaces the list and merges the maps around it: the rest of the affinity stays
+        # nodeSelectorTerms has no merge key, so the patch replaces the list; the maps around it merge
         required = {"nodeSelectorTerms": terms}
         patch["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
     return {"metadata": {"resourceVersion": pod.resource_version}, "spec": patch}
