@@ -145,7 +145,8 @@ def ever_placement(
     do routinely): if it does not fit even there, it never will. A running gang's domain counts as
     free of it: on the emptied cluster the whole gang could move."""
     if any(n.taints or n.unschedulable for n in nodes):
-        nodes, eligibility = [replace(n, taints=(), unschedulable=False) for n in nodes], None
+        lifted = [replace(n, taints=(), unschedulable=False) if n.taints or n.unschedulable else n for n in nodes]
+        nodes, eligibility = lifted, None
     if domains is not None:  # on the emptied cluster the whole gang, and its workload, could move
         within = replace(domains.within, near=frozenset()) if domains.within is not None else None
         domains = replace(domains, near=frozenset(), within=within)

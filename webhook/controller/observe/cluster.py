@@ -139,8 +139,13 @@ class ClusterIndex:
         self._holds: dict[str, _Hold] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods holding it (preemption's candidates)
         self._members: dict[str, dict[str, tuple[PodView, Obj]]] = {}
-        self.gang_versions: dict[str, int] = {}
+        self.gang_versions: dict[str, int] = {}  # changes with any change of a gang's pods
+        # changes only when a gang gains or loses a pod, or one of its pods ends: what its queue place
+        # and its members' order rest on, kept while its pods are bound and run (a 1,000-pod gang's
+        # events each changed its version and sorted its pods again, bench/cluster.py autoscale)
+        self.roster_versions: dict[str, int] = {}
         self._gang_views: dict[str, tuple[int, GangView]] = {}
+        self._orders: dict[str, tuple[int, list[str]]] = {}  # gang -> (roster version, its pods' keys sorted)
         self.stray_gated: dict[str, tuple[PodView, Obj]] = {}  # gated, in no gang
         # "namespace/group" -> placeholder pod key -> (its node or "", its requests): what an autoscaler
         # made room for on the gang's behalf (controller/act/placeholders.py)
@@ -161,7 +166,15 @@ class ClusterIndex:
 
     # --- changes in ---------------------------------------------------------------------------------
     def apply_pods(self, changes: Mapping[str, Obj | None]) -> None:
+        """Watch events. A pod already indexed at the event's resourceVersion is left as it is, as in a
+        relist: the controller's own release PATCHes are indexed as answered (`own_writes`), and the
+        watch then brings each again."""
         for key, pod in changes.items():
+            if pod is not None:
+                current = self.pods.get(key)
+                version = (pod.get("metadata") or {}).get("resourceVersion")
+                if current is not None and version and current.resource_version == version:
+                    continue
             self._set_pod(key, pod)
 
     def replace_pods(self, pods: Iterable[Obj]) -> None:
@@ -282,10 +295,24 @@ class ClusterIndex:
 
     def _set_pod(self, key: str, pod: Obj | None) -> None:
         old = self.pods.pop(key, None)
+        before = self._roster_mark(key, old)
         if old is not None:
             self._forget(key, old)
-        if pod is None:
-            return
+        after = self._store_pod(key, pod) if pod is not None else None
+        if after != before:
+            for mark in (before, after):
+                if mark is not None:
+                    self.roster_versions[mark[0]] = self._version = self._version + 1
+
+    def _roster_mark(self, key: str, seen: _Seen | None) -> tuple[str, str, bool] | None:
+        """(gang, uid, ended) of a member: what its gang's roster version follows."""
+        if seen is None or not seen.gang:
+            return None
+        member = self._members.get(seen.gang, {}).get(key)
+        return (seen.gang, member[0].uid, member[0].terminal) if member is not None else None
+
+    def _store_pod(self, key: str, pod: Obj) -> tuple[str, str, bool] | None:
+        """The pod indexed (what it holds, its gang's member); its roster mark when it is a member."""
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         labels = meta.get("labels") or {}
         if not spec.get("schedulingGates") and contract.GROUP_LABEL not in labels:
@@ -295,7 +322,7 @@ class ClusterIndex:
             if owner is not None and not meta.get("deletionTimestamp"):
                 self.placeholder_owners[key] = (owner, str(meta.get("uid") or ""))
                 self._set_placeholder(key, f"{meta.get('namespace', '')}/{stands_for}", spec)
-            return
+            return None
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
         view = PodView.from_api(pod, release, group)
@@ -324,6 +351,7 @@ class ClusterIndex:
         elif view.gated:
             self.stray_gated[key] = (view, pod)
         self.pods[key] = _Seen(view.resource_version, gang, gated, not gang and view.gated)
+        return (gang, view.uid, view.terminal) if gang else None
 
     def _set_plain(self, key: str, meta: Obj, spec: Obj, phase: str | None) -> None:
         """A pod in no gang and without a gate (most of a cluster): only the capacity it holds matters,
@@ -466,8 +494,12 @@ class ClusterIndex:
             if cached is None or cached[0] != version:
                 namespace, _, name = key.partition("/")
                 # by name: the keys ("namespace/name", one namespace) sort as the names do, with no key
-                # function called per pod
-                ordered = [members[pod_key] for pod_key in sorted(members)]
+                # function called per pod; sorted again only when the gang gains or loses a pod
+                roster = self.roster_versions.get(key, 0)
+                order = self._orders.get(key)
+                if order is None or order[0] != roster:
+                    order = self._orders[key] = (roster, sorted(members))
+                ordered = [members[pod_key] for pod_key in order[1]]
                 mechanisms, workloads = self._tallies.get(key, (Counter(), Counter()))
                 view = GangView(
                     namespace,
@@ -481,6 +513,8 @@ class ClusterIndex:
             views[key] = cached[1]
         for key in self._gang_views.keys() - views.keys():
             del self._gang_views[key]
+            self._orders.pop(key, None)
+            self.roster_versions.pop(key, None)
         return views
 
     def ever(self, members: Sequence[Member]) -> Placement:

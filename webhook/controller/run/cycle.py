@@ -30,6 +30,7 @@ from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.controller.observe.devices import devices_check, shared_reaches
+from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
 
@@ -77,8 +78,9 @@ class ReleaseCycle:
 
     def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
         """Where a gang stands in the queue: its priority (state.gang_priority), then its arrival
-        (its oldest pod's creation), remembered until the gang's pods change."""
-        version = self.index.gang_versions[gang.key]
+        (its oldest pod's creation), remembered until the gang gains or loses a pod or one ends (a
+        pod's priority and creation never change)."""
+        version = self.index.roster_versions.get(gang.key, 0)
         cached = self.order.get(gang.key)
         if cached is None or cached[0] != version:
             live = [p for p in gang.pods if not p.terminal] or gang.pods
@@ -265,8 +267,9 @@ class ReleaseCycle:
 
     def finish_releases(self) -> None:
         """The pass's release PATCHes landed (sent side by side across its gangs): the pods as answered
-        go into the index, so the next pass knows them released before the watch delivers them."""
-        self.index.own_writes(self.releaser.finish())
+        go into the index, so the next pass knows them released before the watch delivers them; trimmed
+        as the watch's are (what the index keeps of a pod is the same whichever brought it)."""
+        self.index.own_writes([(version, trim_pod(pod)) for version, pod in self.releaser.finish()])
 
     def apply_reservations(self, snapshot: Snapshot, now: dt.datetime) -> float | None:
         """Take the capacity kept for members to come out of what other gangs may use. A reservation ends

@@ -40,7 +40,7 @@ log = logging.getLogger("gangkeeper.controller")
 
 REDISCOVER_SECONDS = 60.0  # how soon a CRD installed after start (JobSet, Volcano, ...) is watched
 MAX_PACING_SECONDS = 0.25  # the most a pass waits after the last one (see `run`)
-PACING_FACTOR = 3.0  # a pass waits this many times as long as the last one took, up to MAX_PACING_SECONDS
+PACING_FACTOR = 6.0  # a pass waits this many times as long as the last one took, up to MAX_PACING_SECONDS
 STUCK_SECONDS = 120.0  # /healthz fails when the loop has not come round for this long
 FAILING_PASSES = 5  # /healthz fails after this many passes in a row raised: a restart may clear it
 
@@ -170,12 +170,12 @@ def run(
             spent = time.monotonic() - started
         if collector is not None:
             collector.between_passes()
-        # a pause three times as long as the last pass: a burst of changes (a 1,000-pod gang's pods
+        # a pause six times as long as the last pass: a burst of changes (a 1,000-pod gang's pods
         # arriving, its gates lifted, its pods bound) is taken in passes over many of them, not one pass
-        # per change each over the whole gang, and passes take at most about a quarter of the
+        # per change each over the whole gang, and passes take at most about a seventh of the
         # controller's time. With a pause as long as the pass, the leader passed 886 times in the
-        # 1,000-pod autoscale run, back to back (bench/cluster.py controller_passes); a small cluster's
-        # passes take milliseconds, and so do its pauses
+        # 1,000-pod autoscale run, back to back (bench/cluster.py controller_passes); three times, 750 to
+        # 850; six times, 680 to 710. A small cluster's passes take milliseconds, and so do its pauses
         stop.wait(min(PACING_FACTOR * spent, MAX_PACING_SECONDS))
         # until something changes (a watch event, leadership) or the earliest deadline of any gang;
         # `interval` bounds the sleep, a safety net for a deadline nothing announced

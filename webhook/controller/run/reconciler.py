@@ -265,18 +265,21 @@ class Controller:
         if not gang.pods:
             return None
         mechanism, switched = self._mechanisms_of(gang, current)
-        gated = [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+
+        def gated() -> list[tuple[PodView, Obj]]:  # read only on the rare paths that lift gates
+            return [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
+
         if self.opted_out(gang.namespace):
             # the namespace left gangkeeper: its pods are scheduled as any pod, nothing waits for a
             # release (the opt-out docs/operations.md gives to unblock a namespace)
-            if gated and self.may_write():
-                self.releaser.lift_gates(gated, f"namespace {gang.namespace} is no longer opted in", now)
+            if self.may_write() and (lifted := gated()):
+                self.releaser.lift_gates(lifted, f"namespace {gang.namespace} is no longer opted in", now)
             return None
-        if switched and gated and self.may_write():
+        if switched and self.may_write() and (lifted := gated()):
             # the namespace moved this gang to another mechanism: its new members will never join
             # the gated ones, who would otherwise wait for a gang that cannot fill
             why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
-            self.releaser.lift_gates(gated, why, now)
+            self.releaser.lift_gates(lifted, why, now)
             return None
         if mechanism.name != "gate":
             # Volcano marks the pods it could place Schedulable: only placeholders show an autoscaler the gang
@@ -292,8 +295,8 @@ class Controller:
             return None
         if not resolved.gone:
             self._gone_since.pop(gang.key, None)
-        elif gated and self.may_write():
-            self._lift_when_not_collected(gang.key, gated, resolved, now)
+        elif self.may_write() and (lifted := gated()):
+            self._lift_when_not_collected(gang.key, lifted, resolved, now)
         return gang, resolved
 
     def _lift_when_not_collected(
