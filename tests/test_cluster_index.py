@@ -11,11 +11,12 @@ import pytest
 
 from tests import builders as b
 from tests.apiserver import Store
-from tests.cluster import Clock, default_scheduler, node
+from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node
 from tests.lifecycle import JobController, install_admission
 from webhook.controller.decide.queue import Policy
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.informer import InformerSource, trim_node, trim_pod
+from webhook.controller.observe.resolve import Workloads
 from webhook.controller.run.reconciler import Controller
 from webhook.informer import Informer
 from webhook.kube import NODES, PODS, Api
@@ -289,3 +290,62 @@ def test_the_index_tallies_each_gangs_mechanisms_as_its_pods_change() -> None:
     assert tallied() == {"coscheduling"}
     index.reclassify(lambda pod: "native")
     assert tallied() == {"native"}
+
+
+def test_a_gangs_members_stay_in_name_order_and_its_roster_moves_only_when_membership_does() -> None:
+    """The members' order and the queue place (cycle.queue_key) are kept per roster version: it must move
+    when the gang gains, loses or replaces a pod, or one ends, and only then; an event of a version the
+    index holds already (the release's own answer, then the watch's copy) is not taken again."""
+
+    def member(name: str, uid: str, version: str, phase: str = "Pending", gated: bool = True) -> dict[str, Any]:
+        labels = {"gangkeeper.io/group-name": "mpi", "gangkeeper.io/group": "pg-mpi"}
+        pod = b.pod(name, labels=labels)
+        pod["metadata"].update(uid=uid, resourceVersion=version, annotations={"gangkeeper.io/workload": "Pod/mpi"})
+        if gated:
+            pod["spec"]["schedulingGates"] = [{"name": "gangkeeper.io/gang-gate"}]
+        pod["status"] = {"phase": phase}
+        return pod
+
+    def seen() -> tuple[list[str], int]:
+        (gang,) = index.gangs().values()
+        return [view.uid for view in gang.pods], index.roster_versions[gang.key]
+
+    index = ClusterIndex()
+    a, bee, c = f"{NS}/a", f"{NS}/b", f"{NS}/c"
+    index.apply_pods({c: member("c", "c1", "1"), a: member("a", "a1", "2")})
+    order, roster = seen()
+    assert order == ["a1", "c1"]
+    index.apply_pods({a: member("a", "a1", "3", gated=False)})  # released: the same members
+    assert seen() == (["a1", "c1"], roster)
+    assert not index.gangs()[f"{NS}/pg-mpi"].pods[0].gated
+    index.apply_pods({a: member("a", "a1", "3", gated=True)})  # a version held already: not taken again
+    assert not index.gangs()[f"{NS}/pg-mpi"].pods[0].gated
+    index.apply_pods({bee: member("b", "b1", "4")})
+    order, moved = seen()
+    assert order == ["a1", "b1", "c1"] and moved != roster
+    index.apply_pods({bee: member("b", "b2", "5")})  # made again under the same name
+    order, replaced = seen()
+    assert order == ["a1", "b2", "c1"] and replaced != moved
+    index.apply_pods({c: member("c", "c1", "6", phase="Succeeded", gated=False)})
+    assert seen()[1] != replaced
+    index.apply_pods({a: None})
+    assert seen()[0] == ["b2", "c1"]
+
+
+def test_a_workload_is_analyzed_again_only_when_it_changes(store: Store, api: Api) -> None:
+    """Workloads.resolve keeps a workload's analysis per uid and resourceVersion: the same Resolved while
+    the Job is unchanged, its new gang size as soon as it changes."""
+    job = add_job(store, parallelism=4)
+    add_job_pods(store, job)
+    index = ClusterIndex()
+    index.replace_pods(store.list("v1", "pods", None)[0])
+    (gang,) = index.gangs().values()
+    workloads = Workloads(api, {})
+    first = workloads.resolve(gang, {})
+    assert first.spec is not None and first.spec.min_member == 4
+    assert workloads.resolve(gang, {}) is first
+    job = store.get("batch/v1", "jobs", job["metadata"]["namespace"], job["metadata"]["name"])
+    job["metadata"].setdefault("annotations", {})["gangkeeper.io/min-member"] = "2"
+    store.update("batch/v1", "jobs", job["metadata"]["namespace"], job["metadata"]["name"], job, None, admit=False)
+    again = workloads.resolve(gang, {})
+    assert again is not first and again.spec is not None and again.spec.min_member == 2
