@@ -101,13 +101,26 @@ class Karpenter:
         """The nodes Karpenter made (its NodeClaims' nodes), Ready or not."""
         return [n for n in self.plane.get("nodes") if "karpenter.sh/nodepool" in n["metadata"].get("labels", {})]
 
+    def _emptied(self) -> bool:
+        """Whether its nodes are gone; the pods still on them deleted now (their NodeClaims are going,
+        so no new pod lands there)."""
+        nodes = self.nodes()
+        for node in nodes:
+            selector = f"spec.nodeName={node['metadata']['name']}"
+            self.plane.kubectl(
+                "delete", "pods", "-A", f"--field-selector={selector}", "--grace-period=0", "--force", "--wait=false"
+            )
+        return not nodes
+
     def stop(self) -> None:
         """Its NodePools and NodeClaims deleted while it runs (it drains and removes its nodes), then the
-        process stopped."""
+        process stopped. The pods left on its nodes are deleted at once: a gang's members carry
+        karpenter.sh/do-not-disrupt, which holds a node's termination until its NodeClaim's grace runs
+        out (none is set here), and a teardown that waited on them waited 120 s and left the nodes."""
         with contextlib.suppress(Exception):
             self.plane.kubectl("delete", "nodepools.karpenter.sh", "--all", "--wait=false")
             self.plane.kubectl("delete", "nodeclaims.karpenter.sh", "--all", "--wait=false")
-            wait_until(lambda: not self.nodes(), "Karpenter's nodes gone", 120)
+            wait_until(self._emptied, "Karpenter's nodes gone", 120, every=2)
         if self.process is not None:
             self.process.stop()
 
