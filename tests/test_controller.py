@@ -978,3 +978,40 @@ def test_a_release_is_recorded_in_one_write_off_the_pass_thread(server: TestApiS
         "create": 1,
         "status": 1,
     }
+
+
+def test_a_gone_members_record_is_removed_and_a_steady_gang_writes_nothing(server: TestApiServer, api: Api) -> None:
+    """The Gang's release records follow the members: a pod deleted loses its record and its replacement,
+    released, gets its own; a pass over a gang where nothing changed writes nothing (the records of pods
+    gone are worked out again only when the gang's members or the Gang's records change)."""
+    from webhook.controller import metrics
+
+    server.store.create("v1", "nodes", "", node("worker1", cpu="16"))
+    job = add_job(server.store, parallelism=2, cpu="2")
+    add_job_pods(server.store, job)
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    default_scheduler(server.store)
+    controller.reconcile_once()
+    first = sorted(p["metadata"]["name"] for p in pods(server.store))
+    assert sorted(gang_status(server.store, "job-train")["released"]) == first
+
+    gone = first[0]
+    server.store.delete("v1", "pods", "team-a", gone)
+    clock.advance(1)
+    controller.reconcile_once()
+    assert sorted(gang_status(server.store, "job-train")["released"]) == first[1:]
+    (replacement,) = add_job_pods(server.store, job, count=1)
+    for _ in range(2):
+        clock.advance(1)
+        controller.reconcile_once()
+        default_scheduler(server.store)
+    assert sorted(gang_status(server.store, "job-train")["released"]) == sorted([first[1], replacement])
+
+    clock.advance(1)
+    controller.reconcile_once()
+    writes = metrics.GANG_WRITES.labels("status")._value.get()
+    clock.advance(1)
+    controller.reconcile_once()
+    assert metrics.GANG_WRITES.labels("status")._value.get() == writes

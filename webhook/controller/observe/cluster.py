@@ -36,6 +36,9 @@ class GangView:
     # mechanisms whose marks they carry, and the uids of the workloads they were made for
     mechanisms: frozenset[str] | None = field(default=None, repr=False, compare=False)
     workload_uids: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    # the index's roster version of the gang when the view was made (None: not the index's): the same
+    # while its members, their uids and whether each ended are (ClusterIndex.roster_versions)
+    roster: int | None = field(default=None, repr=False, compare=False)
     # the last `made_for`: (the workload's uid, the view, None for this one: no cycle for the collector to
     # find, garbage.py); the index keeps a view while its pods are the same
     _made_for: tuple[str, GangView | None] | None = field(default=None, init=False, repr=False, compare=False)
@@ -508,6 +511,7 @@ class ClusterIndex:
                     [raw for _, raw in ordered],
                     mechanisms=frozenset(mechanisms),
                     workload_uids=frozenset(workloads),
+                    roster=roster,
                 )
                 cached = self._gang_views[key] = (version, view)
             views[key] = cached[1]
