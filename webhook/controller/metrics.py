@@ -59,3 +59,15 @@ GC_PAUSES = Histogram(
     ["generation"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+# what tenants' objects cost the controller (devices.Memo, cel_sandbox.CelSandbox): read when scraped
+CEL_EVALUATIONS = Gauge(
+    "gangkeeper_cel_evaluations", "Device selector evaluations made since start (results are remembered)"
+)
+CEL_OVER_BUDGET = Gauge(
+    "gangkeeper_cel_over_budget_expressions",
+    "Device selectors that ran over their CPU budget, never evaluated again while unchanged",
+)
+CACHE_ENTRIES = Gauge("gangkeeper_cache_entries", "Entries of the controller's bounded caches", ["cache"])
+CACHE_EVICTIONS = Gauge(
+    "gangkeeper_cache_evictions", "Entries evicted from a bounded cache, least recently used first", ["cache"]
+)

@@ -79,9 +79,13 @@ def workload_uid(pod: Obj) -> str:
     """The uid of the workload the pod was made for, where it can be told: its controller owner's when
     that owner is the workload itself (a Job's pod), else the one the webhook wrote on the template of
     the object its operator made for it (a JobSet's Job: gangs._with_owner_uid). "" when neither says:
-    the pod is then a member by its owner's name alone (a LeaderWorkerSet's, whose templates carry no stamp)."""
+    the pod is then a member by its owner's name alone (a LeaderWorkerSet's, whose templates carry no stamp).
+    A pod no controller owns was written by a user, annotation and all: what it claims is not honoured
+    ("" : it stands for no workload's uid, so it cannot speak for another's Kueue Workload)."""
     stamped = stamped_identity(pod)
     owner = common.controller_of(pod) or {}
+    if not owner.get("uid"):
+        return ""
     if stamped is not None and owner.get("kind") == stamped.workload_kind:
         return str(owner.get("uid") or "")
     return common.annotations_of(pod).get(contract.WORKLOAD_UID_ANNOTATION, "")

@@ -210,19 +210,22 @@ class KueueChecks:
         told = [w for w in listed if told_ready(w, checks) is not None]
         if not told:
             return
-        # workload uid -> (a pod of its gang holds a node, the gang): the gangs of those namespaces only, a
+        # (namespace, workload uid) -> (a pod of its gang holds a node, the gang): joined by namespace and
+        # uid, so no pod of another namespace speaks for a Workload (a uid is what a tenant can copy), a
         # running one decided at its first bound pod (the admitted Workloads stay here while they run when
         # Kueue keeps no PodsReady)
         namespaces = {str((w.get("metadata") or {}).get("namespace")) for w in told}
-        gangs: dict[str, tuple[bool, str]] = {}
+        gangs: dict[tuple[str, str], tuple[bool, str]] = {}
         for gang in snapshot.gangs.values():
             if gang.namespace not in namespaces:
                 continue
-            for uid in {view.workload_uid for view in gang.pods if view.workload_uid}:
-                started = gangs.get(uid, (False, ""))[0] or any(
+            uids = gang.workload_uids if gang.workload_uids is not None else {v.workload_uid for v in gang.pods}
+            for uid in uids - {""}:
+                key = (gang.namespace, uid)
+                started = gangs.get(key, (False, ""))[0] or any(
                     view.holds_node is not None for view in gang.pods if view.workload_uid == uid
                 )
-                gangs[uid] = (started, gang.key)
+                gangs[key] = (started, gang.key)
         for workload in told:
             owner = next(
                 (
@@ -232,11 +235,12 @@ class KueueChecks:
                 ),
                 "",
             )
-            if owner not in gangs:
+            joined = (str((workload.get("metadata") or {}).get("namespace")), owner)
+            if joined not in gangs:
                 # no pod of it seen waiting (its pods not made yet, or not gangkeeper's to see: Kueue's
                 # PodsReady is only kept with waitForPodsReady): nothing tells that it has not started
                 continue
-            started, gang_key = gangs[owner]
+            started, gang_key = gangs[joined]
             timeout = self.timeout_of(gang_key) or DEFAULT_TIMEOUT_SECONDS
             check = overdue(workload, checks, started, timeout, stamp)
             if check is None or not self.may_write():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -32,15 +32,26 @@ from celpy.evaluation import CELEvalError
 from webhook import resources
 
 MAX_COMPILED = 4096  # selectors are tenant input: the compiled cache is bounded
+# resource.k8s.io's own bound on a selector's text (k8s.io/api/resource/v1 types.go
+# CELSelectorExpressionMaxLength): the API server refuses longer ones, so a longer one was never applied
+MAX_EXPRESSION_LENGTH = 10 * 1024
+
+# what a selector can see of one device: (driver, attributes, capacity) as the slice has them (JSON)
+DeviceFacts = tuple[str, Any, Any]
+Outcome = bool | Exception  # a SelectorError, or a ValueError for an attribute of no known type
+# evaluates each (expression, device) pair; the controller's runs out of process with a CPU budget per
+# pair (controller/observe/cel_sandbox.py), the default here in process (tests, simulation, explain)
+Evaluator = Callable[[Sequence[tuple[str, DeviceFacts]]], list[Outcome]]
 
 
 class SelectorError(Exception):
     """A CEL runtime error (kube-scheduler fails the allocation on that node: allocator_stable.go
     selectorsMatch, "CEL runtime error"), or a selector this evaluator cannot read (`unreadable`)."""
 
-    def __init__(self, message: str, unreadable: bool = False) -> None:
+    def __init__(self, message: str, unreadable: bool = False, over_budget: bool = False) -> None:
         super().__init__(message)
         self.unreadable = unreadable
+        self.over_budget = over_budget  # it ran over its CPU budget (observe/cel_sandbox.py)
 
 
 @functools.total_ordering
@@ -234,6 +245,21 @@ def device_variable(driver: str, attributes: Mapping[str, Any], capacity: Mappin
             celtypes.StringType("capacity"): domains(capacities),
         }
     )
+
+
+def evaluate(expression: str, facts: DeviceFacts) -> Outcome:
+    """One selector on one device, its error as a value (what a batch carries back)."""
+    try:
+        if len(expression) > MAX_EXPRESSION_LENGTH:
+            raise SelectorError(f"CEL selector of {len(expression)} characters, over {MAX_EXPRESSION_LENGTH}")
+        return matches(expression, device_variable(facts[0], facts[1] or {}, facts[2] or {}))
+    except (SelectorError, ValueError) as error:
+        return error
+
+
+def evaluate_all(pairs: Sequence[tuple[str, DeviceFacts]]) -> list[Outcome]:
+    """The in-process Evaluator: no bound on the time one pair takes (trusted input only)."""
+    return [evaluate(expression, facts) for expression, facts in pairs]
 
 
 def matches(expression: str, device: celtypes.MapType) -> bool:

@@ -30,9 +30,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from webhook.controller.decide import device_cel
 from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
@@ -43,7 +44,12 @@ DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go M
 # a DeviceClass's devices as a node resource of the gate's placement: the name KEP-5004 gives a class's
 # implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
 CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
-MAX_REMEMBERED_MATCHES = 1_000_000  # selector results kept (device content, expression)
+MAX_REMEMBERED_MATCHES = 400_000  # selector results kept (device content, expression), least recent out
+MAX_REMEMBERED_FAILURES = 4096  # selectors' last errors kept, for the Gangs that wait on them
+MAX_REMEMBERED_DEMANDS = 20_000  # pods' demands kept per inventory (by template), oldest out
+# distinct selector sets of one namespace's waiting claims counted per node (`narrowed`): what one
+# namespace's templates cost every node is bounded; past it, its other sets wait and say so
+MAX_SELECTOR_SETS_PER_NAMESPACE = 16
 MAX_REMEMBERED_SLICES = 100_000  # slices kept parsed
 MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
 
@@ -224,6 +230,10 @@ class Inventory:
     # by pool, what each subrequest selects there
     _selected: dict[int, tuple[Pool, dict[Subrequest, tuple[Device, ...]]]] = field(default_factory=dict)
     _demands: dict[tuple[str, Any], tuple[Any, Any, Demand]] = field(default_factory=dict)
+    # ("template" | "claim", namespace, name) named by pods that wait: only their selectors are counted
+    # per node (`narrowed`); None counts every template and claim (offline: tests, simulation)
+    waiting: frozenset[tuple[str, str, str]] | None = None
+    deferred: dict[str, str] = field(default_factory=dict)  # class resource -> why it is not counted yet
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
         pools = self._pools_of.get(node.name)
@@ -238,24 +248,17 @@ class Inventory:
         return self.pool_index or PoolIndex.of(self.pools)
 
     def selector_matches(self, device: Device, expression: str) -> bool:
-        """Remembered per device content and expression: cel-python takes about 2 ms an evaluation
-        here, so devices alike are evaluated once, and a slice that did not change is never again."""
-        matched = self.memo.matched
+        """Remembered per device content and expression (Memo): cel-python takes about 2 ms an
+        evaluation here, so devices alike are evaluated once, and a slice that did not change is never
+        again."""
         key = (device.content, expression)
-        found = matched.get(key)
+        found = self.memo.matched.get(key)
         if found is None:
-            try:
-                found = device_cel.matches(expression, device.variable)
-            except device_cel.SelectorError as error:
-                found = error
-            except ValueError as error:  # an attribute of no known type: kube-scheduler errs too
-                found = device_cel.SelectorError(f"device {'/'.join(device.id)}: {error}")
-            if len(matched) >= MAX_REMEMBERED_MATCHES:
-                matched.clear()
-            matched[key] = found
+            self.memo.evaluate({key: device})
+            found = self.memo.matched.get(key)
         if isinstance(found, device_cel.SelectorError):
             raise found
-        return found
+        return bool(found)
 
     def selected(self, sub: Subrequest, pool: Pool) -> tuple[Device, ...]:
         """The pool's devices the subrequest's class and selectors select and whose taints it tolerates,
@@ -267,6 +270,7 @@ class Inventory:
         if found is not None:
             return found
         device_class = self.classes[sub.device_class]
+        self.memo.prime((pool,), (*device_class.selectors, *sub.selectors))
         found = tuple(
             device
             for device in pool.devices
@@ -294,7 +298,11 @@ class Inventory:
         if kept is not None and kept[0] is claims and kept[1] is containers:
             return kept[2]
         found = pod_demand(namespace, spec, self)
-        self._demands[key] = (claims, containers, found)
+        demands = self._demands
+        demands.pop(key, None)
+        demands[key] = (claims, containers, found)
+        while len(demands) > MAX_REMEMBERED_DEMANDS:
+            del demands[next(iter(demands))]  # the oldest one: a dict keeps its insertion order
         return found
 
     def remembering(self, before: Inventory | None) -> Inventory:
@@ -403,22 +411,50 @@ class Inventory:
 
     @functools.cached_property
     def narrowed(self) -> dict[str, set[tuple[str, ...]]]:
-        """Per class, the request selectors its templates and claims narrow it by."""
+        """Per class, the request selectors that waiting pods' templates and claims narrow it by
+        (`waiting`: every template and claim when None, offline). Each node counts its devices per set,
+        so a namespace's sets beyond MAX_SELECTOR_SETS_PER_NAMESPACE wait (`deferred`): one tenant's
+        templates cannot make every node's count cost more than that."""
         found: dict[str, set[tuple[str, ...]]] = {}
-        specs = [(t.get("spec") or {}).get("spec") or {} for t in self.templates.values()]
-        specs += [c.get("spec") or {} for c in self.claims.values()]
-        for spec in specs:
+        per_namespace: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+        for (namespace, _), spec in self._waiting_specs():
             for request in claim_requests(spec, set()):
                 for sub in request.alternatives:
-                    if sub.selectors:
-                        found.setdefault(sub.device_class, set()).add(sub.selectors)
+                    if not sub.selectors:
+                        continue
+                    counted = per_namespace.setdefault(namespace, set())
+                    entry = (sub.device_class, sub.selectors)
+                    if entry not in counted and len(counted) >= MAX_SELECTOR_SETS_PER_NAMESPACE:
+                        self.deferred[class_resource(*entry)] = (
+                            f"namespace {namespace} has more than {MAX_SELECTOR_SETS_PER_NAMESPACE} distinct "
+                            "device selector sets waiting: this one is counted once others have started"
+                        )
+                        continue
+                    counted.add(entry)
+                    found.setdefault(sub.device_class, set()).add(sub.selectors)
         return found
+
+    def _waiting_specs(self) -> list[tuple[tuple[str, str], Mapping[str, Any]]]:
+        """The claim specs of the templates and claims `waiting` names, in name order."""
+        if self.waiting is None:
+            templates, claims = sorted(self.templates.items()), sorted(self.claims.items())
+        else:
+            named = sorted(self.waiting)
+            templates = [
+                ((n, m), self.templates[(n, m)]) for k, n, m in named if k == "template" and (n, m) in self.templates
+            ]
+            claims = [((n, m), self.claims[(n, m)]) for k, n, m in named if k == "claim" and (n, m) in self.claims]
+        specs = [(k, (t.get("spec") or {}).get("spec") or {}) for k, t in templates]
+        return specs + [(k, c.get("spec") or {}) for k, c in claims]
 
     def class_totals(self, node: Node, counted_by_pods: Collection[str] = ()) -> dict[str, int]:
         """Per class resource (`class_resource`): the devices of the node's pools the class (and a
         request's selectors) select that no claim holds but the claims of the pods in `counted_by_pods`
         (uids), whose shapes hold their devices."""
         totals: dict[str, int] = {}
+        expressions = [s for c in self.classes.values() for s in c.selectors]
+        expressions += [s for sets in self.narrowed.values() for selectors in sets for s in selectors]
+        self.memo.prime(self.pools_for(node), expressions)
         for device_class in self.classes.values():
             free = [
                 device
@@ -437,6 +473,17 @@ class Inventory:
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
         return totals
+
+    def selector_problems(self, sub: Subrequest) -> list[str]:
+        """Why the subrequest's devices are not counted: a selector that failed, or its set deferred."""
+        device_class = self.classes.get(sub.device_class)
+        found = [
+            f"selector {expression[:120]!r}: {failed}"
+            for expression in (*(device_class.selectors if device_class else ()), *sub.selectors)
+            if (failed := self.memo.failed.get(expression)) is not None
+        ]
+        deferred = self.deferred.get(class_resource(sub.device_class, sub.selectors)) if sub.selectors else None
+        return [*found, deferred] if deferred else found
 
     def _counted(self, device: Device, counted_by_pods: Collection[str]) -> bool:
         holder = self.taken.get(device.id)
@@ -468,14 +515,97 @@ def with_demand(shape: Shape, demand: Demand) -> Shape:
 # --- reading the API objects ----------------------------------------------------------------------
 
 
-@dataclass
 class Memo:
     """What outlives one inventory (DeviceWatch keeps one): slices parsed, by uid and resourceVersion,
     and selector results, by device content: a claim allocated or a slice republished changes the
-    inventory, not the 40,000 devices' parsing and CEL."""
+    inventory, not the 40,000 devices' parsing and CEL. Selector results are evaluated in batches by
+    `evaluator` (the controller's has a CPU budget per evaluation, out of process) and kept up to
+    MAX_REMEMBERED_MATCHES, the least recently used evicted one by one."""
 
-    matched: dict[tuple[str, str], bool | device_cel.SelectorError] = field(default_factory=dict)
-    slices: dict[tuple[str, str], Pool] = field(default_factory=dict)
+    def __init__(self, evaluator: device_cel.Evaluator = device_cel.evaluate_all) -> None:
+        self.evaluator = evaluator
+        self.matched: BoundedMap[tuple[str, str], bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
+        self.slices: dict[tuple[str, str], Pool] = {}
+        # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
+        self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
+        self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
+        # by pool id: the pool (so no other takes its id) and the expressions primed on it
+        self._primed: dict[int, tuple[Pool, frozenset[str]]] = {}
+
+    def prime(self, pools: Iterable[Pool], expressions: Iterable[str]) -> None:
+        """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A
+        pool already primed for these expressions (the same object: its slice unchanged) is skipped."""
+        matched, primed = self.matched, self._primed
+        wanted = frozenset(expressions)
+        if not wanted:
+            return
+        missing: dict[tuple[str, str], Device] = {}
+        for pool in pools:
+            done = primed.get(id(pool))
+            if done is not None and done[0] is pool and wanted <= done[1]:
+                continue
+            for device in pool.devices:
+                if device.unmodelled:
+                    continue
+                for expression in wanted:
+                    key = (device.content, expression)
+                    if key not in matched and key not in missing:
+                        missing[key] = device
+            primed[id(pool)] = (pool, wanted | done[1] if done is not None and done[0] is pool else wanted)
+        while len(primed) > MAX_REMEMBERED_SLICES:
+            del primed[next(iter(primed))]
+        if missing:
+            self.evaluate(missing)
+
+    def evaluate(self, missing: Mapping[tuple[str, str], Device]) -> None:
+        matched = self.matched
+        pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in missing.items()]
+        self.evaluations += len(pairs)
+        for (key, device), outcome in zip(missing.items(), self.evaluator(pairs), strict=True):
+            if isinstance(outcome, device_cel.SelectorError):
+                matched[key] = outcome
+            elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too
+                matched[key] = outcome = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
+            else:
+                matched[key] = bool(outcome)
+            if isinstance(outcome, device_cel.SelectorError) and outcome.over_budget:
+                self.failed[key[1]] = str(outcome)[-300:]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedMap(Generic[K, V]):
+    """A map of at most `bound` entries, the least recently read or written evicted first, one at a
+    time (never cleared whole: a tenant filling it costs only its own entries again)."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.evicted = 0
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.bound:
+            self._entries.popitem(last=False)
+            self.evicted += 1
+
+    def pop(self, key: K) -> V | None:
+        return self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
 
 
 def inventory_from(

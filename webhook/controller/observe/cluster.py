@@ -108,6 +108,7 @@ class _Seen:
     gated: bool  # counted among the gated pods
     stray: bool
     placeholder_for: str = ""  # "namespace/group" of the gang a placeholder pod stands for
+    claims: tuple[tuple[str, str, str], ...] = ()  # the templates and claims it names while it waits
 
 
 class ClusterIndex:
@@ -166,6 +167,10 @@ class ClusterIndex:
         self._device_units: dict[str, Units] = {}
         self._api_nodes: dict[str, Node] = {}
         self._devices_lost: set[str] = set()  # bound gang pods whose allocated devices no slice has now
+        # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
+        # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
+        self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
+        self._waiting_frozen: frozenset[tuple[str, str, str]] | None = frozenset()
 
     # --- changes in ---------------------------------------------------------------------------------
     def apply_pods(self, changes: Mapping[str, Obj | None]) -> None:
@@ -353,7 +358,11 @@ class ClusterIndex:
             self._touch(gang)
         elif view.gated:
             self.stray_gated[key] = (view, pod)
-        self.pods[key] = _Seen(view.resource_version, gang, gated, not gang and view.gated)
+        claims = waiting_claims(view.namespace, spec) if gang and gated and view.claims_devices else ()
+        if claims:
+            self._waiting_claims.update(claims)
+            self._waiting_frozen = None
+        self.pods[key] = _Seen(view.resource_version, gang, gated, not gang and view.gated, claims=claims)
         return (gang, view.uid, view.terminal) if gang else None
 
     def _set_plain(self, key: str, meta: Obj, spec: Obj, phase: str | None) -> None:
@@ -423,6 +432,12 @@ class ClusterIndex:
             self._touch(old.gang)
         if old.stray:
             self.stray_gated.pop(key, None)
+        if old.claims:
+            self._waiting_claims.subtract(old.claims)
+            for ref in old.claims:
+                if self._waiting_claims[ref] <= 0:
+                    del self._waiting_claims[ref]
+            self._waiting_frozen = None
 
     def _take(self, hold: _Hold, sign: int, key: str) -> None:
         """sign +1: the pod holds its node now; -1: it no longer does."""
@@ -478,6 +493,12 @@ class ClusterIndex:
             self._touch(gang)
 
     # --- what a pass reads ----------------------------------------------------------------------
+    def waiting_claims(self) -> frozenset[tuple[str, str, str]]:
+        """The templates and claims gated gang members name (the same object while none changes)."""
+        if self._waiting_frozen is None:
+            self._waiting_frozen = frozenset(self._waiting_claims)
+        return self._waiting_frozen
+
     def node_list(self) -> list[Node]:
         if self._node_list is None:
             self._node_list = sorted(self.nodes.values(), key=lambda n: n.name)
@@ -602,3 +623,15 @@ class ClusterIndex:
             if hold.node in free:
                 _add(free[hold.node], hold.units, +1)
         return free
+
+
+def waiting_claims(namespace: str, spec: Obj) -> tuple[tuple[str, str, str], ...]:
+    """("template" | "claim", namespace, name) of each ResourceClaimTemplate and ResourceClaim the pod names."""
+    found = []
+    for entry in spec.get("resourceClaims") or []:
+        if isinstance(entry, dict):
+            if entry.get("resourceClaimTemplateName"):
+                found.append(("template", namespace, str(entry["resourceClaimTemplateName"])))
+            elif entry.get("resourceClaimName"):
+                found.append(("claim", namespace, str(entry["resourceClaimName"])))
+    return tuple(found)

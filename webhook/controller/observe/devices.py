@@ -7,10 +7,14 @@ of the pods released before it and not allocated yet."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
-from webhook.controller.decide import devices
+from webhook.controller import metrics
+from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.decide.shapes import term_matches
+from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.observe.cel_sandbox import CelSandbox
 from webhook.controller.observe.cluster import ClusterIndex, GangView
 from webhook.informer import Informer
 from webhook.kube import Resource
@@ -26,11 +30,14 @@ RESOURCES = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, CLAIM_TEMPLATES)
 class DeviceWatch:
     """The Inventory of the four informers, the same object while none of them changed."""
 
-    def __init__(self, informers: Mapping[tuple[str, str], Informer]) -> None:
+    def __init__(
+        self, informers: Mapping[tuple[str, str], Informer], evaluator: device_cel.Evaluator | None = None
+    ) -> None:
         self._all = informers  # the controller's: the four join it once discovery finds them served
         self._versions: tuple[str, ...] | None = None
         self._inventory: Inventory | None = None
-        self._memo = devices.Memo()
+        # tenants' selectors out of process, each evaluation within a CPU budget (cel_sandbox.py)
+        self.memo = devices.Memo(evaluator or CelSandbox())
         self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
         self._pools_of: Informer | None = None  # the slices' informer the book follows
 
@@ -38,8 +45,10 @@ class DeviceWatch:
     def _informers(self) -> list[Informer | None]:
         return [self._all.get((r.group_version, r.plural)) for r in RESOURCES]
 
-    def inventory(self) -> Inventory | None:
-        """None until all four are watched and listed (the API may not serve them: DRA off, or before 1.34)."""
+    def inventory(self, waiting: frozenset[tuple[str, str, str]] = frozenset()) -> Inventory | None:
+        """None until all four are watched and listed (the API may not serve them: DRA off, or before
+        1.34). `waiting`: the templates and claims gated gang members name (ClusterIndex.waiting_claims),
+        the only ones whose selectors each node's devices are counted by."""
         informers = [i for i in self._informers if i is not None and i.synced.is_set()]
         if len(informers) < len(RESOURCES):
             return None
@@ -52,11 +61,30 @@ class DeviceWatch:
             self._pools.apply(changed)
         if changed or versions != self._versions:
             inventory = devices.inventory_from(
-                classes.items(), (), claims.items(), templates.items(), self._memo, self._pools.gathered()
+                classes.items(), (), claims.items(), templates.items(), self.memo, self._pools.gathered()
             )
+            inventory.waiting = waiting
             self._inventory = inventory.remembering(self._inventory)
             self._versions = versions
+        elif self._inventory is not None and waiting != self._inventory.waiting:
+            # other pods wait: a new inventory only when the selector sets counted per node change
+            narrowed = replace(self._inventory, waiting=waiting, deferred={})
+            if narrowed.narrowed == self._inventory.narrowed and narrowed.deferred == self._inventory.deferred:
+                self._inventory.waiting = waiting
+            else:
+                self._inventory = narrowed
         return self._inventory
+
+
+def watch_costs(watch: DeviceWatch) -> None:
+    """The metrics of what tenants' device objects cost, read from this watch when scraped."""
+    memo = watch.memo
+    metrics.CEL_EVALUATIONS.set_function(lambda: memo.evaluations)
+    sandbox = memo.evaluator
+    if isinstance(sandbox, CelSandbox):
+        metrics.CEL_OVER_BUDGET.set_function(lambda: len(sandbox.over_budget))
+    metrics.CACHE_ENTRIES.labels("cel_results").set_function(lambda: len(memo.matched))
+    metrics.CACHE_EVICTIONS.labels("cel_results").set_function(lambda: memo.matched.evicted)
 
 
 def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str, str]], str | None] | None:
@@ -95,6 +123,25 @@ def devices_check(index: ClusterIndex, gang: GangView) -> Callable[[Mapping[str,
         return None
 
     return check
+
+
+def with_selector_problems(index: ClusterIndex, gang: GangView, decision: Decision) -> Decision:
+    """A waiting gang's decision naming what keeps its pods' device selectors from being counted: one over
+    its CEL budget, or one deferred (its namespace's share of selector sets)."""
+    inventory = index.devices
+    if decision.state == GangState.RELEASE or inventory is None or not any(v.claims_devices for v in gang.pods):
+        return decision
+    problems: dict[str, None] = {}
+    demands = {id(d): d for d in (inventory.demand(gang.namespace, raw.get("spec") or {}) for raw in gang.raw)}
+    for demand in demands.values():
+        for claim in demand.claims:
+            for request in claim.requests:
+                for sub in request.alternatives:
+                    for problem in inventory.selector_problems(sub):
+                        problems[f"{claim.key} request {sub.name}: {problem}"] = None
+    if not problems:
+        return decision
+    return replace(decision, message=f"{decision.message}; " + "; ".join(list(problems)[:3]))
 
 
 MAX_REACHES = 16  # places tried for a gang's shared claim, in node order

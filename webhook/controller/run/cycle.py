@@ -29,7 +29,7 @@ from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex, GangView
-from webhook.controller.observe.devices import devices_check, shared_reaches
+from webhook.controller.observe.devices import devices_check, shared_reaches, with_selector_problems
 from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
@@ -305,7 +305,9 @@ class ReleaseCycle:
         allocation of it reaches, each in turn until one holds the gang (observe/devices.py)."""
         reaches = shared_reaches(snapshot.index, gang) if resolved.spec is not None else None
         if not reaches:
-            return self._decide_for(gang, resolved, snapshot, now, avoid, room)
+            return with_selector_problems(
+                snapshot.index, gang, self._decide_for(gang, resolved, snapshot, now, avoid, room)
+            )
         everywhere = frozenset(n.name for n in snapshot.nodes)
         first: Decision | None = None
         for reach in reaches:

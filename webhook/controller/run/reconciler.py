@@ -29,7 +29,7 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
-from webhook.controller.observe.devices import DeviceWatch
+from webhook.controller.observe.devices import DeviceWatch, watch_costs
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, running_endings
@@ -97,6 +97,7 @@ class Controller:
         self._marks: dict[str, tuple[int, Backend, frozenset[str]]] = {}
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
         self.device_watch = DeviceWatch(self.informers)
+        watch_costs(self.device_watch)
         self.decisions: dict[str, Decision] = {}
         # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
         # must not release a gang another replica is deciding about
@@ -412,7 +413,7 @@ class Controller:
         """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
         comparing a full listing), and a copy of the free capacity for the pass to promise from."""
         index = self.index
-        index.use_devices(self.device_watch.inventory())
+        index.use_devices(self.device_watch.inventory(index.waiting_claims()))
         if isinstance(self.source, ChangeSource):
             pod_changes, node_changes = self.source.changes()
             index.apply_nodes(node_changes)
@@ -420,6 +421,8 @@ class Controller:
         else:
             index.replace_nodes(self.source.nodes())
             index.replace_pods(self.source.pods())
+        # pods that came to wait name other templates: their selectors are counted from this pass on
+        index.use_devices(self.device_watch.inventory(index.waiting_claims()))
         live = index.gangs()
         self.cycle.keep_only(live)
         if self.cycle.placeholders is not None:

@@ -1,0 +1,211 @@
+"""Tenants' CEL device selectors evaluated out of process, each evaluation within a CPU budget.
+
+Why a process: cel-python evaluates in Python and in `re`, and both hold the GIL for as long as a call
+runs. Its `duration()` parses with a backtracking regular expression, so `duration("aaa…a!")` costs about
+2^N steps in one call (N=26: 4-9 s; N=40: a day), and `matches()` runs the tenant's own pattern on
+Python's backtracking engine (kube-apiserver's cel-go uses RE2, linear). kube-apiserver accepts such
+selectors: its cost estimate charges a call a constant and checks only literal arguments. In the
+controller's process one of them would stop every pass, the informers, the health endpoints and the
+leader Lease. Here the controller waits on a pipe (the GIL free for its other threads) while a worker
+(cel_worker.py) evaluates, and stops the worker when one evaluation has used CPU_BUDGET_SECONDS of CPU
+(or WALL_LIMIT_SECONDS of wall time). That expression is then over budget: an error for the gangs that
+use it (the devices check names it), never evaluated again while its text is the same.
+
+The bound a pass can be held by one tenant's expression is CPU_BUDGET_SECONDS, once per distinct
+expression, plus a worker's start (about a second); cel-python takes 0.3-2 ms for a usual selector.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from webhook.controller.decide import device_cel
+from webhook.controller.decide.devices import BoundedMap
+from webhook.controller.observe.cel_worker import PROGRESS
+
+log = logging.getLogger(__name__)
+
+CPU_BUDGET_SECONDS = 0.5  # of CPU for one selector on one device: about 250 times a usual one's
+WALL_LIMIT_SECONDS = 10.0  # for one evaluation, however little CPU the worker was given
+START_LIMIT_SECONDS = 60.0  # for a new worker's first answer (its imports) on a loaded machine
+POLL_SECONDS = 0.02
+MAX_OVER_BUDGET = 4096  # expressions remembered as over budget, least recent out
+RETRY_AFTER_SECONDS = 5.0  # a worker that could not start is tried again after this
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+Pair = tuple[str, device_cel.DeviceFacts]
+
+
+class CelSandbox:
+    """The controller's device_cel.Evaluator: one worker process, started when first needed, stopped
+    and started again when an evaluation runs over budget."""
+
+    def __init__(self, cpu_budget: float = CPU_BUDGET_SECONDS, wall_limit: float = WALL_LIMIT_SECONDS) -> None:
+        self.cpu_budget = cpu_budget
+        self.wall_limit = wall_limit
+        self.over_budget: BoundedMap[str, device_cel.SelectorError] = BoundedMap(MAX_OVER_BUDGET)
+        self.stopped = 0  # workers stopped for an expression over budget (a metric)
+        self._lock = threading.Lock()
+        self._worker: subprocess.Popen[bytes] | None = None
+        self._progress: mmap.mmap | None = None
+        self._batch = 0
+        self._down_until = 0.0
+
+    def __call__(self, pairs: Sequence[Pair]) -> list[device_cel.Outcome]:
+        with self._lock:
+            outcomes: list[device_cel.Outcome | None] = [None] * len(pairs)
+            todo = list(range(len(pairs)))
+            while todo:
+                todo = [i for i in todo if not self._known(pairs[i], outcomes, i)]
+                if not todo:
+                    break
+                if time.monotonic() < self._down_until:
+                    for i in todo:
+                        outcomes[i] = device_cel.SelectorError("cannot evaluate CEL now: its worker did not start")
+                    break
+                todo = self._run([pairs[i] for i in todo], todo, outcomes)
+            return [o if o is not None else False for o in outcomes]
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _known(self, pair: Pair, outcomes: list[device_cel.Outcome | None], at: int) -> bool:
+        over = self.over_budget.get(pair[0])
+        if over is not None:
+            outcomes[at] = over
+        return over is not None
+
+    def _run(self, batch: list[Pair], places: list[int], outcomes: list[device_cel.Outcome | None]) -> list[int]:
+        """Sends the batch; the places still to evaluate (a worker stopped midway) are returned."""
+        worker = self._ensure()
+        if worker is None:
+            for place in places:
+                outcomes[place] = device_cel.SelectorError("cannot evaluate CEL now: its worker did not start")
+            return []
+        self._batch += 1
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
+            worker.stdin.write(json.dumps([self._batch, batch]).encode() + b"\n")
+            worker.stdin.flush()
+        except OSError:
+            self._stop()
+            self._down_until = time.monotonic() + RETRY_AFTER_SECONDS
+            return places
+        reply = self._await(worker, worker.stdout.fileno())
+        if isinstance(reply, list):
+            for place, outcome in zip(places, reply, strict=True):
+                outcomes[place] = _decode(outcome)
+            return []
+        if reply is None:
+            self._down_until = time.monotonic() + RETRY_AFTER_SECONDS
+            return places
+        index, why = reply  # the pair that ran over budget, or that the worker ended on
+        expression = batch[index][0]
+        self.stopped += 1
+        self.over_budget[expression] = device_cel.SelectorError(
+            f"CEL {expression[:200]!r} {why}: not evaluated again until it changes", over_budget=True
+        )
+        log.warning("a device selector %s and is not evaluated again: %.200r", why, expression)
+        return places
+
+    def _await(self, worker: subprocess.Popen[bytes], fd: int) -> list[Any] | tuple[int, str] | None:
+        """The batch's outcomes; else (the index of the pair it was stopped on, why), or None when the
+        worker did not start."""
+        buffer = bytearray()
+        current, since, cpu_since = -1, time.monotonic(), 0.0
+        while True:
+            ready, _, _ = select.select([fd], [], [], POLL_SECONDS)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    buffer += chunk
+                    if buffer.endswith(b"\n"):
+                        answer: list[Any] = json.loads(buffer)
+                        return answer
+                    continue
+            assert self._progress is not None
+            batch_now, index = PROGRESS.unpack_from(self._progress, 0)
+            now = time.monotonic()
+            if ready:  # the worker ended: on the pair it was evaluating, or before its first one
+                log.warning("the CEL worker ended (exit %s)", worker.wait())
+                self._stop()
+                return (index, "ended its worker") if batch_now == self._batch and index >= 0 else None
+            if batch_now != self._batch:  # still starting (its imports)
+                if now - since > START_LIMIT_SECONDS:
+                    log.warning("the CEL worker did not start in %s s", START_LIMIT_SECONDS)
+                    self._stop()
+                    return None
+                continue
+            if index != current:
+                current, since, cpu_since = index, now, _cpu_seconds(worker.pid)
+                continue
+            used = _cpu_seconds(worker.pid) - cpu_since
+            if used >= self.cpu_budget or now - since >= self.wall_limit:
+                self._stop()
+                return index, f"ran over its budget ({self.cpu_budget:g} s of CPU on one device)"
+
+    def _ensure(self) -> subprocess.Popen[bytes] | None:
+        if self._worker is not None and self._worker.poll() is None:
+            return self._worker
+        self._stop()
+        # the progress the worker writes, in memory shared by fd (no file system needed: the image's is
+        # read-only)
+        fd = os.memfd_create("gangkeeper-cel-progress")
+        try:
+            os.write(fd, PROGRESS.pack(-1, -1))
+            self._progress = mmap.mmap(fd, PROGRESS.size)
+            self._worker = subprocess.Popen(
+                [sys.executable, "-m", "webhook.controller.observe.cel_worker", str(fd)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                pass_fds=(fd,),
+            )
+        except OSError as error:
+            log.warning("cannot start the CEL worker: %s", error)
+            self._stop()
+            return None
+        finally:
+            os.close(fd)
+        return self._worker
+
+    def _stop(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.kill()
+            worker.wait()
+            for stream in (worker.stdin, worker.stdout):
+                if stream is not None:
+                    stream.close()
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+
+
+def _decode(outcome: Any) -> device_cel.Outcome:
+    if isinstance(outcome, bool):
+        return outcome
+    message = str(outcome.get("error", "CEL worker: no answer")) if isinstance(outcome, dict) else str(outcome)
+    if isinstance(outcome, dict) and outcome.get("value"):
+        return ValueError(message)
+    return device_cel.SelectorError(message, unreadable=bool(isinstance(outcome, dict) and outcome.get("unreadable")))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used (/proc/PID/stat utime and stime, fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
