@@ -431,7 +431,9 @@ def test_no_more_placeholders_than_the_cap_and_the_gang_past_it_says_so(apiserve
     karpenter(store)
     store.create("v1", "nodes", "", node("small", cpu="1"))
     add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2"))
-    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=4)
+    controller = Controller(
+        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=4, max_placeholder_pods_per_namespace=4
+    )
     controller.reconcile_once()
     controller.reconcile_once()
     assert len(placeholders(store)) == 3

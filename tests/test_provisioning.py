@@ -223,3 +223,58 @@ def test_a_template_for_pods_that_claim_devices_carries_their_claims_not_the_dev
     assert container["resources"]["claims"] == [{"name": "gpu"}]
     assert container["resources"]["requests"] == {"cpu": "1000m", "memory": str(1 << 30)}, container["resources"]
     assert container["resources"]["limits"] == container["resources"]["requests"]
+
+
+def test_a_template_or_request_owned_by_the_gang_but_not_made_by_gangkeeper_is_replaced(
+    apiserver: TestApiServer, api: Api, requests_informer: Informer
+) -> None:
+    """A tenant who may write PodTemplates forges one of the predictable name with an owner reference to
+    the Gang (96 CPUs): it is never put into the request; it is deleted and the gang's own made in its
+    place. A request of the gang's name owned by the Gang that asks for more than waits is deleted too."""
+    from webhook.controller.act.placeholders import shape_tag
+
+    store, clock = apiserver.store, Clock()
+    controller = waiting_gang(store, api, requests_informer, clock, "4", 4)
+    uid = gang_uid(store, "job-train")
+    owner = [{"apiVersion": "gangkeeper.io/v1alpha1", "kind": "Gang", "name": "job-train", "uid": uid}]
+    member = next(p for p in pods(store) if p["spec"].get("schedulingGates"))
+    view = controller.index.gangs()["team-a/job-train"].pods[0]
+    assert view.name == member["metadata"]["name"] or view.shape is not None
+    name = f"gangkeeper-{uid}-{shape_tag(view.shape)}"
+    forged = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": NS, "ownerReferences": owner},
+        "template": {
+            "spec": {
+                "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+                "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "96"}}}],
+            }
+        },
+    }
+    store.create("v1", "podtemplates", NS, forged)
+    for _ in range(3):
+        caught_up(requests_informer, store)
+        decision = controller.reconcile_once()["team-a/job-train"]
+    (template,) = templates(store)
+    assert template["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3000m", template
+    assert "nodeSelector" not in template["template"]["spec"]
+    (request,) = requests(store)
+    assert request["spec"]["podSets"] == [{"podTemplateRef": {"name": name}, "count": 3}]
+    assert "ProvisioningRequest" in decision.message
+    # a request of its name, owned by the Gang, asking for 100 pods: not what gangkeeper asked
+    store.delete(GV, "provisioningrequests", NS, request["metadata"]["name"])
+    inflated = {
+        "apiVersion": GV,
+        "kind": "ProvisioningRequest",
+        "metadata": {"name": f"gangkeeper-{uid}", "namespace": NS, "ownerReferences": owner},
+        "spec": {
+            "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+            "podSets": [{"podTemplateRef": {"name": name}, "count": 100}],
+        },
+    }
+    first = store.create(GV, "provisioningrequests", NS, inflated)["metadata"]["uid"]
+    caught_up(requests_informer, store)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert "was not one gangkeeper made for this gang; deleted" in decision.message, decision.message
+    assert all(r["metadata"]["uid"] != first for r in requests(store))

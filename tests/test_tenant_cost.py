@@ -266,3 +266,43 @@ def test_another_namespaces_pods_claiming_a_workloads_uid_do_not_hand_its_kueue_
         controller.reconcile_once()
     state = store.get("kueue.x-k8s.io/v1beta2", "workloads", "team-b", "w")["status"]["admissionChecks"][0]
     assert state["state"] != "Retry", state
+
+
+def test_the_placeholder_caps_hold_within_a_pass_and_leave_other_teams_their_share(apiserver: Any, api: Any) -> None:
+    """Five gangs of one team waiting in one pass: never more placeholders than maxPlaceholderPods, and
+    one namespace holds at most its share, so another team's gang still gets its own."""
+    from tests.cluster import Clock, add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from tests.recorder import ListRecorder
+    from tests.test_placeholders import karpenter
+
+    def placeholders(store: Any) -> list[dict[str, Any]]:
+        every = store.list("v1", "pods", "team-a")[0] + store.list("v1", "pods", "team-b")[0]
+        return [p for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {})]
+
+    from webhook.controller.run.reconciler import Controller
+
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", api_node("small", cpu="1"))
+    for i in range(5):
+        add_job_pods(store, add_job(store, f"a{i}", parallelism=3, cpu="2"))
+    add_job_pods(store, add_job(store, "b", parallelism=3, cpu="2", namespace="team-b"))
+    controller = Controller(
+        api,
+        recorder=ListRecorder(),
+        clock=Clock(),
+        max_placeholder_pods=12,
+        max_placeholder_pods_per_namespace=6,
+    )
+    decisions = {}
+    for _ in range(3):
+        decisions = controller.reconcile_once()
+        made = placeholders(store)
+        assert len(made) <= 12
+        assert sum(1 for p in made if p["metadata"]["namespace"] == "team-a") <= 6
+    made = placeholders(store)
+    assert sum(1 for p in made if p["metadata"]["namespace"] == "team-a") == 6  # two gangs of three
+    assert sum(1 for p in made if p["metadata"]["namespace"] == "team-b") == 3
+    said = [d.message for key, d in decisions.items() if key.startswith("team-a/") and "PerNamespace" in d.message]
+    assert len(said) == 3 and "namespace team-a holds 6 for its other gangs" in said[0], decisions

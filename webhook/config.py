@@ -56,6 +56,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "controller.autoscaler": {"controller": "--autoscaler"},
     "controller.placeholderImage": {"controller": "--placeholder-image"},
     "controller.maxPlaceholderPods": {"controller": "--max-placeholder-pods"},
+    "controller.maxPlaceholderPodsPerNamespace": {"controller": "--max-placeholder-pods-per-namespace"},
 }
 
 

@@ -103,6 +103,13 @@ def add(command: Command) -> None:
         help="placeholder pods in the cluster at once; a gang whose placeholders would pass it gets none and "
         "says so (%(default)s)",
     )
+    controller.add_argument(
+        "--max-placeholder-pods-per-namespace",
+        type=int,
+        default=None,
+        help="of those, the placeholder pods of one namespace's gangs, so no team takes them all "
+        "(default: half of --max-placeholder-pods)",
+    )
     controller.add_argument("--log-level", default="info")
     options.add_gang_limit(controller)
     options.add_config(controller)

@@ -101,6 +101,7 @@ controller:
   autoscaler: {{ .Values.controller.autoscaler }}
   placeholderImage: {{ .Values.controller.placeholderImage | quote }}
   maxPlaceholderPods: {{ .Values.controller.maxPlaceholderPods }}
+  maxPlaceholderPodsPerNamespace: {{ .Values.controller.maxPlaceholderPodsPerNamespace }}
 {{- end }}
 
 {{/* Mounting the Configuration, and restarting pods when it changes. */}}

@@ -20,7 +20,9 @@ it names (observe/cluster.py placeholder_owner), which only the controller's acc
 (ValidatingAdmissionPolicy gangkeeper-placeholders-made-by-the-controller-only); one whose Gang is not
 the gang's Gang now (another uid: an earlier Gang of that name) is deleted, never counted. It is
 deleted as any pod is (its own grace period, no force), by uid. The cluster holds at most
-`maxPlaceholderPods` of them: a gang whose placeholders would pass that gets none, and says so.
+`maxPlaceholderPods` of them, and one namespace's gangs at most `maxPlaceholderPodsPerNamespace` (half of
+it by default, so no team takes all of it): a gang whose placeholders would pass either gets none, and
+says so. Both count what this controller created in the pass and since, not only what the watch shows.
 
 A placeholder is never a member (it carries no gang label, and gangkeeper.io/skip keeps every webhook
 off it); it never preempts and is the first thing any scheduler preempts (PriorityClass
@@ -35,6 +37,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -66,6 +69,7 @@ WAITS_ON_CAPACITY = (GangState.WAITING_FOR_CAPACITY, GangState.NEVER_FITS)
 NODEPOOL_LABEL = "karpenter.sh/nodepool"  # on each node Karpenter made (pkg/apis/v1/labels.go)
 # a pause container ends at once on SIGTERM; the grace is a bound, not a wait
 PLACEHOLDER_GRACE_SECONDS = 5
+CREATED_UNSEEN_SECONDS = 60.0  # a placeholder created and not seen by the watch is counted this long
 
 
 @functools.lru_cache(maxsize=4096)
@@ -303,10 +307,18 @@ class Placeholders:
         most: int = DEFAULT_MAX_PLACEHOLDER_PODS,
         fresh_pools: Callable[[], Sequence[NodePoolRoom]] | None = None,
         requests: WholeRequests | None = None,
+        most_per_namespace: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
+        # of them, those of one namespace's gangs (maxPlaceholderPodsPerNamespace): no team takes it all
+        self.most_per_namespace = most_per_namespace if most_per_namespace is not None else max(1, most // 2)
+        self.monotonic = monotonic
+        # placeholders this controller created that the index has not seen yet: key -> (gang, when), so the
+        # caps hold within a pass and across passes the watch has not caught up with
+        self._created: dict[str, tuple[str, float]] = {}
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self.requests = requests  # ProvisioningRequests in place of placeholder pods, where served
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
@@ -320,6 +332,24 @@ class Placeholders:
     def begin_pass(self) -> None:
         """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
         self._left, self._asked, self._blocked = None, False, False
+        seen = {key for held in self.index.placeholders.values() for key in held}
+        stale = self.monotonic() - CREATED_UNSEEN_SECONDS
+        self._created = {k: made for k, made in self._created.items() if k not in seen and made[1] > stale}
+
+    def _held_besides(self, gang_key: str) -> tuple[int, int]:
+        """The placeholders of other gangs: (in the cluster, of the gang's namespace), those the index
+        holds and those created since that it has not seen yet."""
+        namespace = gang_key.partition("/")[0] + "/"
+        cluster = in_namespace = 0
+        for key, held in self.index.placeholders.items():
+            if key != gang_key:
+                cluster += len(held)
+                in_namespace += len(held) if key.startswith(namespace) else 0
+        for key, (gang, _) in self._created.items():
+            if gang != gang_key and key not in self.index.placeholder_owners:
+                cluster += 1
+                in_namespace += 1 if gang.startswith(namespace) else 0
+        return cluster, in_namespace
 
     def _ahead(self, asks: Mapping[str, int], pools: Sequence[NodePoolRoom]) -> str | None:
         """Whether the gangs ahead in the queue come first for the room the NodePools' limits leave: the
@@ -403,17 +433,19 @@ class Placeholders:
         behind = self._ahead(asked_of_pools(own, keep, make, self._node_room(pools)), pools) if keep or make else None
         if behind:
             keep, make = set(), []
-        elsewhere = sum(len(held) for key, held in self.index.placeholders.items() if key != gang.key)
-        capped = bool(make) and elsewhere + len(keep) + len(make) > self.most
+        elsewhere, in_namespace = self._held_besides(gang.key)
+        wanted = len(keep) + len(make)
+        capped = bool(make) and elsewhere + wanted > self.most
+        shared = bool(make) and not capped and in_namespace + wanted > self.most_per_namespace
         more = len(make)
-        if capped:  # all of the gang's or none: a part would hold room that starts nothing
+        if capped or shared:  # all of the gang's or none: a part would hold room that starts nothing
             keep, make = set(), []
         if self.may_write():
             for key in (have.keys() - keep) | stale:
                 self._delete(key)
             if owner is not None and uid:
                 for name, pods, (view, raw) in make:
-                    self._create(placeholder_for(view, raw, owner, self.image, name, pods, on_pools))
+                    self._create(placeholder_for(view, raw, owner, self.image, name, pods, on_pools), gang.key)
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
         if hopeless or behind:
             return f"no placeholders: {hopeless or behind}"
@@ -421,6 +453,12 @@ class Placeholders:
             return (
                 f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
                 f"{more} more would pass maxPlaceholderPods ({self.most}); waiting for them to go"
+            )
+        if shared:
+            return (
+                f"no placeholders: namespace {gang.namespace} holds {in_namespace} for its other gangs, and this "
+                f"gang's {more} more would pass maxPlaceholderPodsPerNamespace ({self.most_per_namespace}); "
+                "waiting for them to go"
             )
         if not waiting:
             return None
@@ -507,9 +545,11 @@ class Placeholders:
             for key in list(self.index.placeholders.get(gang_key, {})):
                 self._delete(key)
 
-    def _create(self, pod: Obj) -> None:
+    def _create(self, pod: Obj, gang_key: str) -> None:
+        meta = pod["metadata"]
         try:
-            self.api.create(PODS.path(pod["metadata"]["namespace"]), pod)
+            self.api.create(PODS.path(meta["namespace"]), pod)
+            self._created[f"{meta['namespace']}/{meta['name']}"] = (gang_key, self.monotonic())
             metrics.PLACEHOLDERS.labels("created").inc()
         except ApiError as error:
             if error.status != 409:  # 409: made by an earlier pass, not yet seen by the watch

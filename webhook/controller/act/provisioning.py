@@ -10,7 +10,9 @@ that releases it (its capacity is then the gang's pods', not a booking).
 
 Known by identity, never by name alone: the request and its templates are owned by the gang's Gang
 object (uid checked) and named after its uid; one of that name owned by anything else is never counted,
-written or deleted (the Gang says so). Deleted by uid. The Gang says how far Cluster Autoscaler got (its
+written or deleted (the Gang says so). A template is used only as this controller made it (the uid its
+create answered with): one of that name owned by the Gang but not made by this controller (a forged
+owner reference) is deleted and made again. Deleted by uid. The Gang says how far Cluster Autoscaler got (its
 Accepted, Provisioned, Failed, BookingExpired and CapacityRevoked conditions); a Failed or expired request
 is deleted and asked again RETRY_SECONDS later.
 """
@@ -25,7 +27,7 @@ from webhook.controller import metrics
 from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.act.placeholders import FreeRoom, on_free, placeholder_for, shape_tag
-from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX
+from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX, BoundedMap
 from webhook.controller.decide.pods import PodView, parse_time
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE
 from webhook.controller.observe.cluster import GangView
@@ -40,6 +42,7 @@ ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 MAX_POD_SETS = 32  # spec.podSets maxItems (the CRD)
 RETRY_SECONDS = 60.0  # a Failed or expired request is asked again this long after it became so
 DEADLINE_SECONDS = 5.0  # each write, retries included: well inside a pass
+MAX_TEMPLATES_REMEMBERED = 4096  # PodTemplates made, by name: least recently used out
 # the conditions Cluster Autoscaler sets, read in this order: the first true one says where the request is
 CONDITIONS = ("Failed", "BookingExpired", "CapacityRevoked", "Provisioned", "Accepted")
 SPENT = ("Failed", "BookingExpired", "CapacityRevoked")  # asked again once RETRY_SECONDS old
@@ -66,14 +69,15 @@ def owned_by(obj: Mapping[str, Any] | None, gang_uid: str) -> bool:
 
 
 def trim_request(request: dict[str, Any]) -> dict[str, Any]:
-    """What the controller reads of a ProvisioningRequest: who owns it, its PodSets' templates, and its
-    conditions (type, status, reason, a bounded message)."""
+    """What the controller reads of a ProvisioningRequest: who owns it, its class and PodSets' templates,
+    and its conditions (type, status, reason, a bounded message)."""
     meta, spec, status = request.get("metadata") or {}, request.get("spec") or {}, request.get("status") or {}
     return {
         "metadata": {
             k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences", "creationTimestamp") if k in meta
         },
         "spec": {
+            "provisioningClassName": spec.get("provisioningClassName"),
             "podSets": [
                 {"podTemplateRef": s.get("podTemplateRef"), "count": s.get("count")}
                 for s in spec.get("podSets") or []
@@ -169,6 +173,9 @@ class ProvisioningRequests:
             may_write,
             clock,
         )
+        # (namespace, name) -> uid of each PodTemplate this controller made: a template is used only as it
+        # was made (one made before a restart is made again: its content is not known to be the gang's)
+        self._made: BoundedMap[tuple[str, str], str] = BoundedMap(MAX_TEMPLATES_REMEMBERED)
 
     def served(self) -> bool:
         """Whether the API is served and watched (the controller watches it once discovery finds it)."""
@@ -192,6 +199,9 @@ class ProvisioningRequests:
             if found is not None:
                 self._delete(found)
             return None
+        if found is not None and not self._as_made(found, uid, needing):
+            self._delete(found)  # owned by the Gang, not what gangkeeper asks: made again in a later pass
+            return f"no ProvisioningRequest yet: {name} was not one gangkeeper made for this gang; deleted"
         if found is not None:
             said = condition(found)
             since = said[2] if said is not None else None
@@ -212,7 +222,10 @@ class ProvisioningRequests:
         for tag, members in sorted(alike.items()):
             view, raw = members[0]
             if not self._create_template(pod_template(view, raw, owner, template_name(uid, tag)), uid):
-                return f"no ProvisioningRequest: PodTemplate {template_name(uid, tag)} exists and is not this gang's"
+                return (
+                    f"no ProvisioningRequest yet: PodTemplate {template_name(uid, tag)} is not one gangkeeper made "
+                    "for this gang (replaced when it may be, else delete it)"
+                )
         refs = [
             {
                 "apiVersion": GANG_API_VERSION,
@@ -252,6 +265,23 @@ class ProvisioningRequests:
                 if key not in live and uid and uid == ref.get("uid") and meta.get("name") == request_name(uid):
                     self._delete(request)
 
+    @staticmethod
+    def _as_made(request: Mapping[str, Any], uid: str, needing: Sequence[tuple[PodView, Obj]]) -> bool:
+        """Whether the request asks what gangkeeper would: its class, and pod sets of this Gang's templates,
+        each for no more pods than wait in that shape (a copy with a forged owner reference may ask any)."""
+        spec = request.get("spec") or {}
+        waiting: dict[str, int] = {}
+        for view, _ in needing:
+            name = template_name(uid, shape_tag(view.shape))
+            waiting[name] = waiting.get(name, 0) + 1
+        sets = spec.get("podSets") or []
+        return spec.get("provisioningClassName") == ATOMIC_CLASS and all(
+            isinstance(s, dict)
+            and (name := str((s.get("podTemplateRef") or {}).get("name") or "")) in waiting
+            and int(s.get("count") or 0) <= waiting[name]
+            for s in sets
+        )
+
     def _age(self, since: dt.datetime) -> float:
         return (self.clock() - since).total_seconds()
 
@@ -260,22 +290,40 @@ class ProvisioningRequests:
         return sum(int(s.get("count") or 0) for s in (request.get("spec") or {}).get("podSets") or [])
 
     def _create_template(self, template: Obj, uid: str) -> bool:
-        """Made, or already there and this Gang's; False when one of its name is someone else's."""
+        """Made, or there already as this controller made it (the uid it answered with); one of its name
+        this controller did not make (another's, or a copy with a forged owner reference: a tenant who
+        may write PodTemplates could put any pod there, 96 CPUs of an expensive instance type, into the
+        request) is deleted, by its uid, and made again in a later pass. False while it is not ours."""
         meta = template["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
         try:
-            self.api.request("POST", POD_TEMPLATES.path(meta["namespace"]), body=template, deadline=DEADLINE_SECONDS)
+            made = self.api.request("POST", POD_TEMPLATES.path(key[0]), body=template, deadline=DEADLINE_SECONDS)
+            self._made[key] = str(((made or {}).get("metadata") or {}).get("uid") or "")
             return True
         except ApiError as error:
             if error.status != 409:
                 metrics.API_ERRORS.labels("create", str(error.status)).inc()
-                return True  # the request is made anyway: Cluster Autoscaler waits for its template
+                return False  # asked again in a later pass: never a request naming a template not made
         try:
-            existing = self.api.request(
-                "GET", POD_TEMPLATES.path(meta["namespace"], meta["name"]), deadline=DEADLINE_SECONDS
-            )
+            existing = self.api.request("GET", POD_TEMPLATES.path(*key), deadline=DEADLINE_SECONDS)
         except ApiError:
+            return False
+        found = str((existing.get("metadata") or {}).get("uid") or "")
+        if found and self._made.get(key) == found and owned_by(existing, uid):
             return True
-        return owned_by(existing, uid)
+        if owned_by(existing, uid):  # its name and owner, not its content: replaced by what the gang needs
+            try:
+                self.api.request(
+                    "DELETE",
+                    POD_TEMPLATES.path(*key),
+                    body={"preconditions": {"uid": found}},
+                    answer=False,
+                    deadline=DEADLINE_SECONDS,
+                )
+            except ApiError as error:
+                if error.status not in (404, 409):
+                    metrics.API_ERRORS.labels("delete", str(error.status)).inc()
+        return False
 
     def _delete(self, request: Mapping[str, Any]) -> None:
         """The request, by its uid, then its templates (each only if this Gang's)."""

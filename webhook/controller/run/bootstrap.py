@@ -51,6 +51,7 @@ class ControllerSettings:
     autoscaler: str = "auto"
     placeholder_image: str = PAUSE_IMAGE
     max_placeholder_pods: int = DEFAULT_MAX_PLACEHOLDER_PODS
+    max_placeholder_pods_per_namespace: int | None = None  # half of max_placeholder_pods when not given
     component: str = "gangkeeper-controller"  # the Events' reporting component
     orphan_seconds: float = 30.0  # test-only: how often stray group objects are looked for
     resync_seconds: float = 10.0  # test-only: how long a gang's workload read is trusted without a change
@@ -134,6 +135,7 @@ def wire(
         )
         if settings.autoscaler == "cluster-autoscaler"
         else None,
+        settings.max_placeholder_pods_per_namespace,
     )
     cycle = ReleaseCycle(
         index,
