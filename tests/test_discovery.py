@@ -63,20 +63,3 @@ def test_auto_on_native_clusters_stamps_the_served_generation(cluster: str, fiel
     outcome = admit(pod, "CREATE", resolver.resolve("team-a"), "team-a")
     assert outcome.mutated is not None and field in outcome.mutated["spec"]
     validate(outcome.mutated, cluster.removeprefix("native-"))
-
-
-def test_the_webhook_discovers_dra_whose_names_it_warns_about() -> None:
-    """fetch_from_cluster reads DRA's group-version too: without it the webhook's WatchedDeviceNames
-    never starts and no missing ResourceClaimTemplate is warned about (found on the real tier)."""
-    from webhook.backends.discovery import fetch_from_cluster
-
-    class Discovery:
-        def get(self, path: str) -> dict[str, object]:
-            if path == "/apis":
-                return {"groups": [{"versions": [{"groupVersion": "resource.k8s.io/v1"}, {"groupVersion": "x.io/v1"}]}]}
-            assert path == "/apis/resource.k8s.io/v1", path
-            kinds = ("deviceclasses", "resourceclaimtemplates")
-            return {"groupVersion": "resource.k8s.io/v1", "resources": [{"name": k} for k in kinds]}
-
-    served = fetch_from_cluster(Discovery())
-    assert served.has("resource.k8s.io/v1", "resourceclaimtemplates")

@@ -438,16 +438,6 @@ def exercise_webhook(server: TestApiServer, tmp_path: Path) -> None:
     while time.monotonic() < deadline and "batch-high" not in (classes.names() or ()):
         time.sleep(0.05)
     assert classes.names() == {"batch-high": 10, "": 0}  # "": a pod naming none (no global default here)
-    # DeviceClasses and ResourceClaimTemplates, once discovery says they are served: names only
-    from webhook.admission.resolve import WatchedDeviceNames
-
-    store.create("resource.k8s.io/v1", "deviceclasses", "", {"metadata": {"name": "gpu"}})
-    dra = Served({"resource.k8s.io/v1": frozenset({"deviceclasses", "resourceclaimtemplates"})})
-    device_names = WatchedDeviceNames(Api(api_client), lambda: dra)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and device_names.names() is None:
-        time.sleep(0.05)
-    assert device_names.names() is not None and device_names.names().classes == {"gpu"}  # type: ignore[union-attr]
     # a gang pod's workload, by uid: one GET of each kind the webhook reads
     from webhook.admission.workloads import RESOURCES, WorkloadUids
 

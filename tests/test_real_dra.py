@@ -91,8 +91,7 @@ def test_without_a_gang_mechanism_the_dra_pinch_starts_part(stack: Stack) -> Non
 
 def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stack) -> None:
     """Bad input that can only be known in the cluster: a request selector no published device matches,
-    and a template that does not exist (warned about at apply, naming the field). Nothing is bound; the
-    Gang says why."""
+    and a template that does not exist. Nothing is bound; the Gang says why."""
     nodes = stack.replace_workers(2)
     dra.publish(stack, nodes, 4)
     namespace = stack.namespace("dra-impossible", "gate")
@@ -100,17 +99,10 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
     stack.plane.apply(dra.claim_template(namespace, "h100", selector=h100))
     stack.plane.apply(dra.claiming(workloads.job("h100", namespace, 2, "100m"), "h100"))
     missing = yaml.safe_dump(dra.claiming(workloads.job("missing", namespace, 2, "100m"), "no-such-template"))
-
-    def warned() -> str | None:  # the webhook lists templates once it first meets DRA: a dry run until then
-        said = stack.plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=missing).stderr
-        return said if "ResourceClaimTemplate 'no-such-template' does not exist" in said else None
-
-    print(wait_until(warned, "the warning at apply", 30, every=1))
+    # no warning at apply: a review names its own namespace and the webhook cannot tell a forged one, so
+    # it reads no ResourceClaimTemplate (docs/security.md); the Gang says it, where the namespace is real
     result = stack.plane.kubectl("apply", "-f", "-", stdin=missing)
-    assert (
-        "ResourceClaimTemplate 'no-such-template' does not exist (spec.template.spec.resourceClaims[0]); the gang "
-        "waits\n" in result.stderr
-    ), result.stderr
+    assert result.returncode == 0 and "ResourceClaimTemplate" not in result.stderr, result.stderr
 
     # the Job controller makes its pods in slow-start batches, so "1 of 2 pods exist" may come first
     expected = {"job-h100": "could hold 0", "job-missing": "ResourceClaimTemplate no-such-template does not exist"}
@@ -131,6 +123,59 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
     except AssertionError as timed_out:
         raise AssertionError(f"{timed_out}: {seen}") from None
     assert not bound(stack.pods(namespace))
+
+
+# cel-python's duration() parses its argument with a backtracking regular expression: about 2^N steps for
+# N letters before a character it cannot end on (N=34: a quarter of an hour in one call holding the GIL).
+# The argument is not a literal, so kube-apiserver's compile-time check of literals does not see it.
+SLOW_SELECTOR = 'duration("' + "a" * 34 + '" + "!") > duration("1s")'
+
+
+def test_a_tenants_slow_selector_costs_another_teams_gangs_nothing(stack: Stack) -> None:
+    """Issue 76's HIGH finding: a tenant's template whose selector would hold the controller's process
+    for minutes, accepted by kube-apiserver, first unused, then named by a gang of its own. Another
+    team's plain gate gang and DRA gang start as fast as they did before it, in the same run; the
+    tenant's gang waits, its Gang saying the selector ran over its budget."""
+    nodes = stack.replace_workers(2)
+    dra.publish(stack, nodes, 6)
+
+    def two_gangs(name: str) -> float:
+        """A plain 2-pod gang and a 2-pod DRA gang in a new namespace: seconds from apply to all Running."""
+        namespace = stack.namespace(name, "gate")
+        stack.plane.apply(dra.claim_template(namespace))
+        started = time.monotonic()
+        stack.plane.apply(
+            [workloads.job("plain", namespace, 2, "100m"), dra.claiming(workloads.job("devices", namespace, 2, "100m"))]
+        )
+        wait_until(lambda: len(running(stack.pods(namespace))) == 4, f"{name}: both gangs Running", 120, every=0.5)
+        return time.monotonic() - started
+
+    before = two_gangs("quiet-before")
+    tenant = stack.namespace("tenant-slow", None, opted_in=False)
+    stack.plane.apply(dra.claim_template(tenant, "slow", selector=SLOW_SELECTOR))
+    kept = stack.plane.get("resourceclaimtemplates.resource.k8s.io", "slow", namespace=tenant)
+    assert kept["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"] == (
+        SLOW_SELECTOR
+    )  # kube-apiserver accepted it
+    unused = two_gangs("beside-unused")
+    hostile = stack.namespace("tenant-gang", "gate")
+    stack.plane.apply(dra.claim_template(hostile, "slow", selector=SLOW_SELECTOR))
+    stack.plane.apply(dra.claiming(workloads.job("hostile", hostile, 1, "100m"), "slow"))
+    named = two_gangs("beside-named")
+    print(
+        f"\nboth gangs Running: {before:.1f} s alone, {unused:.1f} s beside the unused template, {named:.1f} s "
+        "beside a gang naming it"
+    )
+    for took in (unused, named):
+        assert took <= max(2 * before, before + 10), (before, unused, named)
+
+    def budget_said() -> str | None:
+        gang = stack.plane.get("gang", "job-hostile", namespace=hostile) or {}
+        message = str((gang.get("status") or {}).get("message") or "")
+        return message if "ran over its budget" in message else None
+
+    print(wait_until(budget_said, "the tenant's Gang naming the selector's budget", 60, every=1))
+    assert not bound(stack.pods(hostile))
 
 
 def said(stack: Stack, namespace: str) -> str:

@@ -26,7 +26,7 @@ from webhook.controller.observe.cel_sandbox import CelSandbox
 
 # cel-python's duration() parses with a backtracking regular expression: about 2^N steps for N letters
 # and a character it cannot end on (2^30 is minutes in one call that holds the GIL)
-SLOW = 'duration("' + "a" * 30 + '!") > duration("1s")'
+SLOW = 'duration("' + "a" * 30 + '" + "!") > duration("1s")'
 FAST = f'device.driver == "{DRIVER}"'
 FACTS = (DRIVER, {"model": {"string": "h100"}}, {})
 
@@ -306,3 +306,32 @@ def test_the_placeholder_caps_hold_within_a_pass_and_leave_other_teams_their_sha
     assert sum(1 for p in made if p["metadata"]["namespace"] == "team-b") == 3
     said = [d.message for key, d in decisions.items() if key.startswith("team-a/") and "PerNamespace" in d.message]
     assert len(said) == 3 and "namespace team-a holds 6 for its other gangs" in said[0], decisions
+
+
+def test_pods_naming_absent_workloads_cost_a_bounded_number_of_reads_and_the_cache_evicts_per_entry(
+    apiserver: Any, api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant whose every pod names another absent Job costs at most the namespace's budget of GETs,
+    not one per pod; another namespace's reads are its own; the uid cache evicts one entry at a time."""
+    from tests.cluster import add_job
+    from webhook.admission import workloads
+
+    store, now = apiserver.store, [0.0]
+    uid = add_job(store, parallelism=2, cpu="1", namespace="team-b")["metadata"]["uid"]
+    uids = workloads.WorkloadUids(api, clock=lambda: now[0])
+
+    def reads(namespace: str) -> int:
+        return sum(1 for method, path in store.requests if method == "GET" and f"/namespaces/{namespace}/jobs/" in path)
+
+    assert all(uids("Job", "team-x", f"absent-{i}", "any") is None for i in range(500))
+    assert reads("team-x") == workloads.READ_BURST_PER_NAMESPACE
+    assert uids("Job", "team-b", "train", uid) == uid  # another namespace still reads its own
+    now[0] += 1.0
+    uids("Job", "team-x", "absent-again", "any")
+    assert reads("team-x") <= workloads.READ_BURST_PER_NAMESPACE + workloads.READS_PER_SECOND_PER_NAMESPACE
+    monkeypatch.setattr(workloads, "MAX_CACHED", 3)
+    small = workloads.WorkloadUids(api, clock=lambda: now[0])
+    assert small("Job", "team-b", "train", uid) == uid
+    for i in range(3):
+        small("Job", "team-y", f"gone-{i}", "any")
+    assert len(small._read) == 3 and ("Job", "team-b", "train") not in small._read  # the oldest went alone

@@ -16,7 +16,6 @@ from webhook.admission.checks import protection
 from webhook.admission.controller_lease import LeaseWatch
 from webhook.admission.resolve import (
     BackendResolver,
-    WatchedDeviceNames,
     WatchedNamespaces,
     WatchedPriorityClasses,
     WatchedQueues,
@@ -64,8 +63,8 @@ def build_resolver(
     **parts: Any,
 ) -> BackendResolver:
     """The webhook's collaborators. With an API: its watches started (namespace labels, API discovery,
-    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses, DeviceClasses and
-    ResourceClaimTemplates; a gang pod's workload uid read when asked), and with `wait` only once the
+    the controller's Lease in `namespace`, Volcano's queues, PriorityClasses; a gang pod's workload uid
+    read when asked), and with `wait` only once the
     first three are known, so a worker never answers from an empty cache. Without one: the offline
     answers (`gangkeeper mutate`, tests). `parts` replaces any of BackendResolver's by name."""
     watched: dict[str, Any] = {}
@@ -89,7 +88,6 @@ def build_resolver(
             "controller": lease.health,
             "queues": queues.states,
             "priority_classes": priority_classes.names,
-            "device_names": WatchedDeviceNames(api, lambda: discovery.served).names,
             "workload_uids": WorkloadUids(api),
             "groups_ahead": VolcanoGroupsAhead(api),
         }

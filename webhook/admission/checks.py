@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from webhook import contract, naming
 from webhook.backends import Backend, NamespaceInfo, Target
@@ -145,37 +145,6 @@ def priority_warnings(gangs: list[Gang], known: Collection[str]) -> list[str]:
         "it exists (kubectl get priorityclasses), and its gang never starts"
         for name in missing[:3]
     ]
-
-
-@dataclass(frozen=True)
-class DeviceNames:
-    """The cluster's DeviceClasses, and its ResourceClaimTemplates with the classes each of their
-    requests may take (a request's `exactly`, or its `firstAvailable` alternatives)."""
-
-    classes: frozenset[str]
-    templates: Mapping[tuple[str, str], tuple[tuple[str, ...], ...]]  # (namespace, name) -> requests
-
-
-def device_warnings(gangs: list[Gang], namespace: str | None, known: DeviceNames) -> list[str]:
-    """A ResourceClaimTemplate the pods name that does not exist, or whose request can take no DeviceClass
-    that exists: kube-controller-manager makes no claim for such a pod (pkg/controller/resourceclaim), or
-    kube-scheduler allocates none (dynamicresources.go: "device class ... does not exist"), so the gang
-    waits whole. A warning: the template or class may be applied next. What matters comes first (the API
-    server shows about 120 characters, review.py MAX_WARNING). A shared ResourceClaim is not looked up
-    here (one per pod of every gang would be watched); the Gang says when one is missing."""
-    found: list[str] = []
-    for member in (m for g in gangs for m in g.members):
-        for index, name in member.claim_templates:
-            where = f"{member.path}.spec.resourceClaims[{index}]"
-            requests = known.templates.get((namespace or "", name))
-            if requests is None:
-                found.append(f"ResourceClaimTemplate {name!r} does not exist ({where}); the gang waits")
-                continue
-            for classes in requests:
-                if classes and not any(c in known.classes for c in classes):
-                    wanted = " or ".join(map(repr, classes))
-                    found.append(f"DeviceClass {wanted} does not exist (ResourceClaimTemplate {name!r}, {where})")
-    return list(dict.fromkeys(found))[:3]
 
 
 def topology_verdict(plan: Plan, backend: Backend, levels: tuple[str, ...]) -> tuple[str | None, list[str]]:

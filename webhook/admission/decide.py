@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any
 from webhook import contract, gangs
 from webhook.admission import forgery, keys
 from webhook.admission.checks import (
-    DeviceNames,
     at_lowest_class,
-    device_warnings,
     duration_seconds,
     mark_not_disrupted,
     named_ahead,
@@ -98,7 +96,6 @@ class Admission:
     protect_from_disruption: str = "true"
     # (kind, namespace, name, the uid a pod claims) -> that workload's uid now; None: unknown
     workload_uids: Callable[[str, str, str, str], str | None] | None = None
-    device_names: DeviceNames | None = None  # the cluster's DeviceClasses and ResourceClaimTemplates
 
     @property
     def disruption_mark(self) -> str | None:
@@ -340,8 +337,6 @@ def stamped(a: Admission) -> Outcome:
         outcome.warnings.extend(queue_warnings(outcome.group_objects, a.queues))
     if a.priority_classes is not None:
         outcome.warnings.extend(priority_warnings(plan.gangs, a.priority_classes))
-    if a.device_names is not None:
-        outcome.warnings.extend(device_warnings(plan.gangs, a.namespace, a.device_names))
     if not a.mutate:
         return outcome
     mutated: Obj = json_copy(a.obj)
@@ -402,7 +397,6 @@ def admit(
     volcano_queues: frozenset[str] = frozenset(),
     protect_from_disruption: str = "true",
     workload_uids: Callable[[str, str, str, str], str | None] | None = None,
-    device_names: DeviceNames | None = None,
 ) -> Outcome:
     """Decide about `obj` by the first of ADMISSION_RULES that applies; with `mutate`, also stamp a
     copy and compute the patch.
@@ -431,7 +425,6 @@ def admit(
         volcano_queues=volcano_queues,
         protect_from_disruption=protect_from_disruption,
         workload_uids=workload_uids,
-        device_names=device_names,
     )
     for rule in ADMISSION_RULES:
         outcome = rule(admission)

@@ -89,7 +89,6 @@ class Handler:
             volcano_queues=self.resolver.volcano_queues,
             protect_from_disruption=self.resolver.protect_from_disruption,
             workload_uids=self.resolver.workload_uids,
-            device_names=self.resolver.device_names(),
         )
         gang = (
             outcome.plan.pod_gang.name

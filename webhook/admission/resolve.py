@@ -8,7 +8,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from webhook import backends, contract, naming
-from webhook.admission.checks import DeviceNames
 from webhook.admission.controller_lease import ControllerHealth
 from webhook.backends import Backend, Coscheduling, NamespaceInfo, Settings, Volcano
 from webhook.backends.discovery import Served, Unavailable, choose
@@ -69,8 +68,6 @@ def _trim(namespace: dict[str, Any]) -> dict[str, Any]:
 
 QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
-DEVICE_CLASSES = Resource("resource.k8s.io/v1", "deviceclasses", namespaced=False)
-CLAIM_TEMPLATES = Resource("resource.k8s.io/v1", "resourceclaimtemplates")
 FIRST_LIST_SECONDS = 2.0
 
 
@@ -130,60 +127,6 @@ class WatchedPriorityClasses:
         return values
 
 
-class WatchedDeviceNames:
-    """DeviceClasses and ResourceClaimTemplates by name, watched once the cluster serves them
-    (resource.k8s.io/v1): a workload whose pods name a template that does not exist is admitted with a
-    warning (it may be applied next), since kube-controller-manager makes none of its pods' claims
-    until it does (pkg/controller/resourceclaim), and its gang waits whole."""
-
-    def __init__(self, api: Api, served: Callable[[], Served | None]) -> None:
-        from webhook.informer import Informer
-
-        self._served = served
-        self._classes = Informer(api, DEVICE_CLASSES, transform=_trim_name)
-        self._templates = Informer(api, CLAIM_TEMPLATES, transform=_trim_template)
-        self._started = False
-        self._names: tuple[tuple[str, str], DeviceNames] | None = None
-
-    def names(self) -> DeviceNames | None:
-        """None while unknown: not served, or not yet listed (never waited for: a review is not held)."""
-        served = self._served()
-        if served is None or not all(served.has(r.group_version, r.plural) for r in (DEVICE_CLASSES, CLAIM_TEMPLATES)):
-            return None
-        if not self._started:
-            self._started = True
-            self._classes.start()
-            self._templates.start()
-        if not (self._classes.synced.is_set() and self._templates.synced.is_set()):
-            return None
-        versions = (self._classes.resource_version, self._templates.resource_version)
-        if self._names is None or versions != self._names[0]:  # built again only when one changed
-            names = DeviceNames(
-                frozenset(str(c["metadata"]["name"]) for c in self._classes.items()),
-                {
-                    (str(t["metadata"]["namespace"]), str(t["metadata"]["name"])): t["requests"]
-                    for t in self._templates.items()
-                },
-            )
-            self._names = (versions, names)
-        return self._names[1]
-
-
-def _trim_template(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    devices = (((obj.get("spec") or {}).get("spec") or {}).get("devices") or {}) if isinstance(obj, dict) else {}
-    requests = []
-    for request in devices.get("requests") or [] if isinstance(devices, dict) else []:
-        if not isinstance(request, dict):
-            continue
-        ways = [request.get("exactly")] if request.get("exactly") else list(request.get("firstAvailable") or [])
-        requests.append(tuple(str(w.get("deviceClassName") or "") for w in ways if isinstance(w, dict)))
-    return {
-        "metadata": {"name": str(meta.get("name") or ""), "namespace": str(meta.get("namespace") or "")},
-        "requests": tuple(requests),
-    }
-
-
 def _trim_name(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": (obj.get("metadata") or {}).get("name", "")}}
 
@@ -205,7 +148,6 @@ class BackendResolver:
         queues: Callable[[], dict[str, str] | None] = lambda: None,
         topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
         priority_classes: Callable[[], Mapping[str, int] | None] = lambda: None,
-        device_names: Callable[[], DeviceNames | None] = lambda: None,
         volcano_hypernodes: bool = False,
         volcano_devices: bool = False,
         volcano_queues: frozenset[str] = frozenset(),
@@ -220,7 +162,6 @@ class BackendResolver:
         self._cache: dict[tuple[str, str | None], tuple[Served | None, Backend | Unavailable]] = {}
         self.topology_levels = topology_levels
         self.priority_classes = priority_classes  # PriorityClass names (None: unknown)
-        self.device_names = device_names  # DeviceClasses and ResourceClaimTemplates (None: unknown)
         self.volcano_queues = volcano_queues  # queues every namespace may use ("*": any)
         self.protect_from_disruption = protect_from_disruption
         self.controller = controller  # gangkeeper's controller, from its Lease (None: unknown)

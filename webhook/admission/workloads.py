@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from webhook.gangs import kinds
@@ -33,7 +34,12 @@ RESOURCES = {
 READ_SECONDS = 2.0
 KEEP_SECONDS = 30.0  # a uid read is trusted this long for the pods that claim it
 REREAD_SECONDS = 1.0  # a claim the last read contradicts re-reads at most this often per workload
-MAX_CACHED = 4096  # workload names are tenant input: the cache is bounded
+MAX_CACHED = 4096  # workload names are tenant input: the cache is bounded, least recently used out
+# fresh reads one namespace's pods may cause (a token bucket): a tenant naming a new absent workload in
+# each pod costs the API server at most this many GETs a second, not one per pod; past it the answer is
+# None (the pod is admitted, and the controller leaves it out of any gang whose workload it is not)
+READS_PER_SECOND_PER_NAMESPACE = 10.0
+READ_BURST_PER_NAMESPACE = 20.0
 
 
 class WorkloadUids:
@@ -46,20 +52,33 @@ class WorkloadUids:
     def __init__(self, api: Api, clock: Callable[[], float] = time.monotonic) -> None:
         self._api, self._clock = api, clock
         # (kind, namespace, name) -> (uid, when read, when last read for a claim it contradicted)
-        self._read: dict[tuple[str, str, str], tuple[str | None, float, float]] = {}
+        self._read: OrderedDict[tuple[str, str, str], tuple[str | None, float, float]] = OrderedDict()
+        # namespace -> (tokens left, when counted): its fresh reads' budget
+        self._budget: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def __call__(self, kind: str, namespace: str, name: str, claimed: str) -> str | None:
         key, now = (kind, namespace, name), self._clock()
         uid, read_at, checked_at = self._read.get(key, (None, float("-inf"), float("-inf")))
         if uid == claimed and now - read_at < KEEP_SECONDS:
             return uid
-        if now - checked_at < REREAD_SECONDS:
+        if now - checked_at < REREAD_SECONDS or not self._may_read(namespace, now):
             return None
         uid = self._fresh(kind, namespace, name)
-        if len(self._read) >= MAX_CACHED:
-            self._read.clear()
         self._read[key] = (uid, now, now if uid != claimed else float("-inf"))
+        self._read.move_to_end(key)
+        while len(self._read) > MAX_CACHED:
+            self._read.popitem(last=False)
         return uid
+
+    def _may_read(self, namespace: str, now: float) -> bool:
+        """Whether the namespace's budget of fresh reads has one left (and it is taken)."""
+        tokens, since = self._budget.pop(namespace, (READ_BURST_PER_NAMESPACE, now))
+        tokens = min(READ_BURST_PER_NAMESPACE, tokens + (now - since) * READS_PER_SECOND_PER_NAMESPACE)
+        allowed = tokens >= 1.0
+        self._budget[namespace] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._budget) > MAX_CACHED:
+            self._budget.popitem(last=False)
+        return allowed
 
     def _fresh(self, kind: str, namespace: str, name: str) -> str | None:
         until = time.monotonic() + READ_SECONDS

@@ -91,16 +91,10 @@ class DiscoveryCache:
         self._stop.set()
 
 
-# served group-versions gangkeeper reads beyond its mechanisms': DRA's, whose DeviceClasses and
-# ResourceClaimTemplates the webhook warns about at apply (admission/resolve.py WatchedDeviceNames)
-ALSO_WANTED = frozenset({"resource.k8s.io/v1"})
-
-
 def fetch_from_cluster(api: Any) -> Served:
     """Which of the group-versions gangkeeper cares about the API server serves (GET /apis, then each
     wanted /apis/<group>/<version>), through the controller's REST access (webhook.kube.Api)."""
     wanted = {group_version for mechanism in MECHANISMS for group_version in mechanism.group_versions}
-    wanted |= ALSO_WANTED
     groups = api.get("/apis")
     docs = []
     for group in groups.get("groups") or []:

@@ -82,7 +82,7 @@ def trim_request(request: dict[str, Any]) -> dict[str, Any]:
                 {"podTemplateRef": s.get("podTemplateRef"), "count": s.get("count")}
                 for s in spec.get("podSets") or []
                 if isinstance(s, dict)
-            ]
+            ],
         },
         "status": {
             "conditions": [
