@@ -13,6 +13,7 @@ process, as the controller does it (controller/observe/cluster.py ClusterIndex, 
   again (what the other 39,992 devices select remembered), the gang decided again.
 
     python bench/devices.py [--nodes 5000] [--gang 1000] [--devices 8]
+    python bench/devices.py --unused-templates 1000   (another namespace's templates no pod names)
 """
 
 from __future__ import annotations
@@ -197,14 +198,97 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     )
 
 
+def unused_templates(nodes: int, gang: int, per_node: int, count: int, repeats: int) -> None:
+    """Issue 76: `count` ResourceClaimTemplates in another namespace, each with a selector of its own, that
+    no pod names, beside the gang's own: the gang's cold pass (inventory, nodes' devices, decision) and its
+    steady pass (one slice republished), with and without them, interleaved in one run. The controller
+    counts per node only the selectors of templates that waiting pods name (Inventory.waiting)."""
+    garbage.start()
+    raw_nodes = {f"/node-{i:04d}": trim_node(node(f"node-{i:04d}", cpu="64", memory="256Gi")) for i in range(nodes)}
+    spec = GangSpec(min_member=gang)
+    classes, slices = [device_class()], [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
+    own = {
+        "metadata": {"name": "one", "namespace": "team-a", "resourceVersion": "1"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }
+    others = [
+        {
+            "metadata": {"name": f"unused-{i}", "namespace": "tenant-x", "resourceVersion": "1"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": "gpu",
+                                    "selectors": [
+                                        {"cel": {"expression": f'device.attributes["{DRIVER}"].index != {i}'}}
+                                    ],
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+        for i in range(count)
+    ]
+    waiting = frozenset({("template", "team-a", "one")})
+    pods = {f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=True)}
+    timings: dict[int, tuple[list[float], list[float]]] = {0: ([], []), count: ([], [])}
+    for _ in range(repeats):
+        for extra in (0, count):
+            memo, book = devices.Memo(), devices.PoolBook()
+            started = time.perf_counter()
+            book.apply({f"/{s['metadata']['name']}": s for s in slices})
+            inventory = devices.inventory_from(classes, (), [], [own, *others[:extra]], memo, book.gathered())
+            inventory.waiting = waiting
+            index = ClusterIndex()
+            index.apply_nodes(raw_nodes)
+            index.use_devices(inventory)
+            index.apply_pods(pods)
+            state, released = one_pass(index, spec)
+            timings[extra][0].append(time.perf_counter() - started)
+            assert state == "Release" and released == gang, state
+            between_passes()
+            for step in range(STEADY_PASSES):
+                republished = node_slice("node-0000", per_node, version=str(step + 2))
+                started = time.perf_counter()
+                book.apply({"/node-0000-gpus": republished})
+                again = devices.inventory_from(classes, (), [], [own, *others[:extra]], memo, book.gathered())
+                again.waiting = waiting
+                index.use_devices(again.remembering(index.devices))
+                state, released = one_pass(index, spec)
+                timings[extra][1].append(time.perf_counter() - started)
+                assert state == "Release" and released == gang, state
+                between_passes()
+    base, loaded = timings[0], timings[count]
+    print(
+        f"{nodes} nodes, {nodes * per_node} devices, a {gang}-pod gang; {count} unused templates in another namespace"
+    )
+    for label, at in (("cold pass", 0), ("steady pass (one slice changed)", 1)):
+        without, beside = statistics.median(base[at]), statistics.median(loaded[at])
+        print(
+            f"  {label}: {without * 1000:.0f} ms without, {beside * 1000:.0f} ms beside them "
+            f"({beside / without:.2f}x; target: within 1.10x)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--gang", type=int, default=1000)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--unused-templates", type=int, default=0, help="measure the gang beside this many templates no pod names"
+    )
     args = parser.parse_args()
-    run(args.nodes, args.gang, args.devices, args.repeats)
+    if args.unused_templates:
+        unused_templates(args.nodes, args.gang, args.devices, args.unused_templates, args.repeats)
+    else:
+        run(args.nodes, args.gang, args.devices, args.repeats)
 
 
 if __name__ == "__main__":

@@ -147,7 +147,13 @@ def test_a_tenants_slow_selector_costs_another_teams_gangs_nothing(stack: Stack)
         stack.plane.apply(
             [workloads.job("plain", namespace, 2, "100m"), dra.claiming(workloads.job("devices", namespace, 2, "100m"))]
         )
-        wait_until(lambda: len(running(stack.pods(namespace))) == 4, f"{name}: both gangs Running", 120, every=0.5)
+        wait_until(
+            lambda: len(running(stack.pods(namespace))) == 4,
+            f"{name}: both gangs Running",
+            120,
+            every=0.5,
+            explain=lambda: stack.describe(namespace),
+        )
         return time.monotonic() - started
 
     before = two_gangs("quiet-before")

@@ -335,3 +335,26 @@ def test_pods_naming_absent_workloads_cost_a_bounded_number_of_reads_and_the_cac
     for i in range(3):
         small("Job", "team-y", f"gone-{i}", "any")
     assert len(small._read) == 3 and ("Job", "team-b", "train") not in small._read  # the oldest went alone
+
+
+def test_a_node_counted_while_cel_could_not_answer_is_counted_again() -> None:
+    """No evaluator answer (the CEL worker not started) is never remembered as the selector's: the node
+    is counted again at the next look, and its devices come back."""
+    from tests.cluster import node as api_node
+    from webhook.controller.observe.cluster import ClusterIndex
+
+    answering = [False]
+
+    def flaky(pairs: Sequence[tuple[str, device_cel.DeviceFacts]]) -> list[device_cel.Outcome]:
+        if not answering[0]:
+            return [device_cel.SelectorError("no worker", transient=True) for _ in pairs]
+        return device_cel.evaluate_all(pairs)
+
+    inventory = devices.inventory_from([device_class()], [node_slice("n0", gpus(4))], [], [], devices.Memo(flaky))
+    index = ClusterIndex()
+    index.apply_nodes({"/n0": api_node("n0", cpu="8")})
+    index.use_devices(inventory)
+    assert devices.class_resource("gpu") not in index.nodes["n0"].allocatable
+    answering[0] = True
+    index.use_devices(inventory)  # the same inventory: the node is counted again all the same
+    assert index.nodes["n0"].allocatable[devices.class_resource("gpu")] == 4

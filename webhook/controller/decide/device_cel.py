@@ -48,10 +48,13 @@ class SelectorError(Exception):
     """A CEL runtime error (kube-scheduler fails the allocation on that node: allocator_stable.go
     selectorsMatch, "CEL runtime error"), or a selector this evaluator cannot read (`unreadable`)."""
 
-    def __init__(self, message: str, unreadable: bool = False, over_budget: bool = False) -> None:
+    def __init__(
+        self, message: str, unreadable: bool = False, over_budget: bool = False, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.unreadable = unreadable
         self.over_budget = over_budget  # it ran over its CPU budget (observe/cel_sandbox.py)
+        self.transient = transient  # no evaluator could answer now: asked again, never remembered
 
 
 @functools.total_ordering

@@ -254,8 +254,7 @@ class Inventory:
         key = (device.content, expression)
         found = self.memo.matched.get(key)
         if found is None:
-            self.memo.evaluate({key: device})
-            found = self.memo.matched.get(key)
+            found = self.memo.evaluate({key: device})[key]
         if isinstance(found, device_cel.SelectorError):
             raise found
         return bool(found)
@@ -529,6 +528,7 @@ class Memo:
         # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
         self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
         self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
+        self.unanswered = 0  # of them, those no evaluator could answer then (asked again later)
         # by pool id: the pool (so no other takes its id) and the expressions primed on it
         self._primed: dict[int, tuple[Pool, frozenset[str]]] = {}
 
@@ -557,19 +557,29 @@ class Memo:
         if missing:
             self.evaluate(missing)
 
-    def evaluate(self, missing: Mapping[tuple[str, str], Device]) -> None:
+    def evaluate(
+        self, missing: Mapping[tuple[str, str], Device]
+    ) -> dict[tuple[str, str], bool | device_cel.SelectorError]:
+        """Each (device content, expression) evaluated, remembered unless no evaluator could answer now."""
         matched = self.matched
         pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in missing.items()]
         self.evaluations += len(pairs)
+        found: dict[tuple[str, str], bool | device_cel.SelectorError] = {}
         for (key, device), outcome in zip(missing.items(), self.evaluator(pairs), strict=True):
             if isinstance(outcome, device_cel.SelectorError):
-                matched[key] = outcome
+                found[key] = outcome
             elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too
-                matched[key] = outcome = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
+                found[key] = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
             else:
-                matched[key] = bool(outcome)
-            if isinstance(outcome, device_cel.SelectorError) and outcome.over_budget:
-                self.failed[key[1]] = str(outcome)[-300:]
+                found[key] = bool(outcome)
+            said = found[key]
+            if isinstance(said, device_cel.SelectorError) and said.transient:
+                self.unanswered += 1
+                continue
+            matched[key] = said
+            if isinstance(said, device_cel.SelectorError) and said.over_budget:
+                self.failed[key[1]] = str(said)[-300:]
+        return found
 
 
 K = TypeVar("K")

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from webhook.controller.decide import device_cel
@@ -44,6 +45,7 @@ RETRY_AFTER_SECONDS = 5.0  # a worker that could not start is tried again after 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 Pair = tuple[str, device_cel.DeviceFacts]
+NOT_STARTED = "cannot evaluate CEL now: its worker did not start"
 
 
 class CelSandbox:
@@ -71,7 +73,7 @@ class CelSandbox:
                     break
                 if time.monotonic() < self._down_until:
                     for i in todo:
-                        outcomes[i] = device_cel.SelectorError("cannot evaluate CEL now: its worker did not start")
+                        outcomes[i] = device_cel.SelectorError(NOT_STARTED, transient=True)
                     break
                 todo = self._run([pairs[i] for i in todo], todo, outcomes)
             return [o if o is not None else False for o in outcomes]
@@ -91,7 +93,7 @@ class CelSandbox:
         worker = self._ensure()
         if worker is None:
             for place in places:
-                outcomes[place] = device_cel.SelectorError("cannot evaluate CEL now: its worker did not start")
+                outcomes[place] = device_cel.SelectorError(NOT_STARTED, transient=True)
             return []
         self._batch += 1
         assert worker.stdin is not None and worker.stdout is not None
@@ -166,10 +168,11 @@ class CelSandbox:
             os.write(fd, PROGRESS.pack(-1, -1))
             self._progress = mmap.mmap(fd, PROGRESS.size)
             self._worker = subprocess.Popen(
-                [sys.executable, "-m", "webhook.controller.observe.cel_worker", str(fd)],
+                [_interpreter(), "-m", "webhook.controller.observe.cel_worker", str(fd)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(fd,),
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(_import_path())},
             )
         except OSError as error:
             log.warning("cannot start the CEL worker: %s", error)
@@ -190,6 +193,20 @@ class CelSandbox:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+
+
+def _interpreter() -> str:
+    """This process's own interpreter: /proc/self/exe where there is one (the kernel opens it directly,
+    so a path the process may not walk, such as a venv's link into another user's home, does not stop
+    it), else sys.executable."""
+    return "/proc/self/exe" if os.path.exists("/proc/self/exe") else sys.executable
+
+
+def _import_path() -> list[str]:
+    """Where this process imports from: its sys.path (the interpreter run as /proc/self/exe finds no venv
+    of its own), the package's own root first (an editable install's finder is not on sys.path)."""
+    root = str(Path(__file__).resolve().parents[3])
+    return [root, *(p for p in sys.path if p and p != root)]
 
 
 def _decode(outcome: Any) -> device_cel.Outcome:

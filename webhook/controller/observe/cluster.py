@@ -167,6 +167,7 @@ class ClusterIndex:
         self._device_units: dict[str, Units] = {}
         self._api_nodes: dict[str, Node] = {}
         self._devices_lost: set[str] = set()  # bound gang pods whose allocated devices no slice has now
+        self._devices_unsure: set[str] = set()  # nodes whose devices were counted while CEL could not answer
         # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
         # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
@@ -234,8 +235,19 @@ class ClusterIndex:
             return
         self._api_nodes[name] = Node.from_api(node)
         if self.devices is not None:
-            self._device_units[name] = self.devices.class_totals(self._api_nodes[name], self._member_uids())
+            self._device_units[name] = self._class_totals(self.devices, name, self._member_uids())
         self._rebuild_node(name)
+
+    def _class_totals(self, inventory: devices.Inventory, name: str, members: set[str]) -> Units:
+        """The node's devices as resources; a node some of whose selectors no evaluator could answer (the
+        CEL worker not started) is counted again at the next pass, not left short."""
+        unanswered = inventory.memo.unanswered
+        units = inventory.class_totals(self._api_nodes[name], members)
+        if inventory.memo.unanswered != unanswered:
+            self._devices_unsure.add(name)
+        else:
+            self._devices_unsure.discard(name)
+        return units
 
     def _rebuild_node(self, name: str) -> None:
         """The node as placement sees it: its allocatable, and its devices as resources of it."""
@@ -255,15 +267,16 @@ class ClusterIndex:
     def use_devices(self, inventory: devices.Inventory | None) -> None:
         """A new picture of the cluster's devices: each node's devices as resources again, and the gang
         pods that claim devices looked at again (their claims' templates may have changed)."""
-        if inventory is self.devices:
+        if inventory is self.devices and not (inventory is not None and self._devices_unsure):
             return
         before = self.devices
         changed = inventory.changed_nodes(before) if inventory is not None else None
         self.devices = inventory
         members = self._member_uids()
+        if changed is not None:
+            changed |= self._devices_unsure
         for name in self._api_nodes.keys() if changed is None else changed & self._api_nodes.keys():
-            node = self._api_nodes[name]
-            units = inventory.class_totals(node, members) if inventory is not None else {}
+            units = self._class_totals(inventory, name, members) if inventory is not None else {}
             if units != self._device_units.get(name, {}):
                 self._device_units[name] = units
                 self._rebuild_node(name)
