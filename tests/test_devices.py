@@ -286,9 +286,7 @@ def test_what_cannot_be_known_or_judged_is_named() -> None:
     assert pod_demand("team-a", pod_spec("nope"), inventory).problems == (
         "DeviceClass tpu does not exist (template team-a/nope)",
     )
-    assert pod_demand("team-a", pod_spec("same-pcie"), inventory).unmodelled == (
-        "matchAttribute/distinctAttribute constraints",
-    )
+    assert pod_demand("team-a", pod_spec("same-pcie"), inventory).unmodelled == ()  # modelled now
     partitionable = node_slice("n2", gpus(1), sharedCounters=[{"name": "c", "counters": {}}])
     assert inventory_from([device_class()], [partitionable], [], []).class_totals(node("n2")) == {}
 
@@ -422,6 +420,8 @@ def test_the_gate_releases_a_gang_only_when_every_pod_has_its_devices_and_pins_e
 
 
 def test_a_gang_whose_devices_cannot_be_judged_or_known_waits_saying_why(apiserver: Any, api: Any) -> None:
+    """A template that does not exist, and devices no model judges (partitionable ones): the gang waits,
+    its decision naming why; no pod is released."""
     from tests.cluster import node as api_node
     from tests.cluster import pods
 
@@ -429,17 +429,15 @@ def test_a_gang_whose_devices_cannot_be_judged_or_known_waits_saying_why(apiserv
     store.create("v1", "nodes", "", api_node("w0", cpu="64"))
     store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
     store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w0", gpus(8)))
-    constrained = template(
-        "pair", exactly(count=2), constraints=[{"matchAttribute": "gpu.example.com/pcie", "requests": []}]
-    )
-    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", constrained)
-    job_claiming(store, "constrained", 2, "pair")
+    consumable = {"name": "g", "exactly": {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "1Gi"}}}}
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("share", consumable))
+    job_claiming(store, "consumable", 2, "share")
     job_claiming(store, "missing", 2, "no-such-template")
     controller, _ = dra_controller(apiserver, api)
     decisions = controller.reconcile_once()
-    constrained_decision = decisions["team-a/job-constrained"]
-    assert constrained_decision.state == "WaitingForCapacity"
-    assert "does not model matchAttribute/distinctAttribute constraints" in constrained_decision.message
+    unjudged = decisions["team-a/job-consumable"]
+    assert unjudged.state == "WaitingForCapacity"
+    assert "does not model consumable capacity" in unjudged.message, unjudged.message
     missing = decisions["team-a/job-missing"]
     assert (
         missing.state == "WaitingForCapacity"

@@ -125,6 +125,92 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
     assert not bound(stack.pods(namespace))
 
 
+def shaped_slice(stack: Stack, node: str, shaped: list[tuple[str, str | None]]) -> dict[str, Any]:
+    """One node's slice of devices, each (model, PCIe root or None)."""
+    body = dra.node_slice(stack, node, len(shaped))
+    for device, (model, root) in zip(body["spec"]["devices"], shaped, strict=True):
+        device["attributes"]["model"] = {"string": model}
+        if root is not None:
+            device["attributes"]["pcie"] = {"string": root}
+    return body
+
+
+def template_with(namespace: str, name: str, devices: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_alternatives_and_constraints_start_whole_where_kube_scheduler_can_allocate_them(
+    stack: Stack, backend: str
+) -> None:
+    """Issue 79's two shapes, side by side with kube-scheduler's own allocator (native): one big GPU or
+    else two small per pod (node 0: one big and two small, node 1: four small: room for 4), and two GPUs
+    on one PCIe root per pod (node 2: roots a, b, c, a; node 3: d, d: room for 2). Both gangs start whole
+    on either backend, and every pair kube-scheduler allocated shares its root."""
+    nodes = stack.replace_workers(4)
+    stack.plane.apply(
+        [
+            dra.device_class(),
+            shaped_slice(stack, nodes[0], [("big", None), ("small", None), ("small", None)]),
+            shaped_slice(stack, nodes[1], [("small", None)] * 4),
+            shaped_slice(stack, nodes[2], [("linked", "a"), ("linked", "b"), ("linked", "c"), ("linked", "a")]),
+            shaped_slice(stack, nodes[3], [("linked", "d"), ("linked", "d")]),
+        ]
+    )
+    namespace = stack.namespace(f"dra-shapes-{backend}", backend)
+    model = 'device.attributes["gpu.example.com"].model == "{}"'
+
+    def choice(name: str, count: int, wanted: str) -> dict[str, Any]:
+        selector = [{"cel": {"expression": model.format(wanted)}}]
+        return {"name": name, "deviceClassName": dra.CLASS, "count": count, "selectors": selector}
+
+    either = {"requests": [{"name": "g", "firstAvailable": [choice("big", 1, "big"), choice("small", 2, "small")]}]}
+    pair = {
+        "requests": [
+            {
+                "name": "g",
+                "exactly": {
+                    "deviceClassName": dra.CLASS,
+                    "allocationMode": "ExactCount",
+                    "count": 2,
+                    "selectors": [{"cel": {"expression": 'has(device.attributes["gpu.example.com"].pcie)'}}],
+                },
+            }
+        ],
+        "constraints": [{"matchAttribute": "gpu.example.com/pcie"}],
+    }
+    stack.plane.apply([template_with(namespace, "either", either), template_with(namespace, "pair", pair)])
+    stack.plane.apply(
+        [
+            dra.claiming(workloads.job("alternatives", namespace, 4, "100m"), "either"),
+            dra.claiming(workloads.job("pairs", namespace, 2, "100m"), "pair"),
+        ]
+    )
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 6 and p,
+        f"{backend}: both gangs Running",
+        120,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    devices = allocated_devices(stack, namespace)
+    roots = {
+        f"{s['spec']['pool']['name']}/{d['name']}": d["attributes"].get("pcie", {}).get("string")
+        for s in stack.plane.get("resourceslices.resource.k8s.io")
+        if s["spec"]["pool"]["name"] in nodes
+        for d in s["spec"]["devices"]
+    }
+    pairs = [devices[p["metadata"]["name"]] for p in pods if p["metadata"]["name"].startswith("pairs")]
+    assert len(pairs) == 2 and all(len(d) == 2 and roots[d[0]] == roots[d[1]] is not None for d in pairs), pairs
+    on = sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("alternatives"))
+    assert on == sorted([nodes[0], nodes[0], nodes[1], nodes[1]]), on
+
+
 # cel-python's duration() parses its argument with a backtracking regular expression: about 2^N steps for
 # N letters before a character it cannot end on (N=34: a quarter of an hour in one call holding the GIL).
 # The argument is not a literal, so kube-apiserver's compile-time check of literals does not see it.

@@ -20,9 +20,11 @@ structured/internal/stable: allocator_stable.go, pools_stable.go; the v1 API in 
   `resourceClaimName` is shared, and once allocated its pods go only where its
   `status.allocation.nodeSelector` lets them (the DynamicResources plugin's Filter).
 
-What this model does not judge is named (`Demand.unmodelled`), never guessed: matchAttribute and
-distinctAttribute constraints, admin access, consumable capacity, partitionable devices (shared
-counters), per-device node selection. A gang whose pods need those is never released by the gate.
+- a claim's matchAttribute and distinctAttribute constraints (device_constraints.py).
+
+What this model does not judge is named (`Demand.unmodelled`), never guessed: admin access, consumable
+capacity, partitionable devices (shared counters), per-device node selection. A gang whose pods need those
+is never released by the gate.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from webhook.controller.decide import device_cel
+from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, constraints_of, search
 from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
 from webhook.controller.interning import is_canonical
 from webhook.gangs.model import Obj
@@ -50,8 +53,16 @@ MAX_REMEMBERED_DEMANDS = 20_000  # pods' demands kept per inventory (by template
 # distinct selector sets of one namespace's waiting claims counted per node (`narrowed`): what one
 # namespace's templates cost every node is bounded; past it, its other sets wait and say so
 MAX_SELECTOR_SETS_PER_NAMESPACE = 16
+MAX_CLAIMS_COUNTED_PER_NODE = 256  # a claim with alternatives or constraints, allocated on one node in turn
 MAX_REMEMBERED_SLICES = 100_000  # slices kept parsed
 MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
+
+
+def claim_resource(requests: Sequence[Request], constraints: Sequence[Constraint]) -> str:
+    """The node resource of one claim with alternatives or constraints: how many times a node's devices
+    can be allocated to it (claims alike, from one template or equal ones, share it)."""
+    digest = hashlib.sha256(repr((tuple(requests), tuple(constraints))).encode()).hexdigest()[:10]
+    return f"{CLASS_RESOURCE_PREFIX}claim/{digest}"
 
 
 def class_resource(class_name: str, selectors: Sequence[str] = ()) -> str:
@@ -152,6 +163,13 @@ class ClaimDemand:
     # a shared claim allocated already: its devices are not the pod's to take, its nodeSelector binds
     allocated_node_terms: Any = None
     allocated: bool = False
+    constraints: tuple[Constraint, ...] = ()
+
+    @property
+    def alternatives_or_constraints(self) -> bool:
+        """Whether counting its first choices' devices per class says too little (or too much): a claim
+        with firstAvailable alternatives or constraints is counted whole per node (`claim_resource`)."""
+        return bool(self.constraints) or any(len(r.alternatives) > 1 for r in self.requests)
 
 
 @dataclass(frozen=True)
@@ -169,10 +187,16 @@ class Demand:
 
     def units(self) -> dict[str, int]:
         """The devices each class gives this pod, as node resources of the gate's placement: the own
-        claims' first choices (a shared claim is counted once, by the devices check, not per pod)."""
+        claims' devices per class; a claim with alternatives or constraints as one of itself, which each
+        node counts by allocating it there as often as it can (Inventory.class_totals: kube-scheduler's
+        own order of alternatives). A shared claim is counted once, by the devices check, not per pod."""
         units: dict[str, int] = {}
         for claim in self.claims:
             if claim.shared:
+                continue
+            if claim.alternatives_or_constraints:
+                resource = claim_resource(claim.requests, claim.constraints)
+                units[resource] = units.get(resource, 0) + 1
                 continue
             for request in claim.requests:
                 first = request.alternatives[0]
@@ -336,7 +360,12 @@ class Inventory:
         """The nodes whose devices may count differently than in `before` (None: any node may): those of
         slices published, changed or gone, and of devices whose claim changed. Slices unchanged are the
         same Pool objects (Memo), so a claim allocated costs a look at its own node only."""
-        if before is None or before.classes != self.classes or before.narrowed != self.narrowed:
+        if (
+            before is None
+            or before.classes != self.classes
+            or before.narrowed != self.narrowed
+            or before.counted_claims.keys() != self.counted_claims.keys()
+        ):
             return None
         gone, came = self._replaced(before)
         changed: set[str] = set()
@@ -433,7 +462,32 @@ class Inventory:
                     found.setdefault(sub.device_class, set()).add(sub.selectors)
         return found
 
-    def _waiting_specs(self) -> list[tuple[tuple[str, str], Mapping[str, Any]]]:
+    @functools.cached_property
+    def counted_claims(self) -> dict[str, ClaimDemand]:
+        """The waiting pods' template claims with alternatives or constraints, by `claim_resource`: each
+        node counts how many times its devices can be allocated to each (class_totals), within the same
+        per-namespace bound as selector sets."""
+        found: dict[str, ClaimDemand] = {}
+        per_namespace: dict[str, set[str]] = {}
+        for (namespace, name), spec in self._waiting_specs(templates_only=True):
+            claim = ClaimDemand(
+                f"template {namespace}/{name}", claim_requests(spec, set()), constraints=constraints_of(spec)
+            )
+            resource = claim_resource(claim.requests, claim.constraints)
+            if not claim.alternatives_or_constraints or resource in found:
+                continue
+            counted = per_namespace.setdefault(namespace, set())
+            if len(counted) >= MAX_SELECTOR_SETS_PER_NAMESPACE:
+                self.deferred[resource] = (
+                    f"namespace {namespace} has more than {MAX_SELECTOR_SETS_PER_NAMESPACE} distinct claims with "
+                    "alternatives or constraints waiting: this one is counted once others have started"
+                )
+                continue
+            counted.add(resource)
+            found[resource] = claim
+        return found
+
+    def _waiting_specs(self, templates_only: bool = False) -> list[tuple[tuple[str, str], Mapping[str, Any]]]:
         """The claim specs of the templates and claims `waiting` names, in name order."""
         if self.waiting is None:
             templates, claims = sorted(self.templates.items()), sorted(self.claims.items())
@@ -444,6 +498,8 @@ class Inventory:
             ]
             claims = [((n, m), self.claims[(n, m)]) for k, n, m in named if k == "claim" and (n, m) in self.claims]
         specs = [(k, (t.get("spec") or {}).get("spec") or {}) for k, t in templates]
+        if templates_only:
+            return specs
         return specs + [(k, c.get("spec") or {}) for k, c in claims]
 
     def class_totals(self, node: Node, counted_by_pods: Collection[str] = ()) -> dict[str, int]:
@@ -471,7 +527,20 @@ class Inventory:
                 count = sum(1 for d in selected if self._selects(d, selectors))
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
+        for resource, claim in self.counted_claims.items():
+            count = self._claims_on(node, claim, counted_by_pods)
+            if count:
+                totals[resource] = count
         return totals
+
+    def _claims_on(self, node: Node, claim: ClaimDemand, counted_by_pods: Collection[str]) -> int:
+        """How many times the node's free devices can be allocated to the claim, one after the other, as
+        kube-scheduler would for pods placed there in turn (at most MAX_CLAIMS_COUNTED_PER_NODE)."""
+        allocator = Allocator(self, nodes=(node,), free_for=counted_by_pods)
+        demand, count = Demand((claim,)), 0
+        while count < MAX_CLAIMS_COUNTED_PER_NODE and allocator.allocate(demand, node) is None:
+            count += 1
+        return count
 
     def selector_problems(self, sub: Subrequest) -> list[str]:
         """Why the subrequest's devices are not counted: a selector that failed, or its set deferred."""
@@ -886,8 +955,6 @@ def _subrequest(name: str, raw: Mapping[str, Any], unmodelled: set[str]) -> Subr
 def claim_requests(claim_spec: Mapping[str, Any], unmodelled: set[str]) -> tuple[Request, ...]:
     """A claim's requests (resource/v1 DeviceClaim): `exactly` or `firstAvailable` each."""
     devices = claim_spec.get("devices") or {}
-    if devices.get("constraints"):
-        unmodelled.add("matchAttribute/distinctAttribute constraints")
     requests = []
     for raw in devices.get("requests") or []:
         if not isinstance(raw, dict):
@@ -921,7 +988,8 @@ def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) ->
                 problems.append(f"ResourceClaimTemplate {name} does not exist")
                 continue
             claim_spec = (template.get("spec") or {}).get("spec") or {}
-            claims.append(ClaimDemand(f"template {namespace}/{name}", claim_requests(claim_spec, unmodelled)))
+            requests = claim_requests(claim_spec, unmodelled)
+            claims.append(ClaimDemand(f"template {namespace}/{name}", requests, constraints=constraints_of(claim_spec)))
         elif entry.get("resourceClaimName"):
             name = str(entry["resourceClaimName"])
             claim = inventory.claims.get((namespace, name))
@@ -935,8 +1003,10 @@ def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) ->
                     ClaimDemand(f"claim {namespace}/{name}", (), True, allocated_node_terms=terms, allocated=True)
                 )
             else:
-                requests = claim_requests(claim.get("spec") or {}, unmodelled)
-                claims.append(ClaimDemand(f"claim {namespace}/{name}", requests, shared=True))
+                spec_of = claim.get("spec") or {}
+                requests = claim_requests(spec_of, unmodelled)
+                constraints = constraints_of(spec_of)
+                claims.append(ClaimDemand(f"claim {namespace}/{name}", requests, shared=True, constraints=constraints))
     # a DeviceClass's extended resource asked for in the containers (KEP-5004): devices of that class
     wanted = _extended_requests(spec)
     for device_class in inventory.classes.values():
@@ -979,9 +1049,14 @@ class Allocator:
     # a shared claim allocated in this run: its devices and the nodes that reach all of them
     shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = field(default_factory=dict)
     nodes: Sequence[Node] = ()
+    # pods (uids) whose own claims' devices count as free: a gang member's shape holds them (class_totals)
+    free_for: Collection[str] = ()
 
     def taken(self, device: DeviceId) -> bool:
-        return device in self.picked or device in self.inventory.taken
+        if device in self.picked:
+            return True
+        holder = self.inventory.taken.get(device)
+        return holder is not None and not (self.free_for and self.inventory.owners.get(holder) in self.free_for)
 
     def allocate(self, demand: Demand, node: Node) -> str | None:
         """Allocates every claim of the pod on `node` (all or nothing); None, or why it cannot."""
@@ -1024,7 +1099,7 @@ class Allocator:
         if demand.problems or demand.unmodelled or len(demand.claims) != 1:
             return False
         claim = demand.claims[0]
-        if claim.shared or claim.allocated or len(claim.requests) != 1 or len(claim.requests[0].alternatives) != 1:
+        if claim.shared or claim.allocated or claim.alternatives_or_constraints or len(claim.requests) != 1:
             return False
         sub = claim.requests[0].alternatives[0]
         pools = self.inventory.pools_for(node)
@@ -1060,7 +1135,7 @@ class Allocator:
         for tried, choice in enumerate(_choices(claim.requests)):
             if tried >= MAX_ALTERNATIVE_CHOICES:
                 return None
-            result = self._match(choice, pools, also_taken)
+            result = self._match(choice, pools, also_taken, claim.constraints)
             if result is not None:
                 return result
         return None
@@ -1090,8 +1165,14 @@ class Allocator:
         return eligible
 
     def _match(
-        self, choice: Sequence[Subrequest], pools: Sequence[Pool], also_taken: set[DeviceId]
+        self,
+        choice: Sequence[Subrequest],
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        constraints: Sequence[Constraint] = (),
     ) -> list[DeviceId] | None:
+        if constraints:
+            return self._constrained(choice, pools, also_taken, constraints)
         if len(choice) == 1 and not choice[0].all:
             # one request of ExactCount (most claims): any `count` free devices it selects, no matching
             count = choice[0].count
@@ -1115,6 +1196,30 @@ class Allocator:
             if not _augment(unit, units, owner, set(), blocked):
                 return None
         return fixed + sorted(owner, key=lambda d: owner[d])
+
+    def _constrained(
+        self,
+        choice: Sequence[Subrequest],
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        constraints: Sequence[Constraint],
+    ) -> list[DeviceId] | None:
+        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py)."""
+        units: list[tuple[str, list[Candidate]]] = []
+        fixed: list[tuple[str, Candidate]] = []
+        for sub in choice:
+            eligible = self._eligible(sub, pools, also_taken)
+            if eligible is None:
+                return None
+            candidates = [
+                Candidate(d.id, tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints))
+                for d in eligible
+            ]
+            if sub.all:
+                fixed.extend((sub.name, c) for c in candidates)
+            else:
+                units.extend([(sub.name, candidates)] * sub.count)
+        return search(units, fixed, constraints)
 
 
 def _augment(

@@ -69,7 +69,9 @@ class DeviceWatch:
         elif self._inventory is not None and waiting != self._inventory.waiting:
             # other pods wait: a new inventory only when the selector sets counted per node change
             narrowed = replace(self._inventory, waiting=waiting, deferred={})
-            if narrowed.narrowed == self._inventory.narrowed and narrowed.deferred == self._inventory.deferred:
+            same = narrowed.narrowed == self._inventory.narrowed
+            same = same and narrowed.counted_claims.keys() == self._inventory.counted_claims.keys()
+            if same and narrowed.deferred == self._inventory.deferred:
                 self._inventory.waiting = waiting
             else:
                 self._inventory = narrowed

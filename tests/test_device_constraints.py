@@ -1,0 +1,156 @@
+"""firstAvailable alternatives and matchAttribute/distinctAttribute constraints, as kube-scheduler's
+structured allocator applies them (allocator_stable.go), in the allocation and in placement (issue 79):
+the shapes native ran and the gate held for ever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.test_devices import (
+    DRIVER,
+    device_class,
+    dra_controller,
+    exactly,
+    job_claiming,
+    node,
+    node_slice,
+    pod_spec,
+    template,
+)
+from webhook.controller.decide import devices
+from webhook.controller.decide.device_constraints import Candidate, Constraint, search
+from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
+
+PCIE = f"{DRIVER}/pcie"
+
+
+def gpu(name: str, model: str = "big", root: str | None = None, **more: Any) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"model": {"string": model}}
+    if root is not None:
+        attributes["pcie"] = {"string": root}
+    attributes.update(more)
+    return {"name": name, "attributes": attributes}
+
+
+BIG = f'device.attributes["{DRIVER}"].model == "big"'
+SMALL = f'device.attributes["{DRIVER}"].model == "small"'
+ONE_BIG_OR_TWO_SMALL = {
+    "name": "g",
+    "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu", "count": 1, "selectors": [{"cel": {"expression": BIG}}]},
+        {"name": "small", "deviceClassName": "gpu", "count": 2, "selectors": [{"cel": {"expression": SMALL}}]},
+    ],
+}
+
+
+def test_a_node_counts_pods_of_a_claim_with_alternatives_in_kube_schedulers_order() -> None:
+    """Node 0: one big GPU and two small; node 1: four small. One big or two small per pod: room for 2 on
+    each node, 4 in all (the issue's shape; the first choices alone counted 1)."""
+    slices = [
+        node_slice("n0", [gpu("g0", "big"), gpu("g1", "small"), gpu("g2", "small")]),
+        node_slice("n1", [gpu(f"g{i}", "small") for i in range(4)]),
+    ]
+    inventory = inventory_from([device_class()], slices, [], [template("either", ONE_BIG_OR_TWO_SMALL)])
+    demand = pod_demand("team-a", pod_spec("either"), inventory)
+    (resource,) = demand.units()
+    assert resource.startswith(devices.CLASS_RESOURCE_PREFIX + "claim/")
+    assert [inventory.class_totals(node(n)).get(resource) for n in ("n0", "n1")] == [2, 2]
+    allocator = Allocator(inventory)
+    assert [allocator.allocate(demand, node("n0")) for _ in range(3)][:2] == [None, None]
+    assert allocator.allocate(demand, node("n0")) is not None  # a third: nothing left there
+
+
+def test_match_attribute_takes_two_devices_on_one_pcie_root_or_none() -> None:
+    """Node 0: four GPUs on roots a, a, b, c (one pair); node 1: a pair on root d: one 2-GPU pod each."""
+    pair = template("pair", exactly(count=2), constraints=[{"matchAttribute": PCIE}])
+    slices = [
+        node_slice("n0", [gpu("g0", root="a"), gpu("g1", root="b"), gpu("g2", root="c"), gpu("g3", root="a")]),
+        node_slice("n1", [gpu("g0", root="d"), gpu("g1", root="d")]),
+    ]
+    inventory = inventory_from([device_class()], slices, [], [pair])
+    demand = pod_demand("team-a", pod_spec("pair"), inventory)
+    assert demand.unmodelled == ()
+    (resource,) = demand.units()
+    assert [inventory.class_totals(node(n))[resource] for n in ("n0", "n1")] == [1, 1]
+    allocator = Allocator(inventory)
+    assert allocator.allocate(demand, node("n0")) is None
+    assert sorted(d[2] for d in allocator.picked) == ["g0", "g3"]  # the two on root a, not the first two
+    assert allocator.allocate(demand, node("n0")) == "no free devices on n0 for template team-a/pair"
+
+
+def test_distinct_attribute_and_a_missing_attribute_as_upstream() -> None:
+    spread = template("spread", exactly(count=3), constraints=[{"distinctAttribute": PCIE}])
+    slices = [node_slice("n0", [gpu("g0", root="a"), gpu("g1", root="a"), gpu("g2", root="b"), gpu("g3")])]
+    inventory = inventory_from([device_class()], slices, [], [spread])
+    demand = pod_demand("team-a", pod_spec("spread"), inventory)
+    # three distinct roots are not there: g3 has no root at all, which fails the constraint
+    assert Allocator(inventory).allocate(demand, node("n0")) is not None
+    slices.append(
+        node_slice("n1", [gpu("g0", root="a"), gpu("g1", root="a"), gpu("g2", root="b"), gpu("g3", root="c")])
+    )
+    inventory = inventory_from([device_class()], slices, [], [spread])
+    allocator = Allocator(inventory)
+    assert allocator.allocate(pod_demand("team-a", pod_spec("spread"), inventory), node("n1")) is None
+    assert len({d[2] for d in allocator.picked}) == 3 and ("gpu.example.com", "n1", "g1") not in allocator.picked
+
+
+def test_a_constraint_names_the_requests_it_covers() -> None:
+    """Only `a` and `b` must share a root; `c` may be anywhere: a subrequest is covered by its request."""
+    cover = Constraint(("a", "b"), PCIE)
+    assert cover.covers("a") and cover.covers("b/sub") and not cover.covers("c")
+    x = [Candidate(("d", "p", f"x{i}"), (("string", root),)) for i, root in enumerate("xyy")]
+    found = search([("a", x), ("b", x), ("c", x)], [], [cover])
+    assert found == [("d", "p", "x1"), ("d", "p", "x2"), ("d", "p", "x0")]
+
+
+def test_the_gate_starts_a_gang_that_fits_only_through_alternatives_and_constraints(apiserver: Any, api: Any) -> None:
+    """The issue's two shapes end to end on the fake API server: each gang is released whole, each pod
+    pinned where its devices are."""
+    from tests.cluster import node as api_node
+    from tests.cluster import pods
+
+    store = apiserver.store
+    for name in ("w0", "w1", "w2", "w3"):
+        store.create("v1", "nodes", "", api_node(name, cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create(
+        "resource.k8s.io/v1",
+        "resourceslices",
+        "",
+        node_slice("w0", [gpu("g0", "big"), gpu("g1", "small"), gpu("g2", "small")]),
+    )
+    store.create(
+        "resource.k8s.io/v1", "resourceslices", "", node_slice("w1", [gpu(f"g{i}", "small") for i in range(4)])
+    )
+    roots = [gpu("g0", root="a"), gpu("g1", root="b"), gpu("g2", root="c"), gpu("g3", root="a")]
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w2", roots))
+    store.create(
+        "resource.k8s.io/v1", "resourceslices", "", node_slice("w3", [gpu("g0", root="d"), gpu("g1", root="d")])
+    )
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("either", ONE_BIG_OR_TWO_SMALL))
+    pair = exactly("pair", 2, "gpu", f'device.attributes["{DRIVER}"].model == "big"')
+    store.create(
+        "resource.k8s.io/v1",
+        "resourceclaimtemplates",
+        "team-a",
+        template("pair", pair, constraints=[{"matchAttribute": PCIE}]),
+    )
+    job_claiming(store, "alternatives", 4, "either")
+    controller, _ = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-alternatives"]
+    assert decision.state == "Release", decision.message
+    from webhook.controller.decide.pods import pinned_to
+
+    placed = [pinned_to(p["spec"]) for p in pods(store) if p["metadata"]["name"].startswith("alternatives")]
+    assert sorted(placed) == ["w0", "w0", "w1", "w1"], placed
+    job_claiming(store, "constrained", 3, "pair")
+    decision = controller.reconcile_once()["team-a/job-constrained"]
+    assert decision.state != "Release", decision.message  # room for two pairs, not three
+    store.delete("batch/v1", "jobs", "team-a", "constrained")
+    for pod in [p for p in pods(store) if p["metadata"]["name"].startswith("constrained")]:
+        store.delete("v1", "pods", "team-a", pod["metadata"]["name"])
+    job_claiming(store, "pairs", 2, "pair")
+    decision = controller.reconcile_once()["team-a/job-pairs"]
+    assert decision.state == "Release", decision.message
+    placed = [pinned_to(p["spec"]) for p in pods(store) if p["metadata"]["name"].startswith("pairs")]
+    assert sorted(placed) == ["w2", "w3"], placed

@@ -1,0 +1,144 @@
+"""A claim's `matchAttribute` and `distinctAttribute` constraints, as kube-scheduler's structured allocator
+applies them (k8s.io/dynamic-resource-allocation structured/internal/stable allocator_stable.go:
+matchAttributeConstraint, distinctAttributeConstraint; the v1 API's DeviceConstraint).
+
+- a constraint names the requests it covers (`requests`; none: every request of the claim); a request
+  with `firstAvailable` is covered by its own name and each subrequest by `request/subrequest`;
+- `matchAttribute`: every device allocated for those requests has the attribute, all with one value;
+  `distinctAttribute`: every one has it, all values different; a device without the attribute fails
+  either (add returns false);
+- the attribute is fully qualified (`domain/name`); a device's attribute without a domain is its
+  driver's (`parseQualifiedName`), and values compare by type and value (int, bool, string, version).
+
+The search is the allocator's: devices tried in order for each unit (one device of a request), backing
+out of a choice that leaves a later unit none. It is exponential in the worst case upstream too; here it
+stops after MAX_SEARCH_STEPS tries and the claim counts as not allocatable there (the Gang says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_SEARCH_STEPS = 20_000  # devices tried per claim allocation on one node
+
+DeviceId = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    requests: tuple[str, ...]  # the requests it covers; none: all of the claim's
+    attribute: str  # fully qualified
+    distinct: bool = False  # distinctAttribute; else matchAttribute
+
+    def covers(self, subrequest: str) -> bool:
+        return not self.requests or subrequest in self.requests or subrequest.partition("/")[0] in self.requests
+
+
+def constraints_of(claim_spec: Mapping[str, Any]) -> tuple[Constraint, ...]:
+    """The claim's constraints (resource/v1 DeviceClaim.constraints); one naming neither kind is left out."""
+    found = []
+    for raw in (claim_spec.get("devices") or {}).get("constraints") or []:
+        if not isinstance(raw, dict):
+            continue
+        requests = tuple(str(r) for r in raw.get("requests") or [])
+        if raw.get("matchAttribute"):
+            found.append(Constraint(requests, str(raw["matchAttribute"])))
+        elif raw.get("distinctAttribute"):
+            found.append(Constraint(requests, str(raw["distinctAttribute"]), distinct=True))
+    return tuple(found)
+
+
+def attribute_value(driver: str, attributes: Any, qualified: str) -> tuple[str, Any] | None:
+    """The device's value of a fully qualified attribute, as (type, value); None when it has none."""
+    if not isinstance(attributes, Mapping):
+        return None
+    domain, _, name = qualified.partition("/")
+    raw = attributes.get(qualified)
+    if raw is None and domain == driver:
+        raw = attributes.get(name)
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("int", "bool", "string", "version"):
+        if kind in raw:
+            value = raw[kind]
+            return (kind, value if isinstance(value, int | bool | str) else str(value))
+    return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A device one unit may take: its id and its values of the constrained attributes."""
+
+    id: DeviceId
+    values: tuple[tuple[str, Any] | None, ...]  # per constraint
+
+
+class _Search:
+    """The state of one search: each constraint's values taken (how often), the devices used."""
+
+    def __init__(self, constraints: Sequence[Constraint]) -> None:
+        self.constraints = constraints
+        self.seen: list[dict[tuple[str, Any], int]] = [{} for _ in constraints]
+        self.used: set[DeviceId] = set()
+        self.steps = 0
+
+    def fits(self, name: str, device: Candidate) -> bool:
+        if device.id in self.used:
+            return False
+        for i, constraint in enumerate(self.constraints):
+            if not constraint.covers(name):
+                continue
+            value, seen = device.values[i], self.seen[i]
+            if value is None or (value in seen if constraint.distinct else bool(seen) and value not in seen):
+                return False
+        return True
+
+    def take(self, name: str, device: Candidate, sign: int) -> None:
+        (self.used.add if sign > 0 else self.used.discard)(device.id)
+        for i, constraint in enumerate(self.constraints):
+            value = device.values[i]
+            if constraint.covers(name) and value is not None:
+                count = self.seen[i].get(value, 0) + sign
+                if count:
+                    self.seen[i][value] = count
+                else:
+                    del self.seen[i][value]
+
+    def assign(self, units: Sequence[tuple[str, Sequence[Candidate]]], at: int, chosen: list[DeviceId]) -> bool:
+        if at == len(units):
+            return True
+        name, candidates = units[at]
+        for device in candidates:
+            self.steps += 1
+            if self.steps > MAX_SEARCH_STEPS:
+                return False
+            if not self.fits(name, device):
+                continue
+            self.take(name, device, +1)
+            chosen.append(device.id)
+            if self.assign(units, at + 1, chosen):
+                return True
+            chosen.pop()
+            self.take(name, device, -1)
+        return False
+
+
+def search(
+    units: Sequence[tuple[str, Sequence[Candidate]]],
+    fixed: Sequence[tuple[str, Candidate]],
+    constraints: Sequence[Constraint],
+) -> list[DeviceId] | None:
+    """Devices for every unit (a subrequest's name and the devices it may take, one unit per device it
+    needs) and the `fixed` ones (an `All` request's), distinct, meeting every constraint; None when
+    there are none, or none was found within MAX_SEARCH_STEPS."""
+    state = _Search(constraints)
+    for name, device in fixed:
+        if not state.fits(name, device):
+            return None
+        state.take(name, device, +1)
+    chosen: list[DeviceId] = []
+    if not state.assign(units, 0, chosen):
+        return None
+    return [device.id for _, device in fixed] + chosen
