@@ -46,7 +46,7 @@ def running_gang(server: TestApiServer, api: Api, clock: Clock) -> Controller:
     return controller
 
 
-def preempt_one(server: TestApiServer) -> None:
+def preempt_one(server: TestApiServer, backend: str = "gate") -> None:
     """A higher-priority pod of another tenant takes one member's place; the Job makes a replacement."""
     victim = pods(server.store)[0]["metadata"]["name"]
     server.store.delete("v1", "pods", "team-a", victim)
@@ -54,7 +54,7 @@ def preempt_one(server: TestApiServer) -> None:
     preemptor = b.pod("urgent", spec=b.pod_spec(b.container("2", "1Gi")), namespace="vip")
     server.store.create("v1", "pods", "vip", preemptor)
     server.store.bind("vip", "urgent", "worker1")
-    add_job_pods(server.store, server.store.get("batch/v1", "jobs", "team-a", "train"), count=1)
+    add_job_pods(server.store, server.store.get("batch/v1", "jobs", "team-a", "train"), count=1, backend=backend)
 
 
 def test_a_gang_short_of_a_member_past_its_recovery_timeout_is_requeued_whole(server: TestApiServer, api: Api) -> None:
@@ -362,3 +362,39 @@ def test_a_resume_refused_is_tried_again_within_seconds(server: TestApiServer, a
     clock.advance(5)
     controller.reconcile_once()
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is False
+
+
+@pytest.mark.parametrize("backend", ["volcano", "coscheduling", "native-1.36"])
+def test_a_gang_another_mechanism_placed_is_requeued_whole_when_short_past_its_recovery_timeout(
+    server: TestApiServer, api: Api, backend: str
+) -> None:
+    """Issue 78: Volcano, coscheduling and native start a gang whole but never requeue one that lost a
+    member; gangkeeper supervises them with the gate's own rule: the Gang says it is short and when it is
+    requeued, then the Job is suspended (not failed), with the gate's events and books."""
+    clock = Clock()
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=RECOVERY), backend=backend)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=0)
+    assert default_scheduler(server.store) == 4  # the mechanism placed it whole
+    controller.reconcile_once()
+    status = gang_status(server.store, "job-train")
+    assert status["state"] == "Running" and status["ranWith"] == 4, status
+    preempt_one(server, backend)
+    controller.reconcile_once()
+    status = gang_status(server.store, "job-train")
+    assert status.get("shortSince") and "lost a member: 3 of 4 running, requeued whole in 60s" in status["message"], (
+        status
+    )
+    assert f"scheduled by the {backend.partition('-')[0]} gang scheduler" in status["message"], status
+    clock.advance(30)
+    controller.reconcile_once()
+    assert not server.store.get("batch/v1", "jobs", "team-a", "train")["spec"].get("suspend")
+    clock.advance(31)
+    controller.reconcile_once()
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    assert job["spec"]["suspend"] is True  # requeued whole by suspension: the Job counts no failure
+    status = gang_status(server.store, "job-train")
+    assert status["attempts"] == 1 and status["notBefore"] and "ranWith" not in status, status
+    assert any("placed by the" in e["message"] for e in events(controller, "GangRequeued"))
+    controller.reconcile_once()  # its pods on their way out: not requeued twice
+    assert gang_status(server.store, "job-train")["attempts"] == 1

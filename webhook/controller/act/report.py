@@ -145,10 +145,12 @@ class Reporter:
         now: dt.datetime,
         autoscaled: bool = False,
         placeholders: str | None = None,
+        books: Books | None = None,
+        short: str | None = None,
     ) -> None:
         """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows;
         on an autoscaled cluster, what its placeholders bring, else whether the autoscaler can see the
-        pods it waits for."""
+        pods it waits for; its books and a shortfall as the supervisor keeps them (act/supervise.py)."""
         previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
         live = [p for p in gang.pods if not p.terminal]
         running = sum(1 for p in live if p.node_name)
@@ -158,9 +160,12 @@ class Reporter:
         unseen = unseen_by_autoscalers(gang.pods, backend) if autoscaled and not placeholders else None
         if placeholders or unseen:
             message = f"{message}; {placeholders or unseen}"
+        if short:
+            message = f"{short}; {message}"
         if resolved.spec is None:
             state, message = str(GangState.UNKNOWN), f"cannot size the gang: {resolved.problem}"
-        self._write_gang(gang, resolved, backend, state, message, 0, books_of({"status": previous}), now, later=True)
+        kept = books if books is not None else books_of({"status": previous})
+        self._write_gang(gang, resolved, backend, state, message, 0, kept, now, later=True)
 
     def state_of(self, gang: GangView) -> str | None:
         """The gang's state as its Gang object says (before this pass acts on it)."""

@@ -23,6 +23,7 @@ from webhook.controller.act.events import Recorder
 from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.groups import orphan_groups
 from webhook.controller.act.kueue_checks import KueueChecks
+from webhook.controller.act.supervise import Supervisor
 from webhook.controller.act.wakeup import Waker, waiting_gang_fits
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
@@ -109,6 +110,7 @@ class Controller:
         self.mechanisms, self.groups, self.index, self.cycle = parts.mechanisms, parts.groups, parts.index, parts.cycle
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
+        self.supervisor = Supervisor(self.reporter, self.requeuer, self.gang_objects, may_write)
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
@@ -290,7 +292,10 @@ class Controller:
             if (fresh or changed) and self.may_write():
                 if fresh:
                     self.groups.sync(gang, resolved, mechanism)
-                self.reporter.report_other(gang, resolved, mechanism.name, now, self.cycle.autoscaled(), said)
+                # supervised as the gate's gangs are: never left partly running (act/supervise.py)
+                again = self.supervisor.look(gang, resolved, mechanism.name, now, self.cycle.autoscaled(), said)
+                if again is not None:
+                    self.work.add_at(gang.key, again)
             if mechanism.name == "coscheduling" and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
