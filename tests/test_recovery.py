@@ -398,3 +398,24 @@ def test_a_gang_another_mechanism_placed_is_requeued_whole_when_short_past_its_r
     assert any("placed by the" in e["message"] for e in events(controller, "GangRequeued"))
     controller.reconcile_once()  # its pods on their way out: not requeued twice
     assert gang_status(server.store, "job-train")["attempts"] == 1
+
+
+@pytest.mark.parametrize("backend", ["volcano", "native-1.36"])
+def test_a_gang_another_mechanism_started_partly_is_requeued_whole_past_its_timeout(
+    server: TestApiServer, api: Api, backend: str
+) -> None:
+    """Issue 78: a mechanism that binds part of a gang (volcano-sh/volcano#6010) and never the rest: the
+    Gang says it started partly and when it is requeued; past its timeout the Job is suspended."""
+    clock = Clock()
+    server.store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    timeout = {"gangkeeper.io/timeout-seconds": "60"}
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=timeout), backend=backend)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=0)
+    assert default_scheduler(server.store) == 2  # bound pod by pod: two of four, the others pending
+    controller.reconcile_once()
+    status = gang_status(server.store, "job-train")
+    assert "started partly: 2 of 4 running, requeued whole in 60s" in status["message"], status
+    clock.advance(61)
+    controller.reconcile_once()
+    assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    assert any("started partly" in e["message"] for e in events(controller, "GangRequeued"))

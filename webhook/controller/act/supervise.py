@@ -9,7 +9,9 @@ recovery rule (decide/recovery.py `recover`) to them: a gang that ran whole and 
 minimum running for its recovery timeout (`gangkeeper.io/recovery-timeout-seconds`, the same default) is
 requeued whole exactly as a gate gang is (act/requeue.py: a Job suspended, not failed, and resumed after
 its backoff; the pods of the other kinds evicted for their owners to make again), with the same Gang
-messages, events and metrics. Its mechanism then starts it whole again once it fits.
+messages, events and metrics. Its mechanism then starts it whole again once it fits. A gang a mechanism
+started partly (some members bound, the others not, never whole) is requeued whole the same way once it
+has been so for its timeout (`gangkeeper.io/timeout-seconds`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import Requeuer
 from webhook.controller.decide.recovery import recover
-from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.decide.situation import Decision, GangSpec, GangState
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved
 
@@ -40,6 +42,36 @@ def supervised_books(books: Books, running: int, min_member: int, verdict: Decis
     if verdict.short:
         return replace(books, short_since=books.short_since or now)
     return replace(books, short_since=None)
+
+
+def started_partly(
+    verdict: Decision, gang: GangView, spec: GangSpec, books: Books, running: int, now: dt.datetime
+) -> Decision:
+    """A gang its mechanism started partly (some members bound, the rest not, and it never ran whole):
+    short from then on, and requeued whole once it has been so for its timeout
+    (`gangkeeper.io/timeout-seconds`), whichever mechanism bound them (volcano-sh/volcano#6010)."""
+    live = [p for p in gang.pods if not p.terminal]
+    if books.ran_with or not 0 < running < spec.min_member or len(live) < spec.min_member:
+        return verdict
+    if any(p.succeeded for p in gang.pods):
+        return verdict  # a Job's members done: its next ones are no partial start
+    since = books.short_since or now
+    elapsed = max(0.0, (now - since).total_seconds())
+    said = f"started partly: {running} of {spec.min_member} running"
+    if elapsed < spec.timeout_seconds:
+        left = spec.timeout_seconds - elapsed
+        return replace(
+            verdict, short=True, timed=True, message=f"{said}, requeued whole in {left:.0f}s unless it is whole"
+        )
+    return Decision(
+        GangState.TIMED_OUT,
+        f"{said} for {elapsed:.0f}s (timeout {spec.timeout_seconds}s): the whole gang is requeued",
+        evict=[p.name for p in live] if spec.evictable else [],
+        present=len(live),
+        whole_gang=True,
+        short=True,
+        timed=True,
+    )
 
 
 class Supervisor:
@@ -71,6 +103,8 @@ class Supervisor:
         running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
         state = GangState.RUNNING if running >= spec.min_member else GangState.WAITING_FOR_CAPACITY
         verdict = recover(Decision(state, ""), gang.pods, spec, books.history, now)
+        if not verdict.short and books.suspended_at is None:
+            verdict = started_partly(verdict, gang, spec, books, running, now)
         if verdict.state == GangState.TIMED_OUT and verdict.whole_gang:
             verdict.message = f"{verdict.message} (placed by the {backend} gang scheduler)"
             self.requeuer.time_out(gang, resolved, verdict, now)
@@ -80,5 +114,6 @@ class Supervisor:
         note = verdict.message.rstrip("; ") if verdict.short else None
         self.reporter.report_other(gang, resolved, backend, now, autoscaled, placeholders, after, note)
         if verdict.short and after.short_since is not None:
-            return after.short_since.timestamp() + spec.recovery_seconds + 0.001
+            limit = spec.recovery_seconds if books.ran_with else spec.timeout_seconds
+            return after.short_since.timestamp() + limit + 0.001
         return None
