@@ -274,7 +274,12 @@ def test_a_template_or_request_owned_by_the_gang_but_not_made_by_gangkeeper_is_r
         },
     }
     first = store.create(GV, "provisioningrequests", NS, inflated)["metadata"]["uid"]
-    caught_up(requests_informer, store)
+    deadline = time.monotonic() + 5  # the informer holds the inflated one (its name is the deleted one's)
+    while time.monotonic() < deadline:
+        held = requests_informer.get(NS, f"gangkeeper-{uid}")
+        if held is not None and held["metadata"].get("uid") == first:
+            break
+        time.sleep(0.02)
     decision = controller.reconcile_once()["team-a/job-train"]
     assert "was not one gangkeeper made for this gang; deleted" in decision.message, decision.message
     assert all(r["metadata"]["uid"] != first for r in requests(store))

@@ -7,6 +7,8 @@ reports: pods' nodes and phases, and the ResourceClaims kube-scheduler allocated
 
 from __future__ import annotations
 
+import os
+import random
 import time
 from typing import Any
 
@@ -209,6 +211,91 @@ def test_alternatives_and_constraints_start_whole_where_kube_scheduler_can_alloc
     assert len(pairs) == 2 and all(len(d) == 2 and roots[d[0]] == roots[d[1]] is not None for d in pairs), pairs
     on = sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("alternatives"))
     assert on == sorted([nodes[0], nodes[0], nodes[1], nodes[1]]), on
+
+
+DIFFERENTIAL_CASES = 50
+
+
+def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[str, Any], int]:
+    """One node's devices (model, PCIe root or none), one claim template's devices, and the pods that each
+    claim from it: the shapes issue 79 names (counts, selectors, alternatives, constraints)."""
+    shape = rng.choice(["count", "alternatives", "match", "distinct"])
+    if shape == "alternatives":  # few big ones, more small: a gang often fits only through its second choice
+        kinds = ["big"] * rng.randint(0, 2) + ["small"] * rng.randint(1, 5)
+    else:
+        kinds = [rng.choice(["big", "small"]) for _ in range(rng.randint(2, 5))]
+    devices = [(kind, rng.choice(["a", "b", "c", None])) for kind in kinds]
+    model = 'device.attributes["gpu.example.com"].model == "{}"'
+
+    def exactly(count: int, wanted: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"deviceClassName": dra.CLASS, "allocationMode": "ExactCount", "count": count}
+        if wanted:
+            body["selectors"] = [{"cel": {"expression": model.format(wanted)}}]
+        return body
+
+    if shape == "count":
+        claim = {"requests": [{"name": "g", "exactly": exactly(rng.randint(1, 2), rng.choice([None, "big"]))}]}
+    elif shape == "alternatives":
+        first = [{"name": "big", **exactly(1, "big")}, {"name": "small", **exactly(2, "small")}]
+        claim = {"requests": [{"name": "g", "firstAvailable": first}]}
+    else:
+        kind = "matchAttribute" if shape == "match" else "distinctAttribute"
+        claim = {
+            "requests": [{"name": "g", "exactly": exactly(2)}],
+            "constraints": [{kind: "gpu.example.com/pcie"}],
+        }
+    return devices, claim, rng.randint(1, 3)
+
+
+def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_pod(stack: Stack) -> None:
+    """kube-scheduler as the oracle (issue 79): DIFFERENTIAL_CASES random small cases, each a node of
+    random devices and a gang claiming from a random template, once under native (kube-scheduler's own
+    allocator and gang plugin) and once under the gate, side by side in one cluster, each on its own node.
+    The gate starts a gang exactly when kube-scheduler binds every pod of it, and never binds one partly.
+    GK_DRA_SEED replays a run; the seed is printed on failure."""
+    seed = int(os.environ.get("GK_DRA_SEED") or random.SystemRandom().randrange(1 << 30))
+    rng = random.Random(seed)
+    cases = [random_case(rng) for _ in range(DIFFERENTIAL_CASES)]
+    sides = ("gate", "native")
+    nodes = stack.replace_workers(len(cases) * 2, labels=lambda i: {"dra-case": str(i // 2), "dra-side": sides[i % 2]})
+    stack.plane.apply(
+        [dra.device_class(), *(shaped_slice(stack, node, cases[i // 2][0]) for i, node in enumerate(nodes))]
+    )
+    namespaces = {side: stack.namespace(f"dra-diff-{side}", side) for side in sides}
+    objects: list[dict[str, Any]] = []
+    for side, namespace in namespaces.items():
+        for i, (_, claim, size) in enumerate(cases):
+            objects.append(template_with(namespace, f"t{i}", claim))
+            job = dra.claiming(workloads.job(f"j{i}", namespace, size, "10m"), f"t{i}")
+            job["spec"]["template"]["spec"]["nodeSelector"] = {"dra-case": str(i), "dra-side": side}
+            objects.append(job)
+    stack.plane.apply(objects)
+
+    def verdicts() -> dict[str, list[int]]:
+        bound_now: dict[str, list[int]] = {side: [0] * len(cases) for side in sides}
+        for side, namespace in namespaces.items():
+            for pod in stack.pods(namespace):
+                if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                    case = int(pod["metadata"]["labels"]["batch.kubernetes.io/job-name"][1:])
+                    bound_now[side][case] += 1
+        return bound_now
+
+    # settled: the same for 20 s, at least 45 s after the apply (a gang waits for its last pod's claim)
+    started, last, since = time.monotonic(), verdicts(), time.monotonic()
+    while time.monotonic() - started < 150:
+        time.sleep(5)
+        now = verdicts()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= 20 and time.monotonic() - started >= 45:
+            break
+    wrong = []
+    for i, (devices, claim, size) in enumerate(cases):
+        gate, native = last["gate"][i], last["native"][i]
+        if gate not in (0, size) or (gate == size) != (native == size):
+            wrong.append(f"case {i}: gate {gate}, native {native} of {size} pods; devices {devices}; claim {claim}")
+    print(f"\n{len(cases)} cases (seed {seed}): {sum(1 for n in last['native'] if n)} started under native")
+    assert not wrong, f"seed {seed} (GK_DRA_SEED={seed} replays it):\n" + "\n".join(wrong)
 
 
 # cel-python's duration() parses its argument with a backtracking regular expression: about 2^N steps for

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,7 @@ class CelSandbox:
             return None
         finally:
             os.close(fd)
+        weakref.finalize(self, self._worker.kill)  # a controller dropped (tests, a restart) takes it along
         return self._worker
 
     def _stop(self) -> None:
