@@ -154,3 +154,17 @@ def test_the_gate_starts_a_gang_that_fits_only_through_alternatives_and_constrai
     assert decision.state == "Release", decision.message
     placed = [pinned_to(p["spec"]) for p in pods(store) if p["metadata"]["name"].startswith("pairs")]
     assert sorted(placed) == ["w2", "w3"], placed
+
+
+def test_a_constraint_no_device_can_meet_is_named() -> None:
+    """Bad input known only in the cluster: a constraint on an attribute no device has. Nothing crashes;
+    the reason names the constraint and its field."""
+    odd = template("odd", exactly(count=2), constraints=[{"matchAttribute": "gpu.example.com/nvlink"}])
+    inventory = inventory_from(
+        [device_class()], [node_slice("n0", [gpu("g0", root="a"), gpu("g1", root="a")])], [], [odd]
+    )
+    why = Allocator(inventory).allocate(pod_demand("team-a", pod_spec("odd"), inventory), node("n0"))
+    assert why == (
+        "no free devices on n0 for template team-a/odd that meet spec.devices.constraints "
+        "(matchAttribute gpu.example.com/nvlink)"
+    )

@@ -1083,7 +1083,7 @@ class Allocator:
             except device_cel.SelectorError as error:
                 return str(error)
             if chosen is None:
-                return f"no free devices on {node.name} for {claim.key}"
+                return f"no free devices on {node.name} for {claim.key}{self._constraints_note(claim, node, picked)}"
             picked.extend(chosen)
             if claim.shared:
                 shared[claim.key] = (tuple(chosen), self._reach(chosen))
@@ -1114,6 +1114,15 @@ class Allocator:
             return False
         self.picked.update(d.id for d in eligible)
         return True
+
+    def _constraints_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
+        """Why, when it is the claim's constraints: devices there are, but none that meet them."""
+        if not claim.constraints or self._allocate_claim(replace(claim, constraints=()), node, set(picked)) is None:
+            return ""
+        named = ", ".join(
+            f"{'distinctAttribute' if c.distinct else 'matchAttribute'} {c.attribute}" for c in claim.constraints
+        )
+        return f" that meet spec.devices.constraints ({named})"
 
     def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
         """The nodes from which every device is reachable (None: every node)."""
