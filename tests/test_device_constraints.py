@@ -75,7 +75,9 @@ def test_match_attribute_takes_two_devices_on_one_pcie_root_or_none() -> None:
     allocator = Allocator(inventory)
     assert allocator.allocate(demand, node("n0")) is None
     assert sorted(d[2] for d in allocator.picked) == ["g0", "g3"]  # the two on root a, not the first two
-    assert allocator.allocate(demand, node("n0")) == "no free devices on n0 for template team-a/pair"
+    assert allocator.allocate(demand, node("n0")) == (  # b and c are left: two devices, no pair
+        f"no free devices on n0 for template team-a/pair that meet spec.devices.constraints (matchAttribute {PCIE})"
+    )
 
 
 def test_distinct_attribute_and_a_missing_attribute_as_upstream() -> None:
