@@ -170,3 +170,67 @@ def test_a_constraint_no_device_can_meet_is_named() -> None:
         "no free devices on n0 for template team-a/odd that meet spec.devices.constraints "
         "(matchAttribute gpu.example.com/nvlink)"
     )
+
+
+def partitions(node_name: str, memory: str = "8Gi") -> list[dict[str, Any]]:
+    """A GPU of `memory` published as two slices of one pool (a counter set, then its partitions): two
+    halves of 4Gi, and the whole of 8Gi, each consuming the GPU's memory."""
+    pool = {"name": node_name, "generation": 1, "resourceSliceCount": 2}
+    counters = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-counters"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node_name,
+            "pool": pool,
+            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
+        },
+    }
+
+    def part(name: str, size: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "attributes": {"model": {"string": "big"}},
+            "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": size}}}],
+        }
+
+    devices_slice = node_slice(node_name, [part("half-0", "4Gi"), part("half-1", "4Gi"), part("whole", "8Gi")])
+    devices_slice["spec"]["pool"] = pool
+    devices_slice["metadata"]["name"] = f"{node_name}-devices"
+    return [counters, devices_slice]
+
+
+def test_partitions_of_one_gpu_are_counted_and_allocated_within_its_counters() -> None:
+    """Three partitions of one 8Gi GPU (two halves and the whole): two pods of one partition each fit, a
+    third does not; a pod taking two partitions gets the two halves, never a half and the whole."""
+    inventory = inventory_from(
+        [device_class()], partitions("n0"), [], [template("one", exactly()), template("two", exactly(count=2))]
+    )
+    assert not any(d.unmodelled for p in inventory.pools for d in p.devices)
+    assert inventory.class_totals(node("n0"))[devices.class_resource("gpu")] == 2  # the halves, not three
+    one = pod_demand("team-a", pod_spec("one"), inventory)
+    allocator = Allocator(inventory)
+    assert [allocator.allocate(one, node("n0")) for _ in range(2)] == [None, None]
+    assert allocator.allocate(one, node("n0")) == "no free devices on n0 for template team-a/one"
+    pair = Allocator(inventory)
+    assert pair.allocate(pod_demand("team-a", pod_spec("two"), inventory), node("n0")) is None
+    assert sorted(d[2] for d in pair.picked) == ["half-0", "half-1"]
+
+
+def test_a_partition_allocated_to_a_claim_consumes_its_counters() -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "held", "namespace": "team-b"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"driver": DRIVER, "pool": "n0", "device": "half-0", "request": "g"}]}
+            }
+        },
+    }
+    inventory = inventory_from([device_class()], partitions("n0"), [claim], [template("one", exactly())])
+    assert inventory.class_totals(node("n0"))[devices.class_resource("gpu")] == 1  # half-1 only: whole won't fit
+    allocator = Allocator(inventory)
+    one = pod_demand("team-a", pod_spec("one"), inventory)
+    assert allocator.allocate(one, node("n0")) is None and allocator.picked == {(DRIVER, "n0", "half-1")}

@@ -287,8 +287,8 @@ def test_what_cannot_be_known_or_judged_is_named() -> None:
         "DeviceClass tpu does not exist (template team-a/nope)",
     )
     assert pod_demand("team-a", pod_spec("same-pcie"), inventory).unmodelled == ()  # modelled now
-    partitionable = node_slice("n2", gpus(1), sharedCounters=[{"name": "c", "counters": {}}])
-    assert inventory_from([device_class()], [partitionable], [], []).class_totals(node("n2")) == {}
+    per_device = node_slice("n2", gpus(1), perDeviceNodeSelection=True)  # still not modelled: not counted
+    assert inventory_from([device_class()], [per_device], [], []).class_totals(node("n2")) == {}
 
 
 def test_a_class_with_an_extended_resource_serves_an_unchanged_manifest() -> None:

@@ -213,6 +213,47 @@ def test_alternatives_and_constraints_start_whole_where_kube_scheduler_can_alloc
     assert on == sorted([nodes[0], nodes[0], nodes[1], nodes[1]]), on
 
 
+def partitioned_gpu(stack: Stack, node: str) -> list[dict[str, Any]]:
+    """One 8Gi GPU of a node as partitionable devices: a slice of its counters, a slice of its partitions
+    (two halves of 4Gi and the whole), one pool of two slices, owned by the node."""
+    counters = dra.node_slice(stack, node, 0)
+    counters["metadata"]["name"] = f"{node}-counters"
+    counters["spec"]["pool"]["resourceSliceCount"] = 2
+    del counters["spec"]["devices"]
+    counters["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "8Gi"}}}]
+    parts = dra.node_slice(stack, node, 3)
+    parts["spec"]["pool"]["resourceSliceCount"] = 2
+    for device, (name, size) in zip(
+        parts["spec"]["devices"], [("half-0", "4Gi"), ("half-1", "4Gi"), ("whole", "8Gi")], strict=True
+    ):
+        device["name"] = name
+        device["consumesCounters"] = [{"counterSet": "gpu-0", "counters": {"memory": {"value": size}}}]
+    return [counters, parts]
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_partitions_of_a_gpu_start_a_gang_whole_within_its_counters(stack: Stack, backend: str) -> None:
+    """Partitionable devices (beta, on by default in 1.36): two nodes, each one GPU as two halves and the
+    whole, all sharing its memory: room for four one-partition pods, never a half and the whole of one
+    GPU. A gang of four starts whole on either backend; a gang of five would not fit and waits whole."""
+    nodes = stack.replace_workers(2)
+    stack.plane.apply([dra.device_class(), *(s for node in nodes for s in partitioned_gpu(stack, node))])
+    namespace = stack.namespace(f"dra-partitions-{backend}", backend)
+    stack.plane.apply(dra.claim_template(namespace))
+    stack.plane.apply(dra.claiming(workloads.job("four", namespace, 4, "100m")))
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p,
+        f"{backend}: the gang of four Running",
+        120,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    devices = allocated_devices(stack, namespace)
+    taken = sorted(d for found in devices.values() for d in found)
+    assert taken == sorted(f"{n}/{half}" for n in nodes for half in ("half-0", "half-1")), taken
+    assert_started_together(pods, 4)
+
+
 DIFFERENTIAL_CASES = 50
 
 

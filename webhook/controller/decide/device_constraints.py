@@ -10,6 +10,9 @@ matchAttributeConstraint, distinctAttributeConstraint; the v1 API's DeviceConstr
 - the attribute is fully qualified (`domain/name`); a device's attribute without a domain is its
   driver's (`parseQualifiedName`), and values compare by type and value (int, bool, string, version).
 
+The same search keeps a claim's devices within the shared counters of partitionable devices
+(device_counters.py), which a matching by augmenting paths cannot.
+
 The search is the allocator's: devices tried in order for each unit (one device of a request), backing
 out of a choice that leaves a later unit none. It is exponential in the worst case upstream too; here it
 stops after MAX_SEARCH_STEPS tries and the claim counts as not allocatable there (the Gang says why).
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 MAX_SEARCH_STEPS = 20_000  # devices tried per claim allocation on one node
 
 DeviceId = tuple[str, str, str]
+CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
 
 
 @dataclass(frozen=True)
@@ -69,23 +74,28 @@ def attribute_value(driver: str, attributes: Any, qualified: str) -> tuple[str, 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A device one unit may take: its id and its values of the constrained attributes."""
+    """A device one unit may take: its id, its values of the constrained attributes, and the shared
+    counters it consumes (partitionable devices: device_counters.py)."""
 
     id: DeviceId
     values: tuple[tuple[str, Any] | None, ...]  # per constraint
+    consumes: tuple[tuple[CounterKey, Decimal], ...] = ()
 
 
 class _Search:
     """The state of one search: each constraint's values taken (how often), the devices used."""
 
-    def __init__(self, constraints: Sequence[Constraint]) -> None:
+    def __init__(self, constraints: Sequence[Constraint], left: dict[CounterKey, Decimal] | None = None) -> None:
         self.constraints = constraints
         self.seen: list[dict[tuple[str, Any], int]] = [{} for _ in constraints]
         self.used: set[DeviceId] = set()
+        self.left = left if left is not None else {}  # what each shared counter still holds
         self.steps = 0
 
     def fits(self, name: str, device: Candidate) -> bool:
         if device.id in self.used:
+            return False
+        if any(self.left.get(key, Decimal(0)) < amount for key, amount in device.consumes):
             return False
         for i, constraint in enumerate(self.constraints):
             if not constraint.covers(name):
@@ -97,6 +107,8 @@ class _Search:
 
     def take(self, name: str, device: Candidate, sign: int) -> None:
         (self.used.add if sign > 0 else self.used.discard)(device.id)
+        for key, amount in device.consumes:
+            self.left[key] = self.left.get(key, Decimal(0)) - sign * amount
         for i, constraint in enumerate(self.constraints):
             value = device.values[i]
             if constraint.covers(name) and value is not None:
@@ -129,11 +141,13 @@ def search(
     units: Sequence[tuple[str, Sequence[Candidate]]],
     fixed: Sequence[tuple[str, Candidate]],
     constraints: Sequence[Constraint],
+    left: dict[CounterKey, Decimal] | None = None,
 ) -> list[DeviceId] | None:
     """Devices for every unit (a subrequest's name and the devices it may take, one unit per device it
-    needs) and the `fixed` ones (an `All` request's), distinct, meeting every constraint; None when
-    there are none, or none was found within MAX_SEARCH_STEPS."""
-    state = _Search(constraints)
+    needs) and the `fixed` ones (an `All` request's), distinct, meeting every constraint and within what
+    the shared counters hold (`left`); None when there are none, or none was found within
+    MAX_SEARCH_STEPS."""
+    state = _Search(constraints, dict(left or {}))
     for name, device in fixed:
         if not state.fits(name, device):
             return None

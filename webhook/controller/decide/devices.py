@@ -22,9 +22,10 @@ structured/internal/stable: allocator_stable.go, pools_stable.go; the v1 API in 
 
 - a claim's matchAttribute and distinctAttribute constraints (device_constraints.py).
 
+- partitionable devices: shared counters, consumed by the devices allocated and picked (device_counters.py).
+
 What this model does not judge is named (`Demand.unmodelled`), never guessed: admin access, consumable
-capacity, partitionable devices (shared counters), per-device node selection. A gang whose pods need those
-is never released by the gate.
+capacity, per-device node selection. A gang whose pods need those is never released by the gate.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ import json
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
-from webhook.controller.decide import device_cel
+from webhook.controller.decide import device_cel, device_counters
 from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, constraints_of, search
 from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
 from webhook.controller.interning import is_canonical
@@ -100,6 +102,7 @@ class Device:
     unmodelled: str | None = None  # why the gate cannot judge this device
     # what a selector can see of it (driver, attributes, capacity): devices alike share CEL results
     content: str = ""
+    consumes: device_counters.Amounts = ()  # its pool's shared counters it takes (partitionable devices)
 
     @functools.cached_property
     def variable(self) -> Any:
@@ -119,6 +122,7 @@ class Pool:
     node_selector: Any = None  # nodeSelectorTerms
     unmodelled: str | None = None
     slice_count: int = 1  # its pool's resourceSliceCount
+    counters: device_counters.Amounts = ()  # the shared counters this slice publishes for its pool
 
     def applies_to(self, node: Node) -> bool:
         """pools_stable.go NodeMatches."""
@@ -434,6 +438,26 @@ class Inventory:
         return {uid for claim, uid in self.owners.items() if claim in self._holding}
 
     @functools.cached_property
+    def counter_totals(self) -> dict[device_counters.CounterKey, Decimal]:
+        """Every shared counter the pools publish (partitionable devices)."""
+        return device_counters.totals((p.driver, p.name, p.counters) for p in self.pools if p.counters)
+
+    @functools.cached_property
+    def _consuming(self) -> dict[DeviceId, Device]:
+        """The devices that consume shared counters, by id."""
+        return {d.id: d for p in self.pools if p.counters or p.devices for d in p.devices if d.consumes}
+
+    def counters_used(self, free_for: Collection[str] = ()) -> dict[device_counters.CounterKey, Decimal]:
+        """What the allocated devices consume of the shared counters (those of pods in `free_for` aside:
+        their shapes hold their devices)."""
+        used: dict[device_counters.CounterKey, Decimal] = {}
+        for device_id, claim in self.taken.items():
+            device = self._consuming.get(device_id)
+            if device is not None and not (free_for and self.owners.get(claim) in free_for):
+                device_counters.take(device.id[0], device.id[1], device.consumes, used)
+        return used
+
+    @functools.cached_property
     def _holding(self) -> set[str]:
         return set(self.taken.values())
 
@@ -517,7 +541,7 @@ class Inventory:
                 for device in pool.devices
                 if not device.unmodelled and self._counted(device, counted_by_pods)
             ]
-            selected = [d for d in free if self._selects(d, device_class.selectors)]
+            selected = self._partitioned([d for d in free if self._selects(d, device_class.selectors)], counted_by_pods)
             if not selected:
                 continue
             totals[class_resource(device_class.name)] = len(selected)
@@ -532,6 +556,20 @@ class Inventory:
             if count:
                 totals[resource] = count
         return totals
+
+    def _partitioned(self, devices: list[Device], counted_by_pods: Collection[str]) -> list[Device]:
+        """Of devices that share counters, those that can be allocated together, in order (kube-scheduler
+        takes them one by one so): two partitions of one GPU count once when it holds only one."""
+        if not any(d.consumes for d in devices):
+            return devices
+        used = self.counters_used(counted_by_pods)
+        kept = []
+        for device in devices:
+            driver, pool = device.id[0], device.id[1]
+            if device_counters.fits(driver, pool, device.consumes, self.counter_totals, used):
+                device_counters.take(driver, pool, device.consumes, used)
+                kept.append(device)
+        return kept
 
     def _claims_on(self, node: Node, claim: ClaimDemand, counted_by_pods: Collection[str]) -> int:
         """How many times the node's free devices can be allocated to the claim, one after the other, as
@@ -879,18 +917,14 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     spec = obj.get("spec") or {}
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     unmodelled = None
-    if spec.get("sharedCounters"):
-        unmodelled = "partitionable devices (sharedCounters)"
-    elif spec.get("perDeviceNodeSelection"):
+    if spec.get("perDeviceNodeSelection"):
         unmodelled = "per-device node selection"
     devices = []
     for raw in spec.get("devices") or []:
         if not isinstance(raw, dict):
             continue
         device_unmodelled = None
-        if raw.get("consumesCounters"):
-            device_unmodelled = "partitionable devices (consumesCounters)"
-        elif raw.get("allowMultipleAllocations"):
+        if raw.get("allowMultipleAllocations"):
             device_unmodelled = "consumable capacity (allowMultipleAllocations)"
         taints = tuple(
             (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
@@ -907,6 +941,7 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
                 # repr, not sorted JSON (a fifth of the cost; 40,000 devices): a driver writes its devices'
                 # fields in one order, and two orders of the same content only cost a second evaluation
                 repr((driver, raw.get("attributes"), raw.get("capacity"))),
+                device_counters.consumed(raw),
             )
         )
     selector = spec.get("nodeSelector")
@@ -921,6 +956,7 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
         all_nodes=bool(spec.get("allNodes")),
         node_selector=(selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None,
         unmodelled=unmodelled,
+        counters=device_counters.offered(spec),
     )
 
 
@@ -1051,6 +1087,12 @@ class Allocator:
     nodes: Sequence[Node] = ()
     # pods (uids) whose own claims' devices count as free: a gang member's shape holds them (class_totals)
     free_for: Collection[str] = ()
+    _used: dict[device_counters.CounterKey, Decimal] | None = None  # shared counters taken so far
+
+    def counters_used(self) -> dict[device_counters.CounterKey, Decimal]:
+        if self._used is None:
+            self._used = self.inventory.counters_used(self.free_for)
+        return self._used
 
     def taken(self, device: DeviceId) -> bool:
         if device in self.picked:
@@ -1089,7 +1131,15 @@ class Allocator:
                 shared[claim.key] = (tuple(chosen), self._reach(chosen))
         self.picked.update(picked)
         self.shared.update(shared)
+        self._consume(picked)
         return None
+
+    def _consume(self, picked: Iterable[DeviceId]) -> None:
+        consuming = [d for d in (self.inventory._consuming.get(i) for i in picked) if d is not None]
+        if consuming:
+            used = self.counters_used()
+            for device in consuming:
+                device_counters.take(device.id[0], device.id[1], device.consumes, used)
 
     def allocate_alike(self, demand: Demand, node: Node, pods: int) -> bool:
         """`pods` pods of this one demand on `node` at once, when that is the same as one by one: a single
@@ -1112,6 +1162,8 @@ class Allocator:
             return False
         if eligible is None or len(eligible) < wanted:
             return False
+        if any(d.consumes for d in eligible):
+            return False  # shared counters: one by one, each within what is left
         self.picked.update(d.id for d in eligible)
         return True
 
@@ -1180,7 +1232,10 @@ class Allocator:
         also_taken: set[DeviceId],
         constraints: Sequence[Constraint] = (),
     ) -> list[DeviceId] | None:
-        if constraints:
+        shares_counters = bool(self.inventory.counter_totals) and any(
+            d.consumes for sub in choice for d in self._eligible(sub, pools, also_taken) or ()
+        )
+        if constraints or shares_counters:
             return self._constrained(choice, pools, also_taken, constraints)
         if len(choice) == 1 and not choice[0].all:
             # one request of ExactCount (most claims): any `count` free devices it selects, no matching
@@ -1216,19 +1271,34 @@ class Allocator:
         """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py)."""
         units: list[tuple[str, list[Candidate]]] = []
         fixed: list[tuple[str, Candidate]] = []
+        left = self._counters_left(also_taken)
         for sub in choice:
             eligible = self._eligible(sub, pools, also_taken)
             if eligible is None:
                 return None
             candidates = [
-                Candidate(d.id, tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints))
+                Candidate(
+                    d.id,
+                    tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints),
+                    tuple(((d.id[0], d.id[1], s, c), amount) for s, c, amount in d.consumes),
+                )
                 for d in eligible
             ]
             if sub.all:
                 fixed.extend((sub.name, c) for c in candidates)
             else:
                 units.extend([(sub.name, candidates)] * sub.count)
-        return search(units, fixed, constraints)
+        return search(units, fixed, constraints, left)
+
+    def _counters_left(self, also_taken: Iterable[DeviceId]) -> dict[device_counters.CounterKey, Decimal]:
+        """What each shared counter still holds, after the devices allocated, picked, and `also_taken`."""
+        totals = self.inventory.counter_totals
+        if not totals:
+            return {}
+        used = dict(self.counters_used())
+        for device in (d for d in (self.inventory._consuming.get(i) for i in also_taken) if d is not None):
+            device_counters.take(device.id[0], device.id[1], device.consumes, used)
+        return {key: total - used.get(key, Decimal(0)) for key, total in totals.items()}
 
 
 def _augment(

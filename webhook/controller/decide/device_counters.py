@@ -1,0 +1,82 @@
+"""Partitionable devices (beta and on by default in Kubernetes 1.36): devices that share the counters of a
+physical one, as kube-scheduler's allocator counts them (k8s.io/dynamic-resource-allocation structured
+allocator; kubernetes.io/docs/concepts/resource-management/dynamic-resource-allocation/dra-features/).
+
+- a pool publishes its counters in `spec.sharedCounters` of slices of their own: CounterSets, each named,
+  each a map from a counter's name to its `value` (a quantity);
+- a device's `consumesCounters` names a CounterSet of its own pool and the amount of each counter it
+  consumes; it can be allocated only while every counter it names has that much left, after what the
+  devices allocated (to any claim) and those picked before it consume;
+- a counter a device names that its pool does not publish leaves nothing to consume: the device cannot be
+  allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from webhook import resources
+
+# (counter set, counter, amount): what a pool offers, or what a device consumes
+Amounts = tuple[tuple[str, str, Decimal], ...]
+# (driver, pool, counter set, counter): one counter of the cluster
+CounterKey = tuple[str, str, str, str]
+
+
+def _amounts(entries: Any, name_key: str) -> Amounts:
+    found: list[tuple[str, str, Decimal]] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        owner = str(entry.get(name_key) or "")
+        counters = entry.get("counters")
+        for counter, value in counters.items() if isinstance(counters, Mapping) else ():
+            amount = value.get("value") if isinstance(value, Mapping) else None
+            try:
+                found.append((owner, str(counter), resources.parse(str(amount))))
+            except (ValueError, ArithmeticError):
+                raise ValueError(f"counter {owner}/{counter}: unreadable value {amount!r}") from None
+    return tuple(found)
+
+
+def offered(slice_spec: Mapping[str, Any]) -> Amounts:
+    """The counters a slice's `sharedCounters` publish."""
+    return _amounts(slice_spec.get("sharedCounters"), "name")
+
+
+def consumed(device: Mapping[str, Any]) -> Amounts:
+    """What a device's `consumesCounters` take."""
+    return _amounts(device.get("consumesCounters"), "counterSet")
+
+
+def totals(pools: Iterable[tuple[str, str, Amounts]]) -> dict[CounterKey, Decimal]:
+    """Each counter of the cluster's pools: (driver, pool, offered)."""
+    found: dict[CounterKey, Decimal] = {}
+    for driver, pool, amounts in pools:
+        for counter_set, counter, value in amounts:
+            found[(driver, pool, counter_set, counter)] = value
+    return found
+
+
+def fits(
+    driver: str,
+    pool: str,
+    consumes: Amounts,
+    offered_now: Mapping[CounterKey, Decimal],
+    used: Mapping[CounterKey, Decimal],
+) -> bool:
+    """Whether a device of that pool consuming `consumes` fits what is left."""
+    for counter_set, counter, amount in consumes:
+        key = (driver, pool, counter_set, counter)
+        total = offered_now.get(key)
+        if total is None or used.get(key, Decimal(0)) + amount > total:
+            return False
+    return True
+
+
+def take(driver: str, pool: str, consumes: Amounts, used: dict[CounterKey, Decimal], sign: int = 1) -> None:
+    for counter_set, counter, amount in consumes:
+        key = (driver, pool, counter_set, counter)
+        used[key] = used.get(key, Decimal(0)) + sign * amount
