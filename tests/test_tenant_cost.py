@@ -358,3 +358,43 @@ def test_a_node_counted_while_cel_could_not_answer_is_counted_again() -> None:
     answering[0] = True
     index.use_devices(inventory)  # the same inventory: the node is counted again all the same
     assert index.nodes["n0"].allocatable[devices.class_resource("gpu")] == 4
+
+
+def test_a_gang_that_held_placeholders_long_gives_them_back_to_another_teams(apiserver: Any, api: Any) -> None:
+    """The first team to fill maxPlaceholderPods does not keep it: once its gang has held placeholders
+    for HOLD_SECONDS while another namespace's gang got none for the caps, it gives them back, and the
+    other team's gang gets its own."""
+    from tests.cluster import Clock, add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from tests.recorder import ListRecorder
+    from tests.test_placeholders import karpenter
+    from webhook.controller.act import placeholders as module
+    from webhook.controller.run.reconciler import Controller
+
+    def held(namespace: str) -> int:
+        every = apiserver.store.list("v1", "pods", namespace)[0]
+        return sum(1 for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {}))
+
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", api_node("small", cpu="1"))
+    add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2"))
+    controller = Controller(
+        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=3, max_placeholder_pods_per_namespace=3
+    )
+    now = [1000.0]
+    assert controller.cycle.placeholders is not None
+    controller.cycle.placeholders.monotonic = lambda: now[0]
+    for _ in range(2):
+        controller.reconcile_once()
+    assert held("team-a") == 3
+    add_job_pods(store, add_job(store, "second", parallelism=3, cpu="2", namespace="team-b"))
+    for _ in range(2):
+        controller.reconcile_once()
+    assert (held("team-a"), held("team-b")) == (3, 0)  # the caps: team b's gang waits for them
+    now[0] += module.HOLD_SECONDS + 1
+    first = controller.reconcile_once()["team-a/job-first"]
+    assert "while other teams' gangs got none for the caps: given back" in first.message, first.message
+    for _ in range(2):
+        controller.reconcile_once()
+    assert (held("team-a"), held("team-b")) == (0, 3)

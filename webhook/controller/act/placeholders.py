@@ -23,6 +23,8 @@ deleted as any pod is (its own grace period, no force), by uid. The cluster hold
 `maxPlaceholderPods` of them, and one namespace's gangs at most `maxPlaceholderPodsPerNamespace` (half of
 it by default, so no team takes all of it): a gang whose placeholders would pass either gets none, and
 says so. Both count what this controller created in the pass and since, not only what the watch shows.
+A gang that has held placeholders for HOLD_SECONDS while another namespace's gang got none for the caps
+gives them back, and makes none for YIELD_SECONDS: the first team to fill the caps does not keep them.
 
 A placeholder is never a member (it carries no gang label, and gangkeeper.io/skip keeps every webhook
 off it); it never preempts and is the first thing any scheduler preempts (PriorityClass
@@ -70,6 +72,10 @@ NODEPOOL_LABEL = "karpenter.sh/nodepool"  # on each node Karpenter made (pkg/api
 # a pause container ends at once on SIGTERM; the grace is a bound, not a wait
 PLACEHOLDER_GRACE_SECONDS = 5
 CREATED_UNSEEN_SECONDS = 60.0  # a placeholder created and not seen by the watch is counted this long
+# a gang that has held placeholders this long while another namespace's gang gets none for the caps
+# gives them back, and makes none for YIELD_SECONDS: the first team to fill the caps does not keep them
+HOLD_SECONDS = 600.0
+YIELD_SECONDS = 300.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -319,6 +325,12 @@ class Placeholders:
         # placeholders this controller created that the index has not seen yet: key -> (gang, when), so the
         # caps hold within a pass and across passes the watch has not caught up with
         self._created: dict[str, tuple[str, float]] = {}
+        # gang -> since when it holds placeholders; gang -> until when it makes none (it gave them back)
+        self._holding_since: dict[str, float] = {}
+        self._yielding_until: dict[str, float] = {}
+        # the namespaces whose gangs got no placeholders for the caps in the last pass, and in this one
+        self._refused_last: set[str] = set()
+        self._refused: set[str] = set()
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self.requests = requests  # ProvisioningRequests in place of placeholder pods, where served
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
@@ -332,9 +344,28 @@ class Placeholders:
     def begin_pass(self) -> None:
         """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
         self._left, self._asked, self._blocked = None, False, False
+        self._refused_last, self._refused = self._refused, set()
+        now = self.monotonic()
+        self._yielding_until = {g: until for g, until in self._yielding_until.items() if until > now}
+        self._holding_since = {g: t for g, t in self._holding_since.items() if g in self.index.placeholders}
         seen = {key for held in self.index.placeholders.values() for key in held}
         stale = self.monotonic() - CREATED_UNSEEN_SECONDS
         self._created = {k: made for k, made in self._created.items() if k not in seen and made[1] > stale}
+
+    def _gives_back(self, gang: GangView, wants: bool) -> str | None:
+        """Why the gang holds no placeholders now though it wants some: it held them HOLD_SECONDS while
+        another namespace's gangs got none for the caps (it makes none for YIELD_SECONDS after)."""
+        now = self.monotonic()
+        until = self._yielding_until.get(gang.key)
+        others_wait = bool(self._refused_last - {gang.namespace})
+        if until is not None and others_wait:
+            return f"gave its placeholders back for other teams' gangs; none for {until - now:.0f}s more"
+        since = self._holding_since.get(gang.key)
+        if wants and since is not None and others_wait and now - since >= HOLD_SECONDS:
+            self._yielding_until[gang.key] = now + YIELD_SECONDS
+            self._holding_since.pop(gang.key, None)
+            return f"held for {now - since:.0f}s while other teams' gangs got none for the caps: given back"
+        return None
 
     def _held_besides(self, gang_key: str) -> tuple[int, int]:
         """The placeholders of other gangs: (in the cluster, of the gang's namespace), those the index
@@ -433,6 +464,9 @@ class Placeholders:
         behind = self._ahead(asked_of_pools(own, keep, make, self._node_room(pools)), pools) if keep or make else None
         if behind:
             keep, make = set(), []
+        yielded = self._gives_back(gang, bool(keep or make))
+        if yielded:
+            keep, make = set(), []
         elsewhere, in_namespace = self._held_besides(gang.key)
         wanted = len(keep) + len(make)
         capped = bool(make) and elsewhere + wanted > self.most
@@ -440,6 +474,7 @@ class Placeholders:
         more = len(make)
         if capped or shared:  # all of the gang's or none: a part would hold room that starts nothing
             keep, make = set(), []
+            self._refused.add(gang.namespace)
         if self.may_write():
             for key in (have.keys() - keep) | stale:
                 self._delete(key)
@@ -447,8 +482,12 @@ class Placeholders:
                 for name, pods, (view, raw) in make:
                     self._create(placeholder_for(view, raw, owner, self.image, name, pods, on_pools), gang.key)
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
-        if hopeless or behind:
-            return f"no placeholders: {hopeless or behind}"
+        if keep or make:
+            self._holding_since.setdefault(gang.key, self.monotonic())
+        else:
+            self._holding_since.pop(gang.key, None)
+        if hopeless or behind or yielded:
+            return f"no placeholders: {hopeless or behind or yielded}"
         if capped:
             return (
                 f"no placeholders: the cluster holds {elsewhere} for other gangs, and this gang's "
