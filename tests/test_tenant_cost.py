@@ -398,3 +398,25 @@ def test_a_gang_that_held_placeholders_long_gives_them_back_to_another_teams(api
     for _ in range(2):
         controller.reconcile_once()
     assert (held("team-a"), held("team-b")) == (0, 3)
+
+
+def test_a_pass_evaluates_at_most_its_budget_and_the_rest_is_counted_next_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten devices unlike each other on one node, a budget of four evaluations a pass: the node is counted
+    short, then again at each pass until every device was evaluated; nothing is remembered as a failure."""
+    from tests.cluster import node as api_node
+    from webhook.controller.observe.cluster import ClusterIndex
+
+    monkeypatch.setattr(devices, "MAX_EVALUATIONS_PER_PASS", 4)
+    memo = devices.Memo()
+    inventory = devices.inventory_from([device_class()], [node_slice("n0", gpus(10))], [], [], memo)
+    index = ClusterIndex()
+    index.apply_nodes({"/n0": api_node("n0", cpu="8")})
+    counted = []
+    for _ in range(4):
+        memo.new_pass()
+        index.use_devices(inventory)
+        counted.append(index.nodes["n0"].allocatable.get(devices.class_resource("gpu"), 0))
+    assert counted == [4, 8, 10, 10] and memo.deferred >= 6 + 2  # each look that found the budget spent
+    assert memo.evaluations == 10 and all(
+        v is True for v in (memo.matched.get((d.content, FAST)) for p in inventory.pools for d in p.devices)
+    )

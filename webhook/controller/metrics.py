@@ -67,6 +67,9 @@ CEL_OVER_BUDGET = Gauge(
     "gangkeeper_cel_over_budget_expressions",
     "Device selectors that ran over their CPU budget, never evaluated again while unchanged",
 )
+CEL_DEFERRED = Gauge(
+    "gangkeeper_cel_deferred_evaluations", "Device selector evaluations left to a later pass for a pass's budget"
+)
 CACHE_ENTRIES = Gauge("gangkeeper_cache_entries", "Entries of the controller's bounded caches", ["cache"])
 CACHE_EVICTIONS = Gauge(
     "gangkeeper_cache_evictions", "Entries evicted from a bounded cache, least recently used first", ["cache"]

@@ -50,6 +50,9 @@ DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go M
 # implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
 CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 MAX_REMEMBERED_MATCHES = 400_000  # selector results kept (device content, expression), least recent out
+# selector evaluations one pass may ask for (40,000 devices alike cost a handful; a cluster of distinct
+# devices and many waiting selector sets is spread over passes, each node counted again until done)
+MAX_EVALUATIONS_PER_PASS = 50_000
 MAX_REMEMBERED_FAILURES = 4096  # selectors' last errors kept, for the Gangs that wait on them
 MAX_REMEMBERED_DEMANDS = 20_000  # pods' demands kept per inventory (by template), oldest out
 # distinct selector sets of one namespace's waiting claims counted per node (`narrowed`): what one
@@ -635,9 +638,16 @@ class Memo:
         # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
         self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
         self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
+        # what one pass may ask of the evaluator (`new_pass` refills it); the rest wait for the next pass
+        self.budget = MAX_EVALUATIONS_PER_PASS
+        self.deferred = 0  # evaluations left to a later pass for the budget (a metric)
         self.unanswered = 0  # of them, those no evaluator could answer then (asked again later)
         # by pool id: the pool (so no other takes its id) and the expressions primed on it
         self._primed: dict[int, tuple[Pool, frozenset[str]]] = {}
+
+    def new_pass(self) -> None:
+        """A pass begins: its budget of evaluations is whole again."""
+        self.budget = MAX_EVALUATIONS_PER_PASS
 
     def prime(self, pools: Iterable[Pool], expressions: Iterable[str]) -> None:
         """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A
@@ -669,10 +679,19 @@ class Memo:
     ) -> dict[tuple[str, str], bool | device_cel.SelectorError]:
         """Each (device content, expression) evaluated, remembered unless no evaluator could answer now."""
         matched = self.matched
-        pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in missing.items()]
-        self.evaluations += len(pairs)
         found: dict[tuple[str, str], bool | device_cel.SelectorError] = {}
-        for (key, device), outcome in zip(missing.items(), self.evaluator(pairs), strict=True):
+        asked = list(missing.items())
+        if len(asked) > self.budget:
+            later = device_cel.SelectorError("this pass's CEL budget is spent: evaluated next pass", transient=True)
+            for key, _ in asked[self.budget :]:
+                found[key] = later
+            self.deferred += len(asked) - self.budget
+            self.unanswered += len(asked) - self.budget
+            asked = asked[: self.budget]
+        self.budget -= len(asked)
+        pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in asked]
+        self.evaluations += len(pairs)
+        for (key, device), outcome in zip(asked, self.evaluator(pairs) if pairs else [], strict=True):
             if isinstance(outcome, device_cel.SelectorError):
                 found[key] = outcome
             elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too

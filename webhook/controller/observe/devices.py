@@ -85,6 +85,7 @@ def watch_costs(watch: DeviceWatch) -> None:
     sandbox = memo.evaluator
     if isinstance(sandbox, CelSandbox):
         metrics.CEL_OVER_BUDGET.set_function(lambda: len(sandbox.over_budget))
+    metrics.CEL_DEFERRED.set_function(lambda: memo.deferred)
     metrics.CACHE_ENTRIES.labels("cel_results").set_function(lambda: len(memo.matched))
     metrics.CACHE_EVICTIONS.labels("cel_results").set_function(lambda: memo.matched.evicted)
 

@@ -418,6 +418,7 @@ class Controller:
         """The cluster as this pass sees it: the index brought up to date (by the informers' changes, or by
         comparing a full listing), and a copy of the free capacity for the pass to promise from."""
         index = self.index
+        self.device_watch.memo.new_pass()  # a budget of CEL evaluations per pass (devices.Memo)
         index.use_devices(self.device_watch.inventory(index.waiting_claims()))
         if isinstance(self.source, ChangeSource):
             pod_changes, node_changes = self.source.changes()
