@@ -242,7 +242,10 @@ def unused_templates(nodes: int, gang: int, per_node: int, count: int, repeats: 
             memo, book = devices.Memo(), devices.PoolBook()
             started = time.perf_counter()
             book.apply({f"/{s['metadata']['name']}": s for s in slices})
-            inventory = devices.inventory_from(classes, (), [], [own, *others[:extra]], memo, book.gathered())
+            # as the controller's watch gives it: the templates' list version, unchanged between passes
+            inventory = devices.inventory_from(
+                classes, (), [], [own, *others[:extra]], memo, book.gathered(), templates_version="1"
+            )
             inventory.waiting = waiting
             index = ClusterIndex()
             index.apply_nodes(raw_nodes)
@@ -256,7 +259,9 @@ def unused_templates(nodes: int, gang: int, per_node: int, count: int, repeats: 
                 republished = node_slice("node-0000", per_node, version=str(step + 2))
                 started = time.perf_counter()
                 book.apply({"/node-0000-gpus": republished})
-                again = devices.inventory_from(classes, (), [], [own, *others[:extra]], memo, book.gathered())
+                again = devices.inventory_from(
+                    classes, (), [], [own, *others[:extra]], memo, book.gathered(), templates_version="1"
+                )
                 again.waiting = waiting
                 index.use_devices(again.remembering(index.devices))
                 state, released = one_pass(index, spec)

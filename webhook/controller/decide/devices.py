@@ -264,6 +264,7 @@ class Inventory:
     # ("template" | "claim", namespace, name) named by pods that wait: only their selectors are counted
     # per node (`narrowed`); None counts every template and claim (offline: tests, simulation)
     waiting: frozenset[tuple[str, str, str]] | None = None
+    templates_version: str | None = None  # the templates informer's resourceVersion, when watched
     deferred: dict[str, str] = field(default_factory=dict)  # class resource -> why it is not counted yet
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
@@ -361,7 +362,10 @@ class Inventory:
             )
 
         shared = {k: c for k, c in self.claims.items() if f"{k[0]}/{k[1]}" not in self.owners}
-        return (tuple(sorted(self.classes.items())), versions(self.templates), versions(shared))
+        # the templates' list version where the watch gives one: a thousand templates of another team are
+        # not walked on every pass (a template changed anywhere costs the demands read again, a few)
+        templates: Any = self.templates_version or versions(self.templates)
+        return (tuple(sorted(self.classes.items())), templates, versions(shared))
 
     def changed_nodes(self, before: Inventory | None) -> set[str] | None:
         """The nodes whose devices may count differently than in `before` (None: any node may): those of
@@ -748,12 +752,13 @@ def inventory_from(
     classes: Iterable[Obj],
     slices: Iterable[Obj],
     claims: Iterable[Obj],
-    templates: Iterable[Obj],
+    templates: Iterable[Obj] | Mapping[tuple[str, str], Obj],
     memo: Memo | None = None,
     gathered: Gathered | None = None,
+    templates_version: str | None = None,
 ) -> Inventory:
     """The inventory of these objects; a PoolBook's pools (`gathered`) instead of the slices'."""
-    inventory = Inventory(memo=memo or Memo())
+    inventory = Inventory(memo=memo or Memo(), templates_version=templates_version)
     for obj in classes:
         device_class = DeviceClass.from_api(obj)
         if device_class.name:
@@ -771,10 +776,17 @@ def inventory_from(
             inventory.owners[f"{key[0]}/{key[1]}"] = str(owner.get("uid") or "")
         for device in allocated_devices(claim):
             inventory.taken[device] = f"{key[0]}/{key[1]}"
+    inventory.templates = dict(templates) if isinstance(templates, Mapping) else templates_by_name(templates)
+    return inventory
+
+
+def templates_by_name(templates: Iterable[Obj]) -> dict[tuple[str, str], Obj]:
+    """(namespace, name) -> template (DeviceWatch keeps it while the templates do not change)."""
+    found: dict[tuple[str, str], Obj] = {}
     for template in templates:
         meta = template.get("metadata") or {}
-        inventory.templates[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = template
-    return inventory
+        found[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = template
+    return found
 
 
 def allocated_devices(claim: Obj) -> list[DeviceId]:

@@ -16,6 +16,7 @@ from webhook.controller.decide.shapes import term_matches
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cel_sandbox import CelSandbox
 from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Resource
 
@@ -40,10 +41,19 @@ class DeviceWatch:
         self.memo = devices.Memo(evaluator or CelSandbox())
         self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
         self._pools_of: Informer | None = None  # the slices' informer the book follows
+        self._templates: tuple[str, dict[tuple[str, str], Obj]] | None = None
 
     @property
     def _informers(self) -> list[Informer | None]:
         return [self._all.get((r.group_version, r.plural)) for r in RESOURCES]
+
+    def _templates_of(self, informer: Informer) -> dict[tuple[str, str], Obj]:
+        """The templates by name, read again only when the list changed (a tenant's thousand templates
+        are not walked on every pass)."""
+        version = informer.resource_version
+        if self._templates is None or self._templates[0] != version or not version:
+            self._templates = (version, devices.templates_by_name(informer.items()))
+        return self._templates[1]
 
     def inventory(self, waiting: frozenset[tuple[str, str, str]] = frozenset()) -> Inventory | None:
         """None until all four are watched and listed (the API may not serve them: DRA off, or before
@@ -61,7 +71,13 @@ class DeviceWatch:
             self._pools.apply(changed)
         if changed or versions != self._versions:
             inventory = devices.inventory_from(
-                classes.items(), (), claims.items(), templates.items(), self.memo, self._pools.gathered()
+                classes.items(),
+                (),
+                claims.items(),
+                self._templates_of(templates),
+                self.memo,
+                self._pools.gathered(),
+                templates.resource_version or None,
             )
             inventory.waiting = waiting
             self._inventory = inventory.remembering(self._inventory)
