@@ -419,3 +419,22 @@ def test_a_gang_another_mechanism_started_partly_is_requeued_whole_past_its_time
     controller.reconcile_once()
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
     assert any("started partly" in e["message"] for e in events(controller, "GangRequeued"))
+
+
+@pytest.mark.parametrize("backend", ["gate", "volcano", "coscheduling", "native-1.36"])
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
+def test_a_recovery_timeout_that_is_not_a_positive_whole_number_is_refused_on_every_backend(
+    backend: str, value: str
+) -> None:
+    """Supervision uses the same annotation on every mechanism, so it is refused at apply on every one,
+    naming the field (issue 78)."""
+    name, _, version = backend.partition("-")
+    job = b.job(
+        "train",
+        parallelism=2,
+        spec=b.pod_spec(b.container("1", "1Gi")),
+        annotations={"gangkeeper.io/recovery-timeout-seconds": value},
+    )
+    outcome = admit(job, "CREATE", make(name, kubernetes_version=version or "1.37"), "team-a")
+    assert not outcome.allowed and outcome.code == 422
+    assert "metadata.annotations[gangkeeper.io/recovery-timeout-seconds]" in outcome.message, outcome.message
