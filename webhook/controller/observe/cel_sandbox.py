@@ -141,7 +141,8 @@ class CelSandbox:
             batch_now, index = PROGRESS.unpack_from(self._progress, 0)
             now = time.monotonic()
             if ready:  # the worker ended: on the pair it was evaluating, or before its first one
-                log.warning("the CEL worker ended (exit %s)", worker.wait())
+                code = worker.wait()
+                log.warning("the CEL worker ended (exit %s): %s", code, _last_words(worker))
                 self._stop()
                 return (index, "ended its worker") if batch_now == self._batch and index >= 0 else None
             if batch_now != self._batch:  # still starting (its imports)
@@ -172,8 +173,10 @@ class CelSandbox:
                 [_interpreter(), "-m", "webhook.controller.observe.cel_worker", str(fd)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,  # read only once it ended: a traceback, well inside a pipe's buffer
                 pass_fds=(fd,),
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(_import_path())},
+                # no warnings: nothing but a traceback is written where no one reads until the end
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(_import_path()), "PYTHONWARNINGS": "ignore"},
             )
         except OSError as error:
             log.warning("cannot start the CEL worker: %s", error)
@@ -189,12 +192,24 @@ class CelSandbox:
         if worker is not None:
             worker.kill()
             worker.wait()
-            for stream in (worker.stdin, worker.stdout):
+            for stream in (worker.stdin, worker.stdout, worker.stderr):
                 if stream is not None:
                     stream.close()
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+
+
+def _last_words(worker: subprocess.Popen[bytes]) -> str:
+    """The end of what an ended worker wrote on stderr (its traceback), for the log."""
+    if worker.stderr is None:
+        return ""
+    os.set_blocking(worker.stderr.fileno(), False)
+    try:
+        said = worker.stderr.read(1 << 16) or b""
+    except OSError:
+        return ""
+    return said.decode(errors="replace")[-2000:]
 
 
 def _interpreter() -> str:
