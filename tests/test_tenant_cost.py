@@ -420,3 +420,27 @@ def test_a_pass_evaluates_at_most_its_budget_and_the_rest_is_counted_next_pass(m
     assert memo.evaluations == 10 and all(
         v is True for v in (memo.matched.get((d.content, FAST)) for p in inventory.pools for d in p.devices)
     )
+
+
+def test_the_sandbox_works_with_a_thousand_descriptors_open() -> None:
+    """A controller (or a long test run) with more than 1,024 descriptors open gets its worker's pipe past
+    select()'s FD_SETSIZE: the sandbox waits with poll(), which has no such bound (CI found it)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE,
+        (max(soft, 2048) if hard == resource.RLIM_INFINITY else min(max(soft, 2048), hard), hard),
+    )
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    sandbox = CelSandbox()
+    try:
+        assert sandbox([(FAST, FACTS)]) == [True]
+    finally:
+        sandbox.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -127,8 +127,12 @@ class CelSandbox:
         worker did not start."""
         buffer = bytearray()
         current, since, cpu_since = -1, time.monotonic(), 0.0
+        # poll, not select: a controller (or a test run) with a thousand descriptors open gets pipes past
+        # select's FD_SETSIZE of 1024, which it refuses
+        waiting = select.poll()
+        waiting.register(fd, select.POLLIN)
         while True:
-            ready, _, _ = select.select([fd], [], [], POLL_SECONDS)
+            ready = waiting.poll(POLL_SECONDS * 1000)
             if ready:
                 chunk = os.read(fd, 1 << 20)
                 if chunk:
