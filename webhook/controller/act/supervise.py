@@ -24,7 +24,7 @@ from webhook.controller.act.books import Books
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import Requeuer
-from webhook.controller.decide.recovery import recover
+from webhook.controller.decide.recovery import recover, requeued_whole
 from webhook.controller.decide.situation import Decision, GangSpec, GangState
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved
@@ -63,15 +63,7 @@ def started_partly(
         return replace(
             verdict, short=True, timed=True, message=f"{said}, requeued whole in {left:.0f}s unless it is whole"
         )
-    return Decision(
-        GangState.TIMED_OUT,
-        f"{said} for {elapsed:.0f}s (timeout {spec.timeout_seconds}s): the whole gang is requeued",
-        evict=[p.name for p in live] if spec.evictable else [],
-        present=len(live),
-        whole_gang=True,
-        short=True,
-        timed=True,
-    )
+    return requeued_whole(f"{said} for {elapsed:.0f}s (timeout {spec.timeout_seconds}s)", live, spec)
 
 
 class Supervisor:

@@ -107,11 +107,6 @@ class Device:
     content: str = ""
     consumes: device_counters.Amounts = ()  # its pool's shared counters it takes (partitionable devices)
 
-    @functools.cached_property
-    def variable(self) -> Any:
-        """The CEL `device` of this device; ValueError for an attribute of no known type."""
-        return device_cel.device_variable(self.id[0], self.attributes or {}, self.capacity or {})
-
 
 @dataclass(frozen=True)
 class Pool:

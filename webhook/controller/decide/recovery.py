@@ -57,9 +57,14 @@ def recover(
         return decision
     if decision.state == GangState.TIMED_OUT and decision.whole_gang:
         return decision
+    return requeued_whole(f"{lost} for {elapsed:.0f}s (recovery timeout {spec.recovery_seconds}s)", live, spec)
+
+
+def requeued_whole(why: str, live: Sequence[PodView], spec: GangSpec) -> Decision:
+    """The decision to requeue a short gang whole (its live members evicted where its owner remakes them)."""
     return Decision(
         GangState.TIMED_OUT,
-        f"{lost} for {elapsed:.0f}s (recovery timeout {spec.recovery_seconds}s): the whole gang is requeued",
+        f"{why}: the whole gang is requeued",
         evict=[p.name for p in live] if spec.evictable else [],
         present=len(live),
         whole_gang=True,
