@@ -21,7 +21,7 @@ from tests.test_devices import (
     node_slice,
     template,
 )
-from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide import device_cel, device_inventory, device_memo, devices
 from webhook.controller.observe.cel_sandbox import CelSandbox
 
 # cel-python's duration() parses with a backtracking regular expression: about 2^N steps for N letters
@@ -155,7 +155,7 @@ def test_caches_keyed_by_tenant_input_evict_one_entry_at_a_time() -> None:
 
 
 def test_demands_are_bounded_per_inventory(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(devices, "MAX_REMEMBERED_DEMANDS", 4)
+    monkeypatch.setattr(device_inventory, "MAX_REMEMBERED_DEMANDS", 4)
     inventory = devices.inventory_from([device_class()], [], [], [template("t", exactly())])
     for i in range(10):
         spec = {
@@ -406,7 +406,7 @@ def test_a_pass_evaluates_at_most_its_budget_and_the_rest_is_counted_next_pass(m
     from tests.cluster import node as api_node
     from webhook.controller.observe.cluster import ClusterIndex
 
-    monkeypatch.setattr(devices, "MAX_EVALUATIONS_PER_PASS", 4)
+    monkeypatch.setattr(device_memo, "MAX_EVALUATIONS_PER_PASS", 4)
     memo = devices.Memo()
     inventory = devices.inventory_from([device_class()], [node_slice("n0", gpus(10))], [], [], memo)
     index = ClusterIndex()

@@ -1,0 +1,273 @@
+"""Allocations in the order pods come, each on the node it is placed on (allocator_stable.go)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from webhook.controller.decide import device_cel, device_counters
+from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, search
+from webhook.controller.decide.shapes import Node, term_matches
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_inventory import Inventory
+from webhook.controller.decide.device_types import ClaimDemand, Demand, Device, DeviceId, Pool, Request, Subrequest
+
+MAX_ALTERNATIVE_CHOICES = 64  # firstAvailable combinations tried per claim, in order (a bound on the search)
+
+
+@dataclass
+class Allocator:
+    """Allocations in the order pods come, each on the node it is placed on, as kube-scheduler makes
+    them pod by pod: devices picked for one pod are taken for the next (allocatedstate.go)."""
+
+    inventory: Inventory
+    picked: set[DeviceId] = field(default_factory=set)
+    # a shared claim allocated in this run: its devices and the nodes that reach all of them
+    shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = field(default_factory=dict)
+    nodes: Sequence[Node] = ()
+    # pods (uids) whose own claims' devices count as free: a gang member's shape holds them (class_totals)
+    free_for: Collection[str] = ()
+    _used: dict[device_counters.CounterKey, Decimal] | None = None  # shared counters taken so far
+
+    def counters_used(self) -> dict[device_counters.CounterKey, Decimal]:
+        if self._used is None:
+            self._used = self.inventory.counters_used(self.free_for)
+        return self._used
+
+    def taken(self, device: DeviceId) -> bool:
+        if device in self.picked:
+            return True
+        holder = self.inventory.taken.get(device)
+        return holder is not None and not (self.free_for and self.inventory.owners.get(holder) in self.free_for)
+
+    def allocate(self, demand: Demand, node: Node) -> str | None:
+        """Allocates every claim of the pod on `node` (all or nothing); None, or why it cannot."""
+        if demand.problems:
+            return "; ".join(demand.problems)
+        if demand.unmodelled:
+            return "the gate does not model " + ", ".join(demand.unmodelled)
+        picked: list[DeviceId] = []
+        shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = {}
+        for claim in demand.claims:
+            if claim.allocated:
+                if claim.allocated_node_terms is not None and not any(
+                    term_matches(t, node) for t in claim.allocated_node_terms
+                ):
+                    return f"{claim.key} is allocated where this node cannot reach it"
+                continue
+            if claim.shared and claim.key in self.shared:
+                _, reach = self.shared[claim.key]
+                if reach is not None and node.name not in reach:
+                    return f"{claim.key} was allocated for another pod where this node cannot reach it"
+                continue
+            try:
+                chosen = self._allocate_claim(claim, node, set(picked))
+            except device_cel.SelectorError as error:
+                return str(error)
+            if chosen is None:
+                return f"no free devices on {node.name} for {claim.key}{self._constraints_note(claim, node, picked)}"
+            picked.extend(chosen)
+            if claim.shared:
+                shared[claim.key] = (tuple(chosen), self._reach(chosen))
+        self.picked.update(picked)
+        self.shared.update(shared)
+        self._consume(picked)
+        return None
+
+    def _consume(self, picked: Iterable[DeviceId]) -> None:
+        consuming = [d for d in (self.inventory._consuming.get(i) for i in picked) if d is not None]
+        if consuming:
+            used = self.counters_used()
+            for device in consuming:
+                device_counters.take(device.id[0], device.id[1], device.consumes, used)
+
+    def allocate_alike(self, demand: Demand, node: Node, pods: int) -> bool:
+        """`pods` pods of this one demand on `node` at once, when that is the same as one by one: a single
+        claim of its own, one request of ExactCount, and only pools of this node (what no pod elsewhere
+        can take). False, nothing taken, when it is not so or the devices are too few: then one by one
+        says which pod cannot be placed, and why."""
+        if demand.problems or demand.unmodelled or len(demand.claims) != 1:
+            return False
+        claim = demand.claims[0]
+        if claim.shared or claim.allocated or claim.alternatives_or_constraints or len(claim.requests) != 1:
+            return False
+        sub = claim.requests[0].alternatives[0]
+        pools = self.inventory.pools_for(node)
+        if sub.all or not all(pool.node_name == node.name for pool in pools):
+            return False
+        wanted = sub.count * pods
+        try:
+            eligible = self._eligible(sub, pools, set(), enough=wanted)
+        except device_cel.SelectorError:
+            return False
+        if eligible is None or len(eligible) < wanted:
+            return False
+        if any(d.consumes for d in eligible):
+            return False  # shared counters: one by one, each within what is left
+        self.picked.update(d.id for d in eligible)
+        return True
+
+    def _constraints_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
+        """Why, when it is the claim's constraints: devices there are, but none that meet them."""
+        if not claim.constraints or self._allocate_claim(replace(claim, constraints=()), node, set(picked)) is None:
+            return ""
+        named = ", ".join(
+            f"{'distinctAttribute' if c.distinct else 'matchAttribute'} {c.attribute}" for c in claim.constraints
+        )
+        return f" that meet spec.devices.constraints ({named})"
+
+    def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
+        """The nodes from which every device is reachable (None: every node)."""
+        reach: frozenset[str] | None = None
+        wanted = set(devices)
+        for pool in self.inventory.pools:
+            if not any(d.id in wanted for d in pool.devices):
+                continue
+            if pool.all_nodes:
+                continue
+            nodes = frozenset(n.name for n in self.nodes if pool.applies_to(n))
+            reach = nodes if reach is None else reach & nodes
+        return reach
+
+    def _allocate_claim(self, claim: ClaimDemand, node: Node, also_taken: set[DeviceId]) -> list[DeviceId] | None:
+        """The devices for every request of the claim, the first combination of firstAvailable choices
+        (in order) that can be allocated: a matching of request units to distinct free devices."""
+        pools = self.inventory.pools_for(node)
+        for tried, choice in enumerate(_choices(claim.requests)):
+            if tried >= MAX_ALTERNATIVE_CHOICES:
+                return None
+            result = self._match(choice, pools, also_taken, claim.constraints)
+            if result is not None:
+                return result
+        return None
+
+    def _eligible(
+        self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId], enough: int = 0
+    ) -> list[Device] | None:
+        """The devices the subrequest may take (free, selected, untainted), the first `enough` of them
+        when that is given; None when `All` cannot be met (a pool incomplete, a matching device taken,
+        or none at all)."""
+        eligible: list[Device] = []
+        for pool in pools:
+            if enough and len(eligible) >= enough:
+                break
+            for device in self.inventory.selected(sub, pool):
+                if sub.all and not pool.complete:
+                    return None
+                if device.id in also_taken or self.taken(device.id):
+                    if sub.all:
+                        return None
+                    continue
+                eligible.append(device)
+                if enough and len(eligible) >= enough:
+                    break
+        if sub.all and not eligible:
+            return None
+        return eligible
+
+    def _match(
+        self,
+        choice: Sequence[Subrequest],
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        constraints: Sequence[Constraint] = (),
+    ) -> list[DeviceId] | None:
+        shares_counters = bool(self.inventory.counter_totals) and any(
+            d.consumes for sub in choice for d in self._eligible(sub, pools, also_taken) or ()
+        )
+        if constraints or shares_counters:
+            return self._constrained(choice, pools, also_taken, constraints)
+        if len(choice) == 1 and not choice[0].all:
+            # one request of ExactCount (most claims): any `count` free devices it selects, no matching
+            count = choice[0].count
+            only = self._eligible(choice[0], pools, also_taken, enough=count)
+            return [d.id for d in only] if only is not None and len(only) == count else None
+        units: list[list[DeviceId]] = []
+        fixed: list[DeviceId] = []
+        for sub in choice:
+            eligible = self._eligible(sub, pools, also_taken)
+            if eligible is None:
+                return None
+            if sub.all:
+                fixed.extend(d.id for d in eligible)
+                continue
+            units.extend([[d.id for d in eligible]] * sub.count)
+        if len(set(fixed)) < len(fixed):
+            return None  # two `All` requests over the same device
+        blocked = set(fixed)
+        owner: dict[DeviceId, int] = {}
+        for unit in range(len(units)):
+            if not _augment(unit, units, owner, set(), blocked):
+                return None
+        return fixed + sorted(owner, key=lambda d: owner[d])
+
+    def _constrained(
+        self,
+        choice: Sequence[Subrequest],
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        constraints: Sequence[Constraint],
+    ) -> list[DeviceId] | None:
+        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py)."""
+        units: list[tuple[str, list[Candidate]]] = []
+        fixed: list[tuple[str, Candidate]] = []
+        left = self._counters_left(also_taken)
+        for sub in choice:
+            eligible = self._eligible(sub, pools, also_taken)
+            if eligible is None:
+                return None
+            candidates = [
+                Candidate(
+                    d.id,
+                    tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints),
+                    tuple(((d.id[0], d.id[1], s, c), amount) for s, c, amount in d.consumes),
+                )
+                for d in eligible
+            ]
+            if sub.all:
+                fixed.extend((sub.name, c) for c in candidates)
+            else:
+                units.extend([(sub.name, candidates)] * sub.count)
+        return search(units, fixed, constraints, left)
+
+    def _counters_left(self, also_taken: Iterable[DeviceId]) -> dict[device_counters.CounterKey, Decimal]:
+        """What each shared counter still holds, after the devices allocated, picked, and `also_taken`."""
+        totals = self.inventory.counter_totals
+        if not totals:
+            return {}
+        used = dict(self.counters_used())
+        for device in (d for d in (self.inventory._consuming.get(i) for i in also_taken) if d is not None):
+            device_counters.take(device.id[0], device.id[1], device.consumes, used)
+        return {key: total - used.get(key, Decimal(0)) for key, total in totals.items()}
+
+
+def _augment(
+    unit: int,
+    units: Sequence[Sequence[DeviceId]],
+    owner: dict[DeviceId, int],
+    seen: set[DeviceId],
+    blocked: set[DeviceId],
+) -> bool:
+    """Kuhn's augmenting path: a device for `unit`, moving earlier units to other devices if need be."""
+    for device in units[unit]:
+        if device in blocked or device in seen:
+            continue
+        seen.add(device)
+        if device not in owner or _augment(owner[device], units, owner, seen, blocked):
+            owner[device] = unit
+            return True
+    return False
+
+
+def _choices(requests: Sequence[Request]) -> Iterator[tuple[Subrequest, ...]]:
+    """Every combination of alternatives, the first ones first (allocateOne's order)."""
+    if not requests:
+        yield ()
+        return
+    first, rest = requests[0], requests[1:]
+    for alternative in first.alternatives:
+        for tail in _choices(rest):
+            yield (alternative, *tail)

@@ -1,0 +1,137 @@
+"""What outlives one inventory: slices parsed and selector results, in bounded maps evicted per entry."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Generic, TypeVar
+
+from webhook.controller.decide import device_cel
+from webhook.controller.decide.device_types import Device, Pool
+
+MAX_REMEMBERED_MATCHES = 400_000  # selector results kept (device content, expression), least recent out
+# selector evaluations one pass may ask for (40,000 devices alike cost a handful; a cluster of distinct
+# devices and many waiting selector sets is spread over passes, each node counted again until done)
+MAX_EVALUATIONS_PER_PASS = 50_000
+MAX_REMEMBERED_FAILURES = 4096  # selectors' last errors kept, for the Gangs that wait on them
+MAX_REMEMBERED_SLICES = 100_000  # slices kept parsed
+
+
+class Memo:
+    """What outlives one inventory (DeviceWatch keeps one): slices parsed, by uid and resourceVersion,
+    and selector results, by device content: a claim allocated or a slice republished changes the
+    inventory, not the 40,000 devices' parsing and CEL. Selector results are evaluated in batches by
+    `evaluator` (the controller's has a CPU budget per evaluation, out of process) and kept up to
+    MAX_REMEMBERED_MATCHES, the least recently used evicted one by one."""
+
+    def __init__(self, evaluator: device_cel.Evaluator = device_cel.evaluate_all) -> None:
+        self.evaluator = evaluator
+        self.matched: BoundedMap[tuple[str, str], bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
+        self.slices: dict[tuple[str, str], Pool] = {}
+        # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
+        self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
+        self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
+        # what one pass may ask of the evaluator (`new_pass` refills it); the rest wait for the next pass
+        self.budget = MAX_EVALUATIONS_PER_PASS
+        self.deferred = 0  # evaluations left to a later pass for the budget (a metric)
+        self.unanswered = 0  # of them, those no evaluator could answer then (asked again later)
+        # by pool id: the pool (so no other takes its id) and the expressions primed on it
+        self._primed: dict[int, tuple[Pool, frozenset[str]]] = {}
+
+    def new_pass(self) -> None:
+        """A pass begins: its budget of evaluations is whole again."""
+        self.budget = MAX_EVALUATIONS_PER_PASS
+
+    def prime(self, pools: Iterable[Pool], expressions: Iterable[str]) -> None:
+        """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A
+        pool already primed for these expressions (the same object: its slice unchanged) is skipped."""
+        matched, primed = self.matched, self._primed
+        wanted = frozenset(expressions)
+        if not wanted:
+            return
+        missing: dict[tuple[str, str], Device] = {}
+        for pool in pools:
+            done = primed.get(id(pool))
+            if done is not None and done[0] is pool and wanted <= done[1]:
+                continue
+            for device in pool.devices:
+                if device.unmodelled:
+                    continue
+                for expression in wanted:
+                    key = (device.content, expression)
+                    if key not in matched and key not in missing:
+                        missing[key] = device
+            primed[id(pool)] = (pool, wanted | done[1] if done is not None and done[0] is pool else wanted)
+        while len(primed) > MAX_REMEMBERED_SLICES:
+            del primed[next(iter(primed))]
+        if missing:
+            self.evaluate(missing)
+
+    def evaluate(
+        self, missing: Mapping[tuple[str, str], Device]
+    ) -> dict[tuple[str, str], bool | device_cel.SelectorError]:
+        """Each (device content, expression) evaluated, remembered unless no evaluator could answer now."""
+        matched = self.matched
+        found: dict[tuple[str, str], bool | device_cel.SelectorError] = {}
+        asked = list(missing.items())
+        if len(asked) > self.budget:
+            later = device_cel.SelectorError("this pass's CEL budget is spent: evaluated next pass", transient=True)
+            for key, _ in asked[self.budget :]:
+                found[key] = later
+            self.deferred += len(asked) - self.budget
+            self.unanswered += len(asked) - self.budget
+            asked = asked[: self.budget]
+        self.budget -= len(asked)
+        pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in asked]
+        self.evaluations += len(pairs)
+        for (key, device), outcome in zip(asked, self.evaluator(pairs) if pairs else [], strict=True):
+            if isinstance(outcome, device_cel.SelectorError):
+                found[key] = outcome
+            elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too
+                found[key] = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
+            else:
+                found[key] = bool(outcome)
+            said = found[key]
+            if isinstance(said, device_cel.SelectorError) and said.transient:
+                self.unanswered += 1
+                continue
+            matched[key] = said
+            if isinstance(said, device_cel.SelectorError) and said.over_budget:
+                self.failed[key[1]] = str(said)[-300:]
+        return found
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedMap(Generic[K, V]):
+    """A map of at most `bound` entries, the least recently read or written evicted first, one at a
+    time (never cleared whole: a tenant filling it costs only its own entries again)."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.evicted = 0
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.bound:
+            self._entries.popitem(last=False)
+            self.evicted += 1
+
+    def pop(self, key: K) -> V | None:
+        return self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries

@@ -1,0 +1,222 @@
+"""ResourceSlices gathered into pools as kube-scheduler gathers them (pools_stable.go GatherPools), and
+the PoolBook that keeps them up to date from the slices' changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from webhook.controller.decide import device_counters
+from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
+from webhook.controller.decide.device_types import Device, Pool, PoolIndex, PoolKey
+from webhook.gangs.model import Obj
+
+
+def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo: Memo | None = None) -> list[Pool]:
+    """Slices grouped by (driver, pool), the newest generation only, each complete when all its pool's
+    `resourceSliceCount` slices of that generation are there (pools_stable.go GatherPools). A slice
+    parsed before (same uid and resourceVersion, Memo) is not read again."""
+    newest: dict[tuple[str, str], tuple[int, list[tuple[tuple[str, str], Obj, Pool | None]]]] = {}
+    for obj in slices:
+        meta = obj.get("metadata") or {}
+        seen = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        parsed = memo.slices.get(seen) if memo is not None and seen[1] else None
+        if parsed is not None:
+            key, generation = (parsed.driver, parsed.name), parsed.generation
+        else:
+            spec = obj.get("spec") or {}
+            pool = spec.get("pool") or {}
+            key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
+            try:
+                generation = int(pool.get("generation") or 0)
+            except (TypeError, ValueError):
+                if problems is not None:
+                    problems.append(f"ResourceSlice {meta.get('name')}: unreadable pool")
+                continue
+        have = newest.get(key)
+        if have is None or generation > have[0]:
+            newest[key] = (generation, [(seen, obj, parsed)])
+        elif generation == have[0]:
+            have[1].append((seen, obj, parsed))
+    pools = []
+    kept: dict[tuple[str, str], Pool] = {}
+    for (driver, name), (generation, group) in sorted(newest.items()):
+        for seen, obj, parsed in group:
+            if parsed is None:
+                try:
+                    parsed = _pool_of_slice(obj, driver, name, generation)
+                except (TypeError, ValueError, AttributeError) as error:
+                    if problems is not None:
+                        problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
+                    continue
+            kept[seen] = parsed
+            complete = len(group) == parsed.slice_count
+            pools.append(parsed if parsed.complete == complete else replace(parsed, complete=complete))
+    if memo is not None and len(kept) <= MAX_REMEMBERED_SLICES:
+        memo.slices = kept  # only the slices there now: a deleted or changed one is forgotten
+    return pools
+
+
+def _pool_key(obj: Obj) -> PoolKey:
+    spec = obj.get("spec") or {}
+    pool = (spec.get("pool") if isinstance(spec, dict) else None) or {}
+    driver = spec.get("driver") if isinstance(spec, dict) else ""
+    return str(driver or ""), str(pool.get("name") or "") if isinstance(pool, dict) else ""
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A PoolBook's pools, in gather_pools' order, what could not be read, and their index."""
+
+    pools: list[Pool]
+    problems: list[str]
+    index: PoolIndex
+
+
+@dataclass
+class PoolBook:
+    """The pools of the cluster's slices kept between passes, from the slices' changes: a change
+    gathers its own pool again (generations and completeness are each pool's, pools_stable.go); the
+    other pools stay the same objects, and what an earlier Gathered holds is never changed."""
+
+    _slices: dict[str, Obj] = field(default_factory=dict)  # by the informer's key
+    _members: dict[PoolKey, set[str]] = field(default_factory=dict)
+    _pool_of: dict[str, PoolKey] = field(default_factory=dict)
+    _gathered: dict[PoolKey, tuple[list[Pool], list[str]]] = field(default_factory=dict)
+    _start: dict[PoolKey, int] = field(default_factory=dict)  # where each pool's Pools are in `pools`
+    _unreadable: set[PoolKey] = field(default_factory=set)  # the pools with a slice that could not be read
+    _now: Gathered = field(default_factory=lambda: Gathered([], [], PoolIndex({}, [], {}, {})))
+
+    def apply(self, changes: Mapping[str, Obj | None]) -> None:
+        """Slices now (by key), None for one deleted."""
+        dirty: set[PoolKey] = set()
+        for key, obj in changes.items():
+            old = self._pool_of.pop(key, None)
+            if old is not None:
+                self._members[old].discard(key)
+                dirty.add(old)
+            if obj is None:
+                self._slices.pop(key, None)
+                continue
+            self._slices[key] = obj
+            self._pool_of[key] = pool = _pool_key(obj)
+            self._members.setdefault(pool, set()).add(key)
+            dirty.add(pool)
+        if dirty:
+            self._regather(dirty)
+
+    def _regather(self, dirty: set[PoolKey]) -> None:
+        before = self._now
+        pools: list[Pool] | None = list(before.pools)
+        local = dict(before.index.local)
+        nodes, names = dict(before.index.nodes), dict(before.index.names)
+        shared_changed = False
+        for key in dirty:
+            old = self._gathered.pop(key, ([], []))[0]
+            members = self._members.get(key)
+            self._unreadable.discard(key)
+            if members:
+                problems: list[str] = []
+                self._gathered[key] = (gather_pools([self._slices[k] for k in sorted(members)], problems), problems)
+                if problems:
+                    self._unreadable.add(key)
+            else:
+                self._members.pop(key, None)
+            new = self._gathered.get(key, ([], []))[0]
+            for pool in old:
+                if pool.node_name:
+                    local[pool.node_name] = [p for p in local.get(pool.node_name, ()) if p is not pool]
+                    if not local[pool.node_name]:
+                        del local[pool.node_name]
+            for pool in new:
+                if pool.node_name:
+                    local[pool.node_name] = [*local.get(pool.node_name, ()), pool]
+            shared_changed |= any(not p.node_name for p in (*old, *new))
+            found = PoolIndex.of(new)
+            nodes.pop(key, None)
+            names.pop(key, None)
+            nodes.update(found.nodes)
+            names.update(found.names)
+            at = self._start.get(key)
+            if pools is not None and at is not None and len(old) == len(new) and new:
+                pools[at : at + len(new)] = new  # a pool republished in place: the rest stay where they are
+            else:
+                pools = None
+        problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
+        if pools is None:
+            pools, self._start = [], {}
+            for key in sorted(self._gathered):
+                self._start[key] = len(pools)
+                pools.extend(self._gathered[key][0])
+        shared = [p for p in pools if not p.node_name] if shared_changed else before.index.shared
+        self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))
+
+    def gathered(self) -> Gathered:
+        return self._now
+
+
+def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
+    """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
+    are what matters, each slice keeps its own node selection)."""
+    spec = obj.get("spec") or {}
+    count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
+    unmodelled = None
+    if spec.get("perDeviceNodeSelection"):
+        unmodelled = "per-device node selection"
+    devices = []
+    for raw in spec.get("devices") or []:
+        if not isinstance(raw, dict):
+            continue
+        device_unmodelled = None
+        if raw.get("allowMultipleAllocations"):
+            device_unmodelled = "consumable capacity (allowMultipleAllocations)"
+        taints = tuple(
+            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in raw.get("taints") or []
+            if isinstance(t, dict)
+        )
+        devices.append(
+            Device(
+                (driver, name, str(raw.get("name") or "")),
+                raw.get("attributes") or {},
+                raw.get("capacity") or {},
+                taints,
+                device_unmodelled or unmodelled,
+                # repr, not sorted JSON (a fifth of the cost; 40,000 devices): a driver writes its devices'
+                # fields in one order, and two orders of the same content only cost a second evaluation
+                repr((driver, raw.get("attributes"), raw.get("capacity"))),
+                device_counters.consumed(raw),
+            )
+        )
+    selector = spec.get("nodeSelector")
+    return Pool(
+        driver,
+        name,
+        generation,
+        complete=count == 1,
+        slice_count=count,
+        devices=tuple(devices),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        all_nodes=bool(spec.get("allNodes")),
+        node_selector=(selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None,
+        unmodelled=unmodelled,
+        counters=device_counters.offered(spec),
+    )
+
+
+def replaced_pools(before: Sequence[Pool], after: Sequence[Pool]) -> tuple[list[Pool], list[Pool]]:
+    """The pools of `before` not in `after`, and those of `after` not in `before` (pools unchanged are the same
+    objects: PoolBook, Memo). Lists of one length, the usual case (a slice republished), are
+    compared in place."""
+    if len(before) == len(after):
+        pairs = [(old, new) for old, new in zip(before, after, strict=True) if old is not new]
+        gone, came = [old for old, _ in pairs], [new for _, new in pairs]
+        # a pool of `before` still here at another place differs from what is at that place too, so
+        # it is among those that came: none is, and the pools that went are exactly these
+        if {id(p) for p in gone}.isdisjoint(id(p) for p in came):
+            return gone, came
+    old_pools, new_pools = {id(p): p for p in before}, {id(p): p for p in after}
+    return (
+        [p for i, p in old_pools.items() if i not in new_pools],
+        [p for i, p in new_pools.items() if i not in old_pools],
+    )

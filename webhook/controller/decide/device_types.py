@@ -1,0 +1,245 @@
+"""The device model's values: classes, devices, pools, requests and what a pod claims (k8s.io/api
+resource/v1 as kube-scheduler's structured allocator reads it), and the node resources they count as."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from webhook.controller.decide import device_counters
+from webhook.controller.decide.device_constraints import Constraint
+from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
+from webhook.gangs.model import Obj
+
+DeviceId = tuple[str, str, str]  # (driver, pool, device): allocator_stable.go MakeDeviceID
+# a DeviceClass's devices as a node resource of the gate's placement: the name KEP-5004 gives a class's
+# implicit extended resource (k8s.io/api resource/v1 ResourceDeviceClassPrefix)
+CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def claim_resource(requests: Sequence[Request], constraints: Sequence[Constraint]) -> str:
+    """The node resource of one claim with alternatives or constraints: how many times a node's devices
+    can be allocated to it (claims alike, from one template or equal ones, share it)."""
+    digest = hashlib.sha256(repr((tuple(requests), tuple(constraints))).encode()).hexdigest()[:10]
+    return f"{CLASS_RESOURCE_PREFIX}claim/{digest}"
+
+
+def class_resource(class_name: str, selectors: Sequence[str] = ()) -> str:
+    """The node resource of the devices a class selects, narrowed by a request's own selectors: each
+    distinct (class, selectors) is a resource of its own, so placement counts the devices a request
+    can take, not all of its class's."""
+    if not selectors:
+        return CLASS_RESOURCE_PREFIX + class_name
+    digest = hashlib.sha256("\n".join(selectors).encode()).hexdigest()[:10]
+    return f"{CLASS_RESOURCE_PREFIX}{class_name}/{digest}"
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    extended_resource: str | None = None
+
+    @staticmethod
+    def from_api(obj: Obj) -> DeviceClass:
+        spec = obj.get("spec") or {}
+        return DeviceClass(
+            name=str((obj.get("metadata") or {}).get("name") or ""),
+            selectors=cel_selectors(spec.get("selectors")),
+            extended_resource=str(spec["extendedResourceName"]) if spec.get("extendedResourceName") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    id: DeviceId
+    attributes: Any  # as the slice has them (JSON)
+    capacity: Any
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    unmodelled: str | None = None  # why the gate cannot judge this device
+    # what a selector can see of it (driver, attributes, capacity): devices alike share CEL results
+    content: str = ""
+    consumes: device_counters.Amounts = ()  # its pool's shared counters it takes (partitionable devices)
+
+
+@dataclass(frozen=True)
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    complete: bool
+    devices: tuple[Device, ...]
+    node_name: str | None = None
+    all_nodes: bool = False
+    node_selector: Any = None  # nodeSelectorTerms
+    unmodelled: str | None = None
+    slice_count: int = 1  # its pool's resourceSliceCount
+    counters: device_counters.Amounts = ()  # the shared counters this slice publishes for its pool
+
+    def applies_to(self, node: Node) -> bool:
+        """pools_stable.go NodeMatches."""
+        if self.node_name:
+            return node.name == self.node_name
+        if self.all_nodes:
+            return True
+        if self.node_selector is not None:
+            return any(term_matches(term, node) for term in self.node_selector)
+        return False
+
+    @property
+    def node_local(self) -> bool:
+        return bool(self.node_name)
+
+
+@dataclass(frozen=True)
+class Subrequest:
+    """One way to satisfy a request: `exactly`, or one entry of `firstAvailable`."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    all: bool = False
+    count: int = 1
+    tolerations: tuple[tuple[tuple[str, str], ...], ...] = ()  # each toleration's items, sorted (hashable)
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    alternatives: tuple[Subrequest, ...]  # in order: the first that can be allocated wins
+
+
+@dataclass(frozen=True)
+class ClaimDemand:
+    """One claim a pod needs allocated: its own (from a template) or one it shares."""
+
+    key: str  # "template ns/name" or "claim ns/name"
+    requests: tuple[Request, ...]
+    shared: bool = False
+    # a shared claim allocated already: its devices are not the pod's to take, its nodeSelector binds
+    allocated_node_terms: Any = None
+    allocated: bool = False
+    constraints: tuple[Constraint, ...] = ()
+
+    @property
+    def alternatives_or_constraints(self) -> bool:
+        """Whether counting its first choices' devices per class says too little (or too much): a claim
+        with firstAvailable alternatives or constraints is counted whole per node (`claim_resource`)."""
+        return bool(self.constraints) or any(len(r.alternatives) > 1 for r in self.requests)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one pod claims: its claims, what cannot be known (a template that does not exist), and what
+    the model cannot judge."""
+
+    claims: tuple[ClaimDemand, ...] = ()
+    problems: tuple[str, ...] = ()
+    unmodelled: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.claims or self.problems or self.unmodelled)
+
+    def units(self) -> dict[str, int]:
+        """The devices each class gives this pod, as node resources of the gate's placement: the own
+        claims' devices per class; a claim with alternatives or constraints as one of itself, which each
+        node counts by allocating it there as often as it can (Inventory.class_totals: kube-scheduler's
+        own order of alternatives). A shared claim is counted once, by the devices check, not per pod."""
+        units: dict[str, int] = {}
+        for claim in self.claims:
+            if claim.shared:
+                continue
+            if claim.alternatives_or_constraints:
+                resource = claim_resource(claim.requests, claim.constraints)
+                units[resource] = units.get(resource, 0) + 1
+                continue
+            for request in claim.requests:
+                first = request.alternatives[0]
+                resource = class_resource(first.device_class, first.selectors)
+                units[resource] = units.get(resource, 0) + (1 if first.all else first.count)
+        return units
+
+
+PoolKey = tuple[str, str]  # (driver, pool name)
+
+
+@dataclass(frozen=True)
+class PoolIndex:
+    """The pools found by what the checks ask: node-local pools by node, the others (nodeSelector,
+    allNodes) apart; each pool's node (None: several nodes reach it); each pool's device names."""
+
+    local: Mapping[str, Sequence[Pool]]
+    shared: Sequence[Pool]
+    nodes: Mapping[PoolKey, str | None]
+    names: Mapping[PoolKey, frozenset[str]]
+
+    @staticmethod
+    def of(pools: Iterable[Pool]) -> PoolIndex:
+        local: dict[str, list[Pool]] = {}
+        shared: list[Pool] = []
+        nodes: dict[PoolKey, str | None] = {}
+        names: dict[PoolKey, set[str]] = {}
+        for pool in pools:
+            if pool.node_name:
+                local.setdefault(pool.node_name, []).append(pool)
+            else:
+                shared.append(pool)
+            key = (pool.driver, pool.name)
+            nodes[key] = pool.node_name if nodes.get(key, pool.node_name) == pool.node_name else None
+            names.setdefault(key, set()).update(d.id[2] for d in pool.devices)
+        return PoolIndex(local, shared, nodes, {key: frozenset(found) for key, found in names.items()})
+
+
+def claims_devices(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod may need devices: claims of its own, or extended resources a DeviceClass may serve."""
+    return bool(spec.get("resourceClaims")) or bool(extended_requests(spec))
+
+
+def with_demand(shape: Shape, demand: Demand) -> Shape:
+    """The pod's shape with its devices as requests: its claims are modelled (placement counts devices
+    per class; the devices check before a release allocates them exactly)."""
+    units = dict(shape.requests)
+    for resource, amount in demand.units().items():
+        units[resource] = units.get(resource, 0) + amount
+    unmodelled = tuple(u for u in shape.unmodelled if u != "resourceClaims")
+    return replace(shape, requests=tuple(sorted(units.items())), unmodelled=unmodelled)
+
+
+def allocated_devices(claim: Obj) -> list[DeviceId]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return [
+        (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
+        for r in results
+        if isinstance(r, dict)
+    ]
+
+
+def cel_selectors(selectors: Any) -> tuple[str, ...]:
+    return tuple(
+        str((s.get("cel") or {}).get("expression") or "")
+        for s in selectors or []
+        if isinstance(s, dict) and isinstance(s.get("cel"), dict)
+    )
+
+
+def extended_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    wanted: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        requests = ((container or {}).get("resources") or {}).get("requests") or {}
+        limits = ((container or {}).get("resources") or {}).get("limits") or {}
+        for name, value in {**limits, **requests}.items():
+            if "/" in str(name) and not str(name).startswith(("kubernetes.io/", "hugepages-")):
+                try:
+                    wanted[str(name)] = wanted.get(str(name), 0) + int(str(value))
+                except ValueError:
+                    continue
+    return wanted
+
+
+def tolerated(sub: Subrequest, key: str, value: str, effect: str) -> bool:
+    """Device taints are tolerated as node taints are (allocator_stable.go taintTolerated)."""
+    return tolerates([dict(t) for t in sub.tolerations], Taint(key, value, effect))
