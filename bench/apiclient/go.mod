@@ -1,3 +1,3 @@
 module gangkeeper/bench/apiclient
 
-go 1.19
+go 1.21

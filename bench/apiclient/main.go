@@ -11,6 +11,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"sort"
 	"strings"
@@ -36,6 +38,14 @@ type result struct {
 	OverOne     int      `json:"over_1s"`
 	ErrorSample []string `json:"error_sample"`
 	Trickled    int      `json:"trickle_closed_by_server"`
+	// connections the client dialed (each a TLS handshake), and, per tenth of the run by scheduled
+	// send, the calls slower than 10 ms: a tail at the start is the pool filling, one spread out is not
+	Dials      int   `json:"dials"`
+	SlowTenths []int `json:"slow_by_tenth"`
+	// where a slow call's time went: waiting for a connection (busy ones and dials), and the sender
+	// itself behind its schedule (the client starved of CPU, not the server slow)
+	ConnWaitP99 float64 `json:"conn_wait_p99_ms"`
+	SendLagMax  float64 `json:"send_lag_max_ms"`
 }
 
 type recorder struct {
@@ -43,6 +53,9 @@ type recorder struct {
 	latencies []time.Duration
 	errors    int
 	samples   []string
+	dials     int
+	slow      [10]int
+	connWaits []time.Duration
 }
 
 func (r *recorder) add(latency time.Duration, err error) {
@@ -88,8 +101,26 @@ func main() {
 	}
 	client := &http.Client{Transport: transport, Timeout: *timeout}
 	rec := &recorder{}
+	duration := time.Duration(*seconds * float64(time.Second))
+	start := time.Now()
 	call := func(scheduled time.Time) {
-		response, err := client.Post(*url, "application/json", bytes.NewReader(body))
+		var asked time.Time
+		trace := &httptrace.ClientTrace{
+			GetConn: func(string) { asked = time.Now() },
+			GotConn: func(info httptrace.GotConnInfo) {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				rec.connWaits = append(rec.connWaits, time.Since(asked))
+				if !info.Reused {
+					rec.dials++
+				}
+			},
+		}
+		request, err := http.NewRequestWithContext(
+			httptrace.WithClientTrace(context.Background(), trace), "POST", *url, bytes.NewReader(body))
+		must(err)
+		request.Header.Set("Content-Type", "application/json")
+		response, err := client.Do(request)
 		if err == nil {
 			payload, readErr := io.ReadAll(response.Body)
 			response.Body.Close()
@@ -99,13 +130,19 @@ func main() {
 				err = fmt.Errorf("HTTP %d: %.120s", response.StatusCode, payload)
 			}
 		}
-		rec.add(time.Since(scheduled), err)
+		latency := time.Since(scheduled)
+		rec.add(latency, err)
+		if latency > 10*time.Millisecond {
+			tenth := int(10 * scheduled.Sub(start) / duration)
+			rec.mu.Lock()
+			rec.slow[max(0, min(9, tenth))]++
+			rec.mu.Unlock()
+		}
 	}
-	duration := time.Duration(*seconds * float64(time.Second))
-	start := time.Now()
 	end := start.Add(duration)
 	var wg sync.WaitGroup
 	trickleClosed := 0
+	var sendLag time.Duration
 	var trickleMu sync.Mutex
 	stopTrickle := make(chan struct{})
 	switch *mode {
@@ -145,6 +182,8 @@ func main() {
 		for next := start; next.Before(end); next = next.Add(interval) {
 			if wait := time.Until(next); wait > 0 {
 				time.Sleep(wait)
+			} else if -wait > sendLag {
+				sendLag = -wait
 			}
 			wg.Add(1)
 			go func(scheduled time.Time) {
@@ -160,6 +199,12 @@ func main() {
 	close(stopTrickle)
 	sort.Slice(rec.latencies, func(i, j int) bool { return rec.latencies[i] < rec.latencies[j] })
 	out := result{Requests: len(rec.latencies), Errors: rec.errors, ErrorSample: rec.samples, Trickled: trickleClosed}
+	out.Dials, out.SlowTenths = rec.dials, rec.slow[:]
+	out.SendLagMax = float64(sendLag.Microseconds()) / 1000
+	if n := len(rec.connWaits); n > 0 {
+		sort.Slice(rec.connWaits, func(i, j int) bool { return rec.connWaits[i] < rec.connWaits[j] })
+		out.ConnWaitP99 = float64(rec.connWaits[min(n-1, n*99/100)].Microseconds()) / 1000
+	}
 	out.RPS = float64(len(rec.latencies)) / elapsed.Seconds()
 	if n := len(rec.latencies); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -197,13 +242,6 @@ func slowClient(url string, config *tls.Config, stop chan struct{}) bool {
 		}
 	}
 	return false
-}
-
-func min(a, b int) int {
-	if a < b {
-		return a
-	}
-	return b
 }
 
 func must(err error) {
