@@ -287,8 +287,26 @@ def test_what_cannot_be_known_or_judged_is_named() -> None:
         "DeviceClass tpu does not exist (template team-a/nope)",
     )
     assert pod_demand("team-a", pod_spec("same-pcie"), inventory).unmodelled == ()  # modelled now
-    per_device = node_slice("n2", gpus(1), perDeviceNodeSelection=True)  # still not modelled: not counted
-    assert inventory_from([device_class()], [per_device], [], []).class_totals(node("n2")) == {}
+
+
+def test_devices_that_each_name_their_nodes_are_offered_only_there() -> None:
+    """perDeviceNodeSelection (beta in 1.36 with partitionable devices): a device with its own nodeName,
+    nodeSelector or allNodes is selectable only on the nodes it names (allocator_stable.go
+    isSelectable); the slice's shared counters still count once for the pool."""
+    devs = gpus(4)
+    devs[0]["nodeName"], devs[1]["nodeName"] = "n1", "n1"
+    devs[2]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2"]}]}]
+    }
+    devs[3]["allNodes"] = True
+    spread = node_slice("any", devs, pool="spread", perDeviceNodeSelection=True)
+    del spread["spec"]["nodeName"]
+    inventory = inventory_from([device_class()], [spread], [], [template("two", exactly(count=2))])
+    n1, n2, n3 = node("n1"), node("n2", rack="r2"), node("n3")
+    totals = {n.name: inventory.class_totals(n).get("deviceclass.resource.kubernetes.io/gpu") for n in (n1, n2, n3)}
+    assert totals == {"n1": 3, "n2": 2, "n3": 1}
+    assert allocate(inventory, pod_spec("two"), n1, n2, n3)[:2] == [None, None]
+    assert allocate(inventory, pod_spec("two"), n3) != [None]  # only the allNodes device reaches it
 
 
 def test_a_class_with_an_extended_resource_serves_an_unchanged_manifest() -> None:
@@ -420,8 +438,8 @@ def test_the_gate_releases_a_gang_only_when_every_pod_has_its_devices_and_pins_e
 
 
 def test_a_gang_whose_devices_cannot_be_judged_or_known_waits_saying_why(apiserver: Any, api: Any) -> None:
-    """A template that does not exist, and devices no model judges (partitionable ones): the gang waits,
-    its decision naming why; no pod is released."""
+    """A template that does not exist: the gang waits, its decision naming why, none of its pods released;
+    a gang asking for capacity of its devices beside it is judged and released."""
     from tests.cluster import node as api_node
     from tests.cluster import pods
 
@@ -435,15 +453,15 @@ def test_a_gang_whose_devices_cannot_be_judged_or_known_waits_saying_why(apiserv
     job_claiming(store, "missing", 2, "no-such-template")
     controller, _ = dra_controller(apiserver, api)
     decisions = controller.reconcile_once()
-    unjudged = decisions["team-a/job-consumable"]
-    assert unjudged.state == "WaitingForCapacity"
-    assert "does not model consumable capacity" in unjudged.message, unjudged.message
+    # consumable capacity is judged now: 1Gi of an 80Gi device each, two pods on w0's eight
+    assert decisions["team-a/job-consumable"].state == "Release", decisions["team-a/job-consumable"].message
     missing = decisions["team-a/job-missing"]
     assert (
         missing.state == "WaitingForCapacity"
         and "ResourceClaimTemplate no-such-template does not exist" in missing.message
     )
-    assert all(p["spec"].get("schedulingGates") for p in pods(store))
+    missing_pods = [p for p in pods(store) if "missing" in p["metadata"]["name"]]
+    assert missing_pods and all(p["spec"].get("schedulingGates") for p in missing_pods)
 
 
 def test_placement_counts_what_a_request_selects_and_the_devices_check_what_requests_share(

@@ -18,6 +18,7 @@ import yaml
 from tests.realcluster import dra, workloads
 from tests.realcluster.stack import FAKE, Stack, bound, gated, running, wait_until
 from tests.test_real_seeds import Watch, assert_started_together, hold_pending
+from webhook import contract
 
 pytestmark = pytest.mark.cluster
 SIZE = 12
@@ -128,10 +129,15 @@ def test_a_gang_asking_for_devices_no_node_has_waits_whole_saying_so(stack: Stac
 
 
 def shaped_slice(stack: Stack, node: str, shaped: list[tuple[str, str | None]]) -> dict[str, Any]:
-    """One node's slice of devices, each (model, PCIe root or None)."""
+    """One node's slice of devices, each (model, PCIe root or None); a "shared" one allows multiple
+    allocations of its 8Gi, rounded up in whole Gi, 2Gi when a claim asks for none."""
     body = dra.node_slice(stack, node, len(shaped))
     for device, (model, root) in zip(body["spec"]["devices"], shaped, strict=True):
         device["attributes"]["model"] = {"string": model}
+        if model == "shared":
+            device["allowMultipleAllocations"] = True
+            policy = {"default": "2Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}
+            device["capacity"] = {"memory": {"value": "8Gi", "requestPolicy": policy}}
         if root is not None:
             device["attributes"]["pcie"] = {"string": root}
     return body
@@ -254,15 +260,44 @@ def test_partitions_of_a_gpu_start_a_gang_whole_within_its_counters(stack: Stack
     assert_started_together(pods, 4)
 
 
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_devices_claims_share_start_a_gang_whole_within_their_capacity(stack: Stack, backend: str) -> None:
+    """Consumable capacity (beta, on by default in 1.36): two nodes, each one device of 8Gi that allows
+    multiple allocations (whole Gi, 2Gi by default); each pod asks for 3Gi: room for two per node, four
+    in all. A gang of four starts whole on either backend, two shares of each device; a gang of five
+    would not fit and waits whole."""
+    nodes = stack.replace_workers(2)
+    stack.plane.apply([dra.device_class(), *(shaped_slice(stack, node, [("shared", None)]) for node in nodes)])
+    namespace = stack.namespace(f"dra-shared-{backend}", backend)
+    template = dra.claim_template(namespace)
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "3Gi"}}
+    stack.plane.apply(template)
+    stack.plane.apply(dra.claiming(workloads.job("four", namespace, 4, "100m")))
+    pods = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p,
+        f"{backend}: the gang of four Running",
+        120,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    devices = allocated_devices(stack, namespace)
+    taken = sorted(d for found in devices.values() for d in found)
+    assert taken == sorted(f"{n}/gpu-0" for n in nodes for _ in range(2)), taken
+    assert_started_together(pods, 4)
+
+
 DIFFERENTIAL_CASES = 50
 
 
 def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[str, Any], int]:
     """One node's devices (model, PCIe root or none), one claim template's devices, and the pods that each
-    claim from it: the shapes issue 79 names (counts, selectors, alternatives, constraints)."""
-    shape = rng.choice(["count", "alternatives", "match", "distinct"])
+    claim from it: the shapes issue 79 names (counts, selectors, alternatives, constraints, capacity
+    shared by claims)."""
+    shape = rng.choice(["count", "alternatives", "match", "distinct", "capacity"])
     if shape == "alternatives":  # few big ones, more small: a gang often fits only through its second choice
         kinds = ["big"] * rng.randint(0, 2) + ["small"] * rng.randint(1, 5)
+    elif shape in ("count", "capacity"):  # devices claims share (consumable capacity) among whole ones
+        kinds = [rng.choice(["big", "small", "shared"]) for _ in range(rng.randint(1, 4))]
     else:
         kinds = [rng.choice(["big", "small"]) for _ in range(rng.randint(2, 5))]
     devices = [(kind, rng.choice(["a", "b", "c", None])) for kind in kinds]
@@ -276,6 +311,10 @@ def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[
 
     if shape == "count":
         claim = {"requests": [{"name": "g", "exactly": exactly(rng.randint(1, 2), rng.choice([None, "big"]))}]}
+    elif shape == "capacity":
+        request = exactly(rng.randint(1, 2), rng.choice([None, "shared"]))
+        request["capacity"] = {"requests": {"memory": rng.choice(["1500Mi", "3Gi", "5Gi", "9Gi"])}}
+        claim = {"requests": [{"name": "g", "exactly": request}]}
     elif shape == "alternatives":
         first = [{"name": "big", **exactly(1, "big")}, {"name": "small", **exactly(2, "small")}]
         claim = {"requests": [{"name": "g", "firstAvailable": first}]}
@@ -313,12 +352,19 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
     stack.plane.apply(objects)
 
     def verdicts() -> dict[str, list[int]]:
-        bound_now: dict[str, list[int]] = {side: [0] * len(cases) for side in sides}
+        """Pods bound per case on each side, and on the gate's side the pods it released: a gang released
+        that kube-scheduler cannot bind would sit there, ungated, bound to nothing."""
+        bound_now: dict[str, list[int]] = {side: [0] * len(cases) for side in (*sides, "released")}
         for side, namespace in namespaces.items():
             for pod in stack.pods(namespace):
-                if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-                    case = int(pod["metadata"]["labels"]["batch.kubernetes.io/job-name"][1:])
+                if pod["metadata"].get("deletionTimestamp"):
+                    continue
+                case = int(pod["metadata"]["labels"]["batch.kubernetes.io/job-name"][1:])
+                if pod["spec"].get("nodeName"):
                     bound_now[side][case] += 1
+                gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+                if side == "gate" and contract.GATE not in gates:
+                    bound_now["released"][case] += 1
         return bound_now
 
     # settled: the same for 20 s, at least 45 s after the apply (a gang waits for its last pod's claim)
@@ -332,9 +378,12 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
             break
     wrong = []
     for i, (devices, claim, size) in enumerate(cases):
-        gate, native = last["gate"][i], last["native"][i]
-        if gate not in (0, size) or (gate == size) != (native == size):
-            wrong.append(f"case {i}: gate {gate}, native {native} of {size} pods; devices {devices}; claim {claim}")
+        gate, native, released = last["gate"][i], last["native"][i], last["released"][i]
+        if gate not in (0, size) or (gate == size) != (native == size) or released not in (0, size) or released != gate:
+            wrong.append(
+                f"case {i}: gate {gate} bound ({released} released), native {native} of {size} pods; "
+                f"devices {devices}; claim {claim}"
+            )
     print(f"\n{len(cases)} cases (seed {seed}): {sum(1 for n in last['native'] if n)} started under native")
     assert not wrong, f"seed {seed} (GK_DRA_SEED={seed} replays it):\n" + "\n".join(wrong)
 

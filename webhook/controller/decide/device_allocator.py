@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from webhook.controller.decide import device_cel, device_counters
+from webhook.controller.decide import device_capacity, device_cel, device_counters
 from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, search
 from webhook.controller.decide.shapes import Node, term_matches
 
@@ -31,6 +31,13 @@ class Allocator:
     # pods (uids) whose own claims' devices count as free: a gang member's shape holds them (class_totals)
     free_for: Collection[str] = ()
     _used: dict[device_counters.CounterKey, Decimal] | None = None  # shared counters taken so far
+    # what the shares of devices allowing multiple allocations consume, allocated and picked so far
+    _capacity: dict[DeviceId, dict[str, Decimal]] | None = None
+
+    def capacity_used(self) -> dict[DeviceId, dict[str, Decimal]]:
+        if self._capacity is None:
+            self._capacity = self.inventory.capacity_used(self.free_for)
+        return self._capacity
 
     def counters_used(self) -> dict[device_counters.CounterKey, Decimal]:
         if self._used is None:
@@ -50,6 +57,7 @@ class Allocator:
         if demand.unmodelled:
             return "the gate does not model " + ", ".join(demand.unmodelled)
         picked: list[DeviceId] = []
+        use: dict[DeviceId, dict[str, Decimal]] = {}  # this pod's shares of shared devices
         shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = {}
         for claim in demand.claims:
             if claim.allocated:
@@ -64,17 +72,23 @@ class Allocator:
                     return f"{claim.key} was allocated for another pod where this node cannot reach it"
                 continue
             try:
-                chosen = self._allocate_claim(claim, node, set(picked))
+                chosen = self._allocate_claim(claim, node, set(picked), use)
             except device_cel.SelectorError as error:
                 return str(error)
             if chosen is None:
-                return f"no free devices on {node.name} for {claim.key}{self._constraints_note(claim, node, picked)}"
+                note = self._constraints_note(claim, node, picked) or self._capacity_note(claim, node, picked)
+                return f"no free devices on {node.name} for {claim.key}{note}"
             picked.extend(chosen)
             if claim.shared:
                 shared[claim.key] = (tuple(chosen), self._reach(chosen))
-        self.picked.update(picked)
+        whole = [d for d in picked if d not in self.inventory.shared_devices]
+        self.picked.update(whole)
         self.shared.update(shared)
-        self._consume(picked)
+        self._consume(whole)
+        capacity = self.capacity_used()
+        self._consume([d for d in use if d not in capacity])  # a shared device's counters, at its first share
+        for device, amounts in use.items():
+            device_capacity.add(capacity.setdefault(device, {}), tuple(amounts.items()))
         return None
 
     def _consume(self, picked: Iterable[DeviceId]) -> None:
@@ -96,7 +110,7 @@ class Allocator:
             return False
         sub = claim.requests[0].alternatives[0]
         pools = self.inventory.pools_for(node)
-        if sub.all or not all(pool.node_name == node.name for pool in pools):
+        if sub.all or sub.admin or sub.capacity or not all(pool.node_name == node.name for pool in pools):
             return False
         wanted = sub.count * pods
         try:
@@ -105,19 +119,38 @@ class Allocator:
             return False
         if eligible is None or len(eligible) < wanted:
             return False
-        if any(d.consumes for d in eligible):
-            return False  # shared counters: one by one, each within what is left
+        if any(d.consumes or d.shared for d in eligible):
+            return False  # shared counters or capacity: one by one, each within what is left
         self.picked.update(d.id for d in eligible)
         return True
 
     def _constraints_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
         """Why, when it is the claim's constraints: devices there are, but none that meet them."""
-        if not claim.constraints or self._allocate_claim(replace(claim, constraints=()), node, set(picked)) is None:
+        if not claim.constraints or self._allocate_claim(replace(claim, constraints=()), node, set(picked), {}) is None:
             return ""
         named = ", ".join(
             f"{'distinctAttribute' if c.distinct else 'matchAttribute'} {c.attribute}" for c in claim.constraints
         )
         return f" that meet spec.devices.constraints ({named})"
+
+    def _capacity_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
+        """Why, when it is the claim's capacity requests: devices there are, but none with room for them."""
+        asked = [(s.name, s) for r in claim.requests for s in r.alternatives if s.capacity]
+        if not asked:
+            return ""
+        plain = replace(
+            claim,
+            requests=tuple(
+                replace(r, alternatives=tuple(replace(s, capacity=()) for s in r.alternatives)) for r in claim.requests
+            ),
+        )
+        if self._allocate_claim(plain, node, set(picked), {}) is None:
+            return ""
+        named = "; ".join(
+            f"request {name}: " + ", ".join(f"{capacity} {amount}" for capacity, amount in sub.capacity)
+            for name, sub in asked
+        )
+        return f" with room for spec.devices.requests[].capacity.requests ({named})"
 
     def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
         """The nodes from which every device is reachable (None: every node)."""
@@ -132,24 +165,35 @@ class Allocator:
             reach = nodes if reach is None else reach & nodes
         return reach
 
-    def _allocate_claim(self, claim: ClaimDemand, node: Node, also_taken: set[DeviceId]) -> list[DeviceId] | None:
+    def _allocate_claim(
+        self, claim: ClaimDemand, node: Node, also_taken: set[DeviceId], use: dict[DeviceId, dict[str, Decimal]]
+    ) -> list[DeviceId] | None:
         """The devices for every request of the claim, the first combination of firstAvailable choices
         (in order) that can be allocated: a matching of request units to distinct free devices."""
         pools = self.inventory.pools_for(node)
         for tried, choice in enumerate(_choices(claim.requests)):
             if tried >= MAX_ALTERNATIVE_CHOICES:
                 return None
-            result = self._match(choice, pools, also_taken, claim.constraints)
+            shares: dict[DeviceId, dict[str, Decimal]] = {k: dict(v) for k, v in use.items()}
+            result = self._match(choice, pools, also_taken, claim.constraints, shares)
             if result is not None:
+                use.clear()
+                use.update(shares)
                 return result
         return None
 
     def _eligible(
-        self, sub: Subrequest, pools: Sequence[Pool], also_taken: set[DeviceId], enough: int = 0
+        self,
+        sub: Subrequest,
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        enough: int = 0,
+        use: Mapping[DeviceId, Mapping[str, Decimal]] | None = None,
     ) -> list[Device] | None:
-        """The devices the subrequest may take (free, selected, untainted), the first `enough` of them
-        when that is given; None when `All` cannot be met (a pool incomplete, a matching device taken,
-        or none at all)."""
+        """The devices the subrequest may take (free, selected, untainted, with room for its capacity
+        requests), the first `enough` of them when that is given; None when `All` cannot be met (a pool
+        incomplete, a matching device taken, or none at all). A request for admin access may take a
+        device in use (allocator_incubating.go: not for a device this claim already has)."""
         eligible: list[Device] = []
         for pool in pools:
             if enough and len(eligible) >= enough:
@@ -157,7 +201,9 @@ class Allocator:
             for device in self.inventory.selected(sub, pool):
                 if sub.all and not pool.complete:
                     return None
-                if device.id in also_taken or self.taken(device.id):
+                if (device.id in also_taken and not device.shared) or (
+                    not sub.admin and not self._room(sub, device, use)
+                ):
                     if sub.all:
                         return None
                     continue
@@ -174,7 +220,17 @@ class Allocator:
         pools: Sequence[Pool],
         also_taken: set[DeviceId],
         constraints: Sequence[Constraint] = (),
+        use: dict[DeviceId, dict[str, Decimal]] | None = None,
     ) -> list[DeviceId] | None:
+        use = {} if use is None else use
+        if not constraints and (
+            any(sub.capacity or sub.admin for sub in choice)
+            or (
+                self.inventory.shared_devices
+                and any(d.shared for sub in choice for pool in pools for d in self.inventory.selected(sub, pool))
+            )
+        ):
+            return self._first_fit(choice, pools, also_taken, use)
         shares_counters = bool(self.inventory.counter_totals) and any(
             d.consumes for sub in choice for d in self._eligible(sub, pools, also_taken) or ()
         )
@@ -219,6 +275,9 @@ class Allocator:
             eligible = self._eligible(sub, pools, also_taken)
             if eligible is None:
                 return None
+            # a device allowing multiple allocations is left out of a constrained search (the gang waits
+            # rather than be released on a guess: the search counts each device once)
+            eligible = [d for d in eligible if not d.shared]
             candidates = [
                 Candidate(
                     d.id,
@@ -232,6 +291,65 @@ class Allocator:
             else:
                 units.extend([(sub.name, candidates)] * sub.count)
         return search(units, fixed, constraints, left)
+
+    def _room(self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]] | None) -> bool:
+        """Free for the subrequest: a device not taken, or a shared device whose capacity still holds
+        what the subrequest consumes of it (CmpRequestOverCapacity); a request's capacity must fit a
+        device it takes whole too."""
+        if not device.shared:
+            if self.taken(device.id):
+                return False
+            if not sub.capacity:
+                return True
+        amounts = device_capacity.consumption(sub.capacity, device.capacities)
+        if amounts is None:
+            return False
+        if not device.shared:
+            return device_capacity.fits(amounts, device.capacities, {})
+        used = dict(self.capacity_used().get(device.id, {}))
+        device_capacity.add(used, tuple((use or {}).get(device.id, {}).items()))
+        return device_capacity.fits(amounts, device.capacities, used)
+
+    def _first_fit(
+        self,
+        choice: Sequence[Subrequest],
+        pools: Sequence[Pool],
+        also_taken: set[DeviceId],
+        use: dict[DeviceId, dict[str, Decimal]],
+    ) -> list[DeviceId] | None:
+        """Devices in order, each unit the first that has room, a shared device serving further units
+        while its capacity holds (it is never marked in use: allocateDevice). What it finds kube-scheduler
+        finds too; it does not go back over its choices, so it may miss an allocation kube-scheduler's
+        backtracking would find (the gang then waits, and says no devices are free)."""
+        chosen: list[DeviceId] = []
+        taken_here = set(also_taken)
+        left = self._counters_left(also_taken)
+        for sub in choice:
+            eligible = self._eligible(sub, pools, taken_here, use=use)
+            if eligible is None:
+                return None
+            wanted, got = (len(eligible) if sub.all else sub.count), 0
+            for device in eligible:
+                while got < wanted and (device.shared or device.id not in taken_here):
+                    amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
+                    if device.shared and not self._room(sub, device, use):
+                        break
+                    first_use = not device.shared or (device.id not in use and device.id not in self.capacity_used())
+                    if first_use and device.consumes and not device_counters.take_if_left(device, left):
+                        break
+                    chosen.append(device.id)
+                    got += 1
+                    if device.shared:
+                        device_capacity.add(use.setdefault(device.id, {}), amounts)
+                    else:
+                        taken_here.add(device.id)
+                    if sub.all:
+                        break
+                if got >= wanted:
+                    break
+            if got < wanted:
+                return None
+        return chosen
 
     def _counters_left(self, also_taken: Iterable[DeviceId]) -> dict[device_counters.CounterKey, Decimal]:
         """What each shared counter still holds, after the devices allocated, picked, and `also_taken`."""

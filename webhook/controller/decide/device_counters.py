@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import resources
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_types import Device
 
 # (counter set, counter, amount): what a pool offers, or what a device consumes
 Amounts = tuple[tuple[str, str, Decimal], ...]
@@ -80,3 +83,29 @@ def take(driver: str, pool: str, consumes: Amounts, used: dict[CounterKey, Decim
     for counter_set, counter, amount in consumes:
         key = (driver, pool, counter_set, counter)
         used[key] = used.get(key, Decimal(0)) + sign * amount
+
+
+def partitioned(
+    devices: list[Device], offered_now: Mapping[CounterKey, Decimal], used: dict[CounterKey, Decimal]
+) -> list[Device]:
+    """Of devices that share counters, those that can be allocated together, in order (kube-scheduler
+    takes them one by one so): two partitions of one GPU count once when it holds only one."""
+    if not any(d.consumes for d in devices):
+        return devices
+    kept = []
+    for device in devices:
+        driver, pool = device.id[0], device.id[1]
+        if fits(driver, pool, device.consumes, offered_now, used):
+            take(driver, pool, device.consumes, used)
+            kept.append(device)
+    return kept
+
+
+def take_if_left(device: Device, left: dict[CounterKey, Decimal]) -> bool:
+    """Takes what the device consumes of its pool's counters from `left`, if all of it is there."""
+    keys = [((device.id[0], device.id[1], s, c), amount) for s, c, amount in device.consumes]
+    if any(left.get(key, Decimal(-1)) < amount for key, amount in keys):
+        return False
+    for key, amount in keys:
+        left[key] -= amount
+    return True

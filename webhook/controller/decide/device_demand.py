@@ -10,6 +10,7 @@ from webhook.gangs.model import Obj
 
 if TYPE_CHECKING:
     from webhook.controller.decide.device_inventory import Inventory
+from webhook.controller.decide import device_capacity
 from webhook.controller.decide.device_types import (
     ClaimDemand,
     Demand,
@@ -30,17 +31,20 @@ def templates_by_name(templates: Iterable[Obj]) -> dict[tuple[str, str], Obj]:
 
 
 def _subrequest(name: str, raw: Mapping[str, Any], unmodelled: set[str]) -> Subrequest:
-    if raw.get("adminAccess"):
-        unmodelled.add("admin access")
-    if (raw.get("capacity") or {}).get("requests"):
-        unmodelled.add("consumable capacity (capacity.requests)")
     mode = raw.get("allocationMode") or "ExactCount"
+    try:
+        capacity = device_capacity.requested(raw.get("capacity"))
+    except ValueError as error:  # the API server parses quantities: not from a real cluster
+        unmodelled.add(str(error))
+        capacity = ()
     return Subrequest(
         name=name,
         device_class=str(raw.get("deviceClassName") or ""),
         selectors=cel_selectors(raw.get("selectors")),
         all=mode == "All",
         count=max(int(raw.get("count") or 1), 1),
+        admin=bool(raw.get("adminAccess")),
+        capacity=capacity,
         tolerations=tuple(
             tuple(sorted((str(k), str(v)) for k, v in t.items()))
             for t in raw.get("tolerations") or []

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.controller.decide import device_cel, device_counters
+from webhook.controller.decide import device_capacity, device_cel, device_counters
 from webhook.controller.decide.device_allocator import Allocator
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
 from webhook.controller.decide.device_memo import Memo
-from webhook.controller.decide.device_pools import replaced_pools
+from webhook.controller.decide.device_pools import changed_nodes, replaced_pools
 from webhook.controller.decide.device_types import (
     ClaimDemand,
     Demand,
@@ -48,6 +48,8 @@ class Inventory:
     classes: dict[str, DeviceClass] = field(default_factory=dict)
     pools: list[Pool] = field(default_factory=list)
     taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
+    # a device allowing multiple allocations -> its shares: (the claim holding it, what it consumes)
+    shares: dict[DeviceId, list[tuple[str, device_capacity.Consumption]]] = field(default_factory=dict)
     owners: dict[str, str] = field(default_factory=dict)  # claim -> uid of the pod it was made for
     claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
@@ -166,31 +168,8 @@ class Inventory:
         return (tuple(sorted(self.classes.items())), templates, versions(shared))
 
     def changed_nodes(self, before: Inventory | None) -> set[str] | None:
-        """The nodes whose devices may count differently than in `before` (None: any node may): those of
-        slices published, changed or gone, and of devices whose claim changed. Slices unchanged are the
-        same Pool objects (Memo), so a claim allocated costs a look at its own node only."""
-        if (
-            before is None
-            or before.classes != self.classes
-            or before.narrowed != self.narrowed
-            or before.counted_claims.keys() != self.counted_claims.keys()
-        ):
-            return None
-        gone, came = replaced_pools(before.pools, self.pools)
-        changed: set[str] = set()
-        for pool in [*came, *gone]:
-            if not pool.node_name:
-                return None
-            changed.add(pool.node_name)
-        moved = {d for d in self.taken.keys() | before.taken.keys() if self.taken.get(d) != before.taken.get(d)}
-        moved |= {d for d, claim in self.taken.items() if self.owners.get(claim) != before.owners.get(claim)}
-        for driver, pool_name, _ in moved:
-            node = self._index.nodes.get((driver, pool_name), before._index.nodes.get((driver, pool_name), ""))
-            if node is None:
-                return None
-            if node:
-                changed.add(node)
-        return changed
+        """The nodes whose devices may count differently than in `before` (device_pools.changed_nodes)."""
+        return changed_nodes(before, self)
 
     def lost_devices(self, uid: str, namespace: str, spec: Mapping[str, Any]) -> list[DeviceId]:
         """The devices allocated to a pod's claims (its own, and those it shares by name) that no slice
@@ -201,16 +180,14 @@ class Inventory:
             for entry in spec.get("resourceClaims") or []
             if isinstance(entry, dict) and entry.get("resourceClaimName")
         ]
-        names = self._index.names
-        return [d for d in self._devices_of_claims(claims) if d[2] not in names.get((d[0], d[1]), ())]
-
-    def _devices_of_claims(self, claims: Sequence[str]) -> list[DeviceId]:
-        return [device for claim in claims for device in self._devices_by_claim.get(claim, ())]
+        names, held = self._index.names, self._devices_by_claim
+        return [d for c in claims for d in held.get(c, ()) if d[2] not in names.get((d[0], d[1]), ())]
 
     @functools.cached_property
     def _devices_by_claim(self) -> dict[str, list[DeviceId]]:
+        """What each allocated claim holds: its devices, and its shares of devices allowing several."""
         found: dict[str, list[DeviceId]] = {}
-        for device, claim in self.taken.items():
+        for device, claim in [*self.taken.items(), *((d, c) for d, held in self.shares.items() for c, _ in held)]:
             found.setdefault(claim, []).append(device)
         return found
 
@@ -243,11 +220,31 @@ class Inventory:
             device = self._consuming.get(device_id)
             if device is not None and not (free_for and self.owners.get(claim) in free_for):
                 device_counters.take(device.id[0], device.id[1], device.consumes, used)
+        # a shared device consumes its counters once, however many shares it has (allocateDevice's
+        # skipCounterCheck)
+        for device_id in self.capacity_used(free_for):
+            device = self._consuming.get(device_id)
+            if device is not None:
+                device_counters.take(device.id[0], device.id[1], device.consumes, used)
         return used
 
     @functools.cached_property
     def _holding(self) -> set[str]:
-        return set(self.taken.values())
+        return {*self.taken.values(), *(claim for shares in self.shares.values() for claim, _ in shares)}
+
+    def capacity_used(self, free_for: Collection[str] = ()) -> dict[DeviceId, dict[str, Decimal]]:
+        """What the shares of each shared device consume (those of pods in `free_for` aside)."""
+        used: dict[DeviceId, dict[str, Decimal]] = {}
+        for device, shares in self.shares.items():
+            for claim, amounts in shares:
+                if not (free_for and self.owners.get(claim) in free_for):
+                    device_capacity.add(used.setdefault(device, {}), amounts)
+        return used
+
+    @functools.cached_property
+    def shared_devices(self) -> dict[DeviceId, Device]:
+        """The devices that allow multiple allocations, by id."""
+        return {d.id: d for p in self.pools for d in p.devices if d.shared}
 
     @functools.cached_property
     def narrowed(self) -> dict[str, set[tuple[str, ...]]]:
@@ -329,14 +326,26 @@ class Inventory:
                 for device in pool.devices
                 if not device.unmodelled and self._counted(device, counted_by_pods)
             ]
-            selected = self._partitioned([d for d in free if self._selects(d, device_class.selectors)], counted_by_pods)
+            selected = device_counters.partitioned(
+                [d for d in free if self._selects(d, device_class.selectors)],
+                self.counter_totals,
+                self.counters_used(counted_by_pods),
+            )
             if not selected:
                 continue
-            totals[class_resource(device_class.name)] = len(selected)
+            used = self.capacity_used(counted_by_pods) if any(d.shared for d in selected) else {}
+            # a shared device serves as many requests without capacity requests as its capacity holds
+            units = {
+                d.id: device_capacity.shares_left(d.capacities, used.get(d.id, {}), MAX_CLAIMS_COUNTED_PER_NODE)
+                if d.shared
+                else 1
+                for d in selected
+            }
+            totals[class_resource(device_class.name)] = sum(units.values())
             if device_class.extended_resource and not node.allocatable.get(device_class.extended_resource):
-                totals[device_class.extended_resource] = len(selected)
+                totals[device_class.extended_resource] = sum(units.values())
             for selectors in self.narrowed.get(device_class.name, ()):
-                count = sum(1 for d in selected if self._selects(d, selectors))
+                count = sum(units[d.id] for d in selected if self._selects(d, selectors))
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
         for resource, claim in self.counted_claims.items():
@@ -344,20 +353,6 @@ class Inventory:
             if count:
                 totals[resource] = count
         return totals
-
-    def _partitioned(self, devices: list[Device], counted_by_pods: Collection[str]) -> list[Device]:
-        """Of devices that share counters, those that can be allocated together, in order (kube-scheduler
-        takes them one by one so): two partitions of one GPU count once when it holds only one."""
-        if not any(d.consumes for d in devices):
-            return devices
-        used = self.counters_used(counted_by_pods)
-        kept = []
-        for device in devices:
-            driver, pool = device.id[0], device.id[1]
-            if device_counters.fits(driver, pool, device.consumes, self.counter_totals, used):
-                device_counters.take(driver, pool, device.consumes, used)
-                kept.append(device)
-        return kept
 
     def _claims_on(self, node: Node, claim: ClaimDemand, counted_by_pods: Collection[str]) -> int:
         """How many times the node's free devices can be allocated to the claim, one after the other, as

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from webhook.controller.decide import device_counters
+from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
 from webhook.controller.decide.device_types import Device, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_inventory import Inventory
 
 
 def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo: Memo | None = None) -> list[Pool]:
@@ -51,7 +55,8 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
                     continue
             kept[seen] = parsed
             complete = len(group) == parsed.slice_count
-            pools.append(parsed if parsed.complete == complete else replace(parsed, complete=complete))
+            for view in parsed.views or (parsed,):
+                pools.append(view if view.complete == complete else replace(view, complete=complete))
     if memo is not None and len(kept) <= MAX_REMEMBERED_SLICES:
         memo.slices = kept  # only the slices there now: a deleted or changed one is forgotten
     return pools
@@ -157,39 +162,23 @@ class PoolBook:
 
 def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
-    are what matters, each slice keeps its own node selection)."""
+    are what matters, each slice keeps its own node selection). A slice whose devices each say which
+    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`."""
     spec = obj.get("spec") or {}
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
-    unmodelled = None
-    if spec.get("perDeviceNodeSelection"):
-        unmodelled = "per-device node selection"
-    devices = []
+    devices: list[Device] = []
+    placements: dict[str, tuple[str | None, bool, Any, list[Device]]] = {}
+    per_device = bool(spec.get("perDeviceNodeSelection"))
     for raw in spec.get("devices") or []:
         if not isinstance(raw, dict):
             continue
-        device_unmodelled = None
-        if raw.get("allowMultipleAllocations"):
-            device_unmodelled = "consumable capacity (allowMultipleAllocations)"
-        taints = tuple(
-            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-            for t in raw.get("taints") or []
-            if isinstance(t, dict)
-        )
-        devices.append(
-            Device(
-                (driver, name, str(raw.get("name") or "")),
-                raw.get("attributes") or {},
-                raw.get("capacity") or {},
-                taints,
-                device_unmodelled or unmodelled,
-                # repr, not sorted JSON (a fifth of the cost; 40,000 devices): a driver writes its devices'
-                # fields in one order, and two orders of the same content only cost a second evaluation
-                repr((driver, raw.get("attributes"), raw.get("capacity"))),
-                device_counters.consumed(raw),
-            )
-        )
+        device = _device(raw, driver, name)
+        devices.append(device)
+        if per_device:
+            placement = _node_selection(raw)
+            placements.setdefault(repr(placement), (*placement, []))[3].append(device)
     selector = spec.get("nodeSelector")
-    return Pool(
+    pool = Pool(
         driver,
         name,
         generation,
@@ -199,8 +188,52 @@ def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
         node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
         all_nodes=bool(spec.get("allNodes")),
         node_selector=(selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None,
-        unmodelled=unmodelled,
         counters=device_counters.offered(spec),
+    )
+    if not placements:
+        return pool
+    # pools_stable.go GatherPools takes such a slice for a node when one of its devices is there, and
+    # isSelectable then offers only the devices whose own nodeName/allNodes/nodeSelector match it
+    # (allocator_stable.go): a view per selection is that, and a view with a nodeName is node-local
+    views = tuple(
+        replace(
+            pool,
+            devices=tuple(found),
+            node_name=node_name,
+            all_nodes=all_nodes,
+            node_selector=node_selector,
+            counters=pool.counters if i == 0 else (),  # the slice's counters counted once
+        )
+        for i, (node_name, all_nodes, node_selector, found) in enumerate(placements.values())
+    )
+    return replace(pool, views=views)
+
+
+def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
+    """A device's own nodeName, allNodes or nodeSelector terms (resource/v1 Device)."""
+    selector = raw.get("nodeSelector")
+    terms = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
+
+
+def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
+    taints = tuple(
+        (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in raw.get("taints") or []
+        if isinstance(t, dict)
+    )
+    return Device(
+        (driver, pool, str(raw.get("name") or "")),
+        raw.get("attributes") or {},
+        raw.get("capacity") or {},
+        taints,
+        None,
+        # repr, not sorted JSON (a fifth of the cost; 40,000 devices): a driver writes its devices'
+        # fields in one order, and two orders of the same content only cost a second evaluation
+        repr((driver, raw.get("attributes"), raw.get("capacity"), bool(raw.get("allowMultipleAllocations")))),
+        device_counters.consumed(raw),
+        shared=bool(raw.get("allowMultipleAllocations")),
+        capacities=device_capacity.capacities(raw.get("capacity")),
     )
 
 
@@ -220,3 +253,31 @@ def replaced_pools(before: Sequence[Pool], after: Sequence[Pool]) -> tuple[list[
         [p for i, p in old_pools.items() if i not in new_pools],
         [p for i, p in new_pools.items() if i not in old_pools],
     )
+
+
+def changed_nodes(before: Inventory | None, after: Inventory) -> set[str] | None:
+    """The nodes whose devices may count differently in `after` than in `before` (None: any node may): those of
+    slices published, changed or gone, and of devices whose claim changed. Slices unchanged are the
+    same Pool objects (Memo), so a claim allocated costs a look at its own node only."""
+    if (
+        before is None
+        or before.classes != after.classes
+        or before.narrowed != after.narrowed
+        or before.counted_claims.keys() != after.counted_claims.keys()
+    ):
+        return None
+    gone, came = replaced_pools(before.pools, after.pools)
+    changed: set[str] = set()
+    for pool in [*came, *gone]:
+        if not pool.node_name:
+            return None
+        changed.add(pool.node_name)
+    moved = {d for d in after.taken.keys() | before.taken.keys() if after.taken.get(d) != before.taken.get(d)}
+    moved |= {d for d, claim in after.taken.items() if after.owners.get(claim) != before.owners.get(claim)}
+    for driver, pool_name, _ in moved:
+        node = after._index.nodes.get((driver, pool_name), before._index.nodes.get((driver, pool_name), ""))
+        if node is None:
+            return None
+        if node:
+            changed.add(node)
+    return changed

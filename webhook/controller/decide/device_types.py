@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.controller.decide import device_counters
+from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_constraints import Constraint
 from webhook.controller.decide.shapes import Node, Shape, Taint, term_matches, tolerates
 from webhook.gangs.model import Obj
@@ -62,6 +62,8 @@ class Device:
     # what a selector can see of it (driver, attributes, capacity): devices alike share CEL results
     content: str = ""
     consumes: device_counters.Amounts = ()  # its pool's shared counters it takes (partitionable devices)
+    shared: bool = False  # allowMultipleAllocations: claims share it, each consuming part of its capacity
+    capacities: tuple[device_capacity.Capacity, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,11 @@ class Pool:
     node_name: str | None = None
     all_nodes: bool = False
     node_selector: Any = None  # nodeSelectorTerms
-    unmodelled: str | None = None
     slice_count: int = 1  # its pool's resourceSliceCount
     counters: device_counters.Amounts = ()  # the shared counters this slice publishes for its pool
+    # a slice with per-device node selection: its devices grouped by the nodes each names (the Pools
+    # placement uses in its place)
+    views: tuple[Pool, ...] = ()
 
     def applies_to(self, node: Node) -> bool:
         """pools_stable.go NodeMatches."""
@@ -103,6 +107,8 @@ class Subrequest:
     all: bool = False
     count: int = 1
     tolerations: tuple[tuple[tuple[str, str], ...], ...] = ()  # each toleration's items, sorted (hashable)
+    admin: bool = False  # adminAccess: devices in use too, holding none
+    capacity: device_capacity.Consumption = ()  # capacity.requests (consumable capacity)
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,13 @@ class ClaimDemand:
     @property
     def alternatives_or_constraints(self) -> bool:
         """Whether counting its first choices' devices per class says too little (or too much): a claim
-        with firstAvailable alternatives or constraints is counted whole per node (`claim_resource`)."""
-        return bool(self.constraints) or any(len(r.alternatives) > 1 for r in self.requests)
+        with firstAvailable alternatives, constraints or capacity requests (a device may serve several
+        such claims) is counted whole per node (`claim_resource`)."""
+        return (
+            bool(self.constraints)
+            or any(len(r.alternatives) > 1 for r in self.requests)
+            or any(s.capacity for r in self.requests for s in r.alternatives)
+        )
 
 
 @dataclass(frozen=True)
@@ -209,13 +220,35 @@ def with_demand(shape: Shape, demand: Demand) -> Shape:
 
 
 def allocated_devices(claim: Obj) -> list[DeviceId]:
+    """The devices an allocated claim holds whole: not those it holds for admin access, which hold
+    nothing, nor its shares of devices that allow multiple allocations (`shared_allocations`)."""
+    return [device for device, share in _results(claim) if share is None]
+
+
+def shared_allocations(claim: Obj) -> list[tuple[DeviceId, device_capacity.Consumption]]:
+    """The claim's shares of devices allowing multiple allocations (a `shareID`) and what each consumes."""
+    return [(device, share) for device, share in _results(claim) if share is not None]
+
+
+def _results(claim: Obj) -> list[tuple[DeviceId, device_capacity.Consumption | None]]:
+    """The scheduler plugin's foreachAllocatedDevice (allocateddevices.go): an adminAccess result is not
+    allocated; one with a shareID holds its consumedCapacity; any other its device."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
-    return [
-        (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
-        for r in results
-        if isinstance(r, dict)
-    ]
+    found: list[tuple[DeviceId, device_capacity.Consumption | None]] = []
+    for r in results:
+        if not isinstance(r, dict) or r.get("adminAccess"):
+            continue
+        device = (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
+        share = None
+        if r.get("shareID"):
+            consumed = r.get("consumedCapacity")
+            try:
+                share = device_capacity.requested({"requests": consumed if isinstance(consumed, dict) else {}})
+            except ValueError:
+                share = ()
+        found.append((device, share))
+    return found
 
 
 def cel_selectors(selectors: Any) -> tuple[str, ...]:

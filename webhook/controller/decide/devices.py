@@ -28,8 +28,13 @@ The model is split as upstream splits it: the values (device_types.py), slices g
 (device_inventory.py), the allocator (device_allocator.py), CEL (device_cel.py), and what outlives an
 inventory (device_memo.py). This module is their entry: `inventory_from`, and the names callers use.
 
-What this model does not judge is named (`Demand.unmodelled`), never guessed: admin access, consumable
-capacity, per-device node selection. A gang whose pods need those is never released by the gate.
+- consumable capacity: devices that allow multiple allocations, shared by claims within their capacity,
+  requests rounded up by the device's policy (device_capacity.py); admin access (a device in use may be
+  taken, an admin allocation holds nothing); per-device node selection (a device offered only on the
+  nodes it names: device_pools.py).
+
+What this model does not judge is named (`Demand.unmodelled`), never guessed: constraints on attributes of
+list type (alpha, off by default in 1.36). A gang whose pods need those is never released by the gate.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from webhook.controller.decide.device_types import (
     claim_resource,
     claims_devices,
     class_resource,
+    shared_allocations,
     with_demand,
 )
 from webhook.gangs.model import Obj
@@ -118,5 +124,7 @@ def inventory_from(
             inventory.owners[f"{key[0]}/{key[1]}"] = str(owner.get("uid") or "")
         for device in allocated_devices(claim):
             inventory.taken[device] = f"{key[0]}/{key[1]}"
+        for device, share in shared_allocations(claim):
+            inventory.shares.setdefault(device, []).append((f"{key[0]}/{key[1]}", share))
     inventory.templates = dict(templates) if isinstance(templates, Mapping) else templates_by_name(templates)
     return inventory
