@@ -234,3 +234,17 @@ def test_a_partition_allocated_to_a_claim_consumes_its_counters() -> None:
     allocator = Allocator(inventory)
     one = pod_demand("team-a", pod_spec("one"), inventory)
     assert allocator.allocate(one, node("n0")) is None and allocator.picked == {(DRIVER, "n0", "half-1")}
+
+
+def test_a_counter_set_the_pool_does_not_publish_is_named() -> None:
+    """Bad input (issue 79): devices consuming a counter set their pool has not published cannot be
+    allocated (upstream: no counters left to take); the Gang names the device, the set and the field."""
+    counters, devices_slice = partitions("n0")
+    counters["spec"]["sharedCounters"][0]["name"] = "gpu-9"
+    inventory = inventory_from([device_class()], [counters, devices_slice], [], [template("one", exactly())])
+    assert inventory.class_totals(node("n0")).get(devices.class_resource("gpu"), 0) == 0
+    one = pod_demand("team-a", pod_spec("one"), inventory)
+    assert Allocator(inventory).allocate(one, node("n0")) == (
+        "no free devices on n0 for template team-a/one (device n0/half-0 consumes counter memory of counter set "
+        "gpu-0, which pool n0 does not publish in spec.sharedCounters)"
+    )

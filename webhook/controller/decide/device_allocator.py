@@ -56,6 +56,7 @@ class Allocator:
             return "; ".join(demand.problems)
         if demand.unmodelled:
             return "the gate does not model " + ", ".join(demand.unmodelled)
+        inv, pools = self.inventory, self.inventory.pools_for(node)
         picked: list[DeviceId] = []
         use: dict[DeviceId, dict[str, Decimal]] = {}  # this pod's shares of shared devices
         shared: dict[str, tuple[tuple[DeviceId, ...], frozenset[str] | None]] = {}
@@ -77,6 +78,8 @@ class Allocator:
                 return str(error)
             if chosen is None:
                 note = self._constraints_note(claim, node, picked) or self._capacity_note(claim, node, picked)
+                offered = (d for r in claim.requests for s in r.alternatives for p in pools for d in inv.selected(s, p))
+                note = note or device_counters.unpublished(offered, inv.counter_totals)
                 return f"no free devices on {node.name} for {claim.key}{note}"
             picked.extend(chosen)
             if claim.shared:

@@ -109,3 +109,17 @@ def take_if_left(device: Device, left: dict[CounterKey, Decimal]) -> bool:
     for key, amount in keys:
         left[key] -= amount
     return True
+
+
+def unpublished(devices: Iterable[Device], offered_now: Mapping[CounterKey, Decimal]) -> str:
+    """Why such devices cannot be allocated, when it is a counter their pool does not publish (a counter
+    set named in `consumesCounters` that no `sharedCounters` of the pool has); "" otherwise."""
+    for device in devices:
+        driver, pool, name = device.id
+        for counter_set, counter, _ in device.consumes:
+            if (driver, pool, counter_set, counter) not in offered_now:
+                return (
+                    f" (device {pool}/{name} consumes counter {counter} of counter set {counter_set}, which pool "
+                    f"{pool} does not publish in spec.sharedCounters)"
+                )
+    return ""
