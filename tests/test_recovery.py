@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests import builders as b
 from tests.apiserver import Reject, TestApiServer
@@ -400,6 +401,16 @@ def test_a_gang_another_mechanism_placed_is_requeued_whole_when_short_past_its_r
     assert gang_status(server.store, "job-train")["attempts"] == 1
 
 
+def partly_held(mechanism: str, resource: str = "cpu") -> float:
+    labels = {"mechanism": mechanism, "resource": resource}
+    return REGISTRY.get_sample_value("gangkeeper_partly_running_requests", labels) or 0.0
+
+
+def partly_held_seconds(mechanism: str, resource: str = "cpu") -> float:
+    labels = {"mechanism": mechanism, "resource": resource}
+    return REGISTRY.get_sample_value("gangkeeper_partly_running_resource_seconds_total", labels) or 0.0
+
+
 @pytest.mark.parametrize("backend", ["volcano", "native-1.36"])
 def test_a_gang_another_mechanism_started_partly_is_requeued_whole_past_its_timeout(
     server: TestApiServer, api: Api, backend: str
@@ -412,12 +423,16 @@ def test_a_gang_another_mechanism_started_partly_is_requeued_whole_past_its_time
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=timeout), backend=backend)
     controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=0)
     assert default_scheduler(server.store) == 2  # bound pod by pod: two of four, the others pending
+    mechanism = backend.partition("-")[0]
+    held_before = partly_held_seconds(mechanism)
     controller.reconcile_once()
     status = gang_status(server.store, "job-train")
     assert "started partly: 2 of 4 running, requeued whole in 60s" in status["message"], status
+    assert partly_held(mechanism) == 4000  # two members of 2 CPUs bound, the gang short of its four
     clock.advance(61)
     controller.reconcile_once()
     assert server.store.get("batch/v1", "jobs", "team-a", "train")["spec"]["suspend"] is True
+    assert partly_held_seconds(mechanism) - held_before == pytest.approx(4000 * 61)  # CPU-millicore-seconds
     assert any("started partly" in e["message"] for e in events(controller, "GangRequeued"))
 
 

@@ -74,3 +74,13 @@ CACHE_ENTRIES = Gauge("gangkeeper_cache_entries", "Entries of the controller's b
 CACHE_EVICTIONS = Gauge(
     "gangkeeper_cache_evictions", "Entries evicted from a bounded cache, least recently used first", ["cache"]
 )
+PARTLY_HELD = Gauge(
+    "gangkeeper_partly_running_requests",
+    "What the bound members of gangs partly running hold now (fewer than their minimum bound), by mechanism",
+    ["mechanism", "resource"],
+)
+PARTLY_HELD_SECONDS = Counter(
+    "gangkeeper_partly_running_resource_seconds",
+    "What gangs partly running held, integrated over time (GPU-seconds for nvidia.com/gpu), by mechanism",
+    ["mechanism", "resource"],
+)

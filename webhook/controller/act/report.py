@@ -40,6 +40,9 @@ class Reporter:
         self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
         self.grows = grows  # whether an autoscaler may add nodes (observe/autoscaler.py Autoscaler.present)
         self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
+        # what gangs partly running held at the last pass, by (mechanism, resource), and when
+        self._partly: dict[tuple[str, str], int] = {}
+        self._partly_at: dt.datetime | None = None
         self.counts_written: dict[str, dt.datetime] = {}  # when each Gang's counts were last written
         self.counts_due: dict[str, dt.datetime] = {}  # Gangs whose newer counts wait for COUNTS_SECONDS
         # gang -> (its roster version, the Gang's release records as read, the records of pods gone):
@@ -209,13 +212,34 @@ class Reporter:
     def event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
         self.recorder.record(obj, kind, reason, message)
 
-    def publish(self, decisions: Mapping[str, Decision], gated: int) -> None:
+    def publish(
+        self,
+        decisions: Mapping[str, Decision],
+        gated: int,
+        partly: Mapping[tuple[str, str], int] | None = None,
+        now: dt.datetime | None = None,
+    ) -> None:
+        if partly is not None and now is not None:
+            self._publish_partly(partly, now)
         counts: dict[str, int] = {}
         for decision in decisions.values():
             counts[decision.state] = counts.get(decision.state, 0) + 1
         for state in GangState:
             metrics.GANGS.labels(state.value).set(counts.get(state, 0))
         metrics.GATED_PODS.set(gated)
+
+    def _publish_partly(self, partly: Mapping[tuple[str, str], int], now: dt.datetime) -> None:
+        """What gangs partly running hold now, and what they held since the last pass (its amounts held
+        for the time between): a resource's amount in its own units (CPU in millicores)."""
+        if self._partly_at is not None:
+            seconds = max(0.0, (now - self._partly_at).total_seconds())
+            for (mechanism, resource), amount in self._partly.items():
+                metrics.PARTLY_HELD_SECONDS.labels(mechanism, resource).inc(amount * seconds)
+        for labels in self._partly.keys() - partly.keys():
+            metrics.PARTLY_HELD.labels(*labels).set(0)
+        for labels, amount in partly.items():
+            metrics.PARTLY_HELD.labels(*labels).set(amount)
+        self._partly, self._partly_at = dict(partly), now
 
 
 # a gang in these states was told released: its running next is no news

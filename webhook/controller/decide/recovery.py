@@ -4,7 +4,7 @@ backfilled gang that overran the run time it claimed, and whether a gang could e
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from webhook.controller.decide import placement
@@ -157,3 +157,20 @@ def ever_placement(
         domains = replace(domains, near=frozenset(), within=within)
     empty = {n.name: n.allocatable for n in nodes}
     return placement.place(members, nodes, empty, eligibility=eligibility, domains=domains)
+
+
+def held_partly(gangs: Iterable[tuple[str, Sequence[PodView], int]]) -> dict[tuple[str, str], int]:
+    """(mechanism, resource) -> what the members of gangs partly running hold: gangs some of whose live
+    members are bound, fewer than their minimum, whichever mechanism bound them (issue 78: GPU-hours held
+    by gangs partly running, per backend). A Job whose members succeeded is between waves, not partly
+    running; a gate gang binding its release is, for the seconds it takes."""
+    held: dict[tuple[str, str], int] = {}
+    for mechanism, pods, min_member in gangs:
+        bound = [p for p in pods if not p.terminal and p.node_name]
+        if not 0 < len(bound) < min_member or any(p.succeeded for p in pods):
+            continue
+        for pod in bound:
+            for resource, amount in pod.shape.requests:
+                if resource != "pods":
+                    held[(mechanism, resource)] = held.get((mechanism, resource), 0) + amount
+    return held

@@ -28,6 +28,7 @@ from webhook.controller.act.wakeup import Waker, waiting_gang_fits
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
+from webhook.controller.decide.recovery import held_partly
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
@@ -173,6 +174,7 @@ class Controller:
         if self.cycle.placeholders is not None:
             self.cycle.placeholders.begin_pass()
         cycle: list[tuple[GangView, Resolved]] = []
+        visited: list[GangView] = []  # a gang skipped is a gate gang running whole: never partly running
         self.visited = 0
         for gang in snapshot.gangs.values():
             if self._untouched_running(gang, current):
@@ -180,6 +182,7 @@ class Controller:
                 decisions[gang.key] = self.decisions[gang.key]
                 continue
             self.visited += 1
+            visited.append(gang)
             done, turn = self._guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
             if done and turn is not None:
                 cycle.append(turn)
@@ -198,7 +201,12 @@ class Controller:
         self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
         self._handed = {key: said for key, said in self._handed.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
-        self.reporter.publish(decisions, self.index.gated)
+        partly = held_partly(
+            (min(g.mechanisms or {"gate"}), g.pods, r.spec.min_member)
+            for g in visited
+            if g.key in seen and (r := seen[g.key][1]).spec is not None
+        )
+        self.reporter.publish(decisions, self.index.gated, partly, now)
         self.decisions = decisions
         self.passes += 1
         if stamp >= self._orphans_at and self.may_write():
