@@ -153,8 +153,8 @@ def store(apiserver: TestApiServer) -> Store:
 
 @pytest.fixture(autouse=True)
 def no_gang_left_partly_bound(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After every real-tier test: no gate gang was seen partly bound for longer than a recovery takes
-    (tests/realcluster/partial.py watches the whole cluster while the tier runs)."""
+    """After every real-tier test: no gang, of any mechanism, was seen partly bound for longer than
+    gangkeeper lets it (tests/realcluster/partial.py watches the whole cluster while the tier runs)."""
     yield
     from tests.realcluster.stack import Stack
 

@@ -62,8 +62,8 @@ def fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
 
 @pytest.fixture(autouse=True)
 def no_gang_left_partly_bound_on_a_worker(fleet: Fleet) -> Iterator[None]:
-    """As tests/conftest.py asserts of the first cluster: after each test, no gate gang on either worker
-    was seen partly bound for longer than a release takes."""
+    """As tests/conftest.py asserts of the first cluster: after each test, no gang on either worker was
+    seen partly bound for longer than gangkeeper lets it (tests/realcluster/partial.py)."""
     yield
     for name, member in fleet.workers.items():
         seen = member.watch.take() if member.watch is not None else []

@@ -272,7 +272,7 @@ def test_a_release_patch_that_failed_while_its_node_was_taken_requeues_the_whole
 
 
 def test_the_real_tiers_watch_sees_a_gang_partly_bound() -> None:
-    from tests.realcluster.partial import partly_bound
+    from tests.realcluster.partial import ANY_MECHANISM_LIMIT_SECONDS, LIMIT_SECONDS, partly_bound
 
     def pod(name: str, node: str | None, gated: bool, group: str = "job-a", phase: str = "Pending") -> dict[str, Any]:
         return {
@@ -281,11 +281,13 @@ def test_the_real_tiers_watch_sees_a_gang_partly_bound() -> None:
             "status": {"phase": phase},
         }
 
-    assert partly_bound([pod("a", "n1", False), pod("b", None, True)]) == {"ns/job-a"}
-    assert partly_bound([pod("a", "n1", False), pod("b", "n2", False)]) == set()
-    assert partly_bound([pod("a", None, True), pod("b", None, True)]) == set()
-    assert partly_bound([pod("a", "n1", False, phase="Succeeded"), pod("b", None, True)]) == set()
-    assert partly_bound([pod("a", "n1", False, group="x"), pod("b", None, True)]) == set()
+    assert partly_bound([pod("a", "n1", False), pod("b", None, True)]) == {"ns/job-a": LIMIT_SECONDS}
+    assert partly_bound([pod("a", "n1", False), pod("b", "n2", False)]) == {}
+    assert partly_bound([pod("a", None, True), pod("b", None, True)]) == {}
+    assert partly_bound([pod("a", "n1", False, phase="Succeeded"), pod("b", None, True)]) == {}
+    assert partly_bound([pod("a", "n1", False, group="x"), pod("b", None, True)]) == {}
+    # any mechanism's gang: bound and pending, none gated, for longer than its start timeout lets it
+    assert partly_bound([pod("a", "n1", False), pod("b", None, False)]) == {"ns/job-a": ANY_MECHANISM_LIMIT_SECONDS}
 
 
 class _CacheBehind:

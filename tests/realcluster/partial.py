@@ -1,7 +1,9 @@
-"""A watch over the whole real tier: no gate gang may stay partly bound (some members bound, others
-still behind gangkeeper's gate) for longer than a lost member's recovery takes. Partly bound for ever is
-the failure gang scheduling exists to prevent; tests/conftest.py asserts after every real-tier test that
-this watch saw none."""
+"""A watch over the whole real tier: no gang may stay partly bound for longer than gangkeeper lets it. A
+gate gang (some members bound, others still behind gangkeeper's gate) for longer than a lost member's
+recovery takes; a gang of any mechanism (some members bound, others pending: Volcano, coscheduling,
+native, or a gate gang released) for longer than its start timeout, past which gangkeeper requeues it
+whole (act/supervise.py). Partly bound for ever is the failure gang scheduling exists to prevent;
+tests/conftest.py asserts after every real-tier test that this watch saw none."""
 
 from __future__ import annotations
 
@@ -14,12 +16,16 @@ GATE = "gangkeeper.io/gang-gate"
 # the default recovery timeout (120 s, webhook/controller/decide/pods.py) plus a few passes: the longest a
 # gang may legitimately run short while its replacement waits (a tighter bound holds for each release)
 LIMIT_SECONDS = 150.0
+# the default start timeout (gangkeeper.io/timeout-seconds, 300 s) plus a few passes: a gang another
+# mechanism started partly is requeued whole by then
+ANY_MECHANISM_LIMIT_SECONDS = 330.0
 EVERY_SECONDS = 3.0
 
 
-def partly_bound(pods: list[dict[str, Any]]) -> set[str]:
-    """namespace/group of the gangs with live members both bound and gated."""
-    seen: dict[str, tuple[int, int]] = {}
+def partly_bound(pods: list[dict[str, Any]]) -> dict[str, float]:
+    """namespace/group of the gangs partly bound, each with how long it may stay so: live members both
+    bound and gated (the gate's), or bound and pending with none gated (any mechanism's)."""
+    seen: dict[str, tuple[int, int, int]] = {}
     for pod in pods:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
         group = (meta.get("labels") or {}).get("gangkeeper.io/group")
@@ -27,9 +33,16 @@ def partly_bound(pods: list[dict[str, Any]]) -> set[str]:
             continue
         key = f"{meta['namespace']}/{group}"
         is_gated = any(g.get("name") == GATE for g in spec.get("schedulingGates") or [])
-        bound_count, gated_count = seen.get(key, (0, 0))
-        seen[key] = (bound_count + bool(spec.get("nodeName")), gated_count + is_gated)
-    return {key for key, (bound_count, gated_count) in seen.items() if bound_count and gated_count}
+        bound_count, gated_count, pending_count = seen.get(key, (0, 0, 0))
+        bound_now = bool(spec.get("nodeName"))
+        seen[key] = (bound_count + bound_now, gated_count + is_gated, pending_count + (not bound_now))
+    found = {}
+    for key, (bound_count, gated_count, pending_count) in seen.items():
+        if bound_count and gated_count:
+            found[key] = LIMIT_SECONDS
+        elif bound_count and pending_count:
+            found[key] = ANY_MECHANISM_LIMIT_SECONDS
+    return found
 
 
 class PartialWatch:
@@ -60,9 +73,9 @@ class PartialWatch:
             for key in list(self._since):
                 if key not in now_partial:
                     del self._since[key]
-            for key in now_partial:
+            for key, limit in now_partial.items():
                 since = self._since.setdefault(key, now)
-                if now - since > LIMIT_SECONDS and not any(v.startswith(key + " ") for v in self.violations):
+                if now - since > limit and not any(v.startswith(key + " ") for v in self.violations):
                     self.violations.append(f"{key} partly bound for {now - since:.0f}s")
 
 
