@@ -455,3 +455,35 @@ def test_a_recovery_timeout_that_is_not_a_positive_whole_number_is_refused_on_ev
     outcome = admit(job, "CREATE", make(name, kubernetes_version=version or "1.37"), "team-a")
     assert not outcome.allowed and outcome.code == 422
     assert "metadata.annotations[gangkeeper.io/recovery-timeout-seconds]" in outcome.message, outcome.message
+
+
+@pytest.mark.parametrize("backend", ["volcano", "coscheduling", "native-1.36"])
+def test_a_gang_another_mechanism_holds_back_says_what_gangkeepers_model_makes_of_it(
+    server: TestApiServer, api: Api, backend: str
+) -> None:
+    """Issue 78, one verdict per gang: a gang its mechanism has not started is told, beside what the
+    mechanism did, whether it fits now, how much of it the cluster holds and why not the rest (counted
+    by kind, naming no node), or that it never fits."""
+    server.store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    server.store.create("v1", "nodes", "", node("worker2", cpu="4"))
+    server.store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vip"}})
+    server.store.create("v1", "pods", "vip", b.pod("other", spec=b.pod_spec(b.container("4", "1Gi")), namespace="vip"))
+    server.store.bind("vip", "other", "worker2")
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2"), backend=backend)
+    big = add_job(server.store, name="huge", parallelism=2, cpu="16")
+    add_job_pods(server.store, big, backend=backend)
+    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), resync_seconds=0)
+    controller.reconcile_once()
+    message = gang_status(server.store, "job-train")["message"]
+    assert "0 of 4 members scheduled" in message, message
+    assert (
+        "gangkeeper's model: waiting for capacity, room for 2 of 4 "
+        "(1 node: 0 of 4 pods fit (short of cpu); 1 node: 2 of 4 pods fit (short of cpu))"
+    ) in message, message
+    huge = gang_status(server.store, "job-huge")["message"]
+    assert "gangkeeper's model: never fits this cluster" in huge, huge
+    server.store.delete("v1", "pods", "vip", "other")
+    server.store.patch("batch/v1", "jobs", "team-a", "train", {"metadata": {"labels": {"touched": "1"}}})
+    controller.reconcile_once()
+    message = gang_status(server.store, "job-train")["message"]
+    assert "gangkeeper's model: fits now" in message, message

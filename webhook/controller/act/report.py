@@ -150,10 +150,12 @@ class Reporter:
         placeholders: str | None = None,
         books: Books | None = None,
         short: str | None = None,
+        model: str | None = None,
     ) -> None:
         """The Gang object of a gang another scheduler places: its pods counted, as its PodGroup shows;
         on an autoscaled cluster, what its placeholders bring, else whether the autoscaler can see the
-        pods it waits for; its books and a shortfall as the supervisor keeps them (act/supervise.py)."""
+        pods it waits for; its books and a shortfall as the supervisor keeps them (act/supervise.py); and
+        while it waits, what gangkeeper's model makes of it (decide/verdict.py)."""
         previous = (self.gang_objects.get(gang.namespace, gang.name) or {}).get("status") or {}
         live = [p for p in gang.pods if not p.terminal]
         running = sum(1 for p in live if p.node_name)
@@ -163,6 +165,8 @@ class Reporter:
         unseen = unseen_by_autoscalers(gang.pods, backend) if autoscaled and not placeholders else None
         if placeholders or unseen:
             message = f"{message}; {placeholders or unseen}"
+        if model and running < need:
+            message = f"{message}; {model}"
         if short:
             message = f"{short}; {message}"
         if resolved.spec is None:

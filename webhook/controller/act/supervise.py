@@ -84,6 +84,7 @@ class Supervisor:
         now: dt.datetime,
         autoscaled: bool = False,
         placeholders: str | None = None,
+        model: str | None = None,
     ) -> float | None:
         """The gang's Gang brought up to date; the gang requeued whole once it has been short past its
         recovery timeout. When to look again though nothing changes (its recovery deadline), or None."""
@@ -104,7 +105,7 @@ class Supervisor:
             return None
         after = supervised_books(books, running, spec.min_member, verdict, now)
         note = verdict.message.rstrip("; ") if verdict.short else None
-        self.reporter.report_other(gang, resolved, backend, now, autoscaled, placeholders, after, note)
+        self.reporter.report_other(gang, resolved, backend, now, autoscaled, placeholders, after, note, model)
         if verdict.short and after.short_since is not None:
             limit = spec.recovery_seconds if books.ran_with else spec.timeout_seconds
             return after.short_since.timestamp() + limit + 0.001

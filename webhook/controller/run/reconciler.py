@@ -30,6 +30,7 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.recovery import held_partly
 from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.decide.verdict import model_verdict
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
@@ -300,8 +301,13 @@ class Controller:
             if (fresh or changed) and self.may_write():
                 if fresh:
                     self.groups.sync(gang, resolved, mechanism)
-                # supervised as the gate's gangs are: never left partly running (act/supervise.py)
-                again = self.supervisor.look(gang, resolved, mechanism.name, now, self.cycle.autoscaled(), said)
+                # supervised as the gate's gangs are: never left partly running (act/supervise.py), and
+                # told what gangkeeper's model makes of a gang still waiting
+                snap, grows = current.snapshot, self.cycle.autoscaled()
+                model = resolved.spec and model_verdict(
+                    gang.pods, resolved.spec.min_member, snap.nodes, snap.free, snap.ports, snap.eligibility, grows
+                )
+                again = self.supervisor.look(gang, resolved, mechanism.name, now, grows, said, model or None)
                 if again is not None:
                     self.work.add_at(gang.key, again)
             if mechanism.name == "coscheduling" and self.may_write():
