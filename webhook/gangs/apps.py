@@ -81,6 +81,7 @@ register(
     Kind(
         group="apps",
         kind="StatefulSet",
+        spreads=True,
         analyze=analyze_statefulset,
         identity=sts_identity,
         pod_rule=statefulset_pod,
@@ -95,6 +96,7 @@ register(
     Kind(
         group="apps",
         kind="Deployment",
+        spreads=True,
         analyze=analyze_deployment,
         identity=deployment_identity,
         pod_owners=frozenset({"ReplicaSet"}),

@@ -107,6 +107,7 @@ register(
         version="v1alpha2",
         plural="jobsets",
         suspend_path=("spec", "suspend"),
+        suspended_through="TrainJob",
         managed_by_path=("spec", "managedBy"),
         gang_parent=True,  # a Job per replicatedJob (jobset pkg/controllers/jobset_controller.go)
         tag="jobset",

@@ -52,6 +52,15 @@ class Kind:
     # its suspend field, when it has one: a timed-out gang of it is requeued whole by suspending and
     # resuming it, so its owner deletes the pods without counting them as failures (requeue.py)
     suspend_path: tuple[str, ...] = ()
+    # the kind of a controller owner whose suspend field this kind's object follows: a TrainJob's JobSet
+    # is suspended through its TrainJob (Kubeflow Trainer keeps the JobSet's suspend in step with it)
+    suspended_through: str = ""
+    # its gangs spread one pod per node unless told to pack (`gangkeeper.io/placement`): serving
+    # replicas, where a node lost takes one replica, not many
+    spreads: bool = False
+    # under Volcano its operator makes the gang's PodGroups itself (LWS's Volcano provider, lws
+    # pkg/schedulerprovider/volcano_provider.go): gangkeeper's own are not made for it
+    volcano_groups_by_operator: bool = False
     # its managedBy field, when it has one: a value in DISPATCHERS means the object is dispatched to
     # another cluster, whose own admission gives it its gang (the pods are never made here)
     managed_by_path: tuple[str, ...] = ()
@@ -114,3 +123,26 @@ def by_name(kind: str) -> Kind | None:
         if entry.kind == kind:
             return entry
     return None
+
+
+def suspend_owner(workload: Obj | None) -> tuple[str, str] | None:
+    """(kind, name) of the controller owner whose suspend field stops this workload, when its kind is
+    suspended through one (`Kind.suspended_through`): read that object instead of the workload."""
+    meta = (workload or {}).get("metadata") or {}
+    record = next((k for k in REGISTRY.values() if k.kind == (workload or {}).get("kind")), None)
+    if record is None or not record.suspended_through:
+        return None
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if owner is None or owner.get("kind") != record.suspended_through or not owner.get("name"):
+        return None
+    return record.suspended_through, str(owner["name"])
+
+
+def spreads(kind: str) -> bool:
+    """Whether gangs of this kind spread by default (`Kind.spreads`)."""
+    return any(k.spreads for k in REGISTRY.values() if k.kind == kind)
+
+
+def volcano_groups_by_operator(kind: str) -> bool:
+    """Whether the operator of this kind makes its gangs' Volcano PodGroups (`Kind.volcano_groups_by_operator`)."""
+    return any(k.volcano_groups_by_operator for k in REGISTRY.values() if k.kind == kind)

@@ -90,6 +90,8 @@ register(
     Kind(
         group="leaderworkerset.x-k8s.io",
         kind=KIND,
+        spreads=True,
+        volcano_groups_by_operator=True,
         analyze=analyze,
         identity=identity,
         pod_rule=from_pod,

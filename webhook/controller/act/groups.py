@@ -19,13 +19,12 @@ from webhook.controller.act.wakeup import WAKE_ANNOTATION
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import group_resource
-from webhook.gangs import lws
+from webhook.gangs import kinds, lws
 from webhook.gangs.model import Gang, Obj
 from webhook.informer import Informer
 from webhook.kube import CONFLICT, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
-LWS_KIND = "LeaderWorkerSet"
 # a PodGroup the webhook made at its workload's admission (unowned, AWAITING_OWNER_ANNOTATION) is no
 # orphan while this young: the controller adopts it for the workload a pass later
 ORPHAN_GRACE_SECONDS = contract.AWAITING_OWNER_GRACE_SECONDS
@@ -164,7 +163,9 @@ class GroupObjects:
         provider manages (its PodGroup labelled with the set's name and the group's index, lws
         pkg/schedulerprovider/volcano_provider.go), a workload another PodGroup is controlled by."""
         wanted = volcano_groups_in(workload)
-        is_lws = workload.get("kind") == LWS_KIND and volcano_scheduled(workload, self.volcano_scheduler)
+        is_lws = kinds.volcano_groups_by_operator(str(workload.get("kind", ""))) and volcano_scheduled(
+            workload, self.volcano_scheduler
+        )
         if not wanted and not is_lws:
             return
         for gang in gangs.analyze(workload).gangs:

@@ -19,6 +19,7 @@ from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, backof
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
+from webhook.gangs import kinds
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError, Resource
 
@@ -147,20 +148,17 @@ class Requeuer:
     def _suspend_target(self, workload: Obj | None) -> Obj | None:
         """The object whose suspend field stops a gang: the workload itself, except a TrainJob's JobSet,
         whose suspend Kubeflow Trainer keeps in step with its TrainJob's (so the TrainJob is suspended)."""
-        owner = next(
-            (r for r in ((workload or {}).get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")),
-            None,
-        )
-        if workload is None or workload.get("kind") != "JobSet" or not owner or owner.get("kind") != "TrainJob":
+        through = kinds.suspend_owner(workload)
+        if workload is None or through is None:
             return workload
         try:
-            trainjob = self.workloads.read(
-                WORKLOAD_RESOURCES["TrainJob"], workload["metadata"].get("namespace"), owner["name"]
+            owner = self.workloads.read(
+                WORKLOAD_RESOURCES[through[0]], workload["metadata"].get("namespace"), through[1]
             )
         except ApiError as error:
             metrics.API_ERRORS.labels("get", str(error.status)).inc()
             return workload
-        return trainjob or workload
+        return owner or workload
 
     def evict(self, gang: GangView, names: list[str]) -> None:
         for pod_name in names:

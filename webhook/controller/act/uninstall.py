@@ -17,6 +17,7 @@ from webhook.controller.act.books import books_of
 from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.requeue import KUEUE_QUEUE_LABEL
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
+from webhook.gangs import kinds
 from webhook.kube import PODS, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.uninstall")
@@ -61,11 +62,9 @@ def _suspended_workload(api: Api, gang: dict[str, Any]) -> tuple[str, dict[str, 
     ref = (gang.get("spec") or {}).get("workload") or {}
     kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
     workload = _read(api, kind, namespace, name)
-    owner = next(
-        (r for r in ((workload or {}).get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None
-    )
-    if kind == "JobSet" and owner is not None and owner.get("kind") == "TrainJob":
-        kind, workload = "TrainJob", _read(api, "TrainJob", namespace, str(owner.get("name", "")))
+    through = kinds.suspend_owner(workload)
+    if through is not None:
+        kind, workload = through[0], _read(api, through[0], namespace, through[1])
     if workload is None or kind not in SUSPEND_PATHS:
         return None
     if ref.get("uid") and kind == ref.get("kind") and (workload.get("metadata") or {}).get("uid") != ref["uid"]:

@@ -13,12 +13,12 @@ from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIM
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES
+from webhook.gangs import kinds
 from webhook.gangs.model import Gang, Obj
 from webhook.informer import Informer
 from webhook.kube import Api, ApiError, Resource
 
 # replicas that serve: spread over nodes so one node's failure takes few of them (batch gangs pack)
-SERVING_KINDS = frozenset({"StatefulSet", "Deployment", "LeaderWorkerSet"})
 MAX_ANALYZED = 4096  # workloads' analyses kept (a cluster's live gangs, with room)
 
 
@@ -142,7 +142,7 @@ class Workloads:
         )
         annotations = ((workload or {}).get("metadata") or {}).get("annotations") or {}
         asked = annotations.get(contract.PLACEMENT_ANNOTATION)
-        spread = asked == "spread" if asked in ("pack", "spread") else gang.id.workload_kind in SERVING_KINDS
+        spread = asked == "spread" if asked in ("pack", "spread") else kinds.spreads(gang.id.workload_kind)
         return GangSpec(
             gang.min_member,
             gang.timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
