@@ -538,7 +538,7 @@ class Handler(BaseHTTPRequestHandler):
             ],
         }
 
-    def _handle(self, method: str) -> None:
+    def _handle(self, method: str) -> None:  # noqa: C901  (over 15: to be split, issue 77)
         store = self.store
         self._request_body = self._read_body()  # always read: the connection is kept alive
         if method == "GET" and self._discovery():

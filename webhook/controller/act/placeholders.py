@@ -433,7 +433,7 @@ class Placeholders:
             return f"room for the whole gang is there; the {scheduler} scheduler places it"
         return self._sync(gang, pending, free_room, on_pools=[pool.name for pool in self.pools()])
 
-    def _sync(
+    def _sync(  # noqa: C901  (over 15: to be split, issue 77)
         self,
         gang: GangView,
         waiting: Sequence[tuple[PodView, Obj]],

@@ -414,7 +414,7 @@ class ClusterIndex:
         self.pods[key] = replace(self.pods[key], placeholder_for=gang)
         self._touch(gang)
 
-    def _forget(self, key: str, old: _Seen) -> None:
+    def _forget(self, key: str, old: _Seen) -> None:  # noqa: C901  (over 15: to be split, issue 77)
         if old.placeholder_for:
             self.placeholder_owners.pop(key, None)
             held = self.placeholders.get(old.placeholder_for)
