@@ -14,6 +14,7 @@ process, as the controller does it (controller/observe/cluster.py ClusterIndex, 
 
     python bench/devices.py [--nodes 5000] [--gang 1000] [--devices 8]
     python bench/devices.py --unused-templates 1000   (another namespace's templates no pod names)
+    python bench/devices.py --shape alternatives|constraints|counters|capacity   (issue 79's shapes)
 """
 
 from __future__ import annotations
@@ -50,19 +51,53 @@ def device_class() -> dict[str, Any]:
     return {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
 
+# what each node's devices and the gang's template are, per --shape (issue 79): one device per pod; the
+# first of one device or else two (firstAvailable); two devices on one PCIe root (matchAttribute);
+# partitions within a GPU's shared counters; shares of devices that allow multiple allocations
+SHAPE = "plain"
+
+
+def shaped_device(i: int) -> dict[str, Any]:
+    device: dict[str, Any] = {"name": f"gpu-{i}", "attributes": {"model": {"string": "h100"}, "index": {"int": i}}}
+    if SHAPE == "constraints":
+        device["attributes"]["pcie"] = {"string": f"root-{i // 2}"}
+    elif SHAPE == "counters":
+        device["consumesCounters"] = [{"counterSet": "gpu", "counters": {"memory": {"value": "10Gi"}}}]
+    elif SHAPE == "capacity":
+        device["allowMultipleAllocations"] = True
+        policy = {"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}
+        device["capacity"] = {"memory": {"value": "40Gi", "requestPolicy": policy}}
+    return device
+
+
+def shaped_request() -> dict[str, Any]:
+    if SHAPE == "alternatives":
+        big = {"name": "big", "deviceClassName": "gpu", "selectors": [{"cel": {"expression": _index_is(0)}}]}
+        small = {"name": "small", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 2}
+        return {"requests": [{"name": "gpu", "firstAvailable": [big, small]}]}
+    if SHAPE == "constraints":
+        pair = {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 2}
+        return {"requests": [{"name": "gpu", "exactly": pair}], "constraints": [{"matchAttribute": f"{DRIVER}/pcie"}]}
+    exactly: dict[str, Any] = {"deviceClassName": "gpu"}
+    if SHAPE == "capacity":
+        exactly["capacity"] = {"requests": {"memory": "10Gi"}}
+    return {"requests": [{"name": "gpu", "exactly": exactly}]}
+
+
+def _index_is(i: int) -> str:
+    return f'device.attributes["{DRIVER}"].index == {i}'
+
+
 def node_slice(name: str, count: int, version: str = "1") -> dict[str, Any]:
-    return {
-        "metadata": {"name": f"{name}-gpus", "uid": f"uid-{name}", "resourceVersion": version},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {"name": f"gpu-{i}", "attributes": {"model": {"string": "h100"}, "index": {"int": i}}}
-                for i in range(count)
-            ],
-        },
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "nodeName": name,
+        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+        "devices": [shaped_device(i) for i in range(count)],
     }
+    if SHAPE == "counters":  # in the devices' slice here; a driver may publish them in one of their own
+        spec["sharedCounters"] = [{"name": "gpu", "counters": {"memory": {"value": "40Gi"}}}]
+    return {"metadata": {"name": f"{name}-gpus", "uid": f"uid-{name}", "resourceVersion": version}, "spec": spec}
 
 
 def gang_pods(size: int, claims: bool) -> list[dict[str, Any]]:
@@ -136,10 +171,7 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
 
     classes = [device_class()]
     slices = [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
-    template = {
-        "metadata": {"name": "one", "namespace": "team-a"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}},
-    }
+    template = {"metadata": {"name": "one", "namespace": "team-a"}, "spec": {"spec": {"devices": shaped_request()}}}
     cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
     for _ in range(repeats):
         memo, book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
@@ -182,7 +214,10 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
         return f"{name}: median {statistics.median(runs) * 1000:.0f} ms (min {min(runs) * 1000:.0f})"
 
     total = nodes * per_node
-    print(f"{nodes} nodes, {total} devices, a {gang}-pod gang; {repeats} cold runs, {STEADY_PASSES} steady passes each")
+    print(
+        f"{nodes} nodes, {total} devices ({SHAPE}), a {gang}-pod gang; {repeats} cold runs, "
+        f"{STEADY_PASSES} steady passes each"
+    )
     print(show("  first pass without devices (index built, gang decided)", plain_runs))
     print(show("  first pass with devices (every device's CEL, cold)     ", cold))
     print(show("     of which the inventory and the nodes' devices       ", inventory_cold))
@@ -289,7 +324,12 @@ def main() -> None:
     parser.add_argument(
         "--unused-templates", type=int, default=0, help="measure the gang beside this many templates no pod names"
     )
+    parser.add_argument(
+        "--shape", choices=["plain", "alternatives", "constraints", "counters", "capacity"], default="plain"
+    )
     args = parser.parse_args()
+    global SHAPE
+    SHAPE = args.shape
     if args.unused_templates:
         unused_templates(args.nodes, args.gang, args.devices, args.unused_templates, args.repeats)
     else:

@@ -19,13 +19,17 @@ allocateddevices.go for what allocated claims hold).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import resources
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_types import Device, DeviceId, Subrequest
 
 Consumption = tuple[tuple[str, Decimal], ...]  # (capacity name, amount), in the device's order
 
@@ -72,7 +76,8 @@ def requested(raw: Any) -> Consumption:
     )
 
 
-def consumption(asked: Consumption, device: Sequence[Capacity]) -> Consumption | None:
+@functools.lru_cache(maxsize=4096)
+def consumption(asked: Consumption, device: tuple[Capacity, ...]) -> Consumption | None:
     """What a request consumes of each of the device's capacities; None when it cannot be allocated
     there (a capacity the device does not define, or a policy violated)."""
     wanted = dict(asked)
@@ -95,6 +100,28 @@ def fits(amounts: Consumption, device: Sequence[Capacity], used: Mapping[str, De
 def add(used: dict[str, Decimal], amounts: Consumption) -> None:
     for name, amount in amounts:
         used[name] = used.get(name, Decimal(0)) + amount
+
+
+def claims_held(
+    devices: Sequence[Device], sub: Subrequest, used: Mapping[DeviceId, Mapping[str, Decimal]], limit: int
+) -> int:
+    """How many claims of one request (`sub`: its count and capacity requests) these free devices hold, a
+    shared one serving as many units as its capacity holds: what allocating the claim again and again
+    finds, device by device, when nothing ties the units together (no constraint, counter or `All`)."""
+    units = 0
+    for device in devices:
+        amounts = consumption(sub.capacity, device.capacities)
+        if amounts is None:
+            continue
+        if not device.shared:
+            units += fits(amounts, device.capacities, {})
+            continue
+        left, room = dict(used.get(device.id, {})), 0
+        while room < limit * sub.count and fits(amounts, device.capacities, left):
+            add(left, amounts)
+            room += 1
+        units += room
+    return min(limit, units // sub.count)
 
 
 def shares_left(device: Sequence[Capacity], used: Mapping[str, Decimal], limit: int) -> int:

@@ -357,6 +357,15 @@ class Inventory:
     def _claims_on(self, node: Node, claim: ClaimDemand, counted_by_pods: Collection[str]) -> int:
         """How many times the node's free devices can be allocated to the claim, one after the other, as
         kube-scheduler would for pods placed there in turn (at most MAX_CLAIMS_COUNTED_PER_NODE)."""
+        requests = claim.requests
+        if len(requests) == 1 and len(requests[0].alternatives) == 1 and not claim.constraints:
+            sub = requests[0].alternatives[0]  # one request, its units independent: counted device by device
+            found = [
+                d for p in self.pools_for(node) for d in self.selected(sub, p) if self._counted(d, counted_by_pods)
+            ]
+            if not sub.all and not sub.admin and not any(d.consumes for d in found):
+                used = self.capacity_used(counted_by_pods) if any(d.shared for d in found) else {}
+                return device_capacity.claims_held(found, sub, used, MAX_CLAIMS_COUNTED_PER_NODE)
         allocator = Allocator(self, nodes=(node,), free_for=counted_by_pods)
         demand, count = Demand((claim,)), 0
         while count < MAX_CLAIMS_COUNTED_PER_NODE and allocator.allocate(demand, node) is None:
