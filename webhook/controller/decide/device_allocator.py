@@ -273,7 +273,7 @@ class Allocator:
         """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py)."""
         units: list[tuple[str, list[Candidate]]] = []
         fixed: list[tuple[str, Candidate]] = []
-        left = self._counters_left(also_taken)
+        left = self._counters_left(also_taken, pools)
         for sub in choice:
             eligible = self._eligible(sub, pools, also_taken)
             if eligible is None:
@@ -326,7 +326,7 @@ class Allocator:
         backtracking would find (the gang then waits, and says no devices are free)."""
         chosen: list[DeviceId] = []
         taken_here = set(also_taken)
-        left = self._counters_left(also_taken)
+        left = self._counters_left(also_taken, pools)
         for sub in choice:
             eligible = self._eligible(sub, pools, taken_here, use=use)
             if eligible is None:
@@ -354,15 +354,21 @@ class Allocator:
                 return None
         return chosen
 
-    def _counters_left(self, also_taken: Iterable[DeviceId]) -> dict[device_counters.CounterKey, Decimal]:
-        """What each shared counter still holds, after the devices allocated, picked, and `also_taken`."""
+    def _counters_left(
+        self, also_taken: Iterable[DeviceId], pools: Sequence[Pool]
+    ) -> dict[device_counters.CounterKey, Decimal]:
+        """What each shared counter the devices of `pools` consume still holds, after the devices
+        allocated, picked, and `also_taken` (only those counters: a pod's allocation costs its node's
+        devices, not every counter of the cluster)."""
         totals = self.inventory.counter_totals
         if not totals:
             return {}
-        used = dict(self.counters_used())
+        keys = {(d.id[0], d.id[1], s, c) for pool in pools for d in pool.devices for s, c, _ in d.consumes}
+        used, extra = self.counters_used(), dict[device_counters.CounterKey, Decimal]()
         for device in (d for d in (self.inventory._consuming.get(i) for i in also_taken) if d is not None):
-            device_counters.take(device.id[0], device.id[1], device.consumes, used)
-        return {key: total - used.get(key, Decimal(0)) for key, total in totals.items()}
+            device_counters.take(device.id[0], device.id[1], device.consumes, extra)
+        zero = Decimal(0)
+        return {k: totals[k] - used.get(k, zero) - extra.get(k, zero) for k in keys if k in totals}
 
 
 def _augment(
