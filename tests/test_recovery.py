@@ -487,3 +487,28 @@ def test_a_gang_another_mechanism_holds_back_says_what_gangkeepers_model_makes_o
     controller.reconcile_once()
     message = gang_status(server.store, "job-train")["message"]
     assert "gangkeeper's model: fits now" in message, message
+
+
+def test_explain_gives_a_gang_another_mechanism_places_the_models_verdict_node_by_node(
+    server: TestApiServer, api: Api
+) -> None:
+    """Issue 78: `gangkeeper explain` for any backend: the members, the verdict its Gang carries, and for
+    the operator, node by node, where its pods fit and what blocks the rest."""
+    from webhook.controller.run.explain import explain
+
+    server.store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    server.store.create("v1", "nodes", "", node("worker2", cpu="4"))
+    server.store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vip"}})
+    server.store.create("v1", "pods", "vip", b.pod("other", spec=b.pod_spec(b.container("4", "1Gi")), namespace="vip"))
+    server.store.bind("vip", "other", "worker2")
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2"), backend="volcano")
+    assert explain(api, "team-a", "job-train").splitlines() == [
+        "gang team-a/job-train",
+        "  members: 4 present of minMember 4, 0 bound by the volcano gang scheduler",
+        "  gangkeeper's model: waiting for capacity, room for 2 of 4 "
+        "(1 node: 0 of 4 pods fit (short of cpu); 1 node: 2 of 4 pods fit (short of cpu))",
+        "  best placement found: worker1: 2",
+        "  what blocks the rest:",
+        "    worker2: 0 of 4 pods fit (needs 2 cpu each, 0 cpu free)",
+        "    worker1: 2 of 4 pods fit (needs 2 cpu each, 4 cpu free)",
+    ]

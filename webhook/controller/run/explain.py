@@ -11,6 +11,8 @@ from webhook.controller.decide import placement, reasons
 from webhook.controller.decide.pods import PodView, gang_priority
 from webhook.controller.decide.queue import DEFAULT_POLICY, Policy
 from webhook.controller.decide.situation import Decision, GangSpec
+from webhook.controller.decide.verdict import model_verdict
+from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.source import Listing
 from webhook.controller.run.reconciler import Controller
@@ -85,7 +87,7 @@ def explain(
     gated = [p for p in live if p.gated]
     decision = decisions.get(gang.key)
     if decision is None:
-        return "\n".join([*lines, "  not a gate gang: its scheduler decides (see its group object's status)"])
+        return "\n".join([*lines, *other_mechanism_lines(controller, gang, resolved.spec.min_member)])
     lines += [
         f"  members: {len(live)} present of minMember {resolved.spec.min_member} ({len(gated)} gated)",
         f"  state: {decision.state}: {decision.message}",
@@ -99,6 +101,26 @@ def explain(
         lines.append(f"  each gated pod needs: {needs}; the gang needs {len(gated)} such pods")
     lines += placement_lines(decision.placement)
     return "\n".join(lines)
+
+
+def other_mechanism_lines(controller: Controller, gang: GangView, min_member: int) -> list[str]:
+    """A gang another mechanism places: its members, gangkeeper's model's verdict on it (as its Gang says
+    it, decide/verdict.py), and, node by node, where its waiting pods fit and what blocks the rest."""
+    index = controller.index
+    live = [p for p in gang.pods if not p.terminal]
+    bound = sum(1 for p in live if p.node_name)
+    mechanism = min(gang.mechanisms or {"another"})
+    lines = [
+        f"  members: {len(live)} present of minMember {min_member}, {bound} bound by the {mechanism} gang scheduler",
+    ]
+    nodes, eligibility = index.node_list(), index.eligibility()
+    verdict = model_verdict(gang.pods, min_member, nodes, index.free, index.ports, eligibility)
+    lines.append(f"  {verdict}" if verdict else f"  {'running whole' if bound >= min_member else 'short'}")
+    waiting = [placement.Member(p.name, p.shape) for p in live if not p.node_name]
+    if waiting and not bound:
+        found = placement.place(waiting, nodes, index.free, used_ports=index.ports, eligibility=eligibility)
+        lines += placement_lines(found)
+    return lines
 
 
 def queue_lines(
