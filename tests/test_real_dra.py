@@ -287,13 +287,21 @@ def test_devices_claims_share_start_a_gang_whole_within_their_capacity(stack: St
 
 
 DIFFERENTIAL_CASES = 50
+# a case's devices: partitions of one GPU sharing its counters (two slices of one pool), not a shaped slice
+PARTITIONS: list[tuple[str, str | None]] = [("partitions", None)]
+
+
+def exactly_of(count: int) -> dict[str, Any]:
+    return {"deviceClassName": dra.CLASS, "allocationMode": "ExactCount", "count": count}
 
 
 def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[str, Any], int]:
     """One node's devices (model, PCIe root or none), one claim template's devices, and the pods that each
     claim from it: the shapes issue 79 names (counts, selectors, alternatives, constraints, capacity
-    shared by claims)."""
-    shape = rng.choice(["count", "alternatives", "match", "distinct", "capacity"])
+    shared by claims, partitions within shared counters)."""
+    shape = rng.choice(["count", "alternatives", "match", "distinct", "capacity", "partitions"])
+    if shape == "partitions":  # one GPU of 8Gi as two halves and the whole (partitioned_gpu): shared counters
+        return PARTITIONS, {"requests": [{"name": "g", "exactly": exactly_of(rng.randint(1, 2))}]}, rng.randint(1, 3)
     if shape == "alternatives":  # few big ones, more small: a gang often fits only through its second choice
         kinds = ["big"] * rng.randint(0, 2) + ["small"] * rng.randint(1, 5)
     elif shape in ("count", "capacity"):  # devices claims share (consumable capacity) among whole ones
@@ -309,6 +317,7 @@ def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[
             body["selectors"] = [{"cel": {"expression": model.format(wanted)}}]
         return body
 
+    claim: dict[str, Any]
     if shape == "count":
         claim = {"requests": [{"name": "g", "exactly": exactly(rng.randint(1, 2), rng.choice([None, "big"]))}]}
     elif shape == "capacity":
@@ -339,7 +348,18 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
     sides = ("gate", "native")
     nodes = stack.replace_workers(len(cases) * 2, labels=lambda i: {"dra-case": str(i // 2), "dra-side": sides[i % 2]})
     stack.plane.apply(
-        [dra.device_class(), *(shaped_slice(stack, node, cases[i // 2][0]) for i, node in enumerate(nodes))]
+        [
+            dra.device_class(),
+            *(
+                piece
+                for i, node in enumerate(nodes)
+                for piece in (
+                    partitioned_gpu(stack, node)
+                    if cases[i // 2][0] == PARTITIONS
+                    else [shaped_slice(stack, node, cases[i // 2][0])]
+                )
+            ),
+        ]
     )
     namespaces = {side: stack.namespace(f"dra-diff-{side}", side) for side in sides}
     objects: list[dict[str, Any]] = []
