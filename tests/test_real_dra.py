@@ -241,37 +241,33 @@ def partitioned_gpu(stack: Stack, node: str) -> list[dict[str, Any]]:
 def test_partitions_of_a_gpu_start_a_gang_whole_within_its_counters(stack: Stack, backend: str) -> None:
     """Partitionable devices (beta, on by default in 1.36): two nodes, each one GPU as two halves and the
     whole, all sharing its memory: room for four one-partition pods, never a half and the whole of one
-    GPU. A gang of four starts whole on either backend; a gang of five would not fit and waits whole."""
+    GPU. A gang of four starts whole on either backend, on the two halves of each GPU."""
     nodes = stack.replace_workers(2)
     stack.plane.apply([dra.device_class(), *(s for node in nodes for s in partitioned_gpu(stack, node))])
     namespace = stack.namespace(f"dra-partitions-{backend}", backend)
     stack.plane.apply(dra.claim_template(namespace))
-    stack.plane.apply(dra.claiming(workloads.job("four", namespace, 4, "100m")))
-    pods = wait_until(
-        lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p,
-        f"{backend}: the gang of four Running",
-        120,
-        every=1,
-        explain=lambda: stack.describe(namespace),
-    )
-    devices = allocated_devices(stack, namespace)
-    taken = sorted(d for found in devices.values() for d in found)
+    taken = four_start_whole(stack, namespace, backend)
     assert taken == sorted(f"{n}/{half}" for n in nodes for half in ("half-0", "half-1")), taken
-    assert_started_together(pods, 4)
 
 
 @pytest.mark.parametrize("backend", ["gate", "native"])
 def test_devices_claims_share_start_a_gang_whole_within_their_capacity(stack: Stack, backend: str) -> None:
     """Consumable capacity (beta, on by default in 1.36): two nodes, each one device of 8Gi that allows
     multiple allocations (whole Gi, 2Gi by default); each pod asks for 3Gi: room for two per node, four
-    in all. A gang of four starts whole on either backend, two shares of each device; a gang of five
-    would not fit and waits whole."""
+    in all. A gang of four starts whole on either backend, two shares of each device."""
     nodes = stack.replace_workers(2)
     stack.plane.apply([dra.device_class(), *(shaped_slice(stack, node, [("shared", None)]) for node in nodes)])
     namespace = stack.namespace(f"dra-shared-{backend}", backend)
     template = dra.claim_template(namespace)
     template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "3Gi"}}
     stack.plane.apply(template)
+    taken = four_start_whole(stack, namespace, backend)
+    assert taken == sorted(f"{n}/gpu-0" for n in nodes for _ in range(2)), taken
+
+
+def four_start_whole(stack: Stack, namespace: str, backend: str) -> list[str]:
+    """A Job of four claiming from the namespace's template Running, started together; the devices its
+    claims were allocated (pool/device), sorted."""
     stack.plane.apply(dra.claiming(workloads.job("four", namespace, 4, "100m")))
     pods = wait_until(
         lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p,
@@ -280,10 +276,8 @@ def test_devices_claims_share_start_a_gang_whole_within_their_capacity(stack: St
         every=1,
         explain=lambda: stack.describe(namespace),
     )
-    devices = allocated_devices(stack, namespace)
-    taken = sorted(d for found in devices.values() for d in found)
-    assert taken == sorted(f"{n}/gpu-0" for n in nodes for _ in range(2)), taken
     assert_started_together(pods, 4)
+    return sorted(d for found in allocated_devices(stack, namespace).values() for d in found)
 
 
 DIFFERENTIAL_CASES = 50
