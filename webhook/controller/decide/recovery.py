@@ -159,6 +159,12 @@ def ever_placement(
     return placement.place(members, nodes, empty, eligibility=eligibility, domains=domains)
 
 
+def may_hold_partly(decision: Decision | None) -> bool:
+    """Whether a gang may hold nodes partly: another mechanism's (no gate decision), or a gate gang short
+    or binding its release; a gate gang waiting behind its gate or running whole is not walked."""
+    return decision is None or decision.short or decision.state in (GangState.RELEASE, GangState.RELEASING)
+
+
 def held_partly(gangs: Iterable[tuple[str, Sequence[PodView], int]]) -> dict[tuple[str, str], int]:
     """(mechanism, resource) -> what the members of gangs partly running hold: gangs some of whose live
     members are bound, fewer than their minimum, whichever mechanism bound them (issue 78: GPU-hours held

@@ -28,7 +28,7 @@ from webhook.controller.act.wakeup import Waker, waiting_gang_fits
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
-from webhook.controller.decide.recovery import held_partly
+from webhook.controller.decide.recovery import held_partly, may_hold_partly
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.verdict import model_verdict
 from webhook.controller.observe.cluster import GangView
@@ -205,7 +205,7 @@ class Controller:
         partly = held_partly(
             (min(g.mechanisms or {"gate"}), g.pods, r.spec.min_member)
             for g in visited
-            if g.key in seen and (r := seen[g.key][1]).spec is not None
+            if may_hold_partly(decisions.get(g.key)) and g.key in seen and (r := seen[g.key][1]).spec is not None
         )
         self.reporter.publish(decisions, self.index.gated, partly, now)
         self.decisions = decisions
