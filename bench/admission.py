@@ -2,9 +2,11 @@
 
 The load comes from bench/apiclient (Go's net/http, as kube-apiserver's webhook client: HTTP/1.1, a
 connection per concurrent call, 25 idle kept, a 10 s timeout per call). For each level it drives
-POST /mutate with a Job's pod as the API server sends it, then POST /noop as the baseline in the same
-run: a no-op Flask webhook (decode the review, allow it) on the same server, TLS and processes. /mutate
-itself is answered without Flask's request machinery (webhook/admission/app.py, AdmissionFirst).
+POST /mutate with a Job's pod as the API server sends it, then two baselines in the same run: POST /noop,
+a no-op Flask webhook (decode the review, allow it) on the same server, TLS and processes; and the
+issue's own baseline, the same no-op Flask app under granian (bench/noop_wsgi.py: Rust HTTP and TLS, one
+worker process, its defaults), on gangkeeper's certificate. /mutate itself is answered without Flask's
+request machinery (webhook/admission/app.py, AdmissionFirst).
 
 - closed loop at 8, 64 and 256 connections (peak requests per second);
 - open loop at --rate requests per second, --open-repeat times (the median p99 judged), latency from the
@@ -36,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import builders as b
-from tests.conftest import start_server, stop_server
+from tests.conftest import free_port, start_server, stop_server
 
 CLIENT_SOURCE = Path(__file__).parent / "apiclient"
 
@@ -162,6 +164,33 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def start_granian(cert_dir: Path, ca: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The no-op Flask webhook under granian (bench/noop_wsgi.py), ready to answer."""
+    import requests
+
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port)),
+            *("--ssl-certificate", str(cert_dir / "tls.crt"), "--ssl-keyfile", str(cert_dir / "tls.key")),
+            *("--log-level", "warning", "--no-ws", "bench.noop_wsgi:app"),
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"https://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url + "/readyz", verify=ca, timeout=2).status_code == 200:
+                return process, url
+        except (requests.ConnectionError, OSError):
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("granian did not become ready")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -178,6 +207,13 @@ def main() -> int:
     running = start_server(
         tmp, "--backend", "volcano", "--noop-endpoint", "--log-level", "warning", "--workers", str(args.workers)
     )
+    granian, granian_url = start_granian(running.cert_dir, running.ca)
+    # endpoint -> (its URL, the process whose CPU it costs)
+    targets = {
+        "/mutate": (running.url + "/mutate", running.process.pid),
+        "/noop": (running.url + "/noop", running.process.pid),
+        "granian": (granian_url + "/noop", granian.pid),
+    }
     levels: list[tuple[str, str, dict[str, float]]] = [
         ("closed 8", "closed", {"conns": 8}),
         ("closed 64", "closed", {"conns": 64}),
@@ -197,11 +233,11 @@ def main() -> int:
     figures: dict[tuple[str, str], dict[str, float]] = {}
     try:
         for label, mode, flags in levels:
-            for endpoint in ("/mutate", "/noop"):
-                settle(running.process.pid)
-                before = server_cpu(running.process.pid)
-                result = drive(client, running.url + endpoint, running.ca, body, mode, args.seconds, **flags)
-                cpu = (server_cpu(running.process.pid) - before) / args.seconds
+            for endpoint, (url, pid) in targets.items():
+                settle(pid)
+                before = server_cpu(pid)
+                result = drive(client, url, running.ca, body, mode, args.seconds, **flags)
+                cpu = (server_cpu(pid) - before) / args.seconds
                 figures[(endpoint, label)] = result
                 print(
                     f"{endpoint:<9}{label:<14}{result['requests']:>9}{result['rps']:>8.0f}{result['p50_ms']:>8.2f}"
@@ -227,26 +263,32 @@ def main() -> int:
             churn = (result, before_rss, worker_rss(running.process.pid))
     finally:
         stop_server(running)
+        granian.terminate()
+        granian.wait(timeout=30)
     closed = [label for label, mode, _ in levels if mode == "closed"]
     peak_mutate = max(figures[("/mutate", label)]["rps"] for label in closed)
     peak_noop = max(figures[("/noop", label)]["rps"] for label in closed)
+    peak_granian = max(figures[("granian", label)]["rps"] for label in closed)
     opens = [label for label, mode, _ in levels if mode == "open"]
     open_p99 = statistics.median(figures[("/mutate", label)]["p99_ms"] for label in opens)
     noop_p99 = statistics.median(figures[("/noop", label)]["p99_ms"] for label in opens)
+    granian_p99 = statistics.median(figures[("granian", label)]["p99_ms"] for label in opens)
     failures = sum(r["errors"] + r["over_1s"] for r in figures.values())
     print()
     verdict = {True: "met", False: "NOT met"}
     print(f"errors and requests over 1 s, all levels: {failures:.0f} (target 0: {verdict[not failures]})")
     print(
-        f"p99 at {args.rate:.0f}/s open loop, median of {len(opens)} runs: {open_p99:.2f} ms, no-op {noop_p99:.2f} ms "
-        f"(target <= 10 ms: {verdict[open_p99 <= 10]})"
+        f"p99 at {args.rate:.0f}/s open loop, median of {len(opens)} runs: {open_p99:.2f} ms, no-op {noop_p99:.2f} ms, "
+        f"granian no-op {granian_p99:.2f} ms (target <= 10 ms: {verdict[open_p99 <= 10]})"
     )
-    p99_64 = figures[("/mutate", "closed 64")]["p99_ms"] / figures[("/noop", "closed 64")]["p99_ms"]
-    print(f"p99 at 64 connections, mutate / no-op: {p99_64:.2f} (target <= 2: {verdict[p99_64 <= 2]})")
-    print(
-        f"peak: mutate {peak_mutate:.0f}/s, no-op {peak_noop:.0f}/s, ratio {peak_mutate / peak_noop:.2f} "
-        f"(target >= 0.8: {verdict[peak_mutate >= 0.8 * peak_noop]})"
-    )
+    for baseline, name in (("/noop", "same-server no-op"), ("granian", "granian no-op")):
+        p99_64 = figures[("/mutate", "closed 64")]["p99_ms"] / figures[(baseline, "closed 64")]["p99_ms"]
+        print(f"p99 at 64 connections, mutate / {name}: {p99_64:.2f} (target <= 2: {verdict[p99_64 <= 2]})")
+    for peak, name in ((peak_noop, "same-server no-op"), (peak_granian, "granian no-op")):
+        print(
+            f"peak: mutate {peak_mutate:.0f}/s, {name} {peak:.0f}/s, ratio {peak_mutate / peak:.2f} "
+            f"(target >= 0.8: {verdict[peak_mutate >= 0.8 * peak]})"
+        )
     if churn is not None:
         result, before_rss, after_rss = churn
         growth = max(after_rss[pid] - before_rss.get(pid, after_rss[pid]) for pid in after_rss)

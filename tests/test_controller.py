@@ -871,7 +871,7 @@ def test_a_binding_gangs_counts_are_written_every_few_seconds_not_every_pass(ser
     """A status PATCH costs the API server the whole Gang (300 ms of its CPU with 1,000 release records):
     while the released pods bind, the counts alone are written at most every COUNTS_SECONDS, the state
     change at once, and the last counts in the pass the controller asked for when it held them back."""
-    from webhook.controller.act.books import COUNTS_SECONDS
+    from webhook.controller.observe.books import COUNTS_SECONDS
 
     server.store.create("v1", "nodes", "", node("worker1", cpu="64"))
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="1"))

@@ -380,15 +380,13 @@ def test_a_gang_with_constraints_placement_does_not_model_preempts_nothing(serve
 
 
 def test_a_victim_is_not_requeued_twice_in_a_row_for_one_preemptor(server: TestApiServer, api: Api) -> None:
-    from webhook.controller.act.preemptor import Preemptor
-
     controller = running_low_gang(server, api)
-    preemptor = next(v for v in vars(controller.cycle).values() if isinstance(v, Preemptor))
-    preemptor.last_preempted_by["team-a/job-low"] = "team-a/job-high"  # as its last preemption left it
+    low = controller.store.record("team-a/job-low")
+    low.preempted_by = controller.store.identity("team-a/job-high")  # as its last preemption left it
     job_of_priority(server.store, "high", 1000)
     decision = controller.reconcile_once()["team-a/job-high"]
     assert "gangs it preempted last time are never victims" in decision.message, decision.message
     assert not server.store.get("batch/v1", "jobs", "team-a", "low")["spec"].get("suspend")
-    preemptor.last_preempted_by.clear()  # another preemptor took it since: victim again
+    low.preempted_by = None  # another preemptor took it since: victim again
     decision = controller.reconcile_once()["team-a/job-high"]
     assert "preempting gang team-a/job-low" in decision.message, decision.message

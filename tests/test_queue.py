@@ -234,7 +234,7 @@ def test_a_waiting_gangs_new_place_in_the_queue_is_written_every_few_seconds_not
     """Every release moves each gang behind it one place up: with dozens waiting that was a Gang status
     PATCH per waiting gang per release (a Philly replay's gate controller, py-spy). A place alone is
     written as the counts are, at most every COUNTS_SECONDS; a change of state at once."""
-    from webhook.controller.act.books import COUNTS_SECONDS
+    from webhook.controller.observe.books import COUNTS_SECONDS
 
     clock = Clock()
     install_admission(store, "gate")

@@ -15,7 +15,7 @@ import pytest
 from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, bound, running, wait_until
 from tests.test_real_seeds import assert_started_together
-from webhook.controller.act.books import desired_object
+from webhook.controller.observe.books import desired_object
 
 pytestmark = pytest.mark.cluster
 URGENT = {

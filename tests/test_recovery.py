@@ -18,12 +18,12 @@ from tests.recorder import ListRecorder
 from tests.test_controller import events, timed_out_and_suspended
 from webhook.admission.decide import admit
 from webhook.backends import make
-from webhook.controller.act.books import desired_object
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.recovery import recover
 from webhook.controller.decide.shapes import Shape
 from webhook.controller.decide.situation import Decision, GangSpec, GangState, History
+from webhook.controller.observe.books import desired_object
 from webhook.controller.run.reconciler import Controller
 from webhook.kube import Api
 

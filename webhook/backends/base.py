@@ -113,6 +113,20 @@ class Backend(Protocol):
     def scheduler_name(self) -> str | None:
         """The scheduler its pods go to; None keeps the default scheduler."""
 
+    @property
+    def gangkeeper_places(self) -> bool:
+        """Whether gangkeeper's controller places and releases its gangs (else another scheduler does,
+        and the controller supervises: controller/act/supervise.py)."""
+
+    @property
+    def autoscaler_sees_part(self) -> bool:
+        """Whether an autoscaler sees only part of a gang of it that waits for room (placeholders show it
+        the whole gang)."""
+
+    @property
+    def stops_retrying(self) -> bool:
+        """Whether its scheduler stops retrying a gang it refused until something wakes it."""
+
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
 

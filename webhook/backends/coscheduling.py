@@ -29,6 +29,11 @@ class Coscheduling:
     group_versions: ClassVar[tuple[str, ...]] = (API_VERSION,)
     needs: ClassVar[str] = API_VERSION
     how_to_enable: ClassVar[str] = "install scheduler-plugins with the coscheduling plugin and its PodGroup CRD"
+    gangkeeper_places: ClassVar[bool] = False
+    autoscaler_sees_part: ClassVar[bool] = False
+    # a gang it refused sits in its backoff until an event wakes it: gangkeeper wakes it when its model
+    # sees the gang fit (controller/act/wakeup.py)
+    stops_retrying: ClassVar[bool] = True
 
     scheduler_name: str = DEFAULT_SCHEDULER
 

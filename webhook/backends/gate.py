@@ -18,6 +18,9 @@ class Gate:
     needs: ClassVar[str] = "gangkeeper's controller"
     how_to_enable: ClassVar[str] = "run gangkeeper's controller"
     scheduler_name: ClassVar[None] = None
+    gangkeeper_places: ClassVar[bool] = True  # its controller places and releases the gang itself
+    autoscaler_sees_part: ClassVar[bool] = False
+    stops_retrying: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, settings: Settings) -> Gate:

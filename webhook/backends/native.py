@@ -91,6 +91,9 @@ def served_generation(served: Served) -> Generation | None:
 @dataclass(frozen=True)
 class Native:
     name: ClassVar[str] = "native"
+    gangkeeper_places: ClassVar[bool] = False
+    autoscaler_sees_part: ClassVar[bool] = False
+    stops_retrying: ClassVar[bool] = False
     group_versions: ClassVar[tuple[str, ...]] = (
         *(f"{GROUP}/{version}" for version in VERSIONS_BEST_FIRST),
         COMPOSITE_GROUP_VERSION,

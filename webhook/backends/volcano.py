@@ -31,6 +31,11 @@ class Volcano:
     group_versions: ClassVar[tuple[str, ...]] = (API_VERSION, TOPOLOGY_API_VERSION)
     needs: ClassVar[str] = API_VERSION
     how_to_enable: ClassVar[str] = "install Volcano (its scheduling.volcano.sh/v1beta1 PodGroup CRD and scheduler)"
+    gangkeeper_places: ClassVar[bool] = False
+    # it marks the pods it could place Schedulable, so an autoscaler sees only part of a gang that waits
+    # for room: gangkeeper's placeholders show it the whole gang (act/placeholders.py hand_over)
+    autoscaler_sees_part: ClassVar[bool] = True
+    stops_retrying: ClassVar[bool] = False
 
     scheduler_name: str = "volcano"
     network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology

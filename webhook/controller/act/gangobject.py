@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.act.books import API_VERSION, Books, Obj, books_of, differs, merged, releases_of
 from webhook.controller.decide.pods import Release
+from webhook.controller.observe.books import API_VERSION, Books, Obj, books_of, differs, merged, releases_of
+from webhook.controller.observe.store import GangStore
 from webhook.informer import Informer
 from webhook.kube import Api, ApiError, Resource
 
@@ -46,12 +47,13 @@ class GangObjects:
         informer: Callable[[], Informer | None],
         may_write: Callable[[], bool],
         monotonic: Callable[[], float] = time.monotonic,
+        store: GangStore | None = None,
     ) -> None:
         self.api, self._informer, self.may_write, self.monotonic = api, informer, may_write, monotonic
+        # each gang's books and release records, parsed once per version of its Gang object: its record
+        self.store = store if store is not None else GangStore()
         self._written: dict[str, tuple[float, Obj | None]] = {}  # namespace/name -> (when, object; None: deleted)
         self._listed: dict[str, Obj] | None = None  # without a watch: every Gang, listed once
-        self._parsed: dict[str, tuple[Obj, Mapping[str, Release]]] = {}  # gang -> (the object, its records)
-        self._books: dict[str, tuple[Obj, Books]] = {}  # gang -> (the object, its books)
         # status writes kept for `flush`: gang -> (the object they go over, the patch, this pass's copy)
         self._deferred: dict[str, tuple[Obj, Obj, Obj]] = {}
         # what this replica wrote is read by the pass and written by the releaser's pool (a release's
@@ -97,34 +99,27 @@ class GangObjects:
         gang = self.get(namespace, name)
         if gang is None:
             return books_of(None)
-        key = f"{namespace}/{name}"
-        cached = self._books.get(key)
+        record = self.store.record(f"{namespace}/{name}")
+        cached = record.books
         if cached is not None and cached[0] is gang:
             return cached[1]
         found = books_of(gang)
-        self._books[key] = (gang, found)  # the object is kept with its parse, so `is` stays meaningful
+        record.books = (gang, found)  # the object is kept with its parse, so `is` stays meaningful
         return found
 
     def releases(self, namespace: str, name: str) -> Mapping[str, Release]:
         """The gang's release records, parsed once per version of its Gang object: the index asks for
         them on every change of every member (a 1,000-pod release is 1,000 changes)."""
         gang = self.get(namespace, name)
-        key = f"{namespace}/{name}"
-        cached = self._parsed.get(key)
+        if gang is None:
+            return releases_of(None)
+        record = self.store.record(f"{namespace}/{name}")
+        cached = record.releases
         if cached is not None and cached[0] is gang:
             return cached[1]
         found = releases_of(gang)
-        if gang is None:
-            self._parsed.pop(key, None)
-        else:
-            self._parsed[key] = (gang, found)  # the object is kept with its parse, so `is` stays meaningful
+        record.releases = (gang, found)  # the object is kept with its parse, so `is` stays meaningful
         return found
-
-    def keep_only(self, gangs: set[str]) -> None:
-        """Forget the parsed records of gangs no longer present (namespace/name)."""
-        for parsed in (self._parsed, self._books):
-            for key in parsed.keys() - gangs:
-                del parsed[key]
 
     def suspended(self) -> list[Obj]:
         """The Gang objects whose books say gangkeeper suspended their workload."""

@@ -55,7 +55,7 @@ class GroupObjects:
         # the name the webhook was configured to give Volcano's pods (schedulerNames.volcano): what marks
         # a LeaderWorkerSet as gangkeeper's Volcano gangs, its templates carrying no group name
         self.volcano_scheduler = str(mechanisms.volcano.scheduler_name)
-        self._refusals: dict[str, str] = {}  # gang key -> why the API refused its group object
+        self.store = reporter.store  # why the API refused each gang's group object: its record's `group_refused`
         self._looked_at: dict[str, str] = {}  # workload uid -> resourceVersion create_ahead last saw
 
     def resources(self) -> list[Resource]:
@@ -271,15 +271,14 @@ class GroupObjects:
         refusal = (
             _refusal_text(error) if error is not None and 400 <= error.status < 500 and error.status != CONFLICT else ""
         )
-        if self._refusals.get(key, "") == refusal:
+        record = self.store.record(key)
+        if record.group_refused == refusal:
             return
+        record.group_refused = refusal
         if refusal:
-            self._refusals[key] = refusal
             kind, name = desired["kind"], desired["metadata"]["name"]
             log.warning("group object refused", extra={"gang": key, "status": error.status if error else 0})
             self.reporter.event(subject, "Warning", "GroupObjectRefused", f"{kind} {name}: {refusal}")
-        else:
-            self._refusals.pop(key, None)
 
 
 def volcano_scheduled(workload: Obj, scheduler: str) -> bool:

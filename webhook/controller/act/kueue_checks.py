@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import contract, naming
-from webhook.controller.act.books import desired_object
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.decide.kueue_check import (
     MULTIKUEUE_CONTROLLER,
@@ -30,6 +29,7 @@ from webhook.controller.decide.kueue_check import (
     waiting_check,
 )
 from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS
+from webhook.controller.observe.books import desired_object
 from webhook.controller.observe.reuse import Snapshot
 from webhook.gangs import kinds
 from webhook.informer import Informer

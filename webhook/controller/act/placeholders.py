@@ -46,8 +46,6 @@ from typing import Any, Protocol
 
 from webhook import contract
 from webhook.controller import metrics
-from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
-from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.decide.autoscaling import (
     NodePoolRoom,
     addable,
@@ -62,7 +60,10 @@ from webhook.controller.decide.shapes import PODS as POD_COUNT
 from webhook.controller.decide.shapes import Shape, show
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE
+from webhook.controller.observe.books import API_VERSION as GANG_API_VERSION
+from webhook.controller.observe.books import KIND as GANG_KIND
 from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.store import GangStore
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
 
@@ -315,8 +316,11 @@ class Placeholders:
         requests: WholeRequests | None = None,
         most_per_namespace: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        store: GangStore | None = None,
     ) -> None:
         self.api, self.index, self.gang_object = api, index, gang_object
+        # since when each gang holds placeholders, until when one that gave them back makes none: its record
+        self.store = store if store is not None else GangStore()
         self.autoscaler, self.may_write, self.image, self.pools = autoscaler, may_write, image, pools
         self.most = most  # placeholder pods in the cluster at once (maxPlaceholderPods)
         # of them, those of one namespace's gangs (maxPlaceholderPodsPerNamespace): no team takes it all
@@ -325,9 +329,6 @@ class Placeholders:
         # placeholders this controller created that the index has not seen yet: key -> (gang, when), so the
         # caps hold within a pass and across passes the watch has not caught up with
         self._created: dict[str, tuple[str, float]] = {}
-        # gang -> since when it holds placeholders; gang -> until when it makes none (it gave them back)
-        self._holding_since: dict[str, float] = {}
-        self._yielding_until: dict[str, float] = {}
         # the namespaces whose gangs got no placeholders for the caps in the last pass, and in this one
         self._refused_last: set[str] = set()
         self._refused: set[str] = set()
@@ -345,9 +346,6 @@ class Placeholders:
         """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
         self._left, self._asked, self._blocked = None, False, False
         self._refused_last, self._refused = self._refused, set()
-        now = self.monotonic()
-        self._yielding_until = {g: until for g, until in self._yielding_until.items() if until > now}
-        self._holding_since = {g: t for g, t in self._holding_since.items() if g in self.index.placeholders}
         seen = {key for held in self.index.placeholders.values() for key in held}
         stale = self.monotonic() - CREATED_UNSEEN_SECONDS
         self._created = {k: made for k, made in self._created.items() if k not in seen and made[1] > stale}
@@ -355,17 +353,21 @@ class Placeholders:
     def _gives_back(self, gang: GangView, wants: bool) -> str | None:
         """Why the gang holds no placeholders now though it wants some: it held them HOLD_SECONDS while
         another namespace's gangs got none for the caps (it makes none for YIELD_SECONDS after)."""
-        now = self.monotonic()
-        until = self._yielding_until.get(gang.key)
+        now, record = self.monotonic(), self.store.record(gang.key)
+        until = record.yielding_until if record.yielding_until is not None and record.yielding_until > now else None
         others_wait = bool(self._refused_last - {gang.namespace})
         if until is not None and others_wait:
             return f"gave its placeholders back for other teams' gangs; none for {until - now:.0f}s more"
-        since = self._holding_since.get(gang.key)
+        since = self._holding_since(gang.key)
         if wants and since is not None and others_wait and now - since >= HOLD_SECONDS:
-            self._yielding_until[gang.key] = now + YIELD_SECONDS
-            self._holding_since.pop(gang.key, None)
+            record.yielding_until, record.holding_since = now + YIELD_SECONDS, None
             return f"held for {now - since:.0f}s while other teams' gangs got none for the caps: given back"
         return None
+
+    def _holding_since(self, gang_key: str) -> float | None:
+        """Since when the gang holds placeholders the index has seen (None: it holds none)."""
+        record = self.store.get(gang_key)
+        return record.holding_since if record is not None and gang_key in self.index.placeholders else None
 
     def _held_besides(self, gang_key: str) -> tuple[int, int]:
         """The placeholders of other gangs: (in the cluster, of the gang's namespace), those the index
@@ -482,10 +484,8 @@ class Placeholders:
                 for name, pods, (view, raw) in make:
                     self._create(placeholder_for(view, raw, owner, self.image, name, pods, on_pools), gang.key)
         metrics.PLACEHOLDERS_NOW.set(sum(len(held) for held in self.index.placeholders.values()))
-        if keep or make:
-            self._holding_since.setdefault(gang.key, self.monotonic())
-        else:
-            self._holding_since.pop(gang.key, None)
+        record = self.store.record(gang.key)
+        record.holding_since = (self._holding_since(gang.key) or self.monotonic()) if keep or make else None
         if hopeless or behind or yielded:
             return f"no placeholders: {hopeless or behind or yielded}"
         if capped:

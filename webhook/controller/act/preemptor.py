@@ -11,7 +11,7 @@ turns). Events on both sides name the other gang only when it is in the same nam
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -46,20 +46,19 @@ class Preemptor:
         mechanisms: Mechanisms | None = None,
         min_runtime_seconds: float = DEFAULT_MIN_RUNTIME_SECONDS,
     ) -> None:
+        """Each gang's last preemption, and what last preempted it, are fields of its record (the store)."""
         self.api, self.requeuer, self.may_write = api, requeuer, may_write
         self.mechanisms = mechanisms or Mechanisms()
         self.min_runtime_seconds = min_runtime_seconds
-        self.pending: dict[str, tuple[dt.datetime, tuple[Victim, ...]]] = {}  # preemptor -> (when, victims)
-        # a victim gang -> the gang its last preemption was for: never requeued twice in a row by one
-        # preemptor (the first time did not make that gang start, a second would not either)
-        self.last_preempted_by: dict[str, str] = {}
+        self.store = requeuer.store
 
-    def keep_only(self, live: Mapping[str, GangView]) -> None:
-        for key in self.pending.keys() - live.keys():
-            del self.pending[key]
-        for victim, by in list(self.last_preempted_by.items()):
-            if victim not in live or by not in live:
-                del self.last_preempted_by[victim]
+    def _preempted_by(self, victim: str, gang: str) -> bool:
+        """Whether the victim gang's last preemption was for this gang (the same record of it): never
+        requeued twice in a row by one preemptor (the first time did not make that gang start, a second
+        would not either)."""
+        record = self.store.get(victim)
+        by = record.preempted_by if record is not None else None
+        return by is not None and by[0] == gang and self.store.is_live(by)
 
     def consider(
         self, gang: GangView, resolved: Resolved, decision: Decision, snapshot: Snapshot, now: dt.datetime
@@ -98,7 +97,7 @@ class Preemptor:
             for victim in snapshot.index.victims_below(
                 priority, nodes, lambda key: self._gate_gang(key, snapshot, now), limit=MAX_CANDIDATES
             )
-            if self.last_preempted_by.get(victim.key) != gang.key
+            if not self._preempted_by(victim.key, gang.key)
         ]
         budgets: dict[str, list[dict[str, Any]]] = {}
         chosen = choose_victims(
@@ -134,8 +133,11 @@ class Preemptor:
         snapshot: Snapshot,
         now: dt.datetime,
     ) -> None:
-        self.pending[gang.key] = (now, chosen)
-        self.last_preempted_by.update({v.key: gang.key for v in chosen if v.gang})
+        self.store.record(gang.key).preemption = (now, chosen)
+        by = self.store.identity(gang.key)
+        for victim in chosen:
+            if victim.gang:
+                self.store.record(victim.key).preempted_by = by
         metrics.PREEMPTIONS.inc(len(chosen))
         for victim in chosen:
             self._take(victim, gang, priority, snapshot, now)
@@ -149,7 +151,8 @@ class Preemptor:
 
     def _still_going(self, gang: GangView, snapshot: Snapshot, now: dt.datetime) -> str:
         """What the gang's last preemption, still recent, waits for: its victims not yet gone ("": none)."""
-        waited = self.pending.get(gang.key)
+        record = self.store.get(gang.key)
+        waited = record.preemption if record is not None else None
         if waited is None or (now - waited[0]).total_seconds() >= PENDING_SECONDS:
             return ""
         still = [v for v in waited[1] if self._still_holds(v, snapshot)]
@@ -206,7 +209,7 @@ class Preemptor:
     def _gate_gang(self, key: str, snapshot: Snapshot, now: dt.datetime) -> bool:
         """A gang the gate releases, not released within its min runtime."""
         view = snapshot.gangs.get(key)
-        if view is None or not view.raw or self.mechanisms.of_pod(view.raw[0]).name != "gate":
+        if view is None or not view.raw or not self.mechanisms.of_pod(view.raw[0]).gangkeeper_places:
             return False
         released = last_release(view)
         return released is None or (now - released).total_seconds() >= self.min_runtime_seconds

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.act.books import API_VERSION as GANG_API_VERSION
-from webhook.controller.act.books import KIND as GANG_KIND
 from webhook.controller.act.placeholders import FreeRoom, on_free, placeholder_for, shape_tag
 from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX, BoundedMap
 from webhook.controller.decide.pods import PodView, parse_time
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE
+from webhook.controller.observe.books import API_VERSION as GANG_API_VERSION
+from webhook.controller.observe.books import KIND as GANG_KIND
 from webhook.controller.observe.cluster import GangView
 from webhook.gangs.model import Obj
 from webhook.informer import Informer

@@ -8,7 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from webhook.controller import metrics
-from webhook.controller.act.books import (
+from webhook.controller.act.events import Recorder
+from webhook.controller.act.gangobject import GangObjects
+from webhook.controller.decide import reasons
+from webhook.controller.decide.autoscaling import unseen_by_autoscalers
+from webhook.controller.decide.pods import PodView, Release
+from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.observe.books import (
     COUNTS_SECONDS,
     Books,
     books_of,
@@ -18,14 +24,9 @@ from webhook.controller.act.books import (
     differs_beyond_counts,
     release_records,
 )
-from webhook.controller.act.events import Recorder
-from webhook.controller.act.gangobject import GangObjects
-from webhook.controller.decide import reasons
-from webhook.controller.decide.autoscaling import unseen_by_autoscalers
-from webhook.controller.decide.pods import PodView, Release
-from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved
+from webhook.controller.observe.store import GangStore
 from webhook.gangs.model import Obj
 
 
@@ -36,24 +37,28 @@ class Reporter:
         gang_objects: GangObjects,
         may_write: Callable[[], bool],
         grows: Callable[[], bool] = lambda: False,
+        store: GangStore | None = None,
     ) -> None:
         self.recorder, self.gang_objects, self.may_write = recorder, gang_objects, may_write
+        # each gang's last state, the counts last written and when newer ones are due: on its record
+        self.store = store if store is not None else GangStore()
         self.grows = grows  # whether an autoscaler may add nodes (observe/autoscaler.py Autoscaler.present)
-        self.last_state: dict[str, str] = {}  # what each gang was last decided (events when the Gang's is unknown)
         # what gangs partly running held at the last pass, by (mechanism, resource), and when
         self._partly: dict[tuple[str, str], int] = {}
         self._partly_at: dt.datetime | None = None
-        self.counts_written: dict[str, dt.datetime] = {}  # when each Gang's counts were last written
-        self.counts_due: dict[str, dt.datetime] = {}  # Gangs whose newer counts wait for COUNTS_SECONDS
-        # gang -> (its roster version, the Gang's release records as read, the records of pods gone):
-        # while neither changes, neither do the pods gone; walking a 1,000-pod gang's records and pods on
-        # each pass of its start was 5% of the leader's CPU (bench/cluster.py autoscale, py-spy)
-        self._gone_records: dict[str, tuple[int, Obj, dict[str, None]]] = {}
 
-    def keep_only(self, live: set[str]) -> None:
-        for kept in (self.last_state, self.counts_written, self.counts_due, self._gone_records):
-            for key in set(kept) - live:
-                del kept[key]
+    def last_state(self, key: str) -> str | None:
+        """What the gang was last decided by this controller."""
+        record = self.store.get(key)
+        return record.last_state if record is not None else None
+
+    def note_state(self, key: str, state: str) -> None:
+        self.store.record(key).last_state = state
+
+    def counts_due(self, key: str) -> dt.datetime | None:
+        """When the gang's newer counts, held back, are written."""
+        record = self.store.get(key)
+        return record.counts_due if record is not None else None
 
     def save_books(
         self,
@@ -95,7 +100,7 @@ class Reporter:
             status["released"] = records
         elif current is None:
             if position:  # a new Gang of a gang in the queue: its place alone moves on every release ahead
-                self.counts_written[gang.key] = now
+                self.store.record(gang.key).counts_written = now
         elif differs(current.get("status") or {}, status):
             status = self._counts_now_or_later(gang.key, current.get("status") or {}, status, now)
         return self.gang_objects.write(wanted, status, later=later) is not None
@@ -108,26 +113,27 @@ class Reporter:
         recorded = ((current or {}).get("status") or {}).get("released") or {}
         if not recorded:  # a gang that waits: no walk over its pods
             return release_records(released)
-        known = self._gone_records.get(gang.key)
+        record = self.store.record(gang.key)
+        known = record.gone_records
         if gang.roster is not None and known is not None and known[0] == gang.roster and known[1] is recorded:
             gone = known[2]
         else:
             gone = _records_of_pods_gone(recorded, live)
             if gang.roster is not None:  # the records kept by reference: compared by identity, never reused
-                self._gone_records[gang.key] = (gang.roster, recorded, gone)
+                record.gone_records = (gang.roster, recorded, gone)
         return {**gone, **release_records(released)}
 
     def _counts_now_or_later(self, key: str, current: Obj, status: Obj, now: dt.datetime) -> Obj:
         """The status to write this pass: a change of the counts alone waits until COUNTS_SECONDS after
         the last one written (a pass comes then: `counts_due`); any other change goes at once."""
-        last = self.counts_written.get(key)
+        record = self.store.record(key)
+        last = record.counts_written
         if not differs_beyond_counts(current, status) and last is not None:
             due = last + dt.timedelta(seconds=COUNTS_SECONDS)
             if now < due:
-                self.counts_due[key] = due
+                record.counts_due = due
                 return {}
-        self.counts_written[key] = now
-        self.counts_due.pop(key, None)
+        record.counts_written, record.counts_due = now, None
         return status
 
     def record_releases(
@@ -177,14 +183,14 @@ class Reporter:
     def state_of(self, gang: GangView) -> str | None:
         """The gang's state as its Gang object says (before this pass acts on it)."""
         current = self.gang_objects.get(gang.namespace, gang.name)
-        return ((current or {}).get("status") or {}).get("state") or self.last_state.get(gang.key)
+        return ((current or {}).get("status") or {}).get("state") or self.last_state(gang.key)
 
     def transition(
         self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime, previous: str | None
     ) -> None:
         """The Gang object brought to the decision; an event when its state changes from `previous`
         (level-based: compared with the Gang's, so a workload recreated under the same name is told again)."""
-        self.last_state[gang.key] = decision.state
+        self.note_state(gang.key, decision.state)
         # a release's state and books go with its record (`record_releases`, on the releaser's pool)
         if self.may_write() and decision.state != GangState.RELEASE:
             books = next_books(self.gang_objects.books(gang.namespace, gang.name), gang, decision, now)

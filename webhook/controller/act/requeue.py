@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.act.books import Books, books_of
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS, format_time
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, backoff_seconds
+from webhook.controller.observe.books import Books, books_of
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
@@ -46,11 +46,11 @@ class Requeuer:
         self.api, self.workloads, self.reporter, self.gang_objects = api, workloads, reporter, gang_objects
         self.max_attempts, self.may_write = max_attempts, may_write
         self.backoff_base_seconds = backoff_base_seconds
-        # nodes a gang's pods lost to a steal or were refused by the scheduler: not planned again for a while
-        self._avoid: dict[str, dict[str, dt.datetime]] = {}
+        # nodes a gang's pods lost to a steal or were refused by the scheduler (its record's `avoid`)
+        self.store = reporter.store
 
     def time_out(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
-        first = self.reporter.last_state.get(gang.key) != GangState.TIMED_OUT  # events on transitions only
+        first = self.reporter.last_state(gang.key) != GangState.TIMED_OUT  # events on transitions only
         if first:
             metrics.TIMEOUTS.inc()
         if not decision.evict:
@@ -245,18 +245,15 @@ class Requeuer:
 
     def avoid_ends(self, gang_key: str) -> dt.datetime | None:
         """When the first node this gang avoids may be planned for it again."""
-        return min((self._avoid.get(gang_key) or {}).values(), default=None)
+        record = self.store.get(gang_key)
+        return min(record.avoid.values(), default=None) if record is not None and record.avoid else None
 
     def avoided(self, gang_key: str, now: dt.datetime) -> frozenset[str]:
-        nodes = self._avoid.get(gang_key)
-        if not nodes:
+        record = self.store.get(gang_key)
+        if record is None or not record.avoid:
             return frozenset()
-        for node, until in list(nodes.items()):
-            if until <= now:
-                del nodes[node]
-        if not nodes:
-            del self._avoid[gang_key]
-        return frozenset(nodes)
+        record.avoid = {node: until for node, until in record.avoid.items() if until > now} or None
+        return frozenset(record.avoid or ())
 
     def repair(self, gang: GangView, resolved: Resolved, decision: Decision, now: dt.datetime) -> None:
         """Pods pinned to a node they can no longer bind on go now, not at the timeout: their owner
@@ -266,7 +263,8 @@ class Requeuer:
         that room taken, and avoiding it kept a gang from the very node its placeholders then held."""
         until = now + dt.timedelta(seconds=REFUSED_NODE_SECONDS)
         if decision.refused_on:
-            self._avoid.setdefault(gang.key, {}).update({node: until for node in decision.refused_on})
+            record = self.store.record(gang.key)
+            record.avoid = {**(record.avoid or {}), **dict.fromkeys(decision.refused_on, until)}
         if not self.may_write():
             return
         if decision.evict and self.requeues_by_suspending(resolved):

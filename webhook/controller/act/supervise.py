@@ -20,12 +20,12 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import replace
 
-from webhook.controller.act.books import Books
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import Requeuer
 from webhook.controller.decide.recovery import recover, requeued_whole
 from webhook.controller.decide.situation import Decision, GangSpec, GangState
+from webhook.controller.observe.books import Books
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved
 
@@ -101,7 +101,7 @@ class Supervisor:
         if verdict.state == GangState.TIMED_OUT and verdict.whole_gang:
             verdict.message = f"{verdict.message} (placed by the {backend} gang scheduler)"
             self.requeuer.time_out(gang, resolved, verdict, now)
-            self.reporter.last_state[gang.key] = GangState.TIMED_OUT
+            self.reporter.note_state(gang.key, GangState.TIMED_OUT)
             return None
         after = supervised_books(books, running, spec.min_member, verdict, now)
         note = verdict.message.rstrip("; ") if verdict.short else None

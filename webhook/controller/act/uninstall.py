@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import contract
-from webhook.controller.act.books import books_of
 from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.requeue import KUEUE_QUEUE_LABEL
+from webhook.controller.observe.books import books_of
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
 from webhook.gangs import kinds
 from webhook.kube import PODS, Api, ApiError, Resource

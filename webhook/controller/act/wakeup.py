@@ -23,11 +23,11 @@ leaves one in the unschedulable queue where it is (Coscheduling registers no Pod
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from webhook.controller.decide import placement
 from webhook.controller.decide.pods import PodView
 from webhook.controller.observe.reuse import Snapshot
+from webhook.controller.observe.store import GangRecord
 
 WAKE_ANNOTATION = "gangkeeper.io/woken-at"
 # at most this often per gang: each wake-up costs the scheduler a round of attempts on every member
@@ -56,38 +56,19 @@ def waiting_gang_fits(pods: Sequence[PodView], min_member: int, snapshot: Snapsh
     return len(result.assignments) >= min_member
 
 
-@dataclass
-class Waker:
-    """When each gang was last checked against the model and last woken: a gang that fits in the model
-    but not in the scheduler (what the model does not see) is woken every WAKE_INTERVAL_SECONDS, not
-    every pass."""
+def wake_due(record: GangRecord, now: float) -> bool:
+    """Whether a gang is checked against the model again: every CHECK_INTERVAL_SECONDS, and a gang that
+    fits in the model but not in the scheduler (what the model does not see) woken at most every
+    WAKE_INTERVAL_SECONDS, not every pass."""
+    return now - record.checked_at >= CHECK_INTERVAL_SECONDS and now - record.woken_at >= WAKE_INTERVAL_SECONDS
 
-    checked_at: dict[str, float] = field(default_factory=dict)
-    woken_at: dict[str, float] = field(default_factory=dict)
-    # gangs woken at their last check: a second wake in a row touches the pods as well
-    woken_in_a_row: set[str] = field(default_factory=set)
 
-    def due(self, key: str, now: float) -> bool:
-        never = float("-inf")
-        return (
-            now - self.checked_at.get(key, never) >= CHECK_INTERVAL_SECONDS
-            and now - self.woken_at.get(key, never) >= WAKE_INTERVAL_SECONDS
-        )
-
-    def checked(self, key: str, now: float, woken: bool) -> bool:
-        """Note a check; returns whether the gang's pods are to be touched too (woken at its last check
-        as well, and still waiting whole)."""
-        self.checked_at[key] = now
-        if not woken:
-            self.woken_in_a_row.discard(key)
-            return False
-        self.woken_at[key] = now
-        again = key in self.woken_in_a_row
-        self.woken_in_a_row.add(key)
-        return again
-
-    def keep_only(self, live: set[str]) -> None:
-        for times in (self.checked_at, self.woken_at):
-            for key in set(times) - live:
-                del times[key]
-        self.woken_in_a_row &= live
+def note_check(record: GangRecord, now: float, woken: bool) -> bool:
+    """Note a check on the gang's record; returns whether its pods are to be touched too (woken at its
+    last check as well, and still waiting whole)."""
+    record.checked_at = now
+    again = woken and record.woken_in_a_row
+    record.woken_in_a_row = woken
+    if woken:
+        record.woken_at = now
+    return again

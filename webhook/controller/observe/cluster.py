@@ -144,9 +144,8 @@ class ClusterIndex:
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods holding it (preemption's candidates)
         self._members: dict[str, dict[str, tuple[PodView, Obj]]] = {}
         self.gang_versions: dict[str, int] = {}  # changes with any change of a gang's pods
-        # changes only when a gang gains or loses a pod, or one of its pods ends: what its queue place
-        # and its members' order rest on, kept while its pods are bound and run (a 1,000-pod gang's
-        # events each changed its version and sorted its pods again, bench/cluster.py autoscale)
+        # changes only when a gang gains or loses a pod, or one of its pods ends: what its queue place and
+        # its members' order rest on (a 1,000-pod gang's events each sorted its pods again, bench/cluster.py)
         self.roster_versions: dict[str, int] = {}
         self._gang_views: dict[str, tuple[int, GangView]] = {}
         self._orders: dict[str, tuple[int, list[str]]] = {}  # gang -> (roster version, its pods' keys sorted)
@@ -553,6 +552,7 @@ class ClusterIndex:
             del self._gang_views[key]
             self._orders.pop(key, None)
             self.roster_versions.pop(key, None)
+            self.gang_versions.pop(key, None)  # a gang back later gets a newer version: the counter is shared
         return views
 
     def ever(self, members: Sequence[Member]) -> Placement:

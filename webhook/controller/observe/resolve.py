@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from webhook import contract, gangs
 from webhook.controller import metrics
 from webhook.controller.decide import shapes
+from webhook.controller.decide.device_memo import BoundedMap
 from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIMEOUT_SECONDS
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.observe.cluster import GangView
@@ -60,7 +61,9 @@ class Workloads:
         # to): a gang whose pods change is resolved again each time, and its workload, unchanged, is not
         # analyzed again (gangs.analyze of a 1,000-pod Job on every pass of its release, 4% of the
         # controller's CPU in bench/cluster.py autoscale)
-        self._analyzed: dict[tuple[str, str, str, str], tuple[tuple[str, str], Resolved]] = {}
+        self._analyzed: BoundedMap[tuple[str, str, str, str], tuple[tuple[str, str], Resolved]] = BoundedMap(
+            MAX_ANALYZED
+        )
 
     def read(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         """From the watch cache of that resource when there is one, else from the API; None: not found."""
@@ -123,8 +126,6 @@ class Workloads:
         if analyzed is not None and analyzed[0] == version and all(version):
             return analyzed[1]
         resolved = self._analyze(workload, kind, workload_name, gang.name)
-        if len(self._analyzed) >= MAX_ANALYZED:  # bounded: the oldest goes (dicts keep insertion order)
-            del self._analyzed[next(iter(self._analyzed))]
         self._analyzed[(*key, gang.name)] = (version, resolved)
         return resolved
 

@@ -27,6 +27,7 @@ from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS
 from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, FRESH_SECONDS, PAUSE_IMAGE, Autoscaler
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.resolve import Workloads
+from webhook.controller.observe.store import GangStore
 from webhook.controller.run.cycle import ReleaseCycle
 from webhook.informer import Informer
 from webhook.kube import Api
@@ -84,6 +85,7 @@ class Collaborators:
     groups: GroupObjects
     index: ClusterIndex
     cycle: ReleaseCycle
+    store: GangStore
 
 
 def wire(
@@ -100,10 +102,11 @@ def wire(
     recorder = recorder or EventRecorder(api, settings.component, clock)
     # the Gang objects: what people see of each gang, and the controller's books (attempts, backoff,
     # suspensions), read back from there and never from an annotation a tenant could write
-    gang_objects = GangObjects(api, lambda: informers.get((GANGS.group_version, GANGS.plural)), may_write)
+    store = GangStore()  # the one memory of each gang between passes (observe/store.py)
+    gang_objects = GangObjects(api, lambda: informers.get((GANGS.group_version, GANGS.plural)), may_write, store=store)
     workloads = Workloads(api, informers, settings.recovery_seconds)
     autoscaler = Autoscaler(api, settings.autoscaler)
-    reporter = Reporter(recorder, gang_objects, may_write, autoscaler.present)
+    reporter = Reporter(recorder, gang_objects, may_write, autoscaler.present, store)
     releaser = Releaser(api, reporter, may_write, settings.release_concurrency)
     requeuer = Requeuer(
         api, workloads, reporter, gang_objects, settings.max_attempts, may_write, settings.backoff_base_seconds
@@ -136,8 +139,10 @@ def wire(
         if settings.autoscaler == "cluster-autoscaler"
         else None,
         settings.max_placeholder_pods_per_namespace,
+        store=store,
     )
     cycle = ReleaseCycle(
+        store,
         index,
         gang_objects,
         reporter,
@@ -149,5 +154,5 @@ def wire(
     )
     groups = GroupObjects(api, workloads, reporter, mechanisms)
     return Collaborators(
-        recorder, gang_objects, workloads, reporter, releaser, requeuer, mechanisms, groups, index, cycle
+        recorder, gang_objects, workloads, reporter, releaser, requeuer, mechanisms, groups, index, cycle, store
     )

@@ -33,6 +33,7 @@ from webhook.controller.observe.devices import devices_check, shared_reaches, wi
 from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
+from webhook.controller.observe.store import GangStore
 
 # decisions that depend on no clock while no released pod waits to bind: reused until the gang, its
 # workload, the nodes, the queue ahead, or the room it could use change
@@ -48,6 +49,7 @@ def reusable(decision: Decision, gang: GangView) -> bool:
 class ReleaseCycle:
     def __init__(
         self,
+        store: GangStore,
         index: ClusterIndex,
         gang_objects: GangObjects,
         reporter: Reporter,
@@ -61,10 +63,8 @@ class ReleaseCycle:
         self.placeholders = placeholders  # an autoscaler's capacity for gangs that wait on it
         self.index, self.gang_objects, self.reporter = index, gang_objects, reporter
         self.releaser, self.requeuer, self.head_of_line = releaser, requeuer, head_of_line
-        # capacity kept for members a released gang will create later (Spark executors): gang -> when, node -> units
-        self.reserved: dict[str, tuple[dt.datetime, dict[str, dict[str, int]]]] = {}
-        self.waiting: dict[str, Waiting] = {}  # decisions of gangs that wait, reused while nothing changed
-        self.order: dict[str, tuple[int, tuple[int, dt.datetime]]] = {}  # gang -> (version, queue key)
+        # each gang's reservation, waiting decision and queue key are fields of its record
+        self.store = store
         self.replaced = 0  # decisions re-placed in the last cycle (the others were reused)
 
     def autoscaled(self) -> bool:
@@ -72,8 +72,6 @@ class ReleaseCycle:
         return self.placeholders is not None and self.placeholders.autoscaler()
 
     def keep_only(self, live: Mapping[str, GangView]) -> None:
-        for key in self.order.keys() - live.keys():
-            del self.order[key]
         self.head_of_line.keep_only(live)
 
     def queue_key(self, gang: GangView, now: dt.datetime) -> tuple[int, dt.datetime]:
@@ -81,11 +79,12 @@ class ReleaseCycle:
         (its oldest pod's creation), remembered until the gang gains or loses a pod or one ends (a
         pod's priority and creation never change)."""
         version = self.index.roster_versions.get(gang.key, 0)
-        cached = self.order.get(gang.key)
+        record = self.store.record(gang.key)
+        cached = record.order
         if cached is None or cached[0] != version:
             live = [p for p in gang.pods if not p.terminal] or gang.pods
             key = (-gang_priority(p.priority for p in live), min((p.created_at or now for p in live), default=now))
-            cached = self.order[gang.key] = (version, key)
+            cached = record.order = (version, key)
         return cached[1]
 
     def step(
@@ -94,7 +93,6 @@ class ReleaseCycle:
         resolved: Resolved,
         snapshot: Snapshot,
         now: dt.datetime,
-        waiting: Waiting | None,
         queue: QueuePass,
     ) -> Decision:
         """One gang's turn: placed (or its waiting decision reused), its place in the queue taken, then
@@ -103,6 +101,7 @@ class ReleaseCycle:
         books = self.gang_objects.books(gang.namespace, gang.name)
         # a gang that once overran its claim is never backfilled on one again
         expected = resolved.spec.expected_seconds if resolved.spec is not None and not books.claim_broken else None
+        waiting = self.store.previous_waiting(gang.key)  # the last pass's, reused while nothing changed
         decision, room = self._placed(gang, resolved, snapshot, now, waiting, queue, expected)
         decision = self._queued(gang, resolved, decision, snapshot, now, queue, room, expected, books.claim_until)
         if self.placeholders is not None:
@@ -125,7 +124,8 @@ class ReleaseCycle:
         """The gang's placement, and the room it was placed in: its waiting decision while nothing it rests
         on changed, else decided afresh; a waiting one is remembered for the next pass."""
         free = snapshot.free
-        held = self.reserved.get(gang.key)
+        record = self.store.get(gang.key)
+        held = record.reserved if record is not None else None
         if held is not None:  # what was kept for this gang's members to come is theirs to use
             adjust(free, held[1], +1)
         own = self.placeholder_room(gang)
@@ -160,7 +160,7 @@ class ReleaseCycle:
                     context,
                     capacity(gang, snapshot.eligibility, room, _min_member(resolved)) if fits else {},
                 )
-            self.waiting[gang.key] = waiting
+            self.store.waits(gang.key, waiting)
         return decision, room
 
     def hand_over(self, gang: GangView, scheduler: str, snapshot: Snapshot) -> str | None:
@@ -246,7 +246,7 @@ class ReleaseCycle:
     ) -> None:
         if decision.state == GangState.RELEASE:
             if decision.reserve:
-                self.reserved[gang.key] = (now, decision.reserve)
+                self.store.reserve(gang.key, now, decision.reserve)
                 adjust(snapshot.free, decision.reserve, -1)
             self.releaser.release(gang, resolved, decision, snapshot.free, snapshot.ports, now)
             snapshot.released(gang, decision.release.values())
@@ -277,14 +277,14 @@ class ReleaseCycle:
         default timeout (a driver that never asks for its executors must not hold them forever). Returns
         when the first reservation left runs out."""
         ends = []
-        for key, (since, reserve) in list(self.reserved.items()):
+        for key, (since, reserve) in self.store.reservations():
             gang = snapshot.gangs.get(key)
             # members beyond the first that were released: from then on they hold capacity as pods
             arrived = sum(1 for view in gang.pods if not view.terminal and not view.gated) - 1 if gang else 0
             expected = sum(units.get(shapes.PODS, 0) for units in reserve.values())  # one `pods` each
             expired = (now - since).total_seconds() > DEFAULT_TIMEOUT_SECONDS
             if gang is None or expired or arrived >= expected:
-                del self.reserved[key]
+                self.store.end_reservation(key)
                 snapshot.grown.update(reserve)  # room again for the gangs that wait
                 continue
             adjust(snapshot.free, reserve, -1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.groups import orphan_groups
 from webhook.controller.act.kueue_checks import KueueChecks
 from webhook.controller.act.supervise import Supervisor
-from webhook.controller.act.wakeup import Waker, waiting_gang_fits
+from webhook.controller.act.wakeup import note_check, waiting_gang_fits, wake_due
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
@@ -35,7 +35,7 @@ from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
 from webhook.controller.observe.resolve import Resolved
-from webhook.controller.observe.reuse import Snapshot, Waiting, running_endings
+from webhook.controller.observe.reuse import Snapshot, running_endings
 from webhook.controller.observe.source import ChangeSource, Listing, Source
 from webhook.controller.observe.workloads import all_workload_resources, group_resource
 from webhook.controller.run.bootstrap import ControllerSettings, wire
@@ -59,11 +59,7 @@ class _Pass:
     due: set[str]  # gangs the work queue says are due: looked at afresh even if nothing changed
     touched: set[str]  # gangs whose workload or group object changed since the last pass
     workloads: dict[tuple[str, str, str], Obj | None]
-    seen: dict[str, tuple[int, Resolved]]
-    waiting: dict[str, Waiting]
     queue: QueuePass
-    # each gang's mechanism and the other mechanisms its pods carry, kept while its pods are unchanged
-    marks: dict[str, tuple[int, Backend, frozenset[str]]] = field(default_factory=dict)
 
 
 class Controller:
@@ -92,16 +88,10 @@ class Controller:
         self.native_version = settings.native_version
         self.passes, self.orphan_seconds, self.resync_seconds = 0, settings.orphan_seconds, settings.resync_seconds
         self._orphans_at = float("-inf")  # when stray group and Gang objects are next looked for
-        self._gone_since: dict[str, float] = {}  # gangs whose workload is deleted: since when
-        self._handed: dict[str, str | None] = {}  # what each other scheduler's gang said of its placeholders
-        # per gang: its pods' version when its workload was last read, and what was read
-        self._seen: dict[str, tuple[int, Resolved]] = {}
         self.related = RelatedObjects()
-        self._marks: dict[str, tuple[int, Backend, frozenset[str]]] = {}
         self.informers: dict[tuple[str, str], Informer] = dict(informers or {})
         self.device_watch = DeviceWatch(self.informers)
         watch_costs(self.device_watch)
-        self.decisions: dict[str, Decision] = {}
         # leadership, asked again before each batch of writes: a leader that lost its lease mid-pass
         # must not release a gang another replica is deciding about
         self.may_write = may_write
@@ -110,13 +100,13 @@ class Controller:
         self.recorder, self.gang_objects, self.workloads = parts.recorder, parts.gang_objects, parts.workloads
         self.reporter, self.releaser, self.requeuer = parts.reporter, parts.releaser, parts.requeuer
         self.mechanisms, self.groups, self.index, self.cycle = parts.mechanisms, parts.groups, parts.index, parts.cycle
+        self.store = parts.store  # all the controller remembers of each gang between passes (observe/store.py)
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.supervisor = Supervisor(self.reporter, self.requeuer, self.gang_objects, may_write)
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
-        self.waker = Waker()
         self.kueue_checks = KueueChecks(
             api, may_write, self.informers, self.gang_objects, opted_out, timeout_of=self._timeout_of
         )
@@ -132,8 +122,13 @@ class Controller:
 
     def resolved(self, gang_key: str) -> Resolved | None:
         """What the last pass read of the gang's workload (its size, timeout, topology), or None."""
-        seen = self._seen.get(gang_key)
-        return seen[1] if seen is not None else None
+        record = self.store.get(gang_key)
+        return record.seen[1] if record is not None and record.seen is not None else None
+
+    @property
+    def decisions(self) -> dict[str, Decision]:
+        """What the last pass decided, gang by gang."""
+        return self.store.decisions()
 
     def reconcile_once(self) -> dict[str, Decision]:
         with metrics.PASS_SECONDS.time():
@@ -142,6 +137,7 @@ class Controller:
     def _reconcile(self, now: dt.datetime) -> dict[str, Decision]:
         stamp = now.timestamp()
         due = self.work.take_due(stamp)
+        self.store.begin_pass()
         wakes: list[float | None] = []
         if self.may_write():
             wakes.append(self.requeuer.resume_due(now))
@@ -154,22 +150,20 @@ class Controller:
             if (VOLCANO_PODGROUPS.group_version, VOLCANO_PODGROUPS.plural) in self.informers:
                 watched = [self.informers.get((r.group_version, r.plural)) for r in all_workload_resources()]
                 self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
-        seen: dict[str, tuple[int, Resolved]] = {}
         touched = self.related.touched(drained(self.informers))
         wakes.append(self.cycle.apply_reservations(snapshot, now))
-        waiting, self.cycle.waiting = self.cycle.waiting, {}
         self.cycle.replaced, self._next_ending = 0, None
         queue = QueuePass(
             self.queue_policy,
             snapshot.nodes,
             snapshot.free,
-            lambda: self.endings(snapshot, seen, workloads, now),
+            lambda: self.endings(snapshot, workloads, now),
             stamp,
             snapshot.eligibility,
             self.queue_depth,
             lambda gang: self.cycle.head_of_line.may_hold(gang, now),
         )
-        current = _Pass(snapshot, now, due, touched, workloads, seen, waiting, queue)
+        current = _Pass(snapshot, now, due, touched, workloads, queue)
         # each gang on its own: group objects of the other backends, gates nothing will release; the
         # NodePools' room goes to the other schedulers' gangs first, then to the gate's in queue order
         if self.cycle.placeholders is not None:
@@ -178,9 +172,8 @@ class Controller:
         visited: list[GangView] = []  # a gang skipped is a gate gang running whole: never partly running
         self.visited = 0
         for gang in snapshot.gangs.values():
-            if self._untouched_running(gang, current):
-                current.seen[gang.key], current.marks[gang.key] = self._seen[gang.key], self._marks[gang.key]
-                decisions[gang.key] = self.decisions[gang.key]
+            if (last := self._untouched_running(gang, current)) is not None:
+                decisions[gang.key] = last
                 continue
             self.visited += 1
             visited.append(gang)
@@ -195,20 +188,17 @@ class Controller:
             if done and decision is not None:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
+                self.store.decided(gang.key, decision)
         self.cycle.finish_releases()
         if self.may_write():  # Kueue's Workloads that wait on gangkeeper's check, in the room the gangs left
             wakes.append(self.kueue_checks.sync(snapshot, now))
-        self._seen, self._marks = seen, current.marks
-        self._gone_since = {key: at for key, at in self._gone_since.items() if key in snapshot.gangs}
-        self._handed = {key: said for key, said in self._handed.items() if key in snapshot.gangs}
         self.gang_objects.flush()  # every gang's reported status, side by side
         partly = held_partly(
             (min(g.mechanisms or {"gate"}), g.pods, r.spec.min_member)
             for g in visited
-            if may_hold_partly(decisions.get(g.key)) and g.key in seen and (r := seen[g.key][1]).spec is not None
+            if may_hold_partly(decisions.get(g.key)) and (r := self.resolved(g.key)) is not None and r.spec is not None
         )
         self.reporter.publish(decisions, self.index.gated, partly, now)
-        self.decisions = decisions
         self.passes += 1
         if stamp >= self._orphans_at and self.may_write():
             self._orphans_at = stamp + self.orphan_seconds
@@ -228,8 +218,7 @@ class Controller:
         log.info("native API changed", extra={"from": native.api_version, "kubernetes": version})
         self.native_version = version
         self.mechanisms.serve_native(version, composite)
-        self._seen.clear()
-        self._marks.clear()
+        self.store.forget_reads()
         self.index.reclassify(lambda pod: self.mechanisms.of_pod(pod).name)
         self.related.clear()  # the group kinds changed with the generation
         return True
@@ -247,25 +236,30 @@ class Controller:
             self.work.failed(key, stamp)
             return False, None
 
-    def _untouched_running(self, gang: GangView, current: _Pass) -> bool:
+    def _untouched_running(self, gang: GangView, current: _Pass) -> Decision | None:
         """A running gate gang nothing of its own changed since its last turn (its pods' version, its
         workload or group object, its deadlines and periodic re-read, its backfill claim) would decide
         Running again: skipped whole. So would a Finished one (its pods kept until its Job goes) whose
         recovery clock does not run: a steady pass costs the changed and the waiting gangs, not the
-        thousands that ran."""
-        last, seen, key = self.decisions.get(gang.key), self._seen.get(gang.key), gang.key
-        settled = last is not None and (
-            last.state == GangState.RUNNING or (last.state == GangState.FINISHED and not last.timed)
-        )
-        return (
-            not self.settings.visit_settled
-            and (settled and seen is not None)
+        thousands that ran. Returns its last decision when it is skipped."""
+        key, record, this_pass = gang.key, self.store.get(gang.key), self.store.pass_number
+        if record is None or record.decided_in != this_pass - 1 or (last := record.decision) is None:
+            return None
+        settled = last.state == GangState.RUNNING or (last.state == GangState.FINISHED and not last.timed)
+        seen = record.seen
+        skipped = (
+            settled
+            and not self.settings.visit_settled
+            and (seen is not None and record.marks is not None)
             and seen[0] == self.index.gang_versions[key]
-            and key in self._marks
             and key not in current.due
             and key not in current.touched
             and self.gang_objects.books(gang.namespace, gang.name).claim_until is None
         )
+        if not skipped:
+            return None
+        record.decided_in = this_pass  # the same decision, this pass's too
+        return last
 
     def _reconcile_gang(self, whole: GangView, current: _Pass) -> tuple[GangView, Resolved] | None:
         """One gang's own reconciliation: its gates lifted when nothing will release it, its group objects
@@ -276,7 +270,7 @@ class Controller:
         gang = whole.made_for(resolved.workload)
         if not gang.pods:
             return None
-        mechanism, switched = self._mechanisms_of(gang, current)
+        mechanism, switched = self._mechanisms_of(gang)
 
         def gated() -> list[tuple[PodView, Obj]]:  # read only on the rare paths that lift gates
             return [(v, raw) for v, raw in zip(gang.pods, gang.raw, strict=True) if v.gated]
@@ -293,11 +287,12 @@ class Controller:
             why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
             self.releaser.lift_gates(lifted, why, now)
             return None
-        if mechanism.name != "gate":
-            # Volcano marks the pods it could place Schedulable: only placeholders show an autoscaler the gang
-            said = self.cycle.hand_over(gang, mechanism.name, current.snapshot) if mechanism.name == "volcano" else None
-            changed = said != self._handed.get(gang.key)
-            self._handed[gang.key] = said
+        if not mechanism.gangkeeper_places:
+            # an autoscaler that would see part of the gang is shown all of it by placeholders
+            shown = mechanism.autoscaler_sees_part
+            said = self.cycle.hand_over(gang, mechanism.name, current.snapshot) if shown else None
+            record = self.store.record(gang.key)
+            changed, record.handed = said != record.handed, said
             if (fresh or changed) and self.may_write():
                 if fresh:
                     self.groups.sync(gang, resolved, mechanism)
@@ -310,11 +305,11 @@ class Controller:
                 again = self.supervisor.look(gang, resolved, mechanism.name, now, grows, said, model or None)
                 if again is not None:
                     self.work.add_at(gang.key, again)
-            if mechanism.name == "coscheduling" and self.may_write():
+            if mechanism.stops_retrying and self.may_write():
                 self._wake_if_it_fits(gang, resolved, current)
             return None
         if not resolved.gone:
-            self._gone_since.pop(gang.key, None)
+            self.store.record(gang.key).gone_since = None
         elif self.may_write() and (lifted := gated()):
             self._lift_when_not_collected(gang.key, lifted, resolved, now)
         return gang, resolved
@@ -326,7 +321,8 @@ class Controller:
         deletes them within seconds. A gate lifted meanwhile lets one of them bind on its own (a gang
         started partly for nothing), so gates come off only pods still there after `orphan_seconds`
         (a garbage collector that is off or far behind)."""
-        since = self._gone_since.setdefault(key, now.timestamp())
+        record = self.store.record(key)
+        since = record.gone_since = record.gone_since if record.gone_since is not None else now.timestamp()
         if now.timestamp() - since < self.orphan_seconds:
             self.work.add_at(key, since + self.orphan_seconds)
             return
@@ -340,37 +336,36 @@ class Controller:
         self.related.note(
             gang.key, version, lambda: watch_keys(gang, self.workloads.workload_resource, self.groups.resources())
         )
-        cached = self._seen.get(gang.key)
+        record = self.store.record(gang.key)
         woken = gang.key in current.due or gang.key in current.touched
-        if cached is not None and cached[0] == version and not woken:
-            current.seen[gang.key] = cached
-            return cached[1], False
+        if record.seen is not None and record.seen[0] == version and not woken:
+            return record.seen[1], False
         resolved = self.workloads.resolve(gang, current.workloads)
         self.work.add_at(gang.key, current.now.timestamp() + staggered(gang.key, self.resync_seconds))
-        current.seen[gang.key] = (version, resolved)
+        record.seen = (version, resolved)
         return resolved, True
 
-    def _mechanisms_of(self, gang: GangView, current: _Pass) -> tuple[Backend, frozenset[str]]:
+    def _mechanisms_of(self, gang: GangView) -> tuple[Backend, frozenset[str]]:
         """The gang's mechanism (its first pod's) and any other one its pods carry but the gate: the
         index tallies them as pods change (reading 1,000 pods on each change of one was a twentieth of
         the controller's CPU, bench/cluster.py autoscale); a view it did not make is read pod by pod."""
-        version = self.index.gang_versions[gang.key]
-        known = self._marks.get(gang.key)
+        version, record = self.index.gang_versions[gang.key], self.store.record(gang.key)
+        known = record.marks
         if known is None or known[0] != version:
             names = gang.mechanisms
             if names is None:
                 names = frozenset(self.mechanisms.of_pod(raw).name for raw in gang.raw)
-            known = (version, self.mechanisms.of_pod(gang.raw[0]), names - {"gate"})
-        current.marks[gang.key] = known
+            known = record.marks = (version, self.mechanisms.of_pod(gang.raw[0]), names - {"gate"})
         return known[1], known[2]
 
     def _wake_if_it_fits(self, gang: GangView, resolved: Resolved, current: _Pass) -> None:
         """A coscheduling gang the scheduler stopped retrying, woken when the model sees it fit (wakeup.py)."""
         stamp = current.now.timestamp()
-        if resolved.spec is None or not self.waker.due(gang.key, stamp):
+        record = self.store.record(gang.key)
+        if resolved.spec is None or not wake_due(record, stamp):
             return
         fits = waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot)
-        again = self.waker.checked(gang.key, stamp, woken=fits)
+        again = note_check(record, stamp, woken=fits)
         if not fits:
             return
         log.info(
@@ -384,7 +379,7 @@ class Controller:
     def _release_turn(self, gang: GangView, resolved: Resolved, current: _Pass) -> Decision:
         """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""
         now = current.now
-        decision = self.cycle.step(gang, resolved, current.snapshot, now, current.waiting.get(gang.key), current.queue)
+        decision = self.cycle.step(gang, resolved, current.snapshot, now, current.queue)
         books = self.gang_objects.books(gang.namespace, gang.name)
         moments = [
             gang_deadline(
@@ -396,7 +391,7 @@ class Controller:
                 self.gang_objects.releases(gang.namespace, gang.name),
             ),
             self.requeuer.avoid_ends(gang.key),
-            self.reporter.counts_due.get(gang.key),  # newer counts held back (report.py)
+            self.reporter.counts_due(gang.key),  # newer counts held back (report.py)
         ]
         if decision.state == GangState.RELEASE and resolved.spec is not None:  # the pods just released
             moments.append(now + dt.timedelta(seconds=resolved.spec.timeout_seconds, milliseconds=1))
@@ -406,19 +401,15 @@ class Controller:
         return decision
 
     def endings(
-        self,
-        snapshot: Snapshot,
-        seen: Mapping[str, tuple[int, Resolved]],
-        workloads: dict[tuple[str, str, str], Obj | None],
-        now: dt.datetime,
+        self, snapshot: Snapshot, workloads: dict[tuple[str, str, str], Obj | None], now: dt.datetime
     ) -> list[Ending]:
         """When the capacity held by running gangs returns (`running_endings`); the pass runs again when
         the first of those promises lapses."""
 
         def resolved_of(key: str, gang: GangView) -> Resolved | None:
-            known = seen.get(key) or self._seen.get(key)
+            known = self.resolved(key)
             try:
-                return known[1] if known is not None else self.workloads.resolve(gang, workloads)
+                return known if known is not None else self.workloads.resolve(gang, workloads)
             except Exception:  # that gang's failure is reported on its own turn, not on the one asking
                 return None
 
@@ -448,8 +439,6 @@ class Controller:
         if self.cycle.placeholders is not None:
             self.cycle.placeholders.sweep(live)
         self.work.keep_only(live)
-        self.gang_objects.keep_only(set(live))
-        self.waker.keep_only(set(live))
-        self.reporter.keep_only(set(live))
+        self.store.keep_only(live)
         self.related.keep_only(live)
         return Snapshot.of(index, live)
