@@ -12,6 +12,8 @@ request machinery (webhook/admission/app.py, AdmissionFirst).
 - open loop at --rate requests per second, --open-repeat times (the median p99 judged), latency from the
   scheduled send (no coordinated omission), with where the slow calls waited;
 - a new connection per request (a TLS handshake each);
+- a burst: a 1,000-pod Job's pod reviews as the Job controller sends them (500 per sync in slow-start
+  batches of 1, 2, 4, ..., each batch side by side), the time to the last answer;
 - 8 connections while 32 clients trickle their headers a byte at a time;
 - connection churn: a new TLS connection per call for --churn-seconds, each worker's RSS before and
   after (a closed connection must leave nothing behind).
@@ -222,6 +224,7 @@ def main() -> int:
         # on): its verdict is the median of several runs, mutate and no-op alternating
         *((f"open {args.rate:.0f}/s #{n + 1}", "open", {"rate": args.rate}) for n in range(args.open_repeat)),
         ("new conn x8", "newconn", {"conns": 8}),
+        ("burst 1000", "burst", {"count": 1000}),
         ("8 + 32 slow", "trickle", {"conns": 8, "trickle": 32}),
     ]
     print(
@@ -289,6 +292,12 @@ def main() -> int:
             f"peak: mutate {peak_mutate:.0f}/s, {name} {peak:.0f}/s, ratio {peak_mutate / peak:.2f} "
             f"(target >= 0.8: {verdict[peak_mutate >= 0.8 * peak]})"
         )
+    last = {e: 1000 * figures[(e, "burst 1000")]["requests"] / figures[(e, "burst 1000")]["rps"] for e in targets}
+    print(
+        f"a 1,000-pod Job's burst, time to the last answer: mutate {last['/mutate']:.0f} ms, same-server no-op "
+        f"{last['/noop']:.0f} ms ({last['/mutate'] / last['/noop']:.2f}x), granian no-op {last['granian']:.0f} ms "
+        f"({last['/mutate'] / last['granian']:.2f}x)"
+    )
     if churn is not None:
         result, before_rss, after_rss = churn
         growth = max(after_rss[pid] - before_rss.get(pid, after_rss[pid]) for pid in after_rss)

@@ -6,7 +6,8 @@
 // Modes: closed (N connections, each sends as soon as its last answer came back), open (a fixed rate;
 // latency counted from the scheduled send, so queueing is not hidden), newconn (no keep-alive: a TLS
 // handshake per call), trickle (N closed-loop connections while M other clients send their headers one
-// byte at a time and never finish). One JSON line of figures on stdout.
+// byte at a time and never finish), burst (a Job's -count pods created as kube-controller-manager's Job
+// controller creates them: the time to the last answer). One JSON line of figures on stdout.
 package main
 
 import (
@@ -75,7 +76,8 @@ func main() {
 	url := flag.String("url", "", "https://host:port/path")
 	caFile := flag.String("ca", "", "CA bundle")
 	bodyFile := flag.String("body", "", "request body (an AdmissionReview)")
-	mode := flag.String("mode", "closed", "closed | open | newconn | trickle")
+	mode := flag.String("mode", "closed", "closed | open | newconn | trickle | burst")
+	count := flag.Int("count", 1000, "pods of the Job created (burst)")
 	conns := flag.Int("conns", 8, "concurrent connections (closed, newconn, trickle)")
 	rate := flag.Float64("rate", 1000, "requests per second (open)")
 	seconds := flag.Float64("seconds", 5, "duration")
@@ -190,6 +192,28 @@ func main() {
 				defer wg.Done()
 				call(scheduled)
 			}(next)
+		}
+	case "burst":
+		// the Job controller creating a Job's pods (pkg/controller/job/job_controller.go manageJob): at
+		// most MaxPodCreateDeletePerSync (500) per sync, each sync in slowStartBatch's batches of 1, 2, 4,
+		// ... (SlowStartInitialBatchSize 1), a batch's creations side by side and the next batch once all
+		// are answered; each creation is one call to the webhook
+		for left := *count; left > 0; {
+			inSync := min(left, 500)
+			left -= inSync
+			for size := 1; inSync > 0; size *= 2 {
+				batch := min(size, inSync)
+				inSync -= batch
+				var answered sync.WaitGroup
+				for i := 0; i < batch; i++ {
+					answered.Add(1)
+					go func() {
+						defer answered.Done()
+						call(time.Now())
+					}()
+				}
+				answered.Wait()
+			}
 		}
 	default:
 		must(fmt.Errorf("unknown mode %q", *mode))
