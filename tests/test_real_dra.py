@@ -338,8 +338,9 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
     The gate starts a gang exactly when kube-scheduler binds every pod of it, and never binds one partly.
     CI runs a seed known to agree (KNOWN_SEED), so a red run is a regression, not a new random case;
     GK_DRA_SEED=random explores new cases and GK_DRA_SEED=N replays one. The seed is printed on failure.
-    Known gap (issue 79): seed 364264077, case 47 (a request with capacity.requests on devices that
-    define no capacity) bound under native and waited under the gate."""
+    Not yet explained (issue 79): seed 364264077's case 47 (capacity.requests on devices that define no
+    capacity) disagreed once in a loaded CI run (native 3 of 3 bound, the gate none) and agreed when
+    replayed alone."""
     chosen = os.environ.get("GK_DRA_SEED") or str(KNOWN_SEED)
     seed = random.SystemRandom().randrange(1 << 30) if chosen == "random" else int(chosen)
     rng = random.Random(seed)
@@ -386,14 +387,15 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
                     bound_now["released"][case] += 1
         return bound_now
 
-    # settled: the same for 20 s, at least 45 s after the apply (a gang waits for its last pod's claim)
+    # settled: the same for 30 s, at least 60 s after the apply (a gang waits for its last pod's claim;
+    # a loaded CI machine delays both sides)
     started, last, since = time.monotonic(), verdicts(), time.monotonic()
-    while time.monotonic() - started < 150:
+    while time.monotonic() - started < 180:
         time.sleep(5)
         now = verdicts()
         if now != last:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since >= 20 and time.monotonic() - started >= 45:
+        elif time.monotonic() - since >= 30 and time.monotonic() - started >= 60:
             break
     wrong = []
     for i, (devices, claim, size) in enumerate(cases):
