@@ -138,10 +138,6 @@ class GangStore:
 
     # --- what the previous pass left: valid only when written in it
 
-    def previous_decision(self, key: str) -> Decision | None:
-        found = self._records.get(key)
-        return found.decision if found is not None and found.decided_in == self.pass_number - 1 else None
-
     def previous_waiting(self, key: str) -> Waiting | None:
         found = self._records.get(key)
         return found.waiting if found is not None and found.waiting_in == self.pass_number - 1 else None
