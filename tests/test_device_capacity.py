@@ -8,7 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from tests.test_devices import allocate, device_class, exactly, node, node_slice, pod_spec, template
+from tests.test_devices import allocate, device_class, exactly, gpus, node, node_slice, pod_spec, template
 from webhook.controller.decide import device_capacity
 from webhook.controller.decide.devices import claim_resource, inventory_from, pod_demand
 
@@ -130,6 +130,20 @@ def test_a_capacity_request_no_device_can_hold_is_named() -> None:
     )
     assert allocate(inventory, pod_spec("slice"), node("n1")) == [None]  # taken whole, the request fits in it
     assert allocate(inventory, pod_spec("big"), node("n1")) != [None]
+
+
+def test_devices_taken_whole_each_hold_a_capacity_request_their_capacity_covers() -> None:
+    """The DRA differential's seed 364264077, case 47 (issue 79): four 80Gi devices that are not shared,
+    three pods each claiming one with `capacity.requests: {memory: 3Gi}`. kube-scheduler binds all three
+    (incubating/consumable_capacity.go CmpRequestOverCapacity: the request is within the device's value);
+    a device that defines no memory is refused (requestsContainNonExistCapacity)."""
+    inventory = inventory_from([device_class()], [node_slice("n1", gpus(4))], [], [wanting("3Gi")])
+    assert allocate(inventory, pod_spec(*["slice"] * 4), node("n1")) == [None]
+    assert allocate(inventory, pod_spec(*["slice"] * 5), node("n1")) != [None]
+    bare = inventory_from([device_class()], [node_slice("n1", [{"name": "gpu-0"}])], [], [wanting("3Gi")])
+    assert "with room for spec.devices.requests[].capacity.requests" in str(
+        allocate(bare, pod_spec("slice"), node("n1"))
+    )
 
 
 def test_admin_access_takes_a_device_in_use_and_its_allocation_holds_nothing() -> None:
