@@ -20,16 +20,15 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from webhook.controller.decide.situation import Decision
-from webhook.controller.observe.resolve import Resolved
-from webhook.gangs.model import Obj
-
 if TYPE_CHECKING:
     from webhook.backends import Backend
     from webhook.controller.decide.pods import Release
     from webhook.controller.decide.preemption import Victim
+    from webhook.controller.decide.situation import Decision
     from webhook.controller.observe.books import Books
+    from webhook.controller.observe.resolve import Resolved
     from webhook.controller.observe.reuse import Waiting
+    from webhook.gangs.model import Obj
 
 NEVER = float("-inf")
 
