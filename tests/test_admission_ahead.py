@@ -22,7 +22,8 @@ from webhook.admission.decide import admit
 from webhook.admission.handler import Handler
 from webhook.backends import make
 from webhook.contract import AWAITING_OWNER_ANNOTATION, HELD_MIN_MEMBER
-from webhook.controller.act.groups import ADOPT_WITHIN_SECONDS, ORPHAN_GRACE_SECONDS, orphan_groups, spec_patch
+from webhook.controller.act.groups import ORPHAN_GRACE_SECONDS, orphan_groups
+from webhook.controller.decide.group_specs import ADOPT_WITHIN_SECONDS, spec_patch
 from webhook.kube import Api, Resource
 
 PODGROUPS = ("scheduling.volcano.sh/v1beta1", "podgroups")

@@ -231,7 +231,7 @@ def test_a_template_or_request_owned_by_the_gang_but_not_made_by_gangkeeper_is_r
     """A tenant who may write PodTemplates forges one of the predictable name with an owner reference to
     the Gang (96 CPUs): it is never put into the request; it is deleted and the gang's own made in its
     place. A request of the gang's name owned by the Gang that asks for more than waits is deleted too."""
-    from webhook.controller.act.placeholders import shape_tag
+    from webhook.controller.act.placeholder_pods import shape_tag
 
     store, clock = apiserver.store, Clock()
     controller = waiting_gang(store, api, requests_informer, clock, "4", 4)

@@ -139,7 +139,8 @@ def test_the_leak_walk_finds_what_is_left(apiserver: TestApiServer, api: Api) ->
     controller = Controller(api, clock=clock, resync_seconds=3600)
     key = run_and_delete(apiserver, controller, clock, "kept")
     controller.cycle.head_of_line.__dict__["stray"] = {key: 1}
-    assert references(controller, key) == ["controller.cycle.head_of_line.stray"]
+    found = references(controller, key)  # by whichever path the walk reaches the cycle first
+    assert len(found) == 1 and found[0].endswith("cycle.head_of_line.stray"), found
 
 
 def test_ten_thousand_gangs_churned_leave_the_controllers_memory_flat(apiserver: TestApiServer, api: Api) -> None:

@@ -10,8 +10,9 @@ import yaml
 
 from webhook import contract
 from webhook.admission import keys
-from webhook.admission.decide import Outcome, admit, describe
+from webhook.admission.decide import admit
 from webhook.admission.resolve import BackendResolver, StaticNamespaces
+from webhook.admission.under_review import Outcome, describe
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, NamespaceInfo
 from webhook.backends.discovery import Unavailable
 from webhook.gangs import supported

@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from webhook.admission import keys, metrics, review
-from webhook.admission.decide import admit, describe
+from webhook.admission.decide import admit
 from webhook.admission.resolve import BackendResolver
+from webhook.admission.under_review import describe
 from webhook.backends import Backend, Volcano
 from webhook.backends.discovery import Unavailable
 from webhook.gangs import limits

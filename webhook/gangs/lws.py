@@ -106,3 +106,15 @@ register(
         tag="lws",
     )
 )
+
+
+def volcano_scheduled(workload: Obj, scheduler: str) -> bool:
+    """A LeaderWorkerSet whose templates gangkeeper gave Volcano's scheduler, named `scheduler` (its pods
+    get their group names one by one, so no template carries one)."""
+    template = ((workload.get("spec") or {}).get("leaderWorkerTemplate")) or {}
+    if not isinstance(template, dict):
+        return False
+    return any(
+        isinstance(t, dict) and isinstance(t.get("spec"), dict) and t["spec"].get("schedulerName") == scheduler
+        for t in (template.get("leaderTemplate"), template.get("workerTemplate"))
+    )

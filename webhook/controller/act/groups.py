@@ -16,6 +16,7 @@ from webhook.backends.volcano import volcano_groups_in
 from webhook.controller import metrics
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.wakeup import WAKE_ANNOTATION
+from webhook.controller.decide.group_specs import awaiting_owner, made_ahead_for, spec_patch
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import group_resource
@@ -28,11 +29,6 @@ log = logging.getLogger("gangkeeper.controller")
 # a PodGroup the webhook made at its workload's admission (unowned, AWAITING_OWNER_ANNOTATION) is no
 # orphan while this young: the controller adopts it for the workload a pass later
 ORPHAN_GRACE_SECONDS = contract.AWAITING_OWNER_GRACE_SECONDS
-# the spec fields of the mutable group kinds the API server fills in when they are left out (a Volcano
-# PodGroup's `queue`: `default: default` in its CRD): never taken out, or every pass would write them
-DEFAULTED_SPEC_FIELDS = {"scheduling.volcano.sh": frozenset({"queue"}), "scheduling.x-k8s.io": frozenset()}
-LWS_NAME_LABEL = lws.NAME_LABEL
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # GroupIndexLabelKey
 
 # native generations whose group specs cannot be updated (k8s.io/api scheduling v1alpha1 Workload.spec,
 # v1alpha2 `+k8s:immutable`; a PodGroup cannot be replaced either while pods name it: its
@@ -163,7 +159,7 @@ class GroupObjects:
         provider manages (its PodGroup labelled with the set's name and the group's index, lws
         pkg/schedulerprovider/volcano_provider.go), a workload another PodGroup is controlled by."""
         wanted = volcano_groups_in(workload)
-        is_lws = kinds.volcano_groups_by_operator(str(workload.get("kind", ""))) and volcano_scheduled(
+        is_lws = kinds.volcano_groups_by_operator(str(workload.get("kind", ""))) and lws.volcano_scheduled(
             workload, self.volcano_scheduler
         )
         if not wanted and not is_lws:
@@ -242,8 +238,8 @@ class GroupObjects:
             if (
                 meta.get("namespace") == namespace
                 and contract.GROUP_LABEL not in labels
-                and labels.get(LWS_NAME_LABEL) == set_name
-                and labels.get(LWS_GROUP_INDEX_LABEL) == index
+                and labels.get(lws.NAME_LABEL) == set_name
+                and labels.get(lws.GROUP_INDEX_LABEL) == index
             ):
                 return True
         return False
@@ -279,18 +275,6 @@ class GroupObjects:
             kind, name = desired["kind"], desired["metadata"]["name"]
             log.warning("group object refused", extra={"gang": key, "status": error.status if error else 0})
             self.reporter.event(subject, "Warning", "GroupObjectRefused", f"{kind} {name}: {refusal}")
-
-
-def volcano_scheduled(workload: Obj, scheduler: str) -> bool:
-    """A LeaderWorkerSet whose templates gangkeeper gave Volcano's scheduler, named `scheduler` (its pods
-    get their group names one by one, so no template carries one)."""
-    template = ((workload.get("spec") or {}).get("leaderWorkerTemplate")) or {}
-    if not isinstance(template, dict):
-        return False
-    return any(
-        isinstance(t, dict) and isinstance(t.get("spec"), dict) and t["spec"].get("schedulerName") == scheduler
-        for t in (template.get("leaderTemplate"), template.get("workerTemplate"))
-    )
 
 
 def _refusal_text(error: ApiError) -> str:
@@ -336,63 +320,6 @@ def orphan_groups(
     return deleted
 
 
-# how long after its held PodGroup a workload may be stored and still be the one it was made for: the
-# admission steps after gangkeeper's validation (other webhooks, quota), each a few seconds at most
-ADOPT_WITHIN_SECONDS = 15.0
-# creation times are whole seconds, and two API servers' clocks may differ a little
-CLOCK_SLACK_SECONDS = 2.0
-
-
-def awaiting_owner(meta: Obj) -> bool:
-    return contract.AWAITING_OWNER_ANNOTATION in (meta.get("annotations") or {}) and not meta.get("ownerReferences")
-
-
-def made_ahead_for(group: Obj, workload: Obj) -> bool:
-    """Whether `group` is the held PodGroup gangkeeper's webhook made at `workload`'s admission: marked,
-    unowned, in the held shape the webhook makes and its ValidatingAdmissionPolicy allows (admission/
-    ahead.py), made at most ADOPT_WITHIN_SECONDS before the workload was stored. One made for an earlier
-    workload of the name is older than that, or was adopted by it."""
-    meta = group.get("metadata") or {}
-    spec = group.get("spec") or {}
-    if not awaiting_owner(meta) or meta["annotations"][contract.AWAITING_OWNER_ANNOTATION] != "true":
-        return False
-    if spec.get("minMember") != contract.HELD_MIN_MEMBER or set(spec) - {"minMember", "queue", "minResources"}:
-        return False
-    stored = _timestamp((workload.get("metadata") or {}).get("creationTimestamp"))
-    made = _timestamp(meta.get("creationTimestamp"))
-    if stored is None or made is None:
-        return False
-    return -CLOCK_SLACK_SECONDS <= (stored - made).total_seconds() <= ADOPT_WITHIN_SECONDS
-
-
-def spec_patch(group_version: str, current: object, desired: Obj) -> Obj | None:
-    """The merge patch that makes a group object's spec the gang's, or None when it is already: every
-    field the gang sets, and, on the kinds gangkeeper alone writes, every other field taken out but those
-    the API server fills in (a spec is the gang's, not a merge with whatever was there)."""
-    current_spec = current if isinstance(current, dict) else {}
-    group = group_version.split("/", 1)[0]
-    defaulted = DEFAULTED_SPEC_FIELDS.get(group)
-    extra = (
-        [
-            key
-            for key, value in current_spec.items()
-            if key not in desired and key not in defaulted and value is not None
-        ]
-        if defaulted is not None
-        else []
-    )
-    if not extra and contains(current_spec, desired):
-        return None  # what the API server adds (defaults, a resolved priority) is no difference
-    return {**dict.fromkeys(extra), **desired}
-
-
-def _timestamp(value: object) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _age_seconds(meta: Obj, now: dt.datetime) -> float:
     """How long ago the API server made the object (an unreadable timestamp: old)."""
     try:
@@ -400,21 +327,3 @@ def _age_seconds(meta: Obj, now: dt.datetime) -> float:
     except ValueError:
         return float("inf")
     return (now - created).total_seconds()
-
-
-def contains(current: object, wanted: object) -> bool:
-    """Whether `current` holds every field of `wanted` with the same value: objects compared field by
-    field, lists item by item (a list of objects as the API server stores it carries fields we never
-    wrote: a v1beta1 PodGroupTemplate's `schedulingConstraints` is serialized even when null, k8s.io/api
-    scheduling/v1beta1/types.go has no omitempty on it, so comparing whole lists rewrote a 1.37 Workload
-    at every change of its gang's pods: 277 PATCHes for one 1,000-pod Job in bench/cluster.py), anything
-    else exactly."""
-    if isinstance(wanted, dict):
-        return isinstance(current, dict) and all(contains(current.get(key), value) for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return (
-            isinstance(current, list)
-            and len(current) == len(wanted)
-            and all(contains(have, want) for have, want in zip(current, wanted, strict=True))
-        )
-    return current == wanted

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.act.placeholders import FreeRoom, on_free, placeholder_for, shape_tag
+from webhook.controller.act.placeholder_pods import FreeRoom, on_free, placeholder_for, shape_tag
 from webhook.controller.decide.devices import CLASS_RESOURCE_PREFIX, BoundedMap
 from webhook.controller.decide.pods import PodView, parse_time
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from webhook.backends import Backend
 from webhook.controller import metrics
@@ -24,13 +24,11 @@ from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.groups import orphan_groups
 from webhook.controller.act.kueue_checks import KueueChecks
 from webhook.controller.act.supervise import Supervisor
-from webhook.controller.act.wakeup import note_check, waiting_gang_fits, wake_due
 from webhook.controller.decide.deadlines import MIN_REQUEUE_SECONDS, earliest, gang_deadline
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.recovery import held_partly, may_hold_partly
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.decide.verdict import model_verdict
 from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
@@ -40,13 +38,13 @@ from webhook.controller.observe.source import ChangeSource, Listing, Source
 from webhook.controller.observe.workloads import all_workload_resources, group_resource
 from webhook.controller.run.bootstrap import ControllerSettings, wire
 from webhook.controller.run.clockguard import SteadyClock
+from webhook.controller.run.supervised import SupervisedTurn
 from webhook.controller.run.workqueue import GangQueue, staggered
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Api
 
 log = logging.getLogger("gangkeeper.controller")
-_T = TypeVar("_T")
 VOLCANO_PODGROUPS = group_resource("scheduling.volcano.sh/v1beta1", "PodGroup")
 
 
@@ -104,6 +102,9 @@ class Controller:
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.supervisor = Supervisor(self.reporter, self.requeuer, self.gang_objects, may_write)
+        self.supervised = SupervisedTurn(
+            self.cycle, self.store, self.groups, self.supervisor, self.releaser, self.work, may_write
+        )
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
         self._next_ending: float | None = None  # the earliest promised end of a running gang's run time
@@ -177,14 +178,14 @@ class Controller:
                 continue
             self.visited += 1
             visited.append(gang)
-            done, turn = self._guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
+            done, turn = self.work.guarded(gang.key, stamp, partial(self._reconcile_gang, gang, current))
             if done and turn is not None:
                 cycle.append(turn)
             elif done:
                 self.work.forget(gang.key)
         # the release cycle, gate gangs only: higher priority first, then whoever waited longest
         for gang, resolved in sorted(cycle, key=lambda item: self.cycle.queue_key(item[0], now)):
-            done, decision = self._guarded(gang.key, stamp, partial(self._release_turn, gang, resolved, current))
+            done, decision = self.work.guarded(gang.key, stamp, partial(self._release_turn, gang, resolved, current))
             if done and decision is not None:
                 self.work.forget(gang.key)
                 decisions[gang.key] = decision
@@ -222,19 +223,6 @@ class Controller:
         self.index.reclassify(lambda pod: self.mechanisms.of_pod(pod).name)
         self.related.clear()  # the group kinds changed with the generation
         return True
-
-    def _guarded(self, key: str, stamp: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
-        """A gang's turn, (whether it ran through, what it returned); one that raises is that gang's
-        failure alone: counted, logged, and the gang waits out its own backoff while the others go on."""
-        if self.work.backing_off(key, stamp):
-            return False, None
-        try:
-            return True, turn()
-        except Exception:
-            log.exception("gang reconciliation failed", extra={"gang": key})
-            metrics.GANG_FAILURES.inc()
-            self.work.failed(key, stamp)
-            return False, None
 
     def _untouched_running(self, gang: GangView, current: _Pass) -> Decision | None:
         """A running gate gang nothing of its own changed since its last turn (its pods' version, its
@@ -288,25 +276,7 @@ class Controller:
             self.releaser.lift_gates(lifted, why, now)
             return None
         if not mechanism.gangkeeper_places:
-            # an autoscaler that would see part of the gang is shown all of it by placeholders
-            shown = mechanism.autoscaler_sees_part
-            said = self.cycle.hand_over(gang, mechanism.name, current.snapshot) if shown else None
-            record = self.store.record(gang.key)
-            changed, record.handed = said != record.handed, said
-            if (fresh or changed) and self.may_write():
-                if fresh:
-                    self.groups.sync(gang, resolved, mechanism)
-                # supervised as the gate's gangs are: never left partly running (act/supervise.py), and
-                # told what gangkeeper's model makes of a gang still waiting
-                snap, grows = current.snapshot, self.cycle.autoscaled()
-                model = resolved.spec and model_verdict(
-                    gang.pods, resolved.spec.min_member, snap.nodes, snap.free, snap.ports, snap.eligibility, grows
-                )
-                again = self.supervisor.look(gang, resolved, mechanism.name, now, grows, said, model or None)
-                if again is not None:
-                    self.work.add_at(gang.key, again)
-            if mechanism.stops_retrying and self.may_write():
-                self._wake_if_it_fits(gang, resolved, current)
+            self.supervised.take(gang, resolved, mechanism, fresh, current.snapshot, now)
             return None
         if not resolved.gone:
             self.store.record(gang.key).gone_since = None
@@ -357,24 +327,6 @@ class Controller:
                 names = frozenset(self.mechanisms.of_pod(raw).name for raw in gang.raw)
             known = record.marks = (version, self.mechanisms.of_pod(gang.raw[0]), names - {"gate"})
         return known[1], known[2]
-
-    def _wake_if_it_fits(self, gang: GangView, resolved: Resolved, current: _Pass) -> None:
-        """A coscheduling gang the scheduler stopped retrying, woken when the model sees it fit (wakeup.py)."""
-        stamp = current.now.timestamp()
-        record = self.store.record(gang.key)
-        if resolved.spec is None or not wake_due(record, stamp):
-            return
-        fits = waiting_gang_fits(gang.pods, resolved.spec.min_member, current.snapshot)
-        again = note_check(record, stamp, woken=fits)
-        if not fits:
-            return
-        log.info(
-            "coscheduling gang fits: its PodGroup touched for the scheduler to retry it",
-            extra={"gang": gang.key, "pods_too": again},
-        )
-        self.groups.wake(resolved, current.now)
-        if again:  # the last wake did not get it scheduled: a pod may be lost from the scheduler's queue
-            self.releaser.touch([p for p in gang.pods if not p.finished and not p.node_name], current.now)
 
     def _release_turn(self, gang: GangView, resolved: Resolved, current: _Pass) -> Decision:
         """A gate gang's turn in the release cycle: decided, acted on, and queued again for its deadline."""

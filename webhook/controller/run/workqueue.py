@@ -3,14 +3,22 @@
 Shaped like client-go's delaying, rate-limited work queue (k8s.io/client-go/util/workqueue:
 `AddAfter`, `AddRateLimited`, `Forget`): a gang is due at the earliest moment anyone asked for it; a
 gang whose reconciliation raised comes back after its own exponential backoff, which `forget` resets
-once it succeeds. Times are seconds on the controller's clock; nothing here reads a clock itself.
+once it succeeds (`guarded` runs a turn so). Times are seconds on the controller's clock; nothing here
+reads a clock itself.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from webhook.controller import metrics
+
+log = logging.getLogger("gangkeeper.controller")
+_T = TypeVar("_T")
 
 BASE_BACKOFF_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 300.0
@@ -67,6 +75,19 @@ class GangQueue:
 
     def backing_off(self, key: str, now: float) -> bool:
         return self._retry_at.get(key, float("-inf")) > now
+
+    def guarded(self, key: str, now: float, turn: Callable[[], _T]) -> tuple[bool, _T | None]:
+        """A gang's turn, (whether it ran through, what it returned); one that raises is that gang's
+        failure alone: counted, logged, and the gang waits out its own backoff while the others go on."""
+        if self.backing_off(key, now):
+            return False, None
+        try:
+            return True, turn()
+        except Exception:
+            log.exception("gang reconciliation failed", extra={"gang": key})
+            metrics.GANG_FAILURES.inc()
+            self.failed(key, now)
+            return False, None
 
     def forget(self, key: str) -> None:
         """The gang reconciled: its next failure starts the backoff afresh."""
