@@ -17,7 +17,7 @@ from webhook.controller import metrics
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.wakeup import WAKE_ANNOTATION
 from webhook.controller.decide.group_specs import awaiting_owner, made_ahead_for, spec_patch
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import group_resource
 from webhook.gangs import kinds, lws

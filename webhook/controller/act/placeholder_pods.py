@@ -27,7 +27,7 @@ from webhook.controller.decide.shapes import Shape, show
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.observe.books import KIND as GANG_KIND
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.gangs.model import Obj
 
 # the states in which a gang waits on capacity alone (not on the queue, its members, a backoff)

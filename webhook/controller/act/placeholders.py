@@ -63,7 +63,8 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import show
 from webhook.controller.decide.situation import Decision
 from webhook.controller.observe.autoscaler import DEFAULT_MAX_PLACEHOLDER_PODS, PAUSE_IMAGE
-from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.store import GangStore
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError

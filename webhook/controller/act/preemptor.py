@@ -28,7 +28,7 @@ from webhook.controller.decide.preemption import (
     choose_victims,
 )
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot
 from webhook.kube import PODS, Api, ApiError, Resource

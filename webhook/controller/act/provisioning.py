@@ -30,7 +30,7 @@ from webhook.controller.decide.pods import PodView, parse_time
 from webhook.controller.observe.autoscaler import PAUSE_IMAGE
 from webhook.controller.observe.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.observe.books import KIND as GANG_KIND
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Api, ApiError, Resource

@@ -19,7 +19,7 @@ from webhook.controller.decide.pods import RELEASE_CONCURRENCY, PodView, Release
 from webhook.controller.decide.shapes import HostPort
 from webhook.controller.decide.situation import Decision
 from webhook.controller.decide.state import release_patch
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError

@@ -24,7 +24,7 @@ from webhook.controller.observe.books import (
     differs_beyond_counts,
     release_records,
 )
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.store import GangStore
 from webhook.gangs.model import Obj

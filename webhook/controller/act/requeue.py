@@ -16,7 +16,7 @@ from webhook.controller.decide.pods import DEFAULT_TIMEOUT_SECONDS, format_time
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import DEFAULT_BACKOFF_BASE_SECONDS, backoff_seconds
 from webhook.controller.observe.books import Books, books_of
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved, Workloads
 from webhook.controller.observe.workloads import SUSPEND_PATHS, SUSPENDED_ANNOTATION, WORKLOAD_RESOURCES, nested
 from webhook.gangs import kinds

@@ -26,7 +26,7 @@ from webhook.controller.act.requeue import Requeuer
 from webhook.controller.decide.recovery import recover, requeued_whole
 from webhook.controller.decide.situation import Decision, GangSpec, GangState
 from webhook.controller.observe.books import Books
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 
 

@@ -10,108 +10,31 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from webhook import contract
 from webhook.controller.decide import devices
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.placement import Member, Placement
-from webhook.controller.decide.pods import PodView, Release, gang_priority, shape_of
-from webhook.controller.decide.preemption import Victim
+from webhook.controller.decide.pods import PodView, Release, shape_of
 from webhook.controller.decide.recovery import ever_placement
 from webhook.controller.decide.shapes import HostPort, Node, Shape, Units
+from webhook.controller.observe.device_nodes import DeviceNodes
+from webhook.controller.observe.gangview import GangView
+from webhook.controller.observe.holds import (
+    Hold,
+    PlaceholderHolds,
+    PreemptionQueries,
+    Seen,
+    add_units,
+    placeholder_owner,
+    waiting_claims,
+)
 from webhook.gangs.model import Obj
 from webhook.gangs.pod import member_group
 
 
-@dataclass
-class GangView:
-    namespace: str
-    name: str
-    pods: list[PodView] = field(default_factory=list)
-    raw: list[Obj] = field(default_factory=list)
-    # made once: a pass asks for it a few dozen times per gang
-    key: str = field(init=False, repr=False, compare=False)
-    # what the index tallied of its pods as they changed (None: not known, read off the pods): the
-    # mechanisms whose marks they carry, and the uids of the workloads they were made for
-    mechanisms: frozenset[str] | None = field(default=None, repr=False, compare=False)
-    workload_uids: frozenset[str] | None = field(default=None, repr=False, compare=False)
-    # the index's roster version of the gang when the view was made (None: not the index's): the same
-    # while its members, their uids and whether each ended are (ClusterIndex.roster_versions)
-    roster: int | None = field(default=None, repr=False, compare=False)
-    # the last `made_for`: (the workload's uid, the view, None for this one: no cycle for the collector to
-    # find, garbage.py); the index keeps a view while its pods are the same
-    _made_for: tuple[str, GangView | None] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.key = f"{self.namespace}/{self.name}"
-
-    def made_for(self, workload: Obj | None) -> GangView:
-        """The gang's pods made for this very workload. A pod whose workload uid is another's was made for
-        an earlier workload of the same name, since deleted (its name and labels are the same): the
-        garbage collector is deleting it, and it is no member of the new one's gang."""
-        uid = str(((workload or {}).get("metadata") or {}).get("uid") or "")
-        if self._made_for is not None and self._made_for[0] == uid:
-            return self._made_for[1] or self
-        if self.workload_uids is not None and self.workload_uids <= {"", uid}:
-            self._made_for = (uid, None)  # all made for it, as the index's tally says: no pod to look at
-            return self
-        kept = [i for i, view in enumerate(self.pods) if not uid or view.workload_uid in ("", uid)]
-        made = None
-        if len(kept) != len(self.pods):
-            made = GangView(self.namespace, self.name, [self.pods[i] for i in kept], [self.raw[i] for i in kept])
-        self._made_for = (uid, made)
-        return made or self
-
-
-def _add(target: dict[str, int], units: Iterable[tuple[str, int]], sign: int) -> None:
-    for resource, amount in units:
-        target[resource] = target.get(resource, 0) + sign * amount
-
-
-def placeholder_owner(meta: Obj) -> str | None:
-    """The uid of the Gang a placeholder pod is owned by, the Gang its label names (a pod that carries the
-    label with no such owner is not one: the label alone is anyone's to write). Only the controller's
-    account may make a pod that has either (ValidatingAdmissionPolicy
-    gangkeeper-placeholders-made-by-the-controller-only), so the controller counts and deletes its own."""
-    name = (meta.get("labels") or {}).get(contract.PLACEHOLDER_LABEL)
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            isinstance(ref, dict)
-            and ref.get("apiVersion") == contract.GANG_API_VERSION
-            and ref.get("kind") == contract.GANG_KIND
-            and ref.get("name") == name
-            and ref.get("uid")
-        ):
-            return str(ref["uid"])
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Hold:
-    """What one pod takes from its node (its requests: the shape's tuple, shared by identical pods)."""
-
-    node: str
-    units: tuple[tuple[str, int], ...]
-    ports: tuple[HostPort, ...]
-    priority: int
-    going: bool = False  # being deleted: its capacity is on its way back
-
-
-@dataclass(frozen=True, slots=True)
-class _Seen:
-    """What is kept of every pod: enough to undo its contribution when it changes. Views and objects are
-    kept only for gang members and stray gated pods; the other 95% of a cluster are just capacity."""
-
-    resource_version: str
-    gang: str  # "namespace/group", or ""
-    gated: bool  # counted among the gated pods
-    stray: bool
-    placeholder_for: str = ""  # "namespace/group" of the gang a placeholder pod stands for
-    claims: tuple[tuple[str, str, str], ...] = ()  # the templates and claims it names while it waits
-
-
-class ClusterIndex:
+class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
     """Pods, nodes, each node's free capacity and host ports, and the gangs, updated by changes."""
 
     def __init__(
@@ -127,20 +50,18 @@ class ClusterIndex:
         # 1,000-pod gang's in one look, not one per pod each time one of them changed
         self._tallies: dict[str, tuple[Counter[str], Counter[str]]] = {}
         self._tallied: dict[str, tuple[str, str, str]] = {}  # member pod key -> (gang, mechanism, workload uid)
-        self.pods: dict[str, _Seen] = {}
+        self.pods: dict[str, Seen] = {}
         self.nodes: dict[str, Node] = {}
         self.held: dict[str, Units] = {}  # node -> requests of the pods holding it (known node or not)
         self.free: dict[str, Units] = {}  # known nodes: allocatable minus what is held
         # node -> what pods being deleted there still hold: room on its way back (in `free`, held until gone)
         self.going: dict[str, Units] = {}
-        # node -> what bound placeholders hold there: room any pod that may preempt them takes (kube-scheduler
-        # preempts the lowest priority first, and a placeholder is below every workload's)
         self.yielding: dict[str, Units] = {}
         self.ports: dict[str, Counter[HostPort]] = {}
         self.held_by_priority: dict[int, dict[str, Units]] = {}
         self.nodes_epoch = 0  # changes whenever a node does: static fits must be checked again
         self._grown: set[str] = set()  # nodes with more room than at the last take_grown()
-        self._holds: dict[str, _Hold] = {}
+        self._holds: dict[str, Hold] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods holding it (preemption's candidates)
         self._members: dict[str, dict[str, tuple[PodView, Obj]]] = {}
         self.gang_versions: dict[str, int] = {}  # changes with any change of a gang's pods
@@ -150,25 +71,19 @@ class ClusterIndex:
         self._gang_views: dict[str, tuple[int, GangView]] = {}
         self._orders: dict[str, tuple[int, list[str]]] = {}  # gang -> (roster version, its pods' keys sorted)
         self.stray_gated: dict[str, tuple[PodView, Obj]] = {}  # gated, in no gang
-        # "namespace/group" -> placeholder pod key -> (its node or "", its requests): what an autoscaler
-        # made room for on the gang's behalf (controller/act/placeholders.py)
         self.placeholders: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
-        # placeholder pod key -> (the uid of the Gang owning it, its own uid)
         self.placeholder_owners: dict[str, tuple[str, str]] = {}
         self.gated = 0
         self._version = 0
         self._node_list: list[Node] | None = None
         self._eligibility: Eligibility | None = None
         self._ever: dict[tuple[tuple[Shape, int], ...], Placement] = {}
-        # DRA (controller/observe/devices.py): the cluster's devices, each node's devices as resources
-        # of its allocatable (per DeviceClass, `devices.class_resource`), and the nodes as the API has them
+        # the mixins' fields (holds.py, device_nodes.py say what each holds)
         self.devices: devices.Inventory | None = None
         self._device_units: dict[str, Units] = {}
         self._api_nodes: dict[str, Node] = {}
-        self._devices_lost: set[str] = set()  # bound gang pods whose allocated devices no slice has now
-        self._devices_unsure: set[str] = set()  # nodes whose devices were counted while CEL could not answer
-        # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
-        # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
+        self._devices_lost: set[str] = set()
+        self._devices_unsure: set[str] = set()
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
         self._waiting_frozen: frozenset[tuple[str, str, str]] | None = frozenset()
 
@@ -237,17 +152,6 @@ class ClusterIndex:
             self._device_units[name] = self._class_totals(self.devices, name, self._member_uids())
         self._rebuild_node(name)
 
-    def _class_totals(self, inventory: devices.Inventory, name: str, members: set[str]) -> Units:
-        """The node's devices as resources; a node some of whose selectors no evaluator could answer (the
-        CEL worker not started) is counted again at the next pass, not left short."""
-        unanswered = inventory.memo.unanswered
-        units = inventory.class_totals(self._api_nodes[name], members)
-        if inventory.memo.unanswered != unanswered:
-            self._devices_unsure.add(name)
-        else:
-            self._devices_unsure.discard(name)
-        return units
-
     def _rebuild_node(self, name: str) -> None:
         """The node as placement sees it: its allocatable, and its devices as resources of it."""
         self.nodes_epoch += 1
@@ -259,59 +163,9 @@ class ClusterIndex:
             parsed = replace(parsed, allocatable={**parsed.allocatable, **units})
         self.nodes[name] = parsed
         free = dict(parsed.allocatable)
-        _add(free, self.held.get(name, {}).items(), -1)
+        add_units(free, self.held.get(name, {}).items(), -1)
         self.free[name] = free
         self._grown.add(name)
-
-    def use_devices(self, inventory: devices.Inventory | None) -> None:
-        """A new picture of the cluster's devices: each node's devices as resources again, and the gang
-        pods that claim devices looked at again (their claims' templates may have changed)."""
-        if inventory is self.devices and not (inventory is not None and self._devices_unsure):
-            return
-        before = self.devices
-        changed = inventory.changed_nodes(before) if inventory is not None else None
-        self.devices = inventory
-        members = self._member_uids()
-        if changed is not None:
-            changed |= self._devices_unsure
-        for name in self._api_nodes.keys() if changed is None else changed & self._api_nodes.keys():
-            units = self._class_totals(inventory, name, members) if inventory is not None else {}
-            if units != self._device_units.get(name, {}):
-                self._device_units[name] = units
-                self._rebuild_node(name)
-        if before is not None and inventory is not None and before.demand_basis == inventory.demand_basis:
-            # no pod claims anything else than it did; the gangs that wait are looked at again (their
-            # devices check may answer otherwise now), and the bound pods whose devices went or came back
-            for members_of in list(self._members.values()):
-                for key, (view, raw) in list(members_of.items()):
-                    if view.node_name and (key in self._devices_lost) != self._lost(view, raw):
-                        self._set_pod(key, raw)
-            for gang, members_of in self._members.items():
-                if any(view.gated and view.claims_devices for view, _ in members_of.values()):
-                    self._touch(gang)
-            return
-        for members_of in list(self._members.values()):
-            for key, (view, raw) in list(members_of.items()):
-                if view.claims_devices:
-                    self._set_pod(key, raw)
-
-    def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
-        """Gang pods that claim devices and hold a node (released or bound): (view, pod, node)."""
-        found = []
-        for members in self._members.values():
-            for view, raw in members.values():
-                node = view.holds_node
-                if node is not None and not view.terminal and view.claims_devices:
-                    found.append((view, raw, node))
-        return found
-
-    def _lost(self, view: PodView, pod: Obj) -> bool:
-        inventory = self.devices
-        return inventory is not None and bool(inventory.lost_devices(view.uid, view.namespace, pod.get("spec") or {}))
-
-    def _member_uids(self) -> set[str]:
-        """The gang pods whose shapes carry their devices: their own claims are counted by them."""
-        return {view.uid for members in self._members.values() for view, _ in members.values()}
 
     def _set_pod(self, key: str, pod: Obj | None) -> None:
         old = self.pods.pop(key, None)
@@ -324,7 +178,7 @@ class ClusterIndex:
                 if mark is not None:
                     self.roster_versions[mark[0]] = self._version = self._version + 1
 
-    def _roster_mark(self, key: str, seen: _Seen | None) -> tuple[str, str, bool] | None:
+    def _roster_mark(self, key: str, seen: Seen | None) -> tuple[str, str, bool] | None:
         """(gang, uid, ended) of a member: what its gang's roster version follows."""
         if seen is None or not seen.gang:
             return None
@@ -358,7 +212,7 @@ class ClusterIndex:
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))
-            hold = self._holds[key] = _Hold(node, view.shape.requests, view.shape.host_ports, view.priority, going)
+            hold = self._holds[key] = Hold(node, view.shape.requests, view.shape.host_ports, view.priority, going)
             self._take(hold, +1, key)
         gated = view.gated and not view.terminal
         if gated:
@@ -374,7 +228,7 @@ class ClusterIndex:
         if claims:
             self._waiting_claims.update(claims)
             self._waiting_frozen = None
-        self.pods[key] = _Seen(view.resource_version, gang, gated, not gang and view.gated, claims=claims)
+        self.pods[key] = Seen(view.resource_version, gang, gated, not gang and view.gated, claims=claims)
         return (gang, view.uid, view.terminal) if gang else None
 
     def _set_plain(self, key: str, meta: Obj, spec: Obj, phase: str | None) -> None:
@@ -388,45 +242,14 @@ class ClusterIndex:
                 shape = Shape(requests=(("pods", 1),))
             going = bool(meta.get("deletionTimestamp"))
             priority = int(spec.get("priority") or 0)
-            hold = self._holds[key] = _Hold(node, shape.requests, shape.host_ports, priority, going)
+            hold = self._holds[key] = Hold(node, shape.requests, shape.host_ports, priority, going)
             self._take(hold, +1, key)
-        self.pods[key] = _Seen(meta.get("resourceVersion", ""), "", False, False)
+        self.pods[key] = Seen(meta.get("resourceVersion", ""), "", False, False)
 
-    def placeholders_of(self, gang: str, owner_uid: str) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
-        """The gang's placeholders that its Gang now owns (`owner_uid`): those of an earlier Gang of its
-        name hold no room of this one's."""
-        owners = self.placeholder_owners
-        return {
-            key: held
-            for key, held in self.placeholders.get(gang, {}).items()
-            if owner_uid and owners.get(key, ("", ""))[0] == owner_uid
-        }
-
-    def _set_placeholder(self, key: str, gang: str, spec: Obj) -> None:
-        """A placeholder holds capacity as any pod does (_set_plain); it is also its gang's, whose waiting
-        decision it changes when it binds."""
-        hold = self._holds.get(key)
-        units = hold.units if hold is not None else shape_of(spec).requests
-        self.placeholders.setdefault(gang, {})[key] = (hold.node if hold is not None else "", units)
-        if hold is not None:
-            _add(self.yielding.setdefault(hold.node, {}), hold.units, +1)
-        self.pods[key] = replace(self.pods[key], placeholder_for=gang)
-        self._touch(gang)
-
-    def _forget(self, key: str, old: _Seen) -> None:  # noqa: C901  (over 15: to be split, issue 77)
+    def _forget(self, key: str, old: Seen) -> None:
+        """The pod's contribution taken back: its hold, its place in its gang, its claims."""
         if old.placeholder_for:
-            self.placeholder_owners.pop(key, None)
-            held = self.placeholders.get(old.placeholder_for)
-            if held is not None:
-                node, units = held.pop(key, ("", ()))
-                yielding = self.yielding.get(node)
-                if yielding is not None:
-                    _add(yielding, units, -1)
-                    if not any(yielding.values()):
-                        del self.yielding[node]
-                if not held:
-                    del self.placeholders[old.placeholder_for]
-            self._touch(old.placeholder_for)
+            self._forget_placeholder(key, old.placeholder_for)
         hold = self._holds.pop(key, None)
         if hold is not None:
             self._take(hold, -1, key)
@@ -445,29 +268,25 @@ class ClusterIndex:
         if old.stray:
             self.stray_gated.pop(key, None)
         if old.claims:
-            self._waiting_claims.subtract(old.claims)
-            for ref in old.claims:
-                if self._waiting_claims[ref] <= 0:
-                    del self._waiting_claims[ref]
-            self._waiting_frozen = None
+            self._forget_claims(old.claims)
 
-    def _take(self, hold: _Hold, sign: int, key: str) -> None:
+    def _take(self, hold: Hold, sign: int, key: str) -> None:
         """sign +1: the pod holds its node now; -1: it no longer does."""
-        _add(self.held.setdefault(hold.node, {}), hold.units, sign)
+        add_units(self.held.setdefault(hold.node, {}), hold.units, sign)
         on_node = self._on_node.setdefault(hold.node, set())
         if sign > 0:
             on_node.add(key)
         else:
             on_node.discard(key)
-        _add(self.held_by_priority.setdefault(hold.priority, {}).setdefault(hold.node, {}), hold.units, sign)
+        add_units(self.held_by_priority.setdefault(hold.priority, {}).setdefault(hold.node, {}), hold.units, sign)
         if hold.going:
             going = self.going.setdefault(hold.node, {})
-            _add(going, hold.units, sign)
+            add_units(going, hold.units, sign)
             if not any(going.values()):
                 del self.going[hold.node]
         free = self.free.get(hold.node)
         if free is not None:
-            _add(free, hold.units, -sign)
+            add_units(free, hold.units, -sign)
             if sign < 0:
                 self._grown.add(hold.node)
         if hold.ports:
@@ -505,12 +324,6 @@ class ClusterIndex:
             self._touch(gang)
 
     # --- what a pass reads ----------------------------------------------------------------------
-    def waiting_claims(self) -> frozenset[tuple[str, str, str]]:
-        """The templates and claims gated gang members name (the same object while none changes)."""
-        if self._waiting_frozen is None:
-            self._waiting_frozen = frozenset(self._waiting_claims)
-        return self._waiting_frozen
-
     def node_list(self) -> list[Node]:
         if self._node_list is None:
             self._node_list = sorted(self.nodes.values(), key=lambda n: n.name)
@@ -574,77 +387,3 @@ class ClusterIndex:
         """Nodes that gained room since the last call: only gangs that could use them are placed again."""
         grown, self._grown = self._grown, set()
         return grown
-
-    def nodes_below(self, priority: int) -> set[str]:
-        """The nodes where pods of lower priority hold capacity, or members of gangs of lower priority."""
-        nodes = {node for level, held in self.held_by_priority.items() if level < priority for node in held}
-        return nodes | {hold.node for hold in self._lifted_holds(priority)}
-
-    def _lifted_holds(self, priority: int) -> list[_Hold]:
-        """Holds of pods at or above `priority` whose gang ranks below it (state.gang_priority): their
-        gang goes whole, so they go with it."""
-        lifted = []
-        for members in self._members.values():
-            holds = [h for h in (self._holds.get(key) for key in members) if h is not None]
-            if holds and gang_priority(h.priority for h in holds) < priority:
-                lifted += [h for h in holds if h.priority >= priority]
-        return lifted
-
-    def victims_below(
-        self, priority: int, nodes: Iterable[str], gate_gang: Callable[[str], bool], limit: int | None = None
-    ) -> list[Victim]:
-        """Preemption units holding capacity on these nodes (in order, at most `limit` of them), of lower
-        priority (a gang's: state.gang_priority): whole gangs the gate releases (`gate_gang`), and pods in
-        no gang. A unit with a pod already being deleted is going anyway and is left out, as are pods of
-        other mechanisms' gangs (their scheduler preempts them)."""
-        units: dict[str, Victim | None] = {}
-        for node in nodes:
-            if limit is not None and len(units) >= limit:
-                break
-            for key in self._on_node.get(node, ()):
-                hold, seen = self._holds.get(key), self.pods.get(key)
-                if hold is None or seen is None or hold.priority >= priority:
-                    continue
-                unit = seen.gang or key
-                if unit not in units:
-                    units[unit] = self._victim(key, seen.gang, priority, gate_gang)
-        return [v for v in units.values() if v is not None]
-
-    def _victim(self, key: str, gang: str, priority: int, gate_gang: Callable[[str], bool]) -> Victim | None:
-        """The pod `key` as a preemption unit (its whole gang, if in one), or None when it may not be one."""
-        hold = self._holds[key]
-        if not gang:
-            return None if hold.going else Victim(key, False, hold.priority, ((hold.node, hold.units),))
-        held = [h for h in (self._holds.get(k) for k in self._members.get(gang, {})) if h is not None]
-        rank = gang_priority(h.priority for h in held)  # the same rule as for the gang that preempts
-        if not gate_gang(gang) or any(h.going for h in held) or rank >= priority:
-            return None
-        return Victim(gang, True, rank, tuple((h.node, h.units) for h in held))
-
-    def free_without_priorities_below(self, priority: int) -> dict[str, Units] | None:
-        """Each node's free capacity if every pod of lower priority were gone; None when there are none."""
-        lower = [held for level, held in self.held_by_priority.items() if level < priority]
-        lifted = self._lifted_holds(priority)
-        if not lifted and not any(any(any(units.values()) for units in held.values()) for held in lower):
-            return None
-        free = {name: dict(units) for name, units in self.free.items()}
-        for held in lower:
-            for node, units in held.items():
-                if node in free:
-                    _add(free[node], units.items(), +1)
-        for hold in lifted:
-            if hold.node in free:
-                _add(free[hold.node], hold.units, +1)
-        return free
-
-
-def waiting_claims(namespace: str, spec: Obj) -> tuple[tuple[str, str, str], ...]:
-    """("template" | "claim", namespace, name) of each ResourceClaimTemplate and ResourceClaim the pod names."""
-    found = []
-    for entry in spec.get("resourceClaims") or []:
-        if isinstance(entry, dict):
-            if entry.get("resourceClaimTemplateName"):
-                found.append(("template", namespace, str(entry["resourceClaimTemplateName"])))
-            elif entry.get("resourceClaimName"):
-                found.append(("claim", namespace, str(entry["resourceClaimName"])))
-    return tuple(found)

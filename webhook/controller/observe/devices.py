@@ -15,7 +15,8 @@ from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cel_sandbox import CelSandbox
-from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.gangview import GangView
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Resource

@@ -18,7 +18,7 @@ from webhook import contract
 from webhook.kube import Resource
 
 if TYPE_CHECKING:
-    from webhook.controller.observe.cluster import GangView
+    from webhook.controller.observe.gangview import GangView
     from webhook.informer import Informer
 
 # (group/version, plural, "namespace/name"): an object as an informer caches it

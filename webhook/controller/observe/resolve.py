@@ -12,7 +12,7 @@ from webhook.controller.decide import shapes
 from webhook.controller.decide.device_memo import BoundedMap
 from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIMEOUT_SECONDS
 from webhook.controller.decide.situation import GangSpec
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.workloads import OTHER_VERSIONS, WORKLOAD_RESOURCES
 from webhook.gangs import kinds
 from webhook.gangs.model import Gang, Obj

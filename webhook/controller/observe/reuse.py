@@ -16,7 +16,8 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending
 from webhook.controller.decide.shapes import HostPort, Node, Shape
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.gangs.model import Obj
 

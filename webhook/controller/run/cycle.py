@@ -28,8 +28,9 @@ from webhook.controller.decide.queue import QueuePass, seen_from, take_turn
 from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
-from webhook.controller.observe.cluster import ClusterIndex, GangView
+from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.devices import devices_check, shared_reaches, with_selector_problems
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid

@@ -12,8 +12,8 @@ from webhook.controller.decide.pods import PodView, gang_priority
 from webhook.controller.decide.queue import DEFAULT_POLICY, Policy
 from webhook.controller.decide.situation import Decision, GangSpec
 from webhook.controller.decide.verdict import model_verdict
-from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.source import Listing
 from webhook.controller.run.reconciler import Controller
 from webhook.informer import Informer

@@ -29,8 +29,8 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.recovery import held_partly, may_hold_partly
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.cluster import GangView
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, running_endings

@@ -20,7 +20,7 @@ from webhook.controller.act.release import Releaser
 from webhook.controller.act.supervise import Supervisor
 from webhook.controller.act.wakeup import note_check, waiting_gang_fits, wake_due
 from webhook.controller.decide.verdict import model_verdict
-from webhook.controller.observe.cluster import GangView
+from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot
 from webhook.controller.observe.store import GangStore

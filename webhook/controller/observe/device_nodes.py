@@ -1,0 +1,106 @@
+"""The devices of the index's nodes (observe/cluster.py): each node's devices counted as resources of
+its allocatable (per DeviceClass, `decide/devices.py` class_resource), counted again as the cluster's devices
+change, and the gang pods whose allocated devices are gone. A mixin of ClusterIndex."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from webhook.controller.decide.devices import Inventory
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.shapes import Node, Units
+from webhook.gangs.model import Obj
+
+
+class DeviceNodes:
+    devices: Inventory | None  # the cluster's devices (observe/devices.py), None: no DRA
+    _device_units: dict[str, Units]  # node -> its devices as resources
+    _api_nodes: dict[str, Node]  # the nodes as the API has them, before their devices are added
+    _devices_lost: set[str]  # bound gang pods whose allocated devices no slice has now
+    _devices_unsure: set[str]  # nodes whose devices were counted while CEL could not answer
+    _members: dict[str, dict[str, tuple[PodView, Obj]]]
+    # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
+    # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
+    _waiting_claims: Counter[tuple[str, str, str]]
+    _waiting_frozen: frozenset[tuple[str, str, str]] | None
+
+    if TYPE_CHECKING:  # ClusterIndex's own: a node or a pod looked at again
+
+        def _rebuild_node(self, name: str) -> None: ...
+        def _set_pod(self, key: str, pod: Obj | None) -> None: ...
+        def _touch(self, gang: str) -> None: ...
+
+    def _class_totals(self, inventory: Inventory, name: str, members: set[str]) -> Units:
+        """The node's devices as resources; a node some of whose selectors no evaluator could answer (the
+        CEL worker not started) is counted again at the next pass, not left short."""
+        unanswered = inventory.memo.unanswered
+        units = inventory.class_totals(self._api_nodes[name], members)
+        if inventory.memo.unanswered != unanswered:
+            self._devices_unsure.add(name)
+        else:
+            self._devices_unsure.discard(name)
+        return units
+
+    def use_devices(self, inventory: Inventory | None) -> None:
+        """A new picture of the cluster's devices: each node's devices as resources again, and the gang
+        pods that claim devices looked at again (their claims' templates may have changed)."""
+        if inventory is self.devices and not (inventory is not None and self._devices_unsure):
+            return
+        before = self.devices
+        changed = inventory.changed_nodes(before) if inventory is not None else None
+        self.devices = inventory
+        members = self._member_uids()
+        if changed is not None:
+            changed |= self._devices_unsure
+        for name in self._api_nodes.keys() if changed is None else changed & self._api_nodes.keys():
+            units = self._class_totals(inventory, name, members) if inventory is not None else {}
+            if units != self._device_units.get(name, {}):
+                self._device_units[name] = units
+                self._rebuild_node(name)
+        if before is not None and inventory is not None and before.demand_basis == inventory.demand_basis:
+            # no pod claims anything else than it did; the gangs that wait are looked at again (their
+            # devices check may answer otherwise now), and the bound pods whose devices went or came back
+            for members_of in list(self._members.values()):
+                for key, (view, raw) in list(members_of.items()):
+                    if view.node_name and (key in self._devices_lost) != self._lost(view, raw):
+                        self._set_pod(key, raw)
+            for gang, members_of in self._members.items():
+                if any(view.gated and view.claims_devices for view, _ in members_of.values()):
+                    self._touch(gang)
+            return
+        for members_of in list(self._members.values()):
+            for key, (view, raw) in list(members_of.items()):
+                if view.claims_devices:
+                    self._set_pod(key, raw)
+
+    def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
+        """Gang pods that claim devices and hold a node (released or bound): (view, pod, node)."""
+        found = []
+        for members in self._members.values():
+            for view, raw in members.values():
+                node = view.holds_node
+                if node is not None and not view.terminal and view.claims_devices:
+                    found.append((view, raw, node))
+        return found
+
+    def _lost(self, view: PodView, pod: Obj) -> bool:
+        inventory = self.devices
+        return inventory is not None and bool(inventory.lost_devices(view.uid, view.namespace, pod.get("spec") or {}))
+
+    def _member_uids(self) -> set[str]:
+        """The gang pods whose shapes carry their devices: their own claims are counted by them."""
+        return {view.uid for members in self._members.values() for view, _ in members.values()}
+
+    def waiting_claims(self) -> frozenset[tuple[str, str, str]]:
+        """The templates and claims gated gang members name (the same object while none changes)."""
+        if self._waiting_frozen is None:
+            self._waiting_frozen = frozenset(self._waiting_claims)
+        return self._waiting_frozen
+
+    def _forget_claims(self, claims: tuple[tuple[str, str, str], ...]) -> None:
+        self._waiting_claims.subtract(claims)
+        for ref in claims:
+            if self._waiting_claims[ref] <= 0:
+                del self._waiting_claims[ref]
+        self._waiting_frozen = None
