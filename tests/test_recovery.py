@@ -472,7 +472,8 @@ def test_a_gang_another_mechanism_holds_back_says_what_gangkeepers_model_makes_o
     add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2"), backend=backend)
     big = add_job(server.store, name="huge", parallelism=2, cpu="16")
     add_job_pods(server.store, big, backend=backend)
-    controller = Controller(api, recorder=ListRecorder(), clock=Clock(), resync_seconds=0)
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=3600)
     controller.reconcile_once()
     message = gang_status(server.store, "job-train")["message"]
     assert "0 of 4 members scheduled" in message, message
@@ -482,11 +483,49 @@ def test_a_gang_another_mechanism_holds_back_says_what_gangkeepers_model_makes_o
     ) in message, message
     huge = gang_status(server.store, "job-huge")["message"]
     assert "gangkeeper's model: never fits this cluster" in huge, huge
+    # room comes back elsewhere, nothing of the gang changes: its verdict follows the cluster, once the
+    # model may look again (MODEL_REFRESH_SECONDS), and the pass says when that is
     server.store.delete("v1", "pods", "vip", "other")
-    server.store.patch("batch/v1", "jobs", "team-a", "train", {"metadata": {"labels": {"touched": "1"}}})
+    controller.reconcile_once()
+    assert "gangkeeper's model: waiting for capacity" in gang_status(server.store, "job-train")["message"]
+    assert controller.next_wake is not None and controller.next_wake <= clock.now.timestamp() + 5.0
+    clock.advance(5)
     controller.reconcile_once()
     message = gang_status(server.store, "job-train")["message"]
     assert "gangkeeper's model: fits now" in message, message
+
+
+def test_the_models_verdicts_refreshed_in_one_pass_are_capped(
+    server: TestApiServer, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 78's refresh costs a placement per gang: at most MODEL_REFRESHES_PER_PASS gangs a pass,
+    the rest in the passes after (the pass wakes for them), until every verdict follows the cluster."""
+    from webhook.controller.run import supervised
+
+    monkeypatch.setattr(supervised, "MODEL_REFRESHES_PER_PASS", 2)
+    server.store.create("v1", "nodes", "", node("worker1", cpu="4"))
+    server.store.create("v1", "namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vip"}})
+    server.store.create("v1", "pods", "vip", b.pod("other", spec=b.pod_spec(b.container("4", "1Gi")), namespace="vip"))
+    server.store.bind("vip", "other", "worker1")
+    names = [f"g{i}" for i in range(5)]
+    for name in names:
+        add_job_pods(server.store, add_job(server.store, name=name, parallelism=2, cpu="1"), backend="volcano")
+    clock = Clock()
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=3600)
+    controller.reconcile_once()
+    server.store.delete("v1", "pods", "vip", "other")
+    clock.advance(5)
+
+    def fitting() -> int:
+        return sum("model: fits now" in gang_status(server.store, f"job-{n}")["message"] for n in names)
+
+    seen = []
+    for _ in range(3):
+        controller.reconcile_once()
+        seen.append(fitting())
+        assert controller.next_wake is not None
+        clock.advance(1)
+    assert seen == [2, 4, 5], seen
 
 
 def test_explain_gives_a_gang_another_mechanism_places_the_models_verdict_node_by_node(

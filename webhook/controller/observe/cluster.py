@@ -61,6 +61,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self.held_by_priority: dict[int, dict[str, Units]] = {}
         self.nodes_epoch = 0  # changes whenever a node does: static fits must be checked again
         self._grown: set[str] = set()  # nodes with more room than at the last take_grown()
+        self.room_epoch = 0  # changes whenever a node gains room or changes: what a verdict is stamped with
         self._holds: dict[str, Hold] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods holding it (preemption's candidates)
         self._members: dict[str, dict[str, tuple[PodView, Obj]]] = {}
@@ -166,6 +167,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         add_units(free, self.held.get(name, {}).items(), -1)
         self.free[name] = free
         self._grown.add(name)
+        self.room_epoch += 1
 
     def _set_pod(self, key: str, pod: Obj | None) -> None:
         old = self.pods.pop(key, None)
@@ -289,6 +291,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             add_units(free, hold.units, -sign)
             if sign < 0:
                 self._grown.add(hold.node)
+                self.room_epoch += 1
         if hold.ports:
             ports = self.ports.setdefault(hold.node, Counter())
             ports.update({port: sign for port in hold.ports})

@@ -71,6 +71,9 @@ class GangRecord:
     preemption: tuple[dt.datetime, tuple[Victim, ...]] | None = None
     preempted_by: tuple[str, int] | None = None
     group_refused: str = ""  # why the API last refused its group object (act/groups.py): told once each
+    # another mechanism's gang waiting whole: what gangkeeper's model last said of it, when (the controller's
+    # clock, seconds) and on which nodes (the index's nodes epoch): looked at again as capacity moves
+    model: tuple[float, int, str | None] | None = None
     # placeholders (act/placeholders.py, monotonic seconds): since when it holds some, and until when it
     # makes none after giving them back for other namespaces' gangs
     holding_since: float | None = None

@@ -153,7 +153,7 @@ class Controller:
                 self.groups.create_ahead_of_pods([i for i in watched if i is not None], self.opted_out)
         touched = self.related.touched(drained(self.informers))
         wakes.append(self.cycle.apply_reservations(snapshot, now))
-        self.cycle.replaced, self._next_ending = 0, None
+        self.cycle.replaced, self._next_ending, self.supervised.next_refresh = 0, None, None
         queue = QueuePass(
             self.queue_policy,
             snapshot.nodes,
@@ -207,6 +207,7 @@ class Controller:
             orphan_groups(self.api, live, [*self.groups.resources(), GANGS], now)
         hol = self.cycle.head_of_line.next_change(now)
         wakes += [self.work.next_at(), self._orphans_at, self._next_ending, hol.timestamp() if hol else None]
+        wakes.append(self.supervised.next_refresh)
         self.next_wake = earliest(wakes, stamp)
         return decisions
 
