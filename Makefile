@@ -42,7 +42,7 @@ lint: $(BIN)/.installed
 	$(BIN)/lint-imports
 
 # needs ../shared beside the clone and kubectl (for `kubectl kustomize`) on the PATH; the real-cluster
-# tier (tests/test_real_*.py) needs the components hack/cluster/build.sh builds (cached): the core first,
+# tier (tests/real/) needs the components hack/cluster/build.sh builds (cached): the core first,
 # the rest beside the tests (hack/test.sh)
 # lint (mypy from an empty cache) and Debian's image tools run beside the core build, not before it:
 # on a fresh machine's two cores the build leaves them room
@@ -73,7 +73,7 @@ scan:
 
 # the image the chart points at: with a Docker engine, `docker build` of the Dockerfile; without one, the
 # same image from Debian's tools (hack/image.sh: an OCI layout and a `docker load`-able archive in
-# build/image, reproducible; tests/test_image.py checks the two agree)
+# build/image, reproducible; tests/real/test_image.py checks the two agree)
 IMAGE ?= ghcr.io/gangkeeper/gangkeeper:0.1.0
 image: $(BIN)/.installed
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \

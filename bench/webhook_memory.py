@@ -128,7 +128,7 @@ async def attack(url: str, ca: str, pid: int, args: argparse.Namespace) -> dict[
     stop = time.monotonic() + args.seconds
     # handshakes started a few dozen at a time, as fast as the server completes them: all at once, the
     # ones queued past the server's handshake deadline are closed unheld, and on a loaded machine the
-    # attack then held a few dozen connections instead of filling the cap (tests/test_serving.py)
+    # attack then held a few dozen connections instead of filling the cap (tests/fake/test_serving.py)
     opening = asyncio.Semaphore(OPENING_AT_ONCE)
     silent = [
         asyncio.create_task(silent_connection(host, int(port), context, args.seconds + 5, held, opening))

@@ -11,7 +11,7 @@
 #    layout; skopeo: the same as a `docker load`-able archive.
 # Reproducible: package versions from hack/image.lock (a changed Debian point release fails loudly; refresh
 # the lock), every mtime and the image's dates at SOURCE_DATE_EPOCH (the last commit's time), files
-# owned by root in a sorted layer: the same inputs give the same digest (tests/test_image.py checks it).
+# owned by root in a sorted layer: the same inputs give the same digest (tests/real/test_image.py checks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-build/image}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The chart (charts/gangkeeper) is the one source of gangkeeper's manifests. This renders the release
 # manifest, manifests/base/gangkeeper.yaml (one `kubectl apply -f`, and the base the kustomize overlays
-# patch), with the chart's defaults, the Namespace included and no Helm hooks. tests/test_chart.py fails
+# patch), with the chart's defaults, the Namespace included and no Helm hooks. tests/unit/test_chart.py fails
 # when the committed file differs from a fresh render: run this after changing the chart.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -235,7 +235,7 @@ def build_image(out: Path) -> str:
 
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The image users run, built once per session (tests/test_image.py checks it, the real tier runs it)."""
+    """The image users run, built once per session (tests/real/test_image.py checks it, the real tier runs it)."""
     reason = image_tools_missing()
     if reason:
         pytest.skip(reason)

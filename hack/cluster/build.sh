@@ -151,7 +151,7 @@ for t in "${targets[@]}"; do
              for b in scheduler controller-manager webhook-manager; do rename "$GK_CACHE/bin/volcano-$VOLCANO_VERSION" "$b" "vc-$b"; done ;;
     helm) build helm helm.sh/helm/v3 "v$HELM_VERSION" "" "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
             helm.sh/helm/v3/cmd/helm ;;
-    # checks the chart's alert rules (tests/test_chart.py): promtool test rules
+    # checks the chart's alert rules (tests/unit/test_chart.py): promtool test rules
     promtool) sha="PROMTOOL_DEBIAN_SHA256_$(dpkg --print-architecture 2>/dev/null || echo none)"
               debian promtool prometheus "$PROMTOOL_DEBIAN_VERSION" "${!sha:-}" usr/bin/promtool ;;
     # the operators that make Volcano gangs of their own (issue 20): gangkeeper must leave those alone

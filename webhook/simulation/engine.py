@@ -3,7 +3,7 @@ a model of the default kube-scheduler placing pods one by one.
 
 Gang policies call `state.decide` (the function the controller and `explain` use) on gated pod views,
 with the queue (`queue.QueuePass`, `queue.take_turn`) deciding whose turn it is; a released gang binds
-where it was pinned at once (the scheduler agrees with the pins: tests/test_placement_parity.py) and
+where it was pinned at once (the scheduler agrees with the pins: tests/fake/test_placement_parity.py) and
 runs for its trace duration. Nothing here re-implements placement.
 
 The default scheduler (pkg/scheduler): pods are popped by priority then creation time

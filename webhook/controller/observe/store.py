@@ -5,7 +5,7 @@ mechanism, its last decision, the waiting decision it may reuse, its place in th
 for members to come, when its workload went, what its Gang said of placeholders, when it was last
 woken) is a field of its `GangRecord`; the store holds one per gang the index knows, and `forget(key)`
 (or `keep_only`, run each pass with the live gangs) removes all of it at once. A new feature adds a
-field here, not a dict on a class in run/ or act/ (tests/test_architecture.py, tests/test_store.py).
+field here, not a dict on a class in run/ or act/ (tests/unit/test_architecture.py, tests/fake/test_store.py).
 
 Pass stamps replace the dicts that were swapped whole each pass: a decision or a waiting decision is
 the previous pass's only when it was written in it (`decided_in`, `waiting_in`), as kube-scheduler's

@@ -1,0 +1,1 @@
+"""Against the fake API server (tests/apiserver.py) or gangkeeper's own processes: no cluster."""

@@ -1,0 +1,161 @@
+"""Consumable capacity and admin access, as kube-scheduler's allocator counts them (device_capacity.py):
+a device that allows multiple allocations serves several claims within its capacity, a request's
+capacity is rounded up by the device's policy, a claim allocated before holds its share, and a request
+for admin access takes a device in use."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from tests.fake.test_devices import allocate, device_class, exactly, gpus, node, node_slice, pod_spec, template
+from webhook.controller.decide import device_capacity
+from webhook.controller.decide.devices import claim_resource, inventory_from, pod_demand
+
+GIB = 2**30
+
+
+def shared_gpu(name: str = "gpu-0", memory: str = "80Gi", **policy: Any) -> dict[str, Any]:
+    capacity: dict[str, Any] = {"value": memory}
+    if policy:
+        capacity["requestPolicy"] = policy
+    return {
+        "name": name,
+        "allowMultipleAllocations": True,
+        "attributes": {"model": {"string": "a100"}},
+        "capacity": {"memory": capacity},
+    }
+
+
+def wanting(memory: str | None, name: str = "slice", **extra: Any) -> dict[str, Any]:
+    request = exactly()
+    if memory is not None:
+        request["exactly"]["capacity"] = {"requests": {"memory": memory}}
+    request["exactly"].update(extra)
+    return template(name, request)
+
+
+def claimed(name: str, device: str, consumed: dict[str, str] | None, **result: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": device}
+    if consumed is not None:
+        entry.update(shareID="6f1a7f2e-0000-4000-8000-000000000001", consumedCapacity=consumed)
+    entry.update(result)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team-b"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {"allocation": {"devices": {"results": [entry]}}},
+    }
+
+
+def test_a_request_is_rounded_up_by_the_devices_policy_and_refused_past_it() -> None:
+    """consumable_capacity.go calculateConsumedCapacity and violatesPolicy."""
+    stepped = device_capacity.capacities(
+        {
+            "memory": {
+                "value": "80Gi",
+                "requestPolicy": {"default": "10Gi", "validRange": {"min": "10Gi", "max": "40Gi", "step": "10Gi"}},
+            }
+        }
+    )
+    listed = device_capacity.capacities(
+        {"memory": {"value": "80Gi", "requestPolicy": {"default": "8Gi", "validValues": ["8Gi", "16Gi", "32Gi"]}}}
+    )
+    plain = device_capacity.capacities({"memory": {"value": "80Gi"}})
+
+    def consumed(asked: str | None, device: Any) -> Decimal | None:
+        found = device_capacity.consumption(
+            (("memory", device_capacity.resources.parse(asked)),) if asked else (), device
+        )
+        return None if found is None else dict(found)["memory"] / GIB
+
+    assert [consumed(a, stepped) for a in ("4Gi", "25Gi", "40Gi", "41Gi", None)] == [10, 30, 40, None, 10]
+    assert [consumed(a, listed) for a in ("1Gi", "9Gi", "32Gi", "33Gi", None)] == [8, 16, 32, None, 8]
+    assert [consumed(a, plain) for a in ("5Gi", None)] == [5, 80]  # no policy: the request, or all of it
+    assert device_capacity.consumption((("cores", Decimal(1)),), plain) is None  # a capacity it does not define
+
+
+def test_a_shared_device_serves_claims_while_its_capacity_holds() -> None:
+    inventory = inventory_from(
+        [device_class()],
+        [node_slice("n1", [shared_gpu(validRange={"min": "10Gi", "step": "10Gi"}, default="10Gi")])],
+        [],
+        [wanting("25Gi")],
+    )
+    n1 = node("n1")
+    # 25Gi rounds up to 30Gi: two shares of 80Gi, not three
+    assert allocate(inventory, pod_spec("slice", "slice"), n1) == [None]
+    assert allocate(inventory, pod_spec("slice", "slice", "slice"), n1)[0].startswith("no free devices on n1")
+    demand = pod_demand("team-a", pod_spec("slice"), inventory)
+    resource = claim_resource(demand.claims[0].requests, ())
+    assert demand.units() == {resource: 1}  # counted whole per node: a device serves several
+    assert inventory.class_totals(n1)[resource] == 2
+
+
+def test_requests_without_capacity_take_the_default_share() -> None:
+    inventory = inventory_from(
+        [device_class()],
+        [node_slice("n1", [shared_gpu(default="20Gi", validRange={"min": "20Gi"})])],
+        [],
+        [wanting(None)],
+    )
+    assert inventory.class_totals(node("n1"))["deviceclass.resource.kubernetes.io/gpu"] == 4
+    assert allocate(inventory, pod_spec(*["slice"] * 4), node("n1")) == [None]
+    assert allocate(inventory, pod_spec(*["slice"] * 5), node("n1")) != [None]
+    whole = inventory_from([device_class()], [node_slice("n1", [shared_gpu()])], [], [wanting(None)])
+    assert whole.class_totals(node("n1"))["deviceclass.resource.kubernetes.io/gpu"] == 1  # no default: all of it
+
+
+def test_a_share_allocated_before_holds_its_capacity_and_the_device_stays_shared() -> None:
+    held = claimed("other", "gpu-0", {"memory": "60Gi"})
+    inventory = inventory_from(
+        [device_class()], [node_slice("n1", [shared_gpu()])], [held], [wanting("20Gi"), wanting("30Gi", "big")]
+    )
+    assert inventory.taken == {}
+    assert allocate(inventory, pod_spec("slice"), node("n1")) == [None]
+    assert allocate(inventory, pod_spec("big"), node("n1"))[0].startswith("no free devices on n1")
+
+
+def test_a_capacity_request_no_device_can_hold_is_named() -> None:
+    """A request larger than any device: the Gang names the request and the field."""
+    inventory = inventory_from([device_class()], [node_slice("n1", [shared_gpu()])], [], [wanting("100Gi")])
+    assert allocate(inventory, pod_spec("slice"), node("n1")) == [
+        "no free devices on n1 for template team-a/slice with room for spec.devices.requests[].capacity.requests "
+        "(request gpu: memory 107374182400)"
+    ]
+    exclusive = {"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}}
+    inventory = inventory_from(
+        [device_class()], [node_slice("n1", [exclusive])], [], [wanting("40Gi"), wanting("90Gi", "big")]
+    )
+    assert allocate(inventory, pod_spec("slice"), node("n1")) == [None]  # taken whole, the request fits in it
+    assert allocate(inventory, pod_spec("big"), node("n1")) != [None]
+
+
+def test_devices_taken_whole_each_hold_a_capacity_request_their_capacity_covers() -> None:
+    """The DRA differential's seed 364264077, case 47 (issue 79): four 80Gi devices that are not shared,
+    three pods each claiming one with `capacity.requests: {memory: 3Gi}`. kube-scheduler binds all three
+    (incubating/consumable_capacity.go CmpRequestOverCapacity: the request is within the device's value);
+    a device that defines no memory is refused (requestsContainNonExistCapacity)."""
+    inventory = inventory_from([device_class()], [node_slice("n1", gpus(4))], [], [wanting("3Gi")])
+    assert allocate(inventory, pod_spec(*["slice"] * 4), node("n1")) == [None]
+    assert allocate(inventory, pod_spec(*["slice"] * 5), node("n1")) != [None]
+    bare = inventory_from([device_class()], [node_slice("n1", [{"name": "gpu-0"}])], [], [wanting("3Gi")])
+    assert "with room for spec.devices.requests[].capacity.requests" in str(
+        allocate(bare, pod_spec("slice"), node("n1"))
+    )
+
+
+def test_admin_access_takes_a_device_in_use_and_its_allocation_holds_nothing() -> None:
+    """allocateddevices.go: an adminAccess result is not allocated; allocator: an admin request may take
+    a device in use."""
+    plain = {"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}}
+    in_use = claimed("training", "gpu-0", None)
+    monitor = template("monitor", {"name": "gpu", "exactly": {"deviceClassName": "gpu", "adminAccess": True}})
+    inventory = inventory_from([device_class()], [node_slice("n1", [plain])], [in_use], [monitor, wanting(None)])
+    assert pod_demand("team-a", pod_spec("monitor"), inventory).unmodelled == ()
+    assert allocate(inventory, pod_spec("monitor"), node("n1")) == [None]
+    assert allocate(inventory, pod_spec("slice"), node("n1")) != [None]
+    watched = claimed("watching", "gpu-0", None, adminAccess=True)
+    inventory = inventory_from([device_class()], [node_slice("n1", [plain])], [watched], [wanting(None)])
+    assert inventory.taken == {} and allocate(inventory, pod_spec("slice"), node("n1")) == [None]
