@@ -1,6 +1,7 @@
 """What only the newest Kubernetes minor the tier builds by default (K8S_NEWEST, 1.37) has, on a cluster
 of its own beside the session's: the seeds' pinch on its native gang API (v1beta1), and a workload's
-gangs kept in one domain by a CompositePodGroup. Every assertion reads what the cluster reports."""
+gangs kept in one domain by a CompositePodGroup, and a gang its native scheduler started whole that loses a
+node requeued whole by gangkeeper (issue 78). Every assertion reads what the cluster reports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.real.test_real_seeds import pinch_waits_whole_then_starts_whole
+from tests.real.test_real_supervision import a_gang_that_loses_a_node_is_requeued_whole_and_runs_whole_again
 from tests.real.test_real_topology import RACK, blocker, racks_of
 from tests.realcluster import workloads
 from tests.realcluster.stack import Stack, running, wait_until
@@ -40,6 +42,13 @@ def test_the_seeds_pinch_on_the_newest_native_api_waits_whole_then_starts_whole(
     """The 1.37 smoke test: seed scenario 2 on the native backend, v1beta1 Workload and PodGroup."""
     assert newest_stack.plane.minor == "1.37"
     pinch_waits_whole_then_starts_whole(newest_stack, "native", kind)
+
+
+def test_native_1_37_a_gang_that_loses_a_node_is_requeued_whole(newest_stack: Stack) -> None:
+    """Issue 78 item 5 on 1.37's native gang API (v1beta1 Workload and PodGroup): a gang kube-scheduler
+    started whole loses a node, is requeued whole after its recovery timeout and runs whole again."""
+    assert newest_stack.plane.minor == "1.37"
+    a_gang_that_loses_a_node_is_requeued_whole_and_runs_whole_again(newest_stack, "native")
 
 
 BLOCK = "example.com/block"

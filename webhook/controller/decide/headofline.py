@@ -23,7 +23,7 @@ no gang of the namespace holds others back any more.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 
 from webhook.controller.decide.pods import format_time
@@ -35,39 +35,51 @@ def namespace_of(gang: str) -> str:
     return gang.partition("/")[0]
 
 
+@dataclass(slots=True)
+class NamespaceHold:
+    """One namespace's turn at the head of the queue: since when its gangs hold others back, and which do."""
+
+    since: dt.datetime
+    holders: set[str] = field(default_factory=set)
+
+
 @dataclass
 class HeadOfLine:
+    """The rule, over the namespaces' holds it is given: the controller's live in its store's namespace
+    records (observe/store.py), so that this room keeps no memory of its own; the simulator's in a dict."""
+
     bound_seconds: float = DEFAULT_BOUND_SECONDS  # 0: no bound
-    _since: dict[str, dt.datetime] = field(default_factory=dict)  # namespace -> when its gangs began to hold
-    _holders: dict[str, set[str]] = field(default_factory=dict)  # namespace -> its gangs that held others back
+    namespaces: MutableMapping[str, NamespaceHold] = field(default_factory=dict)
 
     def may_hold(self, gang: str, now: dt.datetime) -> bool:
-        since = self._since.get(namespace_of(gang))
-        if since is None or self.bound_seconds <= 0:
+        hold = self.namespaces.get(namespace_of(gang))
+        if hold is None or self.bound_seconds <= 0:
             return True
-        return (now - since).total_seconds() % (2 * self.bound_seconds) < self.bound_seconds
+        return (now - hold.since).total_seconds() % (2 * self.bound_seconds) < self.bound_seconds
 
     def holds(self, gang: str, now: dt.datetime) -> None:
         """The gang holds others back in this pass."""
         namespace = namespace_of(gang)
-        self._since.setdefault(namespace, now)
-        self._holders.setdefault(namespace, set()).add(gang)
+        hold = self.namespaces.get(namespace)
+        if hold is None:
+            hold = self.namespaces[namespace] = NamespaceHold(now)
+        hold.holders.add(gang)
 
     def yields_until(self, gang: str, now: dt.datetime) -> dt.datetime | None:
         """While the gang's namespace yields: when it holds others back again; None when it does not yield now."""
-        since = self._since.get(namespace_of(gang))
-        if since is None or self.may_hold(gang, now):
+        hold = self.namespaces.get(namespace_of(gang))
+        if hold is None or self.may_hold(gang, now):
             return None
         period = 2 * self.bound_seconds
-        cycles = (now - since).total_seconds() // period + 1
-        return since + dt.timedelta(seconds=cycles * period)
+        cycles = (now - hold.since).total_seconds() // period + 1
+        return hold.since + dt.timedelta(seconds=cycles * period)
 
     def next_change(self, now: dt.datetime) -> dt.datetime | None:
         """The next moment a gang that holds others back starts to yield, or one that yields holds again."""
-        if self.bound_seconds <= 0 or not self._since:
+        if self.bound_seconds <= 0 or not self.namespaces:
             return None
         bound = dt.timedelta(seconds=self.bound_seconds)
-        return min(since + ((now - since) // bound + 1) * bound for since in self._since.values())
+        return min(h.since + ((now - h.since) // bound + 1) * bound for h in list(self.namespaces.values()))
 
     def after_turn(self, gang: str, waiting: bool, queued: bool, holding: bool, now: dt.datetime) -> str:
         """One gang's turn accounted: `waiting` for capacity (`holding` others back: a reservation, fifo's
@@ -93,16 +105,14 @@ class HeadOfLine:
         """The gang started (or left the queue); once no gang of its namespace held others back, the
         namespace's next wait starts afresh."""
         namespace = namespace_of(gang)
-        holders = self._holders.get(namespace, set())
-        holders.discard(gang)
-        if not holders:
-            self._holders.pop(namespace, None)
-            self._since.pop(namespace, None)
+        hold = self.namespaces.get(namespace)
+        if hold is not None:
+            hold.holders.discard(gang)
+            if not hold.holders:
+                del self.namespaces[namespace]
 
     def keep_only(self, gangs: Iterable[str]) -> None:
         live = set(gangs)
-        for holders in list(self._holders.values()):
-            for gang in holders - live:
+        for hold in list(self.namespaces.values()):
+            for gang in hold.holders - live:
                 self.done(gang)
-        for namespace in self._since.keys() - self._holders.keys():
-            del self._since[namespace]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from webhook.backends import Backend
+    from webhook.controller.decide.headofline import NamespaceHold
     from webhook.controller.decide.pods import Release
     from webhook.controller.decide.preemption import Victim
     from webhook.controller.decide.situation import Decision
@@ -92,6 +93,9 @@ class GangStore:
         self._reserving: set[str] = set()  # records with a reservation: walked each pass, not all records
         self.pass_number = 0
         self._made = 0  # records made: each one's serial
+        # one record per namespace: its turn at the head of the queue (decide/headofline.py), kept while
+        # one of its gangs holds others back
+        self.namespaces: dict[str, NamespaceHold] = {}
 
     def begin_pass(self) -> None:
         self.pass_number += 1

@@ -148,7 +148,7 @@ def wire(
         reporter,
         releaser,
         requeuer,
-        HeadOfLine(settings.head_of_line_seconds),
+        HeadOfLine(settings.head_of_line_seconds, store.namespaces),
         Preemptor(api, requeuer, may_write, mechanisms, settings.min_runtime_seconds),
         placeholders,
     )
