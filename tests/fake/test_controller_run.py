@@ -105,11 +105,16 @@ def collector() -> Iterator[garbage.Collector]:
     clock = [0.0]
     made = garbage.Collector(clock=lambda: clock[0])
     made.clock_at = clock  # type: ignore[attr-defined]
+    # another collector an earlier test started (garbage.start) would time the same collections too
+    others = [c for c in gc.callbacks if isinstance(c, garbage.Collector)]
+    for other in others:
+        gc.callbacks.remove(other)
     gc.callbacks.append(made)
     try:
         yield made
     finally:
         gc.callbacks.remove(made)
+        gc.callbacks.extend(others)
         gc.unfreeze()
 
 
