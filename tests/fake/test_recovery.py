@@ -4,6 +4,7 @@ requeued whole (state.recover), on the controller against the test API server an
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 from typing import Any
@@ -219,6 +220,19 @@ def test_recover(case: str, pods_: list[PodView], spec: GangSpec, history: Histo
     assert decision.whole_gang is requeued, case
     if requeued:
         assert sorted(decision.evict) == sorted(p.name for p in pods_ if not p.terminal)
+
+
+def test_a_workloads_own_whole_restart_is_said_while_the_gang_is_short_and_gangkeeper_waits_for_it() -> None:
+    """Issue 78 item 7b: a LeaderWorkerSet recreates a group whole by itself (restartPolicy
+    RecreateGroupOnPodRestart, its default). gangkeeper says so while the gang is short and requeues it
+    only past the same recovery timeout, if that policy left it short."""
+    policy = "its LeaderWorkerSet recreates the group whole (spec.leaderWorkerTemplate.restartPolicy X)"
+    spec = dataclasses.replace(SPEC, restarts_whole=policy)
+    short = recover(waiting(), LOST, spec, History(4, NOW - dt.timedelta(seconds=10)), NOW)
+    assert short.state == "WaitingForCapacity" and short.short, short.message
+    assert f"({policy}; gangkeeper requeues it only if it stays short), requeued whole in 50s" in short.message
+    late = recover(waiting(), LOST, spec, History(4, NOW - dt.timedelta(seconds=61)), NOW)
+    assert late.state == "TimedOut" and late.whole_gang and policy in late.message
 
 
 def test_a_release_of_the_replacement_is_never_overruled_within_the_timeout() -> None:

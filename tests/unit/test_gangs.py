@@ -68,6 +68,22 @@ def test_seed_eight_replica_training_job_of_one_gpu_each() -> None:
     assert resources.render(gang.min_resources()) == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
 
 
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [(None, "RecreateGroupOnPodRestart"), ("RecreateGroupAfterStart", "RecreateGroupAfterStart"), ("None", "")],
+)
+def test_an_lws_that_recreates_its_groups_whole_says_so_on_each_gang(policy: str | None, said: str) -> None:
+    """Its own restart policy (the CRD's default RecreateGroupOnPodRestart) is the group's recovery:
+    gangkeeper says it on the Gang and does not fight it (issue 78 item 7b)."""
+    obj = b.lws("vllm", size=2, replicas=2)
+    if policy is not None:
+        obj["spec"]["leaderWorkerTemplate"]["restartPolicy"] = policy
+    plan = gangs.analyze(obj)
+    assert len(plan.gangs) == 2
+    for gang in plan.gangs:
+        assert (said in gang.restarts_whole) if said else gang.restarts_whole == "", gang.restarts_whole
+
+
 def test_lws_has_one_gang_per_replica_group() -> None:
     plan = gangs.analyze(b.lws("vllm", size=2, replicas=3))
     assert [(g.name, g.min_member, g.id.replica_key) for g in plan.gangs] == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook.gangs import common, limits
 from webhook.gangs.kinds import WAIT, Kind, derived_name, register
 from webhook.gangs.model import FieldError, GangId, Obj, Plan, TemplateStamp
@@ -12,6 +14,19 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 # LWS creates a group's workers only once its leader is scheduled, to place them in the leader's
 # topology domain (lws pkg/controllers/pod_controller.go): a gang of the whole group would never start
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+
+# restartPolicy values under which LWS recreates a whole group when one of its pods fails or restarts
+# (api/leaderworkerset/v1 RestartPolicyType; the CRD's default is RecreateGroupOnPodRestart)
+RESTARTS_GROUP_WHOLE = frozenset({"RecreateGroupOnPodRestart", "RecreateGroupAfterStart"})
+
+
+def restarts_whole(lwt: Obj) -> str:
+    """What the LeaderWorkerSet's own restart policy does for a group that loses a member, for the Gang."""
+    policy = lwt.get("restartPolicy") or "RecreateGroupOnPodRestart"
+    if policy not in RESTARTS_GROUP_WHOLE:
+        return ""
+    return f"its LeaderWorkerSet recreates the group whole (spec.leaderWorkerTemplate.restartPolicy {policy})"
 
 
 def identity(name: str, group_index: str | int) -> GangId:
@@ -72,7 +87,7 @@ def analyze(obj: Obj) -> Plan:
             gang = common.build_gang(
                 obj, identity(name, index), members, gang_size, reason, plan, (leader.get("spec") or {})
             )
-            plan.gangs.append(gang)
+            plan.gangs.append(replace(gang, restarts_whole=restarts_whole(lwt)))
     return plan
 
 

@@ -84,6 +84,9 @@ class Gang:
     priority_classes: tuple[str, ...] = ()
     timeout_seconds: int | None = None
     recovery_seconds: int | None = None  # gangkeeper.io/recovery-timeout-seconds, when set
+    # the workload's own policy that recreates the gang whole when a member fails or restarts (LWS
+    # RecreateGroupOnPodRestart), in words for the Gang: said while the gang is short, never fought
+    restarts_whole: str = ""
     topology: Topology | None = None  # one domain of a node label for all its pods (topology.py)
     workload_topology: Topology | None = None  # one domain of a broader label for all the workload's gangs
     schedule_timeout_seconds: int | None = None

@@ -50,6 +50,8 @@ def recover(
     since = history.short_since or now
     elapsed = max(0.0, (now - since).total_seconds())
     lost = f"lost a member: {running} of {whole} running"
+    if spec.restarts_whole:  # the workload's own policy goes first; gangkeeper's requeue only if it stays short
+        lost = f"{lost} ({spec.restarts_whole}; gangkeeper requeues it only if it stays short)"
     if elapsed < spec.recovery_seconds:
         if decision.state != GangState.RELEASE:
             left = spec.recovery_seconds - elapsed

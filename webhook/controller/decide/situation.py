@@ -28,6 +28,7 @@ class GangSpec:
     recovery_seconds: int = DEFAULT_RECOVERY_SECONDS  # how long it may run short after it ran whole
     topology: Topology | None = None  # all its pods in one domain of a node label (required or preferred)
     workload_topology: Topology | None = None  # all its workload's gangs in one domain of a broader label
+    restarts_whole: str = ""  # its workload's own policy that recreates it whole (gangs/model.py Gang), said
 
     def domains(self, near: Iterable[str] = (), workload_near: Iterable[str] = ()) -> Domains | None:
         """The topology for a placement of this gang, with the nodes its running members hold and those

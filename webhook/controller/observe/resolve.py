@@ -154,4 +154,5 @@ class Workloads:
             gang.recovery_seconds or self.recovery_seconds,
             gang.topology,
             gang.workload_topology,
+            gang.restarts_whole,
         )
