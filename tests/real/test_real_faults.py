@@ -99,6 +99,7 @@ def test_a_release_patch_lost_while_its_node_is_taken_requeues_the_gang_whole(
         ),
         "three members bound and the refused one gated",
         60,
+        explain=lambda: stack.describe(namespace),
     )
     try:
         wait_until(
@@ -114,7 +115,12 @@ def test_a_release_patch_lost_while_its_node_is_taken_requeues_the_gang_whole(
     # room again: the gang is resumed after its backoff and starts whole, on the real API server
     stack.plane.kubectl("delete", "pod", "intruder", "-n", other, "--wait=true", timeout=60)
     again = wait_until(
-        lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running whole again", 150
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p,
+        "the gang Running whole again",
+        150,
+        explain=lambda: (
+            f"{stack.describe(namespace)}\ngang: {stack.plane.get('gang', 'job-train', namespace=namespace)}"[-6000:]
+        ),
     )
     assert_started_together(again, 4)
     assert victim[0] not in {p["metadata"]["name"] for p in again}
