@@ -766,6 +766,10 @@ def test_no_placeholder_asks_an_autoscaler_for_a_pod_that_claims_devices() -> No
     assert never_held({"a": plain}, [pool]) is None
     why = never_held({"a": plain, "b": claiming}, [pool])
     assert why is not None and "claims devices through DRA" in why
+    # its spec names claims whose template the controller has not read yet: no device in its shape, and
+    # still no node comes for it (stop 84's CI: a placeholder made in that moment brought a NodeClaim)
+    unread = never_held({"a": plain, "b": plain}, [pool], claiming={"b"})
+    assert unread is not None and "pod b" in unread and "claims devices through DRA" in unread
 
 
 # --- the controller's picture kept from changes ----------------------------------------------------

@@ -277,13 +277,13 @@ class Placeholders:
     ) -> tuple[set[str], list[tuple[str, int, tuple[PodView, Obj]]], str | None]:
         """The placeholders to keep and to make, or none and why: all of the gang's or none, since a part
         would hold room that starts nothing."""
-        hopeless = never_held({view.name: view.shape for view, _ in waiting}, pools) if needing else None
+        shapes, claiming = {v.name: v.shape for v, _ in waiting}, {v.name for v, _ in waiting if v.claims_devices}
+        hopeless = never_held(shapes, pools, claiming) if needing else None
         if needing and not hopeless:  # nodes the gang could never fill whole would only hold others' room
-            hopeless = beyond_limits([view.shape for view, _ in waiting], self._allocatable(), pools)
+            hopeless = beyond_limits(list(shapes.values()), self._allocatable(), pools)
         keep, make = self._plan(needing, own, uid, pools) if waiting and not hopeless else (set(), [])
         behind = self._ahead(asked_of_pools(own, keep, make, self._node_room(pools)), pools) if keep or make else None
-        refusal = hopeless or behind or self._gives_back(gang, bool(keep or make))
-        if refusal:
+        if refusal := hopeless or behind or self._gives_back(gang, bool(keep or make)):
             return set(), [], refusal
         elsewhere, in_namespace = self._held_besides(gang.key)
         wanted, more = len(keep) + len(make), len(make)

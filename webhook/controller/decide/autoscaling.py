@@ -10,7 +10,7 @@ a pool is ruled out only for what is sure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,9 +69,11 @@ class NodePoolRoom:
             return None
         return frozenset()
 
-    def refusal(self, shape: Shape) -> str | None:
-        """Why no node this pool could ever make takes a pod of `shape`; None when one might."""
-        if any(name.startswith(CLASS_RESOURCE_PREFIX) and amount for name, amount in shape.requests):
+    def refusal(self, shape: Shape, claims_devices: bool = False) -> str | None:
+        """Why no node this pool could ever make takes a pod of `shape`; None when one might.
+        `claims_devices`: its spec names claims, whether or not their devices are in `shape` yet (a
+        template the controller has not seen adds none, and the pod still needs a device)."""
+        if claims_devices or any(name.startswith(CLASS_RESOURCE_PREFIX) and amount for name, amount in shape.requests):
             # a new node's devices are published by a driver once it runs there; Karpenter simulates DRA
             # only with --ignore-dra-requests=false (v1.14+) and from what its cloud provider declares,
             # which gangkeeper cannot read: a placeholder would bring nodes that may carry no device
@@ -117,16 +119,20 @@ def addable(pools: Sequence[NodePoolRoom]) -> dict[str, int]:
     return {name: sum(max(0, pool.limits[name] - pool.used.get(name, 0)) for pool in pools) for name in names}
 
 
-def never_held(shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom]) -> str | None:
-    """Why no NodePool could ever make a node for one of a gang's pods (pod name -> its shape), each
-    pool's reason named; None when every pod has a pool that might, or no pool is known."""
+def never_held(
+    shapes: Mapping[str, Shape], pools: Sequence[NodePoolRoom], claiming: Collection[str] = ()
+) -> str | None:
+    """Why no NodePool could ever make a node for one of a gang's pods (pod name -> its shape; `claiming`:
+    the pods whose specs name device claims), each pool's reason named; None when every pod has a pool
+    that might, or no pool is known."""
     if not pools:
         return None
-    first_of: dict[Shape, str] = {}  # each shape judged once, named by its first pod: a gang's pods share a few
+    # each (shape, claims) judged once, named by its first pod: a gang's pods share a few
+    first_of: dict[tuple[Shape, bool], str] = {}
     for name, shape in sorted(shapes.items()):
-        first_of.setdefault(shape, name)
-    for shape, name in first_of.items():
-        reasons = [(pool.name, pool.refusal(shape)) for pool in pools]
+        first_of.setdefault((shape, name in claiming), name)
+    for (shape, claims), name in first_of.items():
+        reasons = [(pool.name, pool.refusal(shape, claims)) for pool in pools]
         if all(reason is not None for _, reason in reasons):
             each = "; ".join(f"NodePool {pool}: {reason}" for pool, reason in reasons)
             return f"no NodePool can ever make a node for pod {name} ({each})"
