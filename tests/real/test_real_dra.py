@@ -7,6 +7,7 @@ reports: pods' nodes and phases, and the ResourceClaims kube-scheduler allocated
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -629,3 +630,82 @@ def test_a_gang_whose_node_loses_its_devices_is_requeued_whole_and_runs_whole_ag
         raise
     assert_started_together(again, 4)
     assert not ({p["metadata"]["uid"] for p in again} & first_uids)
+
+
+LINK_DRIVER = "link.example.com"
+
+
+def rack_links(stack: Stack, racks: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """One interconnect device per rack, reachable from the rack's nodes alone (a pool with a nodeSelector,
+    as a fabric driver publishes it; owned by the rack's first node, so it goes with it), and its class."""
+    link_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": LINK_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{LINK_DRIVER}"'}}]},
+    }
+    slices = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "name": f"rack-{rack}-link-{nodes[0]}",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": nodes[0],
+                        "uid": stack.plane.get("node", nodes[0])["metadata"]["uid"],
+                    }
+                ],
+            },
+            "spec": {
+                "driver": LINK_DRIVER,
+                "pool": {"name": f"rack-{rack}-{nodes[0]}", "generation": 1, "resourceSliceCount": 1},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
+                    ]
+                },
+                "devices": [{"name": "link"}],
+            },
+        }
+        for rack, nodes in racks.items()
+    ]
+    return [link_class, *slices]
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_gang_sharing_one_rack_link_starts_whole_in_the_rack_that_holds_it(stack: Stack, backend: str) -> None:
+    """The issue's two racks (#78): each rack has one interconnect device reachable from its own nodes; rack
+    a's two nodes have one GPU each and the most free CPU (kube-scheduler's LeastAllocated scores them
+    first), rack b's two have two GPUs each. A 4-pod gang takes one GPU per pod and shares one link claim:
+    only rack b holds it whole. Placed pod by pod, the first pod's allocation of the shared claim picks
+    rack a and traps the rest. Both backends: all four Running in rack b, the link allocated once."""
+    a = list(stack.replace_workers(2, cpu="64", prefix="racka"))  # a copy: add_worker appends to the stack's
+    b = [add_worker(stack, f"{a[0]}-b{i}", cpu="8") for i in (1, 2)]
+    stack.plane.apply([dra.device_class(), *(dra.node_slice(stack, n, 1) for n in a)])
+    stack.plane.apply([dra.node_slice(stack, n, 2) for n in b])
+    stack.plane.apply(rack_links(stack, {"a": a, "b": b}))
+    namespace = stack.namespace(f"dra-racks-{backend}", backend)
+    link = shared_claim(namespace, "fabric")
+    link["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = LINK_DRIVER
+    stack.plane.apply([link, dra.claim_template(namespace)])
+    job = dra.claiming(workloads.job("train", namespace, 4, "1"))
+    spec = job["spec"]["template"]["spec"]
+    spec["resourceClaims"].append({"name": "fabric", "resourceClaimName": "fabric"})
+    spec["containers"][0]["resources"]["claims"].append({"name": "fabric"})
+    stack.plane.apply(job)
+    try:
+        pods = wait_until(
+            lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running", 120, every=1
+        )
+    except AssertionError:
+        print(said(stack, namespace))
+        raise
+    assert_started_together(pods, 4)
+    fabric = stack.plane.get("resourceclaim.resource.k8s.io", "fabric", namespace=namespace)
+    where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    assert set(where.values()) == set(b), json.dumps([where, fabric.get("status"), stack.plane.get("resourceslices.resource.k8s.io")])
+    results = fabric["status"]["allocation"]["devices"]["results"]
+    assert [r["pool"] for r in results] == [f"rack-b-{b[0]}"], results

@@ -337,3 +337,30 @@ def test_a_pods_other_scheduling_gates_are_seen_beside_gangkeepers() -> None:
     view = PodView.from_api(pod, group="train")
     assert view.gated and view.other_gates == ("kueue.x-k8s.io/topology",)
     assert PodView.from_api({**pod, "spec": {"schedulingGates": gates[1:]}}, group="train").other_gates == ()
+
+
+def test_a_native_pod_naming_a_shared_claim_waits_to_be_steered_and_no_other_does() -> None:
+    """kube-scheduler allocates a claim a gang shares for its first pod, wherever that lands (issue 78,
+    item 3): the native backend holds such a pod behind gangkeeper's gate for the controller to pin the
+    gang where one allocation holds it whole (controller/run/steer.py). A pod whose claims come from a
+    template (each its own), a template, and the other mechanisms get no gate for it."""
+    from webhook.backends.base import Target
+    from webhook.gangs.model import GangId
+
+    gang = GangId("job-train", "Job", "train", native_workload="job-train", template="workers")
+    shared = [{"name": "fabric", "resourceClaimName": "fabric"}]
+    own = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+
+    def gates(name: str, claims: list[dict[str, str]], is_pod: bool = True, version: str = "1.36") -> list[str]:
+        pod = b.pod()
+        pod["spec"]["resourceClaims"] = claims
+        make(name, kubernetes_version=version).stamp(Target(pod, "pod"), gang, is_pod=is_pod)
+        return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+    assert gates("native", shared + own) == ["gangkeeper.io/gang-gate"]
+    assert gates("native", shared, version="1.37") == ["gangkeeper.io/gang-gate"]
+    assert gates("native", own) == []
+    assert gates("native", shared, is_pod=False) == []
+    assert gates("coscheduling", shared) == []
+    assert gates("volcano", shared) == []
+    assert make("native").steers_shared_claims and not make("coscheduling").steers_shared_claims

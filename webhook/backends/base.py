@@ -127,6 +127,13 @@ class Backend(Protocol):
     def stops_retrying(self) -> bool:
         """Whether its scheduler stops retrying a gang it refused until something wakes it."""
 
+    @property
+    def steers_shared_claims(self) -> bool:
+        """Whether a gang of it whose pods share a ResourceClaim is steered: its scheduler allocates the
+        claim for the first pod it places, which may trap the rest where the claim's device reaches too
+        few nodes, so the pods wait behind gangkeeper's gate until its model finds where one allocation
+        holds the whole gang, and are narrowed there (controller/run/steer.py)."""
+
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
 

@@ -34,6 +34,7 @@ class Coscheduling:
     # a gang it refused sits in its backoff until an event wakes it: gangkeeper wakes it when its model
     # sees the gang fit (controller/act/wakeup.py)
     stops_retrying: ClassVar[bool] = True
+    steers_shared_claims: ClassVar[bool] = False
 
     scheduler_name: str = DEFAULT_SCHEDULER
 

@@ -21,6 +21,7 @@ class Gate:
     gangkeeper_places: ClassVar[bool] = True  # its controller places and releases the gang itself
     autoscaler_sees_part: ClassVar[bool] = False
     stops_retrying: ClassVar[bool] = False
+    steers_shared_claims: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, settings: Settings) -> Gate:

@@ -36,6 +36,7 @@ class Volcano:
     # for room: gangkeeper's placeholders show it the whole gang (act/placeholders.py hand_over)
     autoscaler_sees_part: ClassVar[bool] = True
     stops_retrying: ClassVar[bool] = False
+    steers_shared_claims: ClassVar[bool] = False
 
     scheduler_name: str = "volcano"
     network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology

@@ -48,11 +48,7 @@ def members_of(
         requests, has_requests = {}, False
     if count_field is None:
         count_field = (*path[:-1], "replicas") if path and path[-1] == "template" else path
-    shared = tuple(
-        (str(entry["name"]), str(entry["resourceClaimName"]))
-        for entry in spec.get("resourceClaims") or []
-        if isinstance(entry, dict) and entry.get("name") and entry.get("resourceClaimName")
-    )
+    shared = shared_claims_of(spec)
     return Members(
         role,
         max(count, 0),
@@ -183,3 +179,13 @@ def warn_missing_requests(plan: Plan, gang: Gang) -> None:
                 f"gang {gang.name}: {members.role} pods request no cpu or memory; "
                 "minResources is incomplete, set resources.requests"
             )
+
+
+def shared_claims_of(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(entry name, ResourceClaim) of each claim a pod spec names directly: one its gang's pods may share,
+    where a template's (resourceClaimTemplateName) is each pod's own."""
+    return tuple(
+        (str(entry["name"]), str(entry["resourceClaimName"]))
+        for entry in spec.get("resourceClaims") or []
+        if isinstance(entry, dict) and entry.get("name") and entry.get("resourceClaimName")
+    )

@@ -65,6 +65,26 @@ class Releaser:
                 continue
             self.reporter.event(raw, "Normal", "GateLifted", f"gangkeeper's gate lifted: {why}")
 
+    def steer(self, pods: list[tuple[PodView, Obj]], pins: Mapping[str, str] | None, why: str) -> int:
+        """Lift gangkeeper's gate off a steered gang's pods (backends: `steers_shared_claims`), each pinned
+        where gangkeeper's model placed it (`pins`: pod name -> node; None: left as they are) for their own
+        scheduler to check and bind; returns how many were written. A pod changed since it was read (409)
+        or gone is left for the next look."""
+        written = 0
+        for view, raw in pods:
+            try:
+                patch = release_patch(view, (pins or {}).get(view.name), raw.get("spec") or {})
+                self.api.strategic_patched(PODS.path(view.namespace, view.name), patch)
+            except ApiError as error:
+                metrics.API_ERRORS.labels("patch", str(error.status)).inc()
+                log.warning("steer patch failed", extra={"pod": view.key, "status": error.status, "why": str(error)})
+                continue
+            written += 1
+        if written:
+            reason = "Steered" if pins is not None else "GateLifted"
+            self.reporter.event(pods[0][1], "Normal", reason, why)
+        return written
+
     def touch(self, pods: list[PodView], now: dt.datetime) -> None:
         """Annotate waiting pods (`gangkeeper.io/woken-at`, the one change of a pod's metadata the
         controller's self-protection policy allows): the update puts a pod the scheduler's queue lost

@@ -38,6 +38,7 @@ from webhook.controller.observe.source import ChangeSource, Listing, Source
 from webhook.controller.observe.workloads import all_workload_resources, group_resource
 from webhook.controller.run.bootstrap import ControllerSettings, wire
 from webhook.controller.run.clockguard import SteadyClock
+from webhook.controller.run.steer import Steering
 from webhook.controller.run.supervised import SupervisedTurn
 from webhook.controller.run.workqueue import GangQueue, staggered
 from webhook.gangs.model import Obj
@@ -102,8 +103,9 @@ class Controller:
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.supervisor = Supervisor(self.reporter, self.requeuer, self.gang_objects, may_write)
+        steering = Steering(self.cycle, self.releaser, self.work)
         self.supervised = SupervisedTurn(
-            self.cycle, self.store, self.groups, self.supervisor, self.releaser, self.work, may_write
+            self.cycle, self.store, self.groups, self.supervisor, self.releaser, self.work, may_write, steering
         )
         self.next_wake: float | None = None  # when the next pass must run although nothing changes
         self.visited = 0  # gangs the last pass took a turn for (the untouched running ones are skipped)
@@ -270,9 +272,10 @@ class Controller:
             if self.may_write() and (lifted := gated()):
                 self.releaser.lift_gates(lifted, f"namespace {gang.namespace} is no longer opted in", now)
             return None
-        if switched and self.may_write() and (lifted := gated()):
+        if switched and not mechanism.steers_shared_claims and self.may_write() and (lifted := gated()):
             # the namespace moved this gang to another mechanism: its new members will never join
-            # the gated ones, who would otherwise wait for a gang that cannot fill
+            # the gated ones, who would otherwise wait for a gang that cannot fill (a steered one's
+            # gated pods are lifted by run/steer.py)
             why = f"the gang's newer pods use {', '.join(sorted(switched))}, not the gate"
             self.releaser.lift_gates(lifted, why, now)
             return None

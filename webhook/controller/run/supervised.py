@@ -25,6 +25,7 @@ from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run.cycle import ReleaseCycle
+from webhook.controller.run.steer import Steering
 from webhook.controller.run.workqueue import GangQueue
 
 log = logging.getLogger("gangkeeper.controller")
@@ -43,6 +44,7 @@ class SupervisedTurn:
     releaser: Releaser
     work: GangQueue
     may_write: Callable[[], bool]
+    steering: Steering
     # (pass, models refreshed in it): a cap that holds within a pass
     _refreshed: tuple[int, int] = field(default=(-1, 0), init=False)
     next_refresh: float | None = field(default=None, init=False)  # when a deferred refresh may run
@@ -52,6 +54,8 @@ class SupervisedTurn:
     ) -> None:
         """The gang's group objects synced when its workload was read afresh (`fresh`), and its
         supervision, when that, what placeholders say of it, or what the model says of it changed."""
+        if mechanism.steers_shared_claims and self.may_write():
+            self.steering.turn(gang, resolved, snap, now)
         shown = mechanism.autoscaler_sees_part
         said = self.cycle.hand_over(gang, mechanism.name, snap) if shown else None
         record = self.store.record(gang.key)

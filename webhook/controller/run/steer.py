@@ -1,0 +1,93 @@
+"""Steering: a gang another scheduler places, pinned before it chooses where its own pod-by-pod choice
+would trap the gang (issue 78, item 3).
+
+kube-scheduler allocates a ResourceClaim a gang's pods share for the first of them it places, on the node
+it scores best, and the claim's device then decides where every other pod may go (its DynamicResources
+plugin reads the allocation's nodeSelector; kubernetes/kubernetes#140053, #138765). Where the device
+reaches too few nodes for the rest (an interconnect per rack, racks of unequal room) the gang is trapped
+partly bound for good. So the native backend holds a pod that names a shared claim behind gangkeeper's
+gate (backends/native.py `stamp`), and here, once the gang's pods are there, gangkeeper's model places the
+whole gang inside the nodes one allocation of that claim reaches (the gate's own placement, run/cycle.py
+`decide_for`) and lifts the gates with each pod pinned where it was placed (the pin the gate's releases
+write, the only change of a pod's affinity the controller's self-protection policy allows): its
+scheduler then checks, allocates and binds the gang as it would, inside a domain that holds it. A gang
+the model finds no domain for within its timeout (`gangkeeper.io/timeout-seconds`), one it cannot size,
+or one with no single shared claim has its gates lifted as they are, for its scheduler to try as it would
+(and supervision to requeue it whole if that starts it partly): the model never holds a gang for ever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from webhook.controller.act.release import Releaser, adjust
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.situation import GangState
+from webhook.controller.observe.devices import shared_reaches
+from webhook.controller.observe.gangview import GangView
+from webhook.controller.observe.resolve import Resolved
+from webhook.controller.observe.reuse import Snapshot
+from webhook.controller.run.cycle import ReleaseCycle
+from webhook.controller.run.workqueue import GangQueue
+from webhook.gangs.model import Obj
+
+log = logging.getLogger("gangkeeper.controller")
+STEER_RETRY_SECONDS = 5.0  # a gang no domain holds yet is placed again this often (and when it changes)
+
+
+@dataclass
+class Steering:
+    cycle: ReleaseCycle
+    releaser: Releaser
+    work: GangQueue
+
+    def turn(self, gang: GangView, resolved: Resolved, snap: Snapshot, now: dt.datetime) -> None:
+        """The gang's gated pods pinned where its shared claim holds it whole and lifted, or lifted as they
+        are when nothing can be steered; nothing while it waits for members or for room."""
+        gated = [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
+        if not gated:
+            return
+        spec = resolved.spec
+        if spec is None:
+            self._lift(gang, now, gated, None, f"the gang cannot be sized ({resolved.problem})")
+            return
+        since = min((view.created_at for view, _ in gated if view.created_at), default=now)
+        waited = (now - since).total_seconds()
+        live = sum(1 for view in gang.pods if not view.terminal)
+        if live < spec.min_member and waited < spec.timeout_seconds:
+            self.work.add_at(gang.key, since.timestamp() + spec.timeout_seconds + 0.001)
+            return  # its other members are still being made: each arrival looks again
+        reaches = shared_reaches(snap.index, gang)
+        if not reaches:
+            self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
+            return
+        decision = self.cycle.decide_for(gang, resolved, snap, now)
+        if decision.state == GangState.RELEASE and not decision.unmodelled:
+            pins = dict(decision.release)
+            for view, _ in gated:  # promised, as a release is: no gate gang of this pass takes it
+                if view.name in pins:
+                    adjust(snap.free, {pins[view.name]: view.units}, -1)
+            nodes = sorted(set(pins.values()))
+            why = (
+                f"gang {gang.name} pinned where one allocation of the claim its pods share holds it whole "
+                f"({', '.join(nodes[:4])}{', ...' if len(nodes) > 4 else ''}); its scheduler checks and binds it there"
+            )
+            self._lift(gang, now, gated, pins, why)
+            return
+        if waited >= spec.timeout_seconds:
+            why = f"no domain held it whole for {spec.timeout_seconds}s ({decision.message or decision.state.value})"
+            self._lift(gang, now, gated, None, why)
+            return
+        self.work.add_at(gang.key, now.timestamp() + STEER_RETRY_SECONDS)
+
+    def _lift(
+        self, gang: GangView, now: dt.datetime, gated: list[tuple[PodView, Obj]], pins: dict[str, str] | None, why: str
+    ) -> None:
+        if pins is None:
+            why = f"gang {gang.name} not steered: {why}; its scheduler places it as it would"
+        written = self.releaser.steer(gated, pins, why)
+        log.info("steered" if pins is not None else "steering given up", extra={"gang": gang.key, "pods": written})
+        if written < len(gated):  # a pod changed meanwhile (409) or the API failed: looked at again soon
+            self.work.add_at(gang.key, now.timestamp() + 1.0)
