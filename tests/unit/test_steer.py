@@ -1,0 +1,101 @@
+"""The steering rule (webhook/controller/run/steer.py) on its own: when a native gang whose pods share a
+claim is pinned, when it waits, and when it is let go as it is. The placement it asks for and the pods it
+writes are stood in for here (the real tier runs it whole: tests/real/test_real_dra.py -k rack_link)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from webhook.controller.decide.pods import PodView
+from webhook.controller.decide.situation import Decision, GangSpec, GangState
+from webhook.controller.observe.gangview import GangView
+from webhook.controller.observe.resolve import Resolved
+from webhook.controller.run import steer
+from webhook.controller.run.steer import Steering
+from webhook.controller.run.workqueue import GangQueue
+
+NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
+REACHES = [frozenset({"a1", "a2"}), frozenset({"b1", "b2"})]
+
+
+@dataclass
+class Written:
+    calls: list[tuple[list[str], dict[str, str] | None, str]] = field(default_factory=list)
+
+    def steer(self, pods: list[tuple[PodView, Any]], pins: dict[str, str] | None, why: str) -> int:
+        self.calls.append(([view.name for view, _ in pods], pins, why))
+        return len(pods)
+
+
+@dataclass
+class Placing:
+    decision: Decision
+
+    def decide_for(self, *_: Any) -> Decision:
+        return self.decision
+
+
+@dataclass
+class Snap:
+    free: dict[str, dict[str, int]] = field(default_factory=dict)
+    index: Any = None
+
+
+def gang(pods: int, age_seconds: float, gated: int | None = None) -> GangView:
+    made = (NOW - dt.timedelta(seconds=age_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    views, raws = [], []
+    for i in range(pods):
+        gates = [{"name": "gangkeeper.io/gang-gate"}] if gated is None or i < gated else []
+        raw = {
+            "metadata": {"name": f"p{i}", "namespace": "team-a", "uid": f"u{i}", "creationTimestamp": made},
+            "spec": {"schedulingGates": gates, "containers": [{"resources": {"requests": {"cpu": "1"}}}]},
+        }
+        views.append(PodView.from_api(raw, group="train"))
+        raws.append(raw)
+    return GangView("team-a", "job-train", views, raws)
+
+
+def turn(view: GangView, decision: Decision, reaches: list[frozenset[str]] | None = REACHES) -> tuple[Written, float]:
+    written, work = Written(), GangQueue()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(steer, "shared_reaches", lambda index, g: reaches)
+        resolved = Resolved(GangSpec(min_member=4, timeout_seconds=300), None, None)
+        Steering(Placing(decision), written, work).turn(view, resolved, Snap(), NOW)  # type: ignore[arg-type]
+    due = work._due.get(view.key, float("inf"))
+    return written, due
+
+
+def test_a_gang_placed_whole_is_pinned_where_the_model_placed_it() -> None:
+    pins = {"p0": "b1", "p1": "b1", "p2": "b2", "p3": "b2"}
+    written, _ = turn(gang(4, 5), Decision(GangState.RELEASE, "", release=pins))
+    ((names, said_pins, why),) = written.calls
+    assert names == ["p0", "p1", "p2", "p3"] and said_pins == pins and "b1, b2" in why
+
+
+def test_a_gang_no_domain_holds_waits_then_is_let_go_as_it_is_after_its_timeout() -> None:
+    waiting = Decision(GangState.WAITING_FOR_CAPACITY, "room for 2 of 4")
+    written, due = turn(gang(4, 5), waiting)
+    assert written.calls == [] and due == NOW.timestamp() + steer.STEER_RETRY_SECONDS
+    written, _ = turn(gang(4, 301), waiting)
+    ((_, pins, why),) = written.calls
+    assert pins is None and "no domain held it whole for 300s (room for 2 of 4)" in why
+
+
+def test_a_gang_missing_members_waits_for_them_and_one_with_no_single_shared_claim_is_let_go() -> None:
+    written, due = turn(gang(3, 5), Decision(GangState.RELEASE, "", release={"p0": "b1"}))
+    assert written.calls == [] and due == pytest.approx(NOW.timestamp() - 5 + 300, abs=1)
+    written, _ = turn(gang(4, 5), Decision(GangState.RELEASE, ""), reaches=None)
+    ((_, pins, why),) = written.calls
+    assert pins is None and "no one claim" in why
+
+
+def test_only_the_gated_members_are_written_and_a_gang_with_none_costs_nothing() -> None:
+    pins = {"p0": "b1", "p1": "b2"}
+    written, _ = turn(gang(4, 5, gated=2), Decision(GangState.RELEASE, "", release=pins))
+    assert [call[0] for call in written.calls] == [["p0", "p1"]]
+    written, _ = turn(gang(4, 5, gated=0), Decision(GangState.RELEASE, "", release=pins))
+    assert written.calls == []
