@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.real.test_real_dra import a_gang_sharing_one_rack_link_starts_whole_in_its_rack
 from tests.real.test_real_seeds import pinch_waits_whole_then_starts_whole
 from tests.real.test_real_supervision import a_gang_that_loses_a_node_is_requeued_whole_and_runs_whole_again
 from tests.real.test_real_topology import RACK, blocker, racks_of
@@ -49,6 +50,14 @@ def test_native_1_37_a_gang_that_loses_a_node_is_requeued_whole(newest_stack: St
     started whole loses a node, is requeued whole after its recovery timeout and runs whole again."""
     assert newest_stack.plane.minor == "1.37"
     a_gang_that_loses_a_node_is_requeued_whole_and_runs_whole_again(newest_stack, "native")
+
+
+def test_native_1_37_a_gang_sharing_one_rack_link_is_steered_whole_into_the_rack_that_holds_it(
+    newest_stack: Stack,
+) -> None:
+    """Issue 78 item 3 on 1.37: the two racks of tests/real/test_real_dra.py, the gang steered into rack b."""
+    assert newest_stack.plane.minor == "1.37"
+    a_gang_sharing_one_rack_link_starts_whole_in_its_rack(newest_stack, "native")
 
 
 BLOCK = "example.com/block"
