@@ -34,8 +34,10 @@ class Written:
 @dataclass
 class Placing:
     decision: Decision
+    placed: int = 0
 
     def decide_for(self, *_: Any) -> Decision:
+        self.placed += 1
         return self.decision
 
 
@@ -99,3 +101,17 @@ def test_only_the_gated_members_are_written_and_a_gang_with_none_costs_nothing()
     assert [call[0] for call in written.calls] == [["p0", "p1"]]
     written, _ = turn(gang(4, 5, gated=0), Decision(GangState.RELEASE, "", release=pins))
     assert written.calls == []
+
+
+def test_a_pass_places_at_most_its_cap_of_gangs_for_steering_and_the_rest_wait_for_the_next() -> None:
+    """A tenant's many waiting gangs cost one pass MAX_STEERS_PER_PASS placements, not one each."""
+    placing, work = Placing(Decision(GangState.WAITING_FOR_CAPACITY, "room for 2 of 4")), GangQueue()
+    steering = Steering(placing, Written(), work)  # type: ignore[arg-type]
+    resolved = Resolved(GangSpec(min_member=4, timeout_seconds=300), None, None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(steer, "shared_reaches", lambda index, g: REACHES)
+        for _ in range(steer.MAX_STEERS_PER_PASS + 3):
+            steering.turn(gang(4, 5), resolved, Snap(), NOW, this_pass=7)  # type: ignore[arg-type]
+        assert placing.placed == steer.MAX_STEERS_PER_PASS
+        steering.turn(gang(4, 5), resolved, Snap(), NOW, this_pass=8)  # type: ignore[arg-type]
+        assert placing.placed == steer.MAX_STEERS_PER_PASS + 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from webhook.controller.act.release import Releaser, adjust
 from webhook.controller.decide.pods import PodView
@@ -35,6 +35,9 @@ from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
 STEER_RETRY_SECONDS = 5.0  # a gang no domain holds yet is placed again this often (and when it changes)
+# gangs placed for steering in one pass: a tenant's many waiting gangs cost a pass this many placements
+# at most, the rest looked at in the next one
+MAX_STEERS_PER_PASS = 64
 
 
 @dataclass
@@ -42,8 +45,9 @@ class Steering:
     cycle: ReleaseCycle
     releaser: Releaser
     work: GangQueue
+    _placed: tuple[int, int] = field(default=(-1, 0), init=False)  # (pass, gangs placed in it): a cap per pass
 
-    def turn(self, gang: GangView, resolved: Resolved, snap: Snapshot, now: dt.datetime) -> None:
+    def turn(self, gang: GangView, resolved: Resolved, snap: Snapshot, now: dt.datetime, this_pass: int = 0) -> None:
         """The gang's gated pods pinned where its shared claim holds it whole and lifted, or lifted as they
         are when nothing can be steered; nothing while it waits for members or for room."""
         gated = [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
@@ -63,6 +67,11 @@ class Steering:
         if not reaches:
             self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
             return
+        spent = self._placed[1] if self._placed[0] == this_pass else 0
+        if spent >= MAX_STEERS_PER_PASS:
+            self.work.add_at(gang.key, now.timestamp() + 1.0)
+            return
+        self._placed = (this_pass, spent + 1)
         decision = self.cycle.decide_for(gang, resolved, snap, now)
         if decision.state == GangState.RELEASE and not decision.unmodelled:
             pins = dict(decision.release)
