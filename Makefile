@@ -19,8 +19,9 @@ $(PY_STAMP):
 	touch $@
 
 # what the server needs and nothing more (requirements.lock, as the image)
-$(BIN)/.runtime: requirements.lock $(PY_STAMP)
-	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+# (and the build backend the package's own editable install needs: setuptools>=77, newer than a venv's own)
+$(BIN)/.runtime: requirements.lock requirements-build.lock $(PY_STAMP)
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock -r requirements-build.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .  # .venv/bin/gangkeeper, as the docs use it
 	touch $@
 
@@ -121,6 +122,7 @@ e2e: $(BIN)/.installed
 # after changing dependencies in pyproject.toml (needs pip-tools: $(BIN)/pip install pip-tools)
 lock:
 	$(PIP_COMPILE) -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --all-build-deps --only-build-deps -o requirements-build.lock pyproject.toml
 	$(PIP_COMPILE) --extra test --all-build-deps -o requirements-test.lock pyproject.toml
 	$(PIP_COMPILE) -o hack/checkov.lock hack/checkov.in
 
