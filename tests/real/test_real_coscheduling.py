@@ -96,3 +96,12 @@ def test_coscheduling_a_dra_gang_waits_whole_for_devices_then_starts_whole(cosch
     from tests.real.test_real_dra import dra_pinch_waits_whole_then_starts_whole
 
     dra_pinch_waits_whole_then_starts_whole(cosched, "coscheduling")
+
+
+def test_coscheduling_a_gang_sharing_one_rack_link_starts_whole_in_the_rack_that_holds_it(cosched: Stack) -> None:
+    """#78's two racks under Coscheduling: its scheduler allocates the shared link for the first pod it
+    places (rack a, the most free CPU), and Permit then waits for members that can never join it; steered,
+    all four run in rack b, the link allocated once."""
+    from tests.real.test_real_dra import a_gang_sharing_one_rack_link_starts_whole_in_its_rack
+
+    a_gang_sharing_one_rack_link_starts_whole_in_its_rack(cosched, "coscheduling")

@@ -20,8 +20,10 @@ from tests.real.test_real_seeds import Watch, assert_started_together, hold_pend
 from tests.realcluster import dra, workloads
 from tests.realcluster.stack import FAKE, Stack, bound, gated, running, wait_until
 from webhook import contract
+from webhook.controller.act.claim_holders import HOLDER_MARK
 
 pytestmark = pytest.mark.cluster
+HOLDER = f"{contract.PLACEHOLDER_LABEL}={HOLDER_MARK}"
 SIZE = 12
 
 
@@ -700,7 +702,8 @@ def a_gang_sharing_one_rack_link_starts_whole_in_its_rack(stack: Stack, backend:
     spec = job["spec"]["template"]["spec"]
     spec["resourceClaims"].append({"name": "fabric", "resourceClaimName": "fabric"})
     spec["containers"][0]["resources"]["claims"].append({"name": "fabric"})
-    stack.plane.apply(job)
+    # a backend installed a moment ago is refused until the webhook's discovery (each minute) sees it
+    wait_until(lambda: stack.plane.apply(job), "the Job admitted", 90, every=5)
     try:
         pods = wait_until(
             lambda: (p := stack.pods(namespace)) and len(running(p)) == 4 and p, "the gang Running", 120, every=1
@@ -714,3 +717,15 @@ def a_gang_sharing_one_rack_link_starts_whole_in_its_rack(stack: Stack, backend:
     assert set(where.values()) == set(b), json.dumps([where, fabric.get("status")])
     results = fabric["status"]["allocation"]["devices"]["results"]
     assert [r["pool"] for r in results] == [f"rack-b-{b[0]}"], results
+    # a claim holder (coscheduling's, act/claim_holders.py) is gone once the gang is bound, and the claim
+    # stays allocated for the gang's pods alone
+    wait_until(lambda: not stack.plane.get("pods", namespace=namespace, selector=HOLDER), "no claim holder left", 30)
+
+    def reserved_for_the_gang_alone() -> Any:
+        claim = stack.plane.get("resourceclaim.resource.k8s.io", "fabric", namespace=namespace)
+        pods = {c["name"] for c in claim["status"].get("reservedFor") or [] if c.get("resource") == "pods"}
+        # native 1.36 may reserve it for the gang's PodGroup rather than pod by pod
+        return pods <= set(where) and claim["status"]
+
+    reserved = wait_until(reserved_for_the_gang_alone, "the link reserved for the gang's pods alone", 30)
+    assert reserved.get("allocation"), reserved

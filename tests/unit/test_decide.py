@@ -343,7 +343,8 @@ def test_a_native_pod_naming_a_shared_claim_waits_to_be_steered_and_no_other_doe
     """kube-scheduler allocates a claim a gang shares for its first pod, wherever that lands (issue 78,
     item 3): the native backend holds such a pod behind gangkeeper's gate for the controller to pin the
     gang where one allocation holds it whole (controller/run/steer.py). A pod whose claims come from a
-    template (each its own), a template, and the other mechanisms get no gate for it."""
+    template (each its own), a template, and Volcano get no gate for it. Coscheduling's is steered too, its
+    claim allocated first by a holder pod (controller/act/claim_holders.py)."""
     from webhook.backends.base import Target
     from webhook.gangs.model import GangId
 
@@ -361,6 +362,9 @@ def test_a_native_pod_naming_a_shared_claim_waits_to_be_steered_and_no_other_doe
     assert gates("native", shared, version="1.37") == ["gangkeeper.io/gang-gate"]
     assert gates("native", own) == []
     assert gates("native", shared, is_pod=False) == []
-    assert gates("coscheduling", shared) == []
+    assert gates("coscheduling", shared) == ["gangkeeper.io/gang-gate"]  # steered too, its claim held first
+    assert gates("coscheduling", own) == [] and gates("coscheduling", shared, is_pod=False) == []
     assert gates("volcano", shared) == []
-    assert make("native").steers_shared_claims and not make("coscheduling").steers_shared_claims
+    assert make("native").steers_shared_claims and not make("native").shared_claims_allocated_first
+    assert make("coscheduling").steers_shared_claims and make("coscheduling").shared_claims_allocated_first
+    assert not make("volcano").steers_shared_claims

@@ -5,15 +5,17 @@ writes are stood in for here (the real tier runs it whole: tests/real/test_real_
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
+from webhook.controller.decide.device_types import ClaimDemand
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.situation import Decision, GangSpec, GangState
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
+from webhook.controller.observe.store import GangStore
 from webhook.controller.run import steer
 from webhook.controller.run.steer import Steering
 from webhook.controller.run.workqueue import GangQueue
@@ -115,3 +117,55 @@ def test_a_pass_places_at_most_its_cap_of_gangs_for_steering_and_the_rest_wait_f
         assert placing.placed == steer.MAX_STEERS_PER_PASS
         steering.turn(gang(4, 5), resolved, Snap(), NOW, this_pass=8)  # type: ignore[arg-type]
         assert placing.placed == steer.MAX_STEERS_PER_PASS + 1
+
+
+@dataclass
+class Holders:
+    made: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, claim, node)
+    deleted: list[str] = field(default_factory=list)
+
+    def hold(self, member: PodView, raw: Any, gang: str, claim: str, node: str) -> str:
+        self.made.append((member.name, claim, node))
+        return "claimholder-x"
+
+    def let_go(self, namespace: str, name: str) -> bool:
+        self.deleted.append(name)
+        return True
+
+
+def allocate_first(view: GangView, decision: Decision, allocated: bool, holders: Holders, store: GangStore) -> Written:
+    written, work = Written(), GangQueue()
+    claim = ClaimDemand("claim team-a/fabric", (), shared=True, allocated=allocated)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(steer, "shared_reaches", lambda index, g: REACHES)
+        patch.setattr(steer, "the_shared_claim", lambda index, g: claim)
+        resolved = Resolved(GangSpec(min_member=4, timeout_seconds=300), None, None)
+        steering = Steering(Placing(decision), written, work, holders, store)  # type: ignore[arg-type]
+        steering.turn(view, resolved, Snap(), NOW, allocate_first=True)  # type: ignore[arg-type]
+    return written
+
+
+def test_a_claim_its_scheduler_cannot_allocate_at_permit_is_held_first_then_the_gang_is_pinned() -> None:
+    """Coscheduling (backends: shared_claims_allocated_first): while the shared claim is not allocated a
+    holder pod is made once, pinned to a node of the placement, and no gate is lifted; once it is, the
+    gang is pinned and lifted; once every pod is bound, the holder is deleted."""
+    pins = {"p0": "b1", "p1": "b1", "p2": "b2", "p3": "b2"}
+    release = Decision(GangState.RELEASE, "", release=pins)
+    holders, store = Holders(), GangStore()
+    for _ in range(2):
+        written = allocate_first(gang(4, 5), release, allocated=False, holders=holders, store=store)
+        assert written.calls == []
+    assert holders.made == [("p0", "fabric", "b1")]
+    written = allocate_first(gang(4, 5), release, allocated=True, holders=holders, store=store)
+    assert [call[1] for call in written.calls] == [pins] and holders.deleted == []
+    bound = gang(4, 5, gated=0)
+    bound = GangView(bound.namespace, bound.name, [replace(v, node_name="b1") for v in bound.pods], bound.raw)
+    allocate_first(bound, release, allocated=True, holders=holders, store=store)
+    assert holders.deleted == ["claimholder-x"] and store.record(bound.key).claim_holder is None
+
+
+def test_a_held_claim_never_allocated_lets_the_gang_go_pinned_at_its_timeout() -> None:
+    pins = {"p0": "b1", "p1": "b1", "p2": "b2", "p3": "b2"}
+    holders = Holders()
+    written = allocate_first(gang(4, 301), Decision(GangState.RELEASE, "", release=pins), False, holders, GangStore())
+    assert [call[1] for call in written.calls] == [pins] and holders.made == []

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook import contract
+from webhook.gangs.common import shared_claims_of
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 from webhook.gangs.pod import workload_stamp
 from webhook.gangs.topology import DEFAULT_LEVELS
@@ -134,6 +135,12 @@ class Backend(Protocol):
         few nodes, so the pods wait behind gangkeeper's gate until its model finds where one allocation
         holds the whole gang, and are narrowed there (controller/run/steer.py)."""
 
+    @property
+    def shared_claims_allocated_first(self) -> bool:
+        """Whether a steered gang's shared claim must be allocated before its pods reach its scheduler: one
+        that holds the first pod at Permit while its DynamicResources plugin refuses the others a claim "in
+        the process of being allocated" never starts such a gang (controller/act/claim_holders.py)."""
+
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
 
@@ -174,6 +181,18 @@ def stamp_common(target: Target, gang: GangId | None) -> None:
         return
     target.labels()[contract.GROUP_LABEL] = gang.name
     target.annotations()[contract.WORKLOAD_ANNOTATION] = workload_stamp(gang)
+
+
+def hold_for_steering(spec: Obj | None, is_pod: bool) -> None:
+    """Gangkeeper's gate on a pod that names a shared ResourceClaim, for a mechanism that `steers_shared_claims`:
+    held until the controller pins it where one allocation of that claim holds the whole gang
+    (controller/run/steer.py); a pod's only, never a template's (a gate on a template would be copied to
+    pods the controller does not steer, see gate.py)."""
+    if spec is None or not is_pod or not shared_claims_of(spec):
+        return
+    gates = spec.setdefault("schedulingGates", [])
+    if not any(g.get("name") == contract.GATE for g in gates):
+        gates.append({"name": contract.GATE})
 
 
 def remove_stamp(pod: Obj) -> None:

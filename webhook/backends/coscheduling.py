@@ -13,6 +13,7 @@ from webhook.backends.base import (
     Served,
     Settings,
     Target,
+    hold_for_steering,
     object_meta,
     stamp_common,
 )
@@ -34,7 +35,12 @@ class Coscheduling:
     # a gang it refused sits in its backoff until an event wakes it: gangkeeper wakes it when its model
     # sees the gang fit (controller/act/wakeup.py)
     stops_retrying: ClassVar[bool] = True
-    steers_shared_claims: ClassVar[bool] = False
+    # its scheduler (kube-scheduler's framework with the DynamicResources plugin) allocates a claim the gang
+    # shares for the first pod it places, and Permit then waits for members that cannot follow: steered
+    steers_shared_claims: ClassVar[bool] = True
+    # ... and it holds the first pod at Permit while refusing the rest the claim that pod is allocated:
+    # the claim is allocated first, by a holder pod (controller/act/claim_holders.py)
+    shared_claims_allocated_first: ClassVar[bool] = True
 
     scheduler_name: str = DEFAULT_SCHEDULER
 
@@ -51,6 +57,7 @@ class Coscheduling:
         stamp_common(target, gang)
         if gang is not None:
             target.labels()[contract.COSCHEDULING_GROUP_LABEL] = gang.name
+            hold_for_steering(target.pod_spec(), is_pod)
 
     def group_kinds(self) -> list[tuple[str, str]]:
         return [(API_VERSION, "PodGroup")]

@@ -22,6 +22,7 @@ class Gate:
     autoscaler_sees_part: ClassVar[bool] = False
     stops_retrying: ClassVar[bool] = False
     steers_shared_claims: ClassVar[bool] = False
+    shared_claims_allocated_first: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, settings: Settings) -> Gate:

@@ -24,10 +24,10 @@ from webhook.backends.base import (
     Served,
     Settings,
     Target,
+    hold_for_steering,
     object_meta,
     stamp_common,
 )
-from webhook.gangs.common import shared_claims_of
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 
 GROUP = "scheduling.k8s.io"
@@ -98,6 +98,7 @@ class Native:
     # kube-scheduler allocates a claim the gang shares for its first pod, wherever that pod lands (its
     # DynamicResources plugin, pod by pod; kubernetes/kubernetes#140053): the gang is steered
     steers_shared_claims: ClassVar[bool] = True
+    shared_claims_allocated_first: ClassVar[bool] = False
     group_versions: ClassVar[tuple[str, ...]] = (
         *(f"{GROUP}/{version}" for version in VERSIONS_BEST_FIRST),
         COMPOSITE_GROUP_VERSION,
@@ -152,12 +153,7 @@ class Native:
             spec["workloadRef"] = ref
         else:
             spec["schedulingGroup"] = {"podGroupName": gang.name}
-        if is_pod and shared_claims_of(spec):
-            # held until gangkeeper's controller narrows it to where the shared claim holds the whole
-            # gang (controller/run/steer.py); only a pod's, never a template's (see gate.py)
-            gates = spec.setdefault("schedulingGates", [])
-            if not any(g.get("name") == contract.GATE for g in gates):
-                gates.append({"name": contract.GATE})
+        hold_for_steering(spec, is_pod)
 
     def group_kinds(self) -> list[tuple[str, str]]:
         kinds = [(self.api_version, "PodGroup"), (self.api_version, "Workload")]

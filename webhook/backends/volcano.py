@@ -37,6 +37,7 @@ class Volcano:
     autoscaler_sees_part: ClassVar[bool] = True
     stops_retrying: ClassVar[bool] = False
     steers_shared_claims: ClassVar[bool] = False
+    shared_claims_allocated_first: ClassVar[bool] = False
 
     scheduler_name: str = "volcano"
     network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology

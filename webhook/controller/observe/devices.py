@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from webhook.controller import metrics
 from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide.device_types import ClaimDemand
 from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.decide.situation import Decision, GangState
@@ -167,12 +168,8 @@ def with_selector_problems(index: ClusterIndex, gang: GangView, decision: Decisi
 MAX_REACHES = 16  # places tried for a gang's shared claim, in node order
 
 
-def shared_reaches(index: ClusterIndex, gang: GangView) -> list[frozenset[str]] | None:
-    """Where a gang whose pods share one claim may go: the nodes its allocation reaches. Allocated, that is
-    its nodeSelector's nodes; not allocated yet, each way of allocating it (on each node in turn) reaches
-    some nodes (one node for node-local devices, more for a pool with a nodeSelector or allNodes), and the
-    gang must be placed inside one of them. None for a gang with no shared claim, or with several (the
-    devices check then judges the placement as it is)."""
+def the_shared_claim(index: ClusterIndex, gang: GangView) -> ClaimDemand | None:
+    """The one ResourceClaim a gang's pods share, None for a gang with none or several."""
     inventory = index.devices
     if inventory is None or not any(view.claims_devices for view in gang.pods):
         return None
@@ -182,9 +179,18 @@ def shared_reaches(index: ClusterIndex, gang: GangView) -> list[frozenset[str]] 
         for claim in inventory.demand(gang.namespace, raw.get("spec") or {}).claims
         if claim.shared
     }
-    if len(shared) != 1:
+    return next(iter(shared.values())) if len(shared) == 1 else None
+
+
+def shared_reaches(index: ClusterIndex, gang: GangView) -> list[frozenset[str]] | None:
+    """Where a gang whose pods share one claim may go: the nodes its allocation reaches. Allocated, that is
+    its nodeSelector's nodes; not allocated yet, each way of allocating it (on each node in turn) reaches
+    some nodes (one node for node-local devices, more for a pool with a nodeSelector or allNodes), and the
+    gang must be placed inside one of them. None for a gang with no shared claim, or with several (the
+    devices check then judges the placement as it is)."""
+    inventory, claim = index.devices, the_shared_claim(index, gang)
+    if inventory is None or claim is None:
         return None
-    (claim,) = shared.values()
     nodes = list(index.nodes.values())
     if claim.allocated:
         if claim.allocated_node_terms is None:

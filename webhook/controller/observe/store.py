@@ -83,6 +83,8 @@ class GangRecord:
     # again only when the object is another (a profiled replay spent a tenth of its CPU parsing them)
     books: tuple[Obj, Books] | None = None
     releases: tuple[Obj, Mapping[str, Release]] | None = None
+    # the pod holding its shared claim until its pods bind (act/claim_holders.py): deleted then
+    claim_holder: str | None = None
 
 
 class GangStore:

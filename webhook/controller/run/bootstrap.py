@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from webhook.backends import DEFAULT_KUBERNETES_VERSION, Mechanisms, Settings, Volcano
+from webhook.controller.act.claim_holders import ClaimHolders
 from webhook.controller.act.events import EventRecorder, Recorder
 from webhook.controller.act.gangobject import GANGS, GangObjects
 from webhook.controller.act.groups import GroupObjects
@@ -86,6 +87,7 @@ class Collaborators:
     index: ClusterIndex
     cycle: ReleaseCycle
     store: GangStore
+    claim_holders: ClaimHolders
 
 
 def wire(
@@ -154,5 +156,16 @@ def wire(
     )
     groups = GroupObjects(api, workloads, reporter, mechanisms)
     return Collaborators(
-        recorder, gang_objects, workloads, reporter, releaser, requeuer, mechanisms, groups, index, cycle, store
+        recorder,
+        gang_objects,
+        workloads,
+        reporter,
+        releaser,
+        requeuer,
+        mechanisms,
+        groups,
+        index,
+        cycle,
+        store,
+        ClaimHolders(api, gang_objects.get, settings.placeholder_image),
     )

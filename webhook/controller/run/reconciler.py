@@ -103,7 +103,7 @@ class Controller:
         # gangs due for a look, keyed by gang; one whose reconciliation raised alone waits out its backoff
         self.work = GangQueue()
         self.supervisor = Supervisor(self.reporter, self.requeuer, self.gang_objects, may_write)
-        steering = Steering(self.cycle, self.releaser, self.work)
+        steering = Steering(self.cycle, self.releaser, self.work, parts.claim_holders, self.store)
         self.supervised = SupervisedTurn(
             self.cycle, self.store, self.groups, self.supervisor, self.releaser, self.work, may_write, steering
         )

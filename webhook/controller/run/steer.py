@@ -14,6 +14,8 @@ scheduler then checks, allocates and binds the gang as it would, inside a domain
 the model finds no domain for within its timeout (`gangkeeper.io/timeout-seconds`), one it cannot size,
 or one with no single shared claim has its gates lifted as they are, for its scheduler to try as it would
 (and supervision to requeue it whole if that starts it partly): the model never holds a gang for ever.
+Coscheduling's gangs are steered the same way, their claim allocated first by a holder pod
+(act/claim_holders.py): its Permit would otherwise hold the pod allocating it while the rest are refused.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
+from webhook.controller.act.claim_holders import ClaimHolders
 from webhook.controller.act.release import Releaser, adjust
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.situation import GangState
-from webhook.controller.observe.devices import shared_reaches
+from webhook.controller.observe.devices import shared_reaches, the_shared_claim
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot
+from webhook.controller.observe.store import GangStore
 from webhook.controller.run.cycle import ReleaseCycle
 from webhook.controller.run.workqueue import GangQueue
 from webhook.gangs.model import Obj
@@ -38,6 +42,7 @@ STEER_RETRY_SECONDS = 5.0  # a gang no domain holds yet is placed again this oft
 # gangs placed for steering in one pass: a tenant's many waiting gangs cost a pass this many placements
 # at most, the rest looked at in the next one
 MAX_STEERS_PER_PASS = 64
+HOLDER_RETRY_SECONDS = 1.0  # a gang whose claim a holder is being allocated looks again this often
 
 
 @dataclass
@@ -45,13 +50,26 @@ class Steering:
     cycle: ReleaseCycle
     releaser: Releaser
     work: GangQueue
+    # where a mechanism needs the shared claim allocated first (backends: `shared_claims_allocated_first`)
+    holders: ClaimHolders | None = None
+    store: GangStore | None = None
     _placed: tuple[int, int] = field(default=(-1, 0), init=False)  # (pass, gangs placed in it): a cap per pass
 
-    def turn(self, gang: GangView, resolved: Resolved, snap: Snapshot, now: dt.datetime, this_pass: int = 0) -> None:
+    def turn(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snap: Snapshot,
+        now: dt.datetime,
+        this_pass: int = 0,
+        allocate_first: bool = False,
+    ) -> None:
         """The gang's gated pods pinned where its shared claim holds it whole and lifted, or lifted as they
-        are when nothing can be steered; nothing while it waits for members or for room."""
+        are when nothing can be steered; nothing while it waits for members or for room. With
+        `allocate_first`, its claim is allocated by a holder pod before they are lifted."""
         gated = [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
         if not gated:
+            self._let_the_holder_go(gang)
             return
         spec = resolved.spec
         if spec is None:
@@ -75,6 +93,9 @@ class Steering:
         decision = self.cycle.decide_for(gang, resolved, snap, now)
         if decision.state == GangState.RELEASE and not decision.unmodelled:
             pins = dict(decision.release)
+            if allocate_first and waited < spec.timeout_seconds and not self._claim_allocated(gang, snap, gated, pins):
+                self.work.add_at(gang.key, now.timestamp() + HOLDER_RETRY_SECONDS)
+                return
             for view, _ in gated:  # promised, as a release is: no gate gang of this pass takes it
                 if view.name in pins:
                     adjust(snap.free, {pins[view.name]: view.units}, -1)
@@ -90,6 +111,31 @@ class Steering:
             self._lift(gang, now, gated, None, why)
             return
         self.work.add_at(gang.key, now.timestamp() + STEER_RETRY_SECONDS)
+
+    def _claim_allocated(
+        self, gang: GangView, snap: Snapshot, gated: list[tuple[PodView, Obj]], pins: dict[str, str]
+    ) -> bool:
+        """Whether the gang's shared claim is allocated; if not, a holder pod pinned to one of the gang's
+        nodes asks its scheduler to allocate it there (act/claim_holders.py)."""
+        claim = the_shared_claim(snap.index, gang)
+        if claim is None or claim.allocated or self.holders is None or self.store is None:
+            return True
+        record = self.store.record(gang.key)
+        if record.claim_holder is None:
+            view, raw = next((view, raw) for view, raw in gated if view.name in pins)
+            name = claim.key.partition("/")[2]
+            record.claim_holder = self.holders.hold(view, raw, gang.name, name, pins[view.name])
+        return False
+
+    def _let_the_holder_go(self, gang: GangView) -> None:
+        """The gang's claim holder deleted once every pod of the gang is bound (each is in the claim's
+        reservedFor then, which keeps it allocated)."""
+        record = self.store.get(gang.key) if self.store is not None else None
+        if record is None or record.claim_holder is None or self.holders is None:
+            return
+        bound = all(view.node_name for view in gang.pods if not view.terminal)
+        if bound and self.holders.let_go(gang.namespace, record.claim_holder):
+            record.claim_holder = None
 
     def _lift(
         self, gang: GangView, now: dt.datetime, gated: list[tuple[PodView, Obj]], pins: dict[str, str] | None, why: str

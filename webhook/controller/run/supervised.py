@@ -55,7 +55,8 @@ class SupervisedTurn:
         """The gang's group objects synced when its workload was read afresh (`fresh`), and its
         supervision, when that, what placeholders say of it, or what the model says of it changed."""
         if mechanism.steers_shared_claims and self.may_write():
-            self.steering.turn(gang, resolved, snap, now, self.store.pass_number)
+            first = mechanism.shared_claims_allocated_first
+            self.steering.turn(gang, resolved, snap, now, self.store.pass_number, first)
         shown = mechanism.autoscaler_sees_part
         said = self.cycle.hand_over(gang, mechanism.name, snap) if shown else None
         record = self.store.record(gang.key)
