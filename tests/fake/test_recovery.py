@@ -332,7 +332,7 @@ def test_a_gang_copy_behind_the_api_server_never_writes_over_newer_books(server:
     books = {"status": {"attempts": 1, "suspendedAt": "2026-11-26T10:00:00Z", "notBefore": "2026-11-26T10:00:30Z"}}
     server.store.patch("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train", books)
     informer["cache"] = _CacheBehind(old)
-    gangs._written.clear()  # what a failed write makes this replica do: read the cache again
+    gangs.store.wrote("team-a/job-train", None)  # what a failed write makes this replica do: read the cache again
     assert gangs.write(wanted, {"state": "Pending", "attempts": None, "suspendedAt": None}) is None
     assert gang_status(server.store, "job-train")["suspendedAt"] == "2026-11-26T10:00:00Z"
     informer["cache"] = _CacheBehind(server.store.get("gangkeeper.io/v1alpha1", "gangs", "team-a", "job-train"))

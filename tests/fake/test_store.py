@@ -29,9 +29,29 @@ def test_a_record_holds_what_is_remembered_and_forget_removes_all_of_it() -> Non
     record.gone_since, record.handed = 1.0, "placeholders"
     store.reserve("team-a/job-a", Clock().now, {"n1": {"cpu": 1000}})
     store.decided("team-a/job-a", Decision(GangState.RUNNING, "running"))
+    store.placeholder_made("team-a/job-a", "team-a/placeholder-1", 5.0)
+    store.wrote("team-a/job-a", (5.0, {"kind": "Gang"}))
     assert [key for key, _ in store.reservations()] == ["team-a/job-a"]
+    assert store.unseen_placeholders() == [("team-a/job-a", {"team-a/placeholder-1": 5.0})]
+    assert store.writing() == ["team-a/job-a"]
     store.forget("team-a/job-a")
     assert len(store) == 0 and store.get("team-a/job-a") is None and store.reservations() == []
+    assert store.unseen_placeholders() == [] and store.writing() == []
+
+
+def test_a_placeholder_is_unseen_until_the_watch_shows_it_or_it_is_old_and_a_write_until_read_back() -> None:
+    store = GangStore()
+    store.placeholder_made("a/x", "a/p1", 5.0)
+    store.placeholder_made("a/x", "a/p2", 9.0)
+    store.placeholder_made("a/y", "a/p3", 9.0)
+    store.placeholders_seen({"a/p3"}, made_after=6.0)  # p3 seen; p1 made before 6.0
+    assert store.unseen_placeholders() == [("a/x", {"a/p2": 9.0})]
+    record = store.get("a/y")
+    assert record is not None and record.unseen_placeholders is None
+    store.wrote("a/x", (1.0, None))  # deleted by this replica: remembered as such
+    store.wrote("a/y", (1.0, {}))
+    store.wrote("a/y", None)  # the watch caught up
+    assert store.writing() == ["a/x"]
 
 
 def test_a_decision_is_the_previous_passs_only_when_that_pass_wrote_it() -> None:

@@ -50,9 +50,9 @@ class GangObjects:
         store: GangStore | None = None,
     ) -> None:
         self.api, self._informer, self.may_write, self.monotonic = api, informer, may_write, monotonic
-        # each gang's books and release records, parsed once per version of its Gang object: its record
+        # each gang's books and release records, parsed once per version of its Gang object, and its Gang
+        # as this replica last wrote it (when, the object; None: deleted): its record
         self.store = store if store is not None else GangStore()
-        self._written: dict[str, tuple[float, Obj | None]] = {}  # namespace/name -> (when, object; None: deleted)
         self._listed: dict[str, Obj] | None = None  # without a watch: every Gang, listed once
         # status writes kept for `flush`: gang -> (the object they go over, the patch, this pass's copy)
         self._deferred: dict[str, tuple[Obj, Obj, Obj]] = {}
@@ -72,14 +72,18 @@ class GangObjects:
                 return self._listing().get(key)
         watched = informer.get(namespace, name)
         with self._lock:
-            mine = self._written.get(key)
+            mine = self._mine(key)
             if mine is None:
                 return watched
             when, obj = mine
             if _same(obj, watched) or self.monotonic() - when > self.FRESH_SECONDS:
-                del self._written[key]  # the watch has caught up (or never will: the object went)
+                self.store.wrote(key, None)  # the watch has caught up (or never will: the object went)
                 return watched
             return obj
+
+    def _mine(self, key: str) -> tuple[float, Obj | None] | None:
+        record = self.store.get(key)
+        return record.written if record is not None else None
 
     def _listing(self) -> dict[str, Obj]:
         if self._listed is None:
@@ -135,7 +139,7 @@ class GangObjects:
                 if ((g.get("status") or {}).get("suspendedAt"))
             }
             with self._lock:
-                keys |= self._written.keys()
+                keys |= set(self.store.writing())
             candidates = [g for key in keys if (g := self.get(*key.split("/", 1))) is not None]
         return [g for g in candidates if books_of(g).suspended_at is not None]
 
@@ -253,7 +257,7 @@ class GangObjects:
     def _superseded(self, key: str, copy: Obj) -> bool:
         """Whether this replica's copy of a Gang is no longer `copy` (a later write replaced it)."""
         with self._lock:
-            mine = self._written.get(key)
+            mine = self._mine(key)
             if mine is not None:
                 return mine[1] is not copy
             return self._listed is not None and key in self._listed and self._listed[key] is not copy
@@ -270,9 +274,10 @@ class GangObjects:
                 else:
                     self._listed[key] = obj
             if forget:
-                self._written.pop(key, None)
+                if self._mine(key) is not None:
+                    self.store.wrote(key, None)
             elif watching:
-                self._written[key] = (self.monotonic(), obj)
+                self.store.wrote(key, (self.monotonic(), obj))
 
 
 def _composed(first: Mapping[str, Any], then: Mapping[str, Any]) -> Obj:

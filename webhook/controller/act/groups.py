@@ -51,8 +51,9 @@ class GroupObjects:
         # the name the webhook was configured to give Volcano's pods (schedulerNames.volcano): what marks
         # a LeaderWorkerSet as gangkeeper's Volcano gangs, its templates carrying no group name
         self.volcano_scheduler = str(mechanisms.volcano.scheduler_name)
-        self.store = reporter.store  # why the API refused each gang's group object: its record's `group_refused`
-        self._looked_at: dict[str, str] = {}  # workload uid -> resourceVersion create_ahead last saw
+        # why the API refused each gang's group object (its record's `group_refused`), and the version of
+        # each workload create_ahead last looked at
+        self.store = reporter.store
 
     def resources(self) -> list[Resource]:
         return [group_resource(api_version, kind) for api_version, kind in self.mechanisms.group_kinds()]
@@ -139,7 +140,7 @@ class GroupObjects:
                 meta = workload.get("metadata") or {}
                 uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
                 looked_at[uid] = version
-                if self._looked_at.get(uid) == version or opted_out(str(meta.get("namespace", ""))):
+                if self.store.workloads_looked_at.get(uid) == version or opted_out(str(meta.get("namespace", ""))):
                     continue
                 try:
                     self.create_ahead(workload)
@@ -147,7 +148,7 @@ class GroupObjects:
                     log.exception("group object ahead of pods failed", extra={"workload": meta.get("name")})
                     metrics.GANG_FAILURES.inc()
                     looked_at.pop(uid)  # looked at again next pass
-        self._looked_at = looked_at
+        self.store.workloads_looked_at = looked_at
 
     def create_ahead(self, workload: Obj) -> None:
         """Volcano's admission refuses a pod that names a PodGroup that does not exist yet (volcano

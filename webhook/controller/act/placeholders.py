@@ -111,9 +111,6 @@ class Placeholders:
         # of them, those of one namespace's gangs (maxPlaceholderPodsPerNamespace): no team takes it all
         self.most_per_namespace = most_per_namespace if most_per_namespace is not None else max(1, most // 2)
         self.monotonic = monotonic
-        # placeholders this controller created that the index has not seen yet: key -> (gang, when), so the
-        # caps hold within a pass and across passes the watch has not caught up with
-        self._created: dict[str, tuple[str, float]] = {}
         # the namespaces whose gangs got no placeholders for the caps in the last pass, and in this one
         self._refused_last: set[str] = set()
         self._refused: set[str] = set()
@@ -131,9 +128,10 @@ class Placeholders:
         """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
         self._left, self._asked, self._blocked = None, False, False
         self._refused_last, self._refused = self._refused, set()
+        # placeholders created and not yet seen (each gang's record): counted so the caps hold within a pass
+        # and across passes the watch has not caught up with, until seen or CREATED_UNSEEN_SECONDS old
         seen = {key for held in self.index.placeholders.values() for key in held}
-        stale = self.monotonic() - CREATED_UNSEEN_SECONDS
-        self._created = {k: made for k, made in self._created.items() if k not in seen and made[1] > stale}
+        self.store.placeholders_seen(seen, self.monotonic() - CREATED_UNSEEN_SECONDS)
 
     def _gives_back(self, gang: GangView, wants: bool) -> str | None:
         """Why the gang holds no placeholders now though it wants some: it held them HOLD_SECONDS while
@@ -163,10 +161,11 @@ class Placeholders:
             if key != gang_key:
                 cluster += len(held)
                 in_namespace += len(held) if key.startswith(namespace) else 0
-        for key, (gang, _) in self._created.items():
-            if gang != gang_key and key not in self.index.placeholder_owners:
-                cluster += 1
-                in_namespace += 1 if gang.startswith(namespace) else 0
+        for gang, unseen in self.store.unseen_placeholders():
+            if gang != gang_key:
+                count = sum(1 for key in unseen if key not in self.index.placeholder_owners)
+                cluster += count
+                in_namespace += count if gang.startswith(namespace) else 0
         return cluster, in_namespace
 
     def _ahead(self, asks: Mapping[str, int], pools: Sequence[NodePoolRoom]) -> str | None:
@@ -381,7 +380,7 @@ class Placeholders:
         meta = pod["metadata"]
         try:
             self.api.create(PODS.path(meta["namespace"]), pod)
-            self._created[f"{meta['namespace']}/{meta['name']}"] = (gang_key, self.monotonic())
+            self.store.placeholder_made(gang_key, f"{meta['namespace']}/{meta['name']}", self.monotonic())
             metrics.PLACEHOLDERS.labels("created").inc()
         except ApiError as error:
             if error.status != 409:  # 409: made by an earlier pass, not yet seen by the watch

@@ -3,9 +3,11 @@
 Everything the controller keeps about a gang from one pass to the next (what its workload said, its
 mechanism, its last decision, the waiting decision it may reuse, its place in the queue, capacity kept
 for members to come, when its workload went, what its Gang said of placeholders, when it was last
-woken) is a field of its `GangRecord`; the store holds one per gang the index knows, and `forget(key)`
-(or `keep_only`, run each pass with the live gangs) removes all of it at once. A new feature adds a
-field here, not a dict on a class in run/ or act/ (tests/unit/test_architecture.py, tests/fake/test_store.py).
+woken, its placeholders not yet seen, its Gang object as this replica last wrote it) is a field of its
+`GangRecord`; the store holds one per gang the index knows, and `forget(key)` (or `keep_only`, run each
+pass with the live gangs) removes all of it at once. Beside them: one record per namespace, and the
+version of each workload looked at ahead of its pods, by uid. A new feature adds a field here, not a
+dict on a class in run/ or act/ (tests/unit/test_architecture.py, tests/fake/test_store.py).
 
 Pass stamps replace the dicts that were swapped whole each pass: a decision or a waiting decision is
 the previous pass's only when it was written in it (`decided_in`, `waiting_in`), as kube-scheduler's
@@ -83,6 +85,12 @@ class GangRecord:
     # again only when the object is another (a profiled replay spent a tenth of its CPU parsing them)
     books: tuple[Obj, Books] | None = None
     releases: tuple[Obj, Mapping[str, Release]] | None = None
+    # its placeholder pods created and not yet seen by the watch (act/placeholders.py): pod key -> when
+    # (monotonic), counted against the caps until seen or CREATED_UNSEEN_SECONDS old
+    unseen_placeholders: dict[str, float] | None = None
+    # its Gang object as this replica last wrote it (act/gangobject.py): (when, monotonic; the object, None
+    # when deleted), believed over the watch's copy until the watch shows it or FRESH_SECONDS pass
+    written: tuple[float, Obj | None] | None = None
     # the pod holding its shared claim until its pods bind (act/claim_holders.py): deleted then
     claim_holder: str | None = None
 
@@ -98,6 +106,13 @@ class GangStore:
         # one record per namespace: its turn at the head of the queue (decide/headofline.py), kept while
         # one of its gangs holds others back
         self.namespaces: dict[str, NamespaceHold] = {}
+        # one per watched workload, by uid: the resourceVersion act/groups.py last made its group objects
+        # ahead of its pods for (replaced whole each pass by the workloads still watched)
+        self.workloads_looked_at: dict[str, str] = {}
+        # the records with placeholders created and not yet seen by the watch: walked, not all records
+        self._placing: set[str] = set()
+        # the records with a Gang object this replica wrote that the watch may not show yet
+        self._writing: set[str] = set()
 
     def begin_pass(self) -> None:
         self.pass_number += 1
@@ -132,6 +147,8 @@ class GangStore:
         """Everything remembered of the gang, gone."""
         self._records.pop(key, None)
         self._reserving.discard(key)
+        self._placing.discard(key)
+        self._writing.discard(key)
 
     def keep_only(self, live: Collection[str]) -> None:
         """Forget every gang not in `live` (the gangs the index knows this pass)."""
@@ -183,3 +200,40 @@ class GangStore:
         self._reserving.discard(key)
         if (record := self._records.get(key)) is not None:
             record.reserved = None
+
+    # --- placeholders created and not yet seen: the few records that have some are walked
+
+    def placeholder_made(self, key: str, pod: str, when: float) -> None:
+        record = self.record(key)
+        record.unseen_placeholders = {**(record.unseen_placeholders or {}), pod: when}
+        self._placing.add(key)
+
+    def unseen_placeholders(self) -> list[tuple[str, dict[str, float]]]:
+        found = []
+        for key in list(self._placing):
+            record = self._records.get(key)
+            if record is None or not record.unseen_placeholders:
+                self._placing.discard(key)
+            else:
+                found.append((key, record.unseen_placeholders))
+        return found
+
+    def placeholders_seen(self, seen: Collection[str], made_after: float) -> None:
+        """Placeholders the watch shows now, or created before `made_after`, no longer counted as unseen."""
+        for key, unseen in self.unseen_placeholders():
+            kept = {pod: when for pod, when in unseen.items() if pod not in seen and when > made_after}
+            if (record := self._records.get(key)) is not None:
+                record.unseen_placeholders = kept or None
+            if not kept:
+                self._placing.discard(key)
+
+    # --- Gang objects written and not yet seen by the watch
+
+    def wrote(self, key: str, written: tuple[float, Obj | None] | None) -> None:
+        record = self.record(key)
+        record.written = written
+        (self._writing.add if written is not None else self._writing.discard)(key)
+
+    def writing(self) -> list[str]:
+        """The gangs whose Gang object this replica wrote and the watch may not show yet."""
+        return [key for key in list(self._writing) if (r := self._records.get(key)) is not None and r.written]
