@@ -268,6 +268,24 @@ def test_devices_claims_share_start_a_gang_whole_within_their_capacity(stack: St
     assert taken == sorted(f"{n}/gpu-0" for n in nodes for _ in range(2)), taken
 
 
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_constraint_over_shared_devices_starts_a_gang_whole_within_their_capacity(stack: Stack, backend: str) -> None:
+    """matchAttribute over devices that allow multiple allocations (issue 79; the gate left them out of a
+    constrained search, so such a gang waited for ever): two nodes, each three shared 8Gi GPUs, two on
+    PCIe root a and one on b; each pod takes two GPUs of one root, 4Gi of each: room for two pods per
+    node, on root a. A gang of four starts whole on either backend, and no pod has b's GPU."""
+    nodes = stack.replace_workers(2)
+    shaped = [("shared", "a"), ("shared", "a"), ("shared", "b")]
+    stack.plane.apply([dra.device_class(), *(shaped_slice(stack, node, shaped) for node in nodes)])
+    namespace = stack.namespace(f"dra-shared-match-{backend}", backend)
+    request = {**exactly_of(2), "capacity": {"requests": {"memory": "4Gi"}}}
+    same_root = [{"matchAttribute": "gpu.example.com/pcie"}]
+    devices = {"requests": [{"name": "gpu", "exactly": request}], "constraints": same_root}
+    stack.plane.apply(template_with(namespace, "one-gpu", devices))
+    taken = four_start_whole(stack, namespace, backend)
+    assert len(taken) == 8 and all(d.rsplit("/", 1)[1] in ("gpu-0", "gpu-1") for d in taken), taken
+
+
 def four_start_whole(stack: Stack, namespace: str, backend: str) -> list[str]:
     """A Job of four claiming from the namespace's template Running, started together; the devices its
     claims were allocated (pool/device), sorted."""

@@ -159,3 +159,29 @@ def test_admin_access_takes_a_device_in_use_and_its_allocation_holds_nothing() -
     watched = claimed("watching", "gpu-0", None, adminAccess=True)
     inventory = inventory_from([device_class()], [node_slice("n1", [plain])], [watched], [wanting(None)])
     assert inventory.taken == {} and allocate(inventory, pod_spec("slice"), node("n1")) == [None]
+
+
+def test_constraints_hold_over_devices_that_allow_multiple_allocations() -> None:
+    """Issue 79: a claim's matchAttribute or distinctAttribute over devices that allow multiple allocations
+    is allocated as kube-scheduler does (allocator_incubating.go: the constraint applies to such a device
+    as to any, each within its capacity); it used to wait for ever. Two shares of 40Gi fit each 80Gi GPU."""
+
+    def on_root(name: str, root: str) -> dict[str, Any]:
+        gpu = shared_gpu(name)
+        gpu["attributes"]["pcie"] = {"string": root}
+        return gpu
+
+    pair = {"requests": {"memory": "40Gi"}}
+    request = exactly(count=2)
+    request["exactly"]["capacity"] = pair
+    match = template("match", request, constraints=[{"matchAttribute": "gpu.example.com/pcie"}])
+    distinct = template("distinct", request, constraints=[{"distinctAttribute": "gpu.example.com/pcie"}])
+    gpus_ = [on_root("gpu-0", "a"), on_root("gpu-1", "a"), on_root("gpu-2", "b")]
+    inventory = inventory_from([device_class()], [node_slice("n1", gpus_)], [], [match, distinct])
+    n1 = node("n1")
+    # both pairs on root a (gpu-0 and gpu-1 twice over), then none: gpu-2 alone is on b
+    assert allocate(inventory, pod_spec("match", "match"), n1) == [None]
+    assert allocate(inventory, pod_spec("match", "match", "match"), n1)[0].startswith("no free devices on n1")
+    # one on each root: a and b, and again; a third finds b's GPU full
+    assert allocate(inventory, pod_spec("distinct", "distinct"), n1) == [None]
+    assert allocate(inventory, pod_spec("distinct", "distinct", "distinct"), n1)[0].startswith("no free devices")

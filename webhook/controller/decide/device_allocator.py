@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from webhook.controller.decide import device_capacity, device_cel, device_counters
-from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, search
+from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, augment, search
 from webhook.controller.decide.shapes import Node, term_matches
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ class Allocator:
             d.consumes for sub in choice for d in self._eligible(sub, pools, also_taken) or ()
         )
         if constraints or shares_counters:
-            return self._constrained(choice, pools, also_taken, constraints)
+            return self._constrained(choice, pools, also_taken, constraints, use)
         if len(choice) == 1 and not choice[0].all:
             # one request of ExactCount (most claims): any `count` free devices it selects, no matching
             count = choice[0].count
@@ -259,7 +259,7 @@ class Allocator:
         blocked = set(fixed)
         owner: dict[DeviceId, int] = {}
         for unit in range(len(units)):
-            if not _augment(unit, units, owner, set(), blocked):
+            if not augment(unit, units, owner, set(), blocked):
                 return None
         return fixed + sorted(owner, key=lambda d: owner[d])
 
@@ -269,31 +269,47 @@ class Allocator:
         pools: Sequence[Pool],
         also_taken: set[DeviceId],
         constraints: Sequence[Constraint],
+        use: dict[DeviceId, dict[str, Decimal]],
     ) -> list[DeviceId] | None:
-        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py)."""
+        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py).
+        A device allowing multiple allocations is a candidate where it has room for the subrequest's
+        capacity beside what is allocated of it and what this pod took (`use`, which its share joins),
+        each at most once in the claim: kube-scheduler applies the constraints to such a device as to any
+        (allocator_incubating.go allocateDevice), and may give one claim the same device twice where this
+        search finds no other way (the gang then waits, as one the search misses). Its shared counters
+        are consumed at its first allocation only."""
         units: list[tuple[str, list[Candidate]]] = []
         fixed: list[tuple[str, Candidate]] = []
+        order: list[Subrequest] = []  # the subrequest of each device the search returns, in its order
         left = self._counters_left(also_taken, pools)
+        in_use = self.capacity_used()
         for sub in choice:
-            eligible = self._eligible(sub, pools, also_taken)
+            eligible = self._eligible(sub, pools, also_taken, use=use)
             if eligible is None:
                 return None
-            # a device allowing multiple allocations is left out of a constrained search (the gang waits
-            # rather than be released on a guess: the search counts each device once)
-            eligible = [d for d in eligible if not d.shared]
             candidates = [
                 Candidate(
                     d.id,
                     tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints),
-                    tuple(((d.id[0], d.id[1], s, c), amount) for s, c, amount in d.consumes),
+                    ()
+                    if d.shared and (d.id in use or d.id in in_use)
+                    else tuple(((d.id[0], d.id[1], s, c), amount) for s, c, amount in d.consumes),
                 )
                 for d in eligible
             ]
             if sub.all:
                 fixed.extend((sub.name, c) for c in candidates)
+                order.extend([sub] * len(candidates))
             else:
                 units.extend([(sub.name, candidates)] * sub.count)
-        return search(units, fixed, constraints, left)
+        order.extend(sub for sub in choice if not sub.all for _ in range(sub.count))
+        found = search(units, fixed, constraints, left)
+        shared = self.inventory.shared_devices
+        for device_id, sub in zip(found or (), order, strict=False):
+            if (device := shared.get(device_id)) is not None:
+                amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
+                device_capacity.add(use.setdefault(device_id, {}), amounts)
+        return found
 
     def _room(self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]] | None) -> bool:
         """Free for the subrequest: a device not taken, or a shared device whose capacity still holds
@@ -369,24 +385,6 @@ class Allocator:
             device_counters.take(device.id[0], device.id[1], device.consumes, extra)
         zero = Decimal(0)
         return {k: totals[k] - used.get(k, zero) - extra.get(k, zero) for k in keys if k in totals}
-
-
-def _augment(
-    unit: int,
-    units: Sequence[Sequence[DeviceId]],
-    owner: dict[DeviceId, int],
-    seen: set[DeviceId],
-    blocked: set[DeviceId],
-) -> bool:
-    """Kuhn's augmenting path: a device for `unit`, moving earlier units to other devices if need be."""
-    for device in units[unit]:
-        if device in blocked or device in seen:
-            continue
-        seen.add(device)
-        if device not in owner or _augment(owner[device], units, owner, seen, blocked):
-            owner[device] = unit
-            return True
-    return False
 
 
 def _choices(requests: Sequence[Request]) -> Iterator[tuple[Subrequest, ...]]:

@@ -156,3 +156,22 @@ def search(
     if not state.assign(units, 0, chosen):
         return None
     return [device.id for _, device in fixed] + chosen
+
+
+def augment(
+    unit: int,
+    units: Sequence[Sequence[DeviceId]],
+    owner: dict[DeviceId, int],
+    seen: set[DeviceId],
+    blocked: set[DeviceId],
+) -> bool:
+    """Kuhn's augmenting path: a device for `unit`, moving earlier units to other devices if need be (the
+    search of an unconstrained claim: distinct devices, any of each unit's)."""
+    for device in units[unit]:
+        if device in blocked or device in seen:
+            continue
+        seen.add(device)
+        if device not in owner or augment(owner[device], units, owner, seen, blocked):
+            owner[device] = unit
+            return True
+    return False
