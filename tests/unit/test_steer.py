@@ -124,12 +124,12 @@ class Holders:
     made: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, claim, node)
     deleted: list[str] = field(default_factory=list)
 
-    def hold(self, member: PodView, raw: Any, gang: str, claim: str, node: str) -> str:
+    def hold(self, member: PodView, raw: Any, gang: str, claim: str, node: str) -> tuple[str, str]:
         self.made.append((member.name, claim, node))
-        return "claimholder-x"
+        return "claimholder-x", "uid-x"
 
-    def let_go(self, namespace: str, name: str) -> bool:
-        self.deleted.append(name)
+    def let_go(self, namespace: str, holder: tuple[str, str]) -> bool:
+        self.deleted.append(holder[0])
         return True
 
 

@@ -20,11 +20,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook import contract
 from webhook.controller import metrics
-from webhook.controller.act.placeholder_pods import PLACEHOLDER_GRACE_SECONDS
+from webhook.controller.act.placeholder_pods import pause_pod
 from webhook.controller.decide.pods import PodView, pin_terms, required_terms
-from webhook.controller.observe.books import API_VERSION as GANG_API_VERSION
 from webhook.controller.observe.books import KIND as GANG_KIND
 from webhook.gangs.model import Obj
 from webhook.kube import PODS, Api, ApiError
@@ -47,84 +45,65 @@ def claim_holder(
     tolerations and node terms, pinned to `node`; it asks for no CPU or memory (it takes no room the
     placement counted on) and for the claim alone."""
     spec = raw.get("spec") or {}
-    meta = gang_object.get("metadata") or {}
+    name = holder_name(str((gang_object.get("metadata") or {}).get("uid", "")))
+    pod = pause_pod(name, member.namespace, gang_object, image, {"claims": [{"name": ENTRY}]}, HOLDER_MARK, "holder")
     pinned = {"nodeSelectorTerms": pin_terms(required_terms(spec), node)}
-    pod_spec: Obj = {
-        "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
-        "terminationGracePeriodSeconds": PLACEHOLDER_GRACE_SECONDS,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": pinned}},
-        "resourceClaims": [{"name": ENTRY, "resourceClaimName": claim}],
-        "containers": [
-            {
-                "name": "holder",
-                "image": image,
-                "resources": {"claims": [{"name": ENTRY}]},
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }
-        ],
-    }
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": pinned}}
+    pod["spec"]["resourceClaims"] = [{"name": ENTRY, "resourceClaimName": claim}]
     for key in ("schedulerName", "tolerations"):
         if spec.get(key):
-            pod_spec[key] = spec[key]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": holder_name(str(meta.get("uid", ""))),
-            "namespace": member.namespace,
-            "labels": {contract.PLACEHOLDER_LABEL: HOLDER_MARK, contract.SKIP_LABEL: "true"},
-            "ownerReferences": [
-                {
-                    "apiVersion": GANG_API_VERSION,
-                    "kind": GANG_KIND,
-                    "name": meta.get("name"),
-                    "uid": meta.get("uid"),
-                    "blockOwnerDeletion": False,
-                }
-            ],
-        },
-        "spec": pod_spec,
-    }
+            pod["spec"][key] = spec[key]
+    return pod
 
 
 class ClaimHolders:
-    """Makes and deletes claim holders (the pod is owned by the gang's Gang: the garbage collector
-    removes it with the gang, whatever the controller misses)."""
+    """Makes and deletes claim holders, each known by its uid and its owner, the gang's Gang (only the
+    controller may make a Gang-owned pod: ValidatingAdmissionPolicy
+    gangkeeper-placeholders-made-by-the-controller-only); the garbage collector removes one with its
+    gang, whatever the controller misses."""
 
     def __init__(self, api: Api, gang_object: Callable[[str, str], Obj | None], image: str) -> None:
         self.api, self.gang_object, self.image = api, gang_object, image
 
-    def hold(self, member: PodView, raw: Obj, gang: str, claim: str, node: str) -> str | None:
-        """The holder made (or found made: 409); its name, None when the gang has no Gang yet or the API
-        refused it."""
+    def hold(self, member: PodView, raw: Obj, gang: str, claim: str, node: str) -> tuple[str, str] | None:
+        """The holder made, or found made by an earlier pass (owned by the same Gang): (its name, its uid);
+        None when the gang has no Gang yet or the API refused it."""
         owner = self.gang_object(member.namespace, gang)
-        if owner is None or not (owner.get("metadata") or {}).get("uid"):
+        owner_uid = str(((owner or {}).get("metadata") or {}).get("uid") or "")
+        if owner is None or not owner_uid:
             return None
         pod = claim_holder(member, raw, owner, claim, node, self.image)
+        path = PODS.path(member.namespace)
         try:
-            self.api.create(PODS.path(member.namespace), pod)
+            made = self.api.create(path, pod)
             metrics.PLACEHOLDERS.labels("created").inc()
         except ApiError as error:
-            if error.status != 409:
+            name = str(pod["metadata"]["name"])
+            made = self._made_before(member.namespace, name, owner_uid) if error.status == 409 else None
+            if made is None:
                 metrics.API_ERRORS.labels("create", str(error.status)).inc()
                 log.warning("claim holder refused", extra={"gang": f"{member.namespace}/{gang}", "why": str(error)})
                 return None
-        return str(pod["metadata"]["name"])
+        return str(pod["metadata"]["name"]), str((made.get("metadata") or {}).get("uid") or "")
 
-    def let_go(self, namespace: str, name: str) -> bool:
-        """The holder deleted (or already gone); False when the API failed (tried again later)."""
+    def _made_before(self, namespace: str, name: str, owner_uid: str) -> Obj | None:
         try:
-            self.api.request("DELETE", PODS.path(namespace, name), answer=False)
+            found = self.api.get(PODS.path(namespace, name))
+        except ApiError:
+            return None
+        owners = (found.get("metadata") or {}).get("ownerReferences") or []
+        return found if any(o.get("kind") == GANG_KIND and o.get("uid") == owner_uid for o in owners) else None
+
+    def let_go(self, namespace: str, holder: tuple[str, str]) -> bool:
+        """The holder deleted, that very pod (its uid), or already gone; False when the API failed (tried
+        again later)."""
+        name, uid = holder
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.api.request("DELETE", PODS.path(namespace, name), body=body, answer=False)
             metrics.PLACEHOLDERS.labels("deleted").inc()
         except ApiError as error:
-            if error.status != 404:
+            if error.status not in (404, 409):  # 409: another pod of that name now, not the holder
                 metrics.API_ERRORS.labels("delete", str(error.status)).inc()
                 return False
         return True

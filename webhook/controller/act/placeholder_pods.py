@@ -86,42 +86,43 @@ def placeholder_for(
     keeps it): their requests summed, the member's node selector, node affinity and tolerations; with
     `on_pools`, only on those NodePools' nodes (`on_nodepools`)."""
     spec = raw.get("spec") or {}
-    meta = gang_object.get("metadata") or {}
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
     if on_pools:
         node_affinity = on_nodepools(node_affinity, on_pools)
     requests = quantities(member.shape.requests, pods)
-    pod_spec: Obj = {
-        "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
-        "terminationGracePeriodSeconds": PLACEHOLDER_GRACE_SECONDS,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [
-            {
-                "name": "placeholder",
-                "image": image,
-                "resources": {"requests": requests, "limits": requests},
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }
-        ],
-    }
+    pod = pause_pod(name, member.namespace, gang_object, image, {"requests": requests, "limits": requests})
     for key in ("nodeSelector", "tolerations"):
         if spec.get(key):
-            pod_spec[key] = spec[key]
+            pod["spec"][key] = spec[key]
     if node_affinity:
-        pod_spec["affinity"] = {"nodeAffinity": node_affinity}
+        pod["spec"]["affinity"] = {"nodeAffinity": node_affinity}
+    return pod
+
+
+def pause_pod(
+    name: str,
+    namespace: str,
+    gang_object: Mapping[str, Any],
+    image: str,
+    resources: Obj,
+    stands_for: str | None = None,
+    container: str = "placeholder",
+) -> Obj:
+    """A pause pod of the gang's Gang, as the controller's self-protection policy allows it to create
+    one (gangkeeper-controller-creates-placeholders-only): the placeholder label (`stands_for`, by default
+    the Gang's name), gangkeeper.io/skip, the placeholder PriorityClass, the configured image, owned by
+    the Gang, no service account token, unprivileged."""
+    meta = gang_object.get("metadata") or {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": member.namespace,
-            "labels": {contract.PLACEHOLDER_LABEL: str(meta.get("name", "")), contract.SKIP_LABEL: "true"},
+            "namespace": namespace,
+            "labels": {
+                contract.PLACEHOLDER_LABEL: stands_for or str(meta.get("name", "")),
+                contract.SKIP_LABEL: "true",
+            },
             "ownerReferences": [
                 {
                     "apiVersion": GANG_API_VERSION,
@@ -132,7 +133,29 @@ def placeholder_for(
                 }
             ],
         },
-        "spec": pod_spec,
+        "spec": {
+            "priorityClassName": contract.PLACEHOLDER_PRIORITY_CLASS,
+            "terminationGracePeriodSeconds": PLACEHOLDER_GRACE_SECONDS,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65535,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": container,
+                    "image": image,
+                    "resources": resources,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
     }
 
 

@@ -91,8 +91,8 @@ class GangRecord:
     # its Gang object as this replica last wrote it (act/gangobject.py): (when, monotonic; the object, None
     # when deleted), believed over the watch's copy until the watch shows it or FRESH_SECONDS pass
     written: tuple[float, Obj | None] | None = None
-    # the pod holding its shared claim until its pods bind (act/claim_holders.py): deleted then
-    claim_holder: str | None = None
+    # the pod holding its shared claim until its pods bind (act/claim_holders.py), (name, uid): deleted then
+    claim_holder: tuple[str, str] | None = None
 
 
 class GangStore:
