@@ -22,9 +22,34 @@ from webhook.controller.observe.resolve import Resolved
 from webhook.gangs.model import Obj
 
 
+@dataclass(frozen=True, slots=True)
+class Generations:
+    """The index's generations a pass's snapshot was taken at, as kube-scheduler stamps its snapshot
+    (pkg/scheduler/backend/cache/cache.go UpdateSnapshot): `nodes` moves whenever a node's figures or
+    devices change, `room` whenever a node gains room or changes. What a decision reuses is checked
+    against the generations it read (`Read`), never against a copy."""
+
+    nodes: int
+    room: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What a waiting decision rested on, each by its generation: the gang's pods (its roster version),
+    its workload (uid, resourceVersion and what was read of it), the nodes, the nodes it avoids, and its
+    place in the queue (the queue's context, and whether the room was the whole free room)."""
+
+    gang: int
+    workload: tuple[object, ...]
+    nodes: int
+    avoid: frozenset[str]
+    queue: tuple[object, ...]
+
+
 @dataclass
 class Snapshot:
-    """What one pass works on: nodes, a copy of the free capacity it may promise from, and the gangs."""
+    """What one pass works on: nodes, a copy of the free capacity it may promise from, and the gangs,
+    stamped with the generations it was taken at."""
 
     nodes: list[Node]
     free: dict[str, dict[str, int]]
@@ -33,6 +58,7 @@ class Snapshot:
     ports: dict[str, Counter[HostPort]]
     eligibility: Eligibility
     index: ClusterIndex
+    generations: Generations
     grown: set[str] = field(default_factory=set)
     _relaxed: dict[int, Mapping[str, Mapping[str, int]] | None] = field(default_factory=dict)
     _by_workload: dict[tuple[str, str], set[str]] | None = None
@@ -50,6 +76,7 @@ class Snapshot:
             ports=dict(index.ports),
             eligibility=index.eligibility(),
             index=index,
+            generations=Generations(index.nodes_epoch, index.room_epoch),
             grown=index.take_grown(),
         )
 
@@ -97,12 +124,8 @@ class Snapshot:
 class Waiting:
     """A waiting gang's last decision and what it depended on: reused until one of those changes."""
 
-    version: int
-    resolved: tuple[object, ...]
-    nodes_epoch: int
-    avoid: frozenset[str]
+    read: Read
     decision: Decision
-    context: tuple[object, ...]
     # per shape of its gated pods: how many it needs, and how many fit on each node ("": the total),
     # updated as nodes gain room; placed again only once some shape could have enough
     capacity: dict[Shape, tuple[int, dict[str, int]]]
@@ -144,21 +167,10 @@ def capacity(
     return found
 
 
-def still_valid(
-    index: ClusterIndex,
-    waiting: Waiting,
-    gang: GangView,
-    resolved: Resolved,
-    snapshot: Snapshot,
-    avoid: frozenset[str],
-    room: Mapping[str, Mapping[str, int]],
-) -> bool:
-    if (
-        waiting.version != index.gang_versions[gang.key]
-        or waiting.resolved != resolved_key(resolved)
-        or waiting.nodes_epoch != index.nodes_epoch
-        or waiting.avoid != avoid
-    ):
+def still_valid(waiting: Waiting, read: Read, snapshot: Snapshot, room: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether a waiting decision holds this pass: nothing it read moved (`read`, by generation), and
+    where it waits for capacity, no shape of its gated pods could have enough where nodes grew."""
+    if waiting.read != read:
         return False
     if waiting.decision.state != GangState.WAITING_FOR_CAPACITY:
         return True  # waiting for members, or too large for the cluster: only the above changes that

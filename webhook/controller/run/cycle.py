@@ -33,7 +33,7 @@ from webhook.controller.observe.devices import devices_check, shared_reaches, wi
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved
-from webhook.controller.observe.reuse import Snapshot, Waiting, capacity, resolved_key, still_valid
+from webhook.controller.observe.reuse import Read, Snapshot, Waiting, capacity, resolved_key, still_valid
 from webhook.controller.observe.store import GangStore
 
 # decisions that depend on no clock while no released pod waits to bind: reused until the gang, its
@@ -134,12 +134,17 @@ class ReleaseCycle:
             adjust(free, own, +1)
         room = queue.room_for(now.timestamp() + expected if expected is not None else None)
         avoid = self.requeuer.avoided(gang.key, now)
-        context = (queue.context(gang.key), room is free)
+        read = Read(
+            self.index.gang_versions[gang.key],
+            resolved_key(resolved),
+            snapshot.generations.nodes,
+            avoid,
+            (queue.context(gang.key), room is free),
+        )
         if (
             waiting is not None
             and not waiting.decision.timed  # a recovery or stranded clock runs: decided afresh
-            and waiting.context == context
-            and still_valid(self.index, waiting, gang, resolved, snapshot, avoid, room)
+            and still_valid(waiting, read, snapshot, room)
         ):
             decision = waiting.decision
         else:
@@ -153,13 +158,7 @@ class ReleaseCycle:
             if waiting is None or waiting.decision is not decision:
                 fits = decision.state == GangState.WAITING_FOR_CAPACITY
                 waiting = Waiting(
-                    self.index.gang_versions[gang.key],
-                    resolved_key(resolved),
-                    self.index.nodes_epoch,
-                    avoid,
-                    decision,
-                    context,
-                    capacity(gang, snapshot.eligibility, room, _min_member(resolved)) if fits else {},
+                    read, decision, capacity(gang, snapshot.eligibility, room, _min_member(resolved)) if fits else {}
                 )
             self.store.waits(gang.key, waiting)
         return decision, room

@@ -81,7 +81,7 @@ class SupervisedTurn:
         said = spec and model_verdict(
             gang.pods, spec.min_member, snap.nodes, snap.free, snap.ports, snap.eligibility, grows
         )
-        self.store.record(gang.key).model = (now.timestamp(), snap.index.room_epoch, said or None)
+        self.store.record(gang.key).model = (now.timestamp(), snap.generations.room, said or None)
         return said or None
 
     def _capacity_moved(
@@ -92,7 +92,7 @@ class SupervisedTurn:
         the cluster). At most every MODEL_REFRESH_SECONDS per gang and MODEL_REFRESHES_PER_PASS gangs a
         pass; one deferred sets `next_refresh`, when the pass must run again."""
         last = self.store.record(gang.key).model
-        if last is None or resolved.spec is None or last[1] == snap.index.room_epoch:
+        if last is None or resolved.spec is None or last[1] == snap.generations.room:
             return False
         if any(p.node_name for p in gang.pods if not p.terminal):
             return False
