@@ -54,6 +54,27 @@ def test_a_placeholder_is_unseen_until_the_watch_shows_it_or_it_is_old_and_a_wri
     assert store.writing() == ["a/x"]
 
 
+def test_a_namespace_refused_placeholders_counts_for_the_next_pass_only() -> None:
+    """act/placeholders.py gives a gang's placeholders back when another namespace's gangs were refused
+    in the previous pass: the store keeps that per namespace, and no longer than it matters."""
+    store = GangStore()
+    store.begin_pass()  # pass 1
+    store.refuse_placeholders("team-b")
+    assert not store.refused_placeholders_last_pass(besides="team-a")  # this pass's refusal: not yet
+    store.begin_pass()  # pass 2
+    store.forget_placeholder_refusals()
+    assert store.refused_placeholders_last_pass(besides="team-a")
+    assert not store.refused_placeholders_last_pass(besides="team-b")  # its own namespace does not count
+    store.refuse_placeholders("team-b")
+    store.begin_pass()  # pass 3: refused in pass 2 as well
+    store.forget_placeholder_refusals()
+    assert store.refused_placeholders_last_pass(besides="team-a")
+    store.begin_pass()  # pass 4: refused in neither 3 nor later
+    store.forget_placeholder_refusals()
+    assert not store.refused_placeholders_last_pass(besides="team-a")
+    assert store._refused_placeholders == {}
+
+
 def test_a_decision_is_the_previous_passs_only_when_that_pass_wrote_it() -> None:
     """A gang no pass decided for (its turn failed, its mechanism is another's) reuses nothing stale."""
     store = GangStore()

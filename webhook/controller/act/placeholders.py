@@ -111,9 +111,6 @@ class Placeholders:
         # of them, those of one namespace's gangs (maxPlaceholderPodsPerNamespace): no team takes it all
         self.most_per_namespace = most_per_namespace if most_per_namespace is not None else max(1, most // 2)
         self.monotonic = monotonic
-        # the namespaces whose gangs got no placeholders for the caps in the last pass, and in this one
-        self._refused_last: set[str] = set()
-        self._refused: set[str] = set()
         self.fresh_pools = fresh_pools or pools  # read anew before a gang's first placeholders
         self.requests = requests  # ProvisioningRequests in place of placeholder pods, where served
         self._allocatable_at: tuple[int, dict[str, int]] | None = None
@@ -127,7 +124,7 @@ class Placeholders:
     def begin_pass(self) -> None:
         """A new pass: the gangs come in queue order (cycle.queue_key), each asking the limits' room in turn."""
         self._left, self._asked, self._blocked = None, False, False
-        self._refused_last, self._refused = self._refused, set()
+        self.store.forget_placeholder_refusals()
         # placeholders created and not yet seen (each gang's record): counted so the caps hold within a pass
         # and across passes the watch has not caught up with, until seen or CREATED_UNSEEN_SECONDS old
         seen = {key for held in self.index.placeholders.values() for key in held}
@@ -138,7 +135,7 @@ class Placeholders:
         another namespace's gangs got none for the caps (it makes none for YIELD_SECONDS after)."""
         now, record = self.monotonic(), self.store.record(gang.key)
         until = record.yielding_until if record.yielding_until is not None and record.yielding_until > now else None
-        others_wait = bool(self._refused_last - {gang.namespace})
+        others_wait = self.store.refused_placeholders_last_pass(besides=gang.namespace)
         if until is not None and others_wait:
             return f"gave its placeholders back for other teams' gangs; none for {until - now:.0f}s more"
         since = self._holding_since(gang.key)
@@ -297,7 +294,7 @@ class Placeholders:
                 f"more would pass maxPlaceholderPodsPerNamespace ({self.most_per_namespace}); waiting for them to go"
             )
         if refusal:
-            self._refused.add(gang.namespace)
+            self.store.refuse_placeholders(gang.namespace)
             return set(), [], refusal
         return keep, make, None
 

@@ -106,6 +106,9 @@ class GangStore:
         # one record per namespace: its turn at the head of the queue (decide/headofline.py), kept while
         # one of its gangs holds others back
         self.namespaces: dict[str, NamespaceHold] = {}
+        # one per namespace whose gangs the placeholder caps refused (act/placeholders.py): the last two
+        # passes that refused them, newest first (another namespace's gangs give theirs back for them)
+        self._refused_placeholders: dict[str, tuple[int, int]] = {}
         # one per watched workload, by uid: the resourceVersion act/groups.py last made its group objects
         # ahead of its pods for (replaced whole each pass by the workloads still watched)
         self.workloads_looked_at: dict[str, str] = {}
@@ -226,6 +229,25 @@ class GangStore:
                 record.unseen_placeholders = kept or None
             if not kept:
                 self._placing.discard(key)
+
+    # --- namespaces the placeholder caps refused: this pass and the last
+
+    def refuse_placeholders(self, namespace: str) -> None:
+        latest, _ = self._refused_placeholders.get(namespace, (-1, -1))
+        if latest != self.pass_number:
+            self._refused_placeholders[namespace] = (self.pass_number, latest)
+
+    def refused_placeholders_last_pass(self, besides: str) -> bool:
+        """Whether a namespace other than `besides` had gangs refused placeholders in the previous pass."""
+        last = self.pass_number - 1
+        return any(last in passes for ns, passes in list(self._refused_placeholders.items()) if ns != besides)
+
+    def forget_placeholder_refusals(self) -> None:
+        """Refusals older than the previous pass, gone (at a pass's start)."""
+        last = self.pass_number - 1
+        for namespace, passes in list(self._refused_placeholders.items()):
+            if max(passes) < last:
+                del self._refused_placeholders[namespace]
 
     # --- Gang objects written and not yet seen by the watch
 

@@ -36,7 +36,7 @@ class Collector:
         self._audited_at = self._full_at = clock()
         # made here, not in the callback: a label's first use allocates under the metric's lock, where
         # a collection (and so this callback, wanting the same lock) may start
-        self._by_generation = [metrics.GC_PAUSES.labels(str(generation)) for generation in range(3)]
+        self._by_generation = tuple(metrics.GC_PAUSES.labels(str(generation)) for generation in range(3))
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
