@@ -57,6 +57,9 @@ def test_a_holder_is_a_valid_gang_owned_placeholder_pinned_with_the_claim_alone(
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b1"]}]}]
     # made again (a pass that lost its record): the same pod, found by its owner
     assert holders.hold(view, raw, "job-train", "fabric", "node-b1") == held
+    # left by an earlier start: found where the index has its key, and not read where it has none
+    assert holders.left_behind("team-a", "job-train", lambda key: key == f"team-a/{held[0]}") == held
+    assert holders.left_behind("team-a", "job-train", lambda key: False) is None
     assert holders.let_go("team-a", held) and holders.let_go("team-a", held)  # gone, then already gone
     with pytest.raises(Reject):
         store.get("v1", "pods", "team-a", held[0])
@@ -70,3 +73,5 @@ def test_a_pod_of_the_holders_name_the_gang_does_not_own_is_never_taken_for_it(s
     view, raw = member()
     assert ClaimHolders(api, lambda namespace, name: owner, IMAGE).hold(view, raw, "job-train", "fabric", "b1") is None
     assert ClaimHolders(api, lambda namespace, name: None, IMAGE).hold(view, raw, "job-train", "fabric", "b1") is None
+    holders = ClaimHolders(api, lambda namespace, name: owner, IMAGE)
+    assert holders.left_behind("team-a", "job-train", lambda key: True) is None  # never taken to be deleted

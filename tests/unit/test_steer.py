@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -123,6 +124,7 @@ def test_a_pass_places_at_most_its_cap_of_gangs_for_steering_and_the_rest_wait_f
 class Holders:
     made: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, claim, node)
     deleted: list[str] = field(default_factory=list)
+    earlier: str | None = None  # a holder an earlier start of the gang left, in the index under this key
 
     def hold(self, member: PodView, raw: Any, gang: str, claim: str, node: str) -> tuple[str, str]:
         self.made.append((member.name, claim, node))
@@ -132,16 +134,27 @@ class Holders:
         self.deleted.append(holder[0])
         return True
 
+    def left_behind(self, namespace: str, gang: str, exists: Any) -> tuple[str, str] | None:
+        return ("claimholder-x", "uid-x") if self.earlier is not None and exists(self.earlier) else None
 
-def allocate_first(view: GangView, decision: Decision, allocated: bool, holders: Holders, store: GangStore) -> Written:
+
+def allocate_first(
+    view: GangView,
+    decision: Decision,
+    allocated: bool,
+    holders: Holders,
+    store: GangStore,
+    placing: Placing | None = None,
+) -> Written:
     written, work = Written(), GangQueue()
     claim = ClaimDemand("claim team-a/fabric", (), shared=True, allocated=allocated)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(steer, "shared_reaches", lambda index, g: REACHES)
         patch.setattr(steer, "the_shared_claim", lambda index, g: claim)
         resolved = Resolved(GangSpec(min_member=4, timeout_seconds=300), None, None)
-        steering = Steering(Placing(decision), written, work, holders, store)  # type: ignore[arg-type]
-        steering.turn(view, resolved, Snap(), NOW, allocate_first=True)  # type: ignore[arg-type]
+        steering = Steering(placing or Placing(decision), written, work, holders, store)  # type: ignore[arg-type]
+        snap = Snap(index=SimpleNamespace(pods={holders.earlier: None} if holders.earlier else {}))
+        steering.turn(view, resolved, snap, NOW, allocate_first=True)  # type: ignore[arg-type]
     return written
 
 
@@ -151,11 +164,12 @@ def test_a_claim_its_scheduler_cannot_allocate_at_permit_is_held_first_then_the_
     gang is pinned and lifted; once every pod is bound, the holder is deleted."""
     pins = {"p0": "b1", "p1": "b1", "p2": "b2", "p3": "b2"}
     release = Decision(GangState.RELEASE, "", release=pins)
-    holders, store = Holders(), GangStore()
-    for _ in range(2):
-        written = allocate_first(gang(4, 5), release, allocated=False, holders=holders, store=store)
+    holders, store, placing = Holders(), GangStore(), Placing(release)
+    for _ in range(3):
+        written = allocate_first(gang(4, 5), release, allocated=False, holders=holders, store=store, placing=placing)
         assert written.calls == []
     assert holders.made == [("p0", "fabric", "b1")]
+    assert placing.placed == 1  # placed once: while the holder waits, not placed again
     written = allocate_first(gang(4, 5), release, allocated=True, holders=holders, store=store)
     assert [call[1] for call in written.calls] == [pins] and holders.deleted == []
     bound = gang(4, 5, gated=0)
@@ -169,3 +183,19 @@ def test_a_held_claim_never_allocated_lets_the_gang_go_pinned_at_its_timeout() -
     holders = Holders()
     written = allocate_first(gang(4, 301), Decision(GangState.RELEASE, "", release=pins), False, holders, GangStore())
     assert [call[1] for call in written.calls] == [pins] and holders.made == []
+
+
+def test_a_holder_an_earlier_start_left_is_deleted_once_the_gang_is_bound_again() -> None:
+    """A gang requeued whole while its holder held the claim comes back with a new record that names no
+    holder: the one left (in the index, owned by the gang's Gang) is deleted once the gang is bound, and
+    nothing is deleted while a pod still waits or when the index has no such pod."""
+    release = Decision(GangState.RELEASE, "", release={})
+    bound = gang(4, 5, gated=0)
+    bound = GangView(bound.namespace, bound.name, [replace(v, node_name="b1") for v in bound.pods], bound.raw)
+    waiting = GangView(bound.namespace, bound.name, [*bound.pods[:3], replace(bound.pods[3], node_name="")], bound.raw)
+    holders = Holders(earlier="team-a/claimholder-x")
+    allocate_first(waiting, release, allocated=True, holders=holders, store=GangStore())
+    assert holders.deleted == []
+    allocate_first(bound, release, allocated=True, holders=Holders(), store=GangStore())
+    allocate_first(bound, release, allocated=True, holders=holders, store=GangStore())
+    assert holders.deleted == ["claimholder-x"]

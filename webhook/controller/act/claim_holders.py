@@ -86,6 +86,18 @@ class ClaimHolders:
                 return None
         return str(pod["metadata"]["name"]), str((made.get("metadata") or {}).get("uid") or "")
 
+    def left_behind(self, namespace: str, gang: str, exists: Callable[[str], bool]) -> tuple[str, str] | None:
+        """The holder made for an earlier start of the gang (requeued whole since: its record, and with it
+        what was made, forgotten), found by its name and taken only when the gang's Gang owns it: (its
+        name, its uid). `exists` (the index has a pod of that key) spares a read when there is none."""
+        owner = self.gang_object(namespace, gang)
+        owner_uid = str(((owner or {}).get("metadata") or {}).get("uid") or "")
+        name = holder_name(owner_uid)
+        if not owner_uid or not exists(f"{namespace}/{name}"):
+            return None
+        found = self._made_before(namespace, name, owner_uid)
+        return (name, str((found.get("metadata") or {}).get("uid") or "")) if found is not None else None
+
     def _made_before(self, namespace: str, name: str, owner_uid: str) -> Obj | None:
         try:
             found = self.api.get(PODS.path(namespace, name))

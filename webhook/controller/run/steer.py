@@ -69,7 +69,8 @@ class Steering:
         `allocate_first`, its claim is allocated by a holder pod before they are lifted."""
         gated = [(view, raw) for view, raw in zip(gang.pods, gang.raw, strict=True) if view.gated and not view.terminal]
         if not gated:
-            self._let_the_holder_go(gang)
+            if allocate_first:
+                self._let_the_holder_go(gang, snap)
             return
         spec = resolved.spec
         if spec is None:
@@ -85,6 +86,9 @@ class Steering:
         if not reaches:
             self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
             return
+        if allocate_first and waited < spec.timeout_seconds and self._holder_waits(gang, snap):
+            self.work.add_at(gang.key, now.timestamp() + HOLDER_RETRY_SECONDS)
+            return  # placed already: its holder's claim is not allocated yet
         spent = self._placed[1] if self._placed[0] == this_pass else 0
         if spent >= MAX_STEERS_PER_PASS:
             self.work.add_at(gang.key, now.timestamp() + 1.0)
@@ -127,14 +131,26 @@ class Steering:
             record.claim_holder = self.holders.hold(view, raw, gang.name, name, pins[view.name])
         return False
 
-    def _let_the_holder_go(self, gang: GangView) -> None:
-        """The gang's claim holder deleted once every pod of the gang is bound (each is in the claim's
-        reservedFor then, which keeps it allocated)."""
+    def _holder_waits(self, gang: GangView, snap: Snapshot) -> bool:
+        """Whether the gang's holder is made and its claim not allocated yet."""
         record = self.store.get(gang.key) if self.store is not None else None
-        if record is None or record.claim_holder is None or self.holders is None:
+        if record is None or record.claim_holder is None:
+            return False
+        claim = the_shared_claim(snap.index, gang)
+        return claim is not None and not claim.allocated
+
+    def _let_the_holder_go(self, gang: GangView, snap: Snapshot) -> None:
+        """The gang's claim holder deleted once every pod of the gang is bound (each is in the claim's
+        reservedFor then, which keeps it allocated): the one its record names, else one an earlier start
+        left (the gang requeued whole while it held the claim, and its record forgotten with its pods)."""
+        live = [view for view in gang.pods if not view.terminal]
+        if self.holders is None or self.store is None or not live or not all(view.node_name for view in live):
             return
-        bound = all(view.node_name for view in gang.pods if not view.terminal)
-        if bound and self.holders.let_go(gang.namespace, record.claim_holder):
+        record = self.store.get(gang.key)
+        holder = record.claim_holder if record is not None else None
+        if holder is None:
+            holder = self.holders.left_behind(gang.namespace, gang.name, lambda key: key in snap.index.pods)
+        if holder is not None and self.holders.let_go(gang.namespace, holder) and record is not None:
             record.claim_holder = None
 
     def _lift(
