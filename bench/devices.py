@@ -15,6 +15,7 @@ process, as the controller does it (controller/observe/cluster.py ClusterIndex, 
     python bench/devices.py [--nodes 5000] [--gang 1000] [--devices 8]
     python bench/devices.py --unused-templates 1000   (another namespace's templates no pod names)
     python bench/devices.py --shape alternatives|constraints|counters|capacity   (issue 79's shapes)
+    python bench/devices.py --allocated 3   (3 of each node's devices held by other teams' claims)
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def device_class() -> dict[str, Any]:
 # first of one device or else two (firstAvailable); two devices on one PCIe root (matchAttribute);
 # partitions within a GPU's shared counters; shares of devices that allow multiple allocations
 SHAPE = "plain"
+ALLOCATED = 0  # devices per node allocated to other teams' pods' claims (--allocated)
 
 
 def shaped_device(i: int) -> dict[str, Any]:
@@ -98,6 +100,28 @@ def node_slice(name: str, count: int, version: str = "1") -> dict[str, Any]:
     if SHAPE == "counters":  # in the devices' slice here; a driver may publish them in one of their own
         spec["sharedCounters"] = [{"name": "gpu", "counters": {"memory": {"value": "40Gi"}}}]
     return {"metadata": {"name": f"{name}-gpus", "uid": f"uid-{name}", "resourceVersion": version}, "spec": spec}
+
+
+def allocated_claims(nodes: int) -> list[dict[str, Any]]:
+    """Each node's first ALLOCATED devices held, each by its own claim made for another team's pod."""
+    return [
+        {
+            "metadata": {
+                "name": f"held-{i}-{d}",
+                "namespace": "team-b",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"p-{i}-{d}", "uid": f"b-{i}-{d}"}],
+            },
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [{"request": "gpu", "driver": DRIVER, "pool": f"node-{i:04d}", "device": f"gpu-{d}"}]
+                    }
+                }
+            },
+        }
+        for i in range(nodes)
+        for d in range(ALLOCATED)
+    ]
 
 
 def gang_pods(size: int, claims: bool) -> list[dict[str, Any]]:
@@ -172,12 +196,13 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     classes = [device_class()]
     slices = [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
     template = {"metadata": {"name": "one", "namespace": "team-a"}, "spec": {"spec": {"devices": shaped_request()}}}
+    held = allocated_claims(nodes)
     cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
     for _ in range(repeats):
         memo, book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
         started = time.perf_counter()
         book.apply({f"/{s['metadata']['name']}": s for s in slices})
-        inventory = devices.inventory_from(classes, (), [], [template], memo, book.gathered())
+        inventory = devices.inventory_from(classes, (), held, [template], memo, book.gathered())
         index = ClusterIndex()
         index.apply_nodes(raw_nodes)
         index.use_devices(inventory)
@@ -201,7 +226,7 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
             republished = node_slice("node-0000", per_node, version=str(len(steady) + 2))
             started = time.perf_counter()
             book.apply({"/node-0000-gpus": republished})
-            inventory = devices.inventory_from(classes, (), [], [template], memo, book.gathered())
+            inventory = devices.inventory_from(classes, (), held, [template], memo, book.gathered())
             inventory = inventory.remembering(index.devices)
             index.use_devices(inventory)
             inventory_steady.append(time.perf_counter() - started)
@@ -215,7 +240,8 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
 
     total = nodes * per_node
     print(
-        f"{nodes} nodes, {total} devices ({SHAPE}), a {gang}-pod gang; {repeats} cold runs, "
+        f"{nodes} nodes, {total} devices ({SHAPE}, {ALLOCATED * nodes} held by other claims), a {gang}-pod gang; "
+        f"{repeats} cold runs, "
         f"{STEADY_PASSES} steady passes each"
     )
     print(show("  first pass without devices (index built, gang decided)", plain_runs))
@@ -327,9 +353,12 @@ def main() -> None:
     parser.add_argument(
         "--shape", choices=["plain", "alternatives", "constraints", "counters", "capacity"], default="plain"
     )
+    parser.add_argument("--allocated", type=int, default=0, help="devices per node held by other teams' claims")
     args = parser.parse_args()
-    global SHAPE
-    SHAPE = args.shape
+    global SHAPE, ALLOCATED
+    SHAPE, ALLOCATED = args.shape, args.allocated
+    if ALLOCATED and (SHAPE == "capacity" or args.devices <= ALLOCATED):
+        parser.error("--allocated holds whole devices, fewer than --devices, and not with --shape capacity")
     if args.unused_templates:
         unused_templates(args.nodes, args.gang, args.devices, args.unused_templates, args.repeats)
     else:

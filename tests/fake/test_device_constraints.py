@@ -4,7 +4,10 @@ the shapes native ran and the gate held for ever."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
+
+import pytest
 
 from tests.fake.test_devices import (
     DRIVER,
@@ -19,6 +22,7 @@ from tests.fake.test_devices import (
 )
 from webhook.controller.decide import devices
 from webhook.controller.decide.device_constraints import Candidate, Constraint, search
+from webhook.controller.decide.device_usage import Usages
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
 
 PCIE = f"{DRIVER}/pcie"
@@ -234,6 +238,37 @@ def test_a_partition_allocated_to_a_claim_consumes_its_counters() -> None:
     allocator = Allocator(inventory)
     one = pod_demand("team-a", pod_spec("one"), inventory)
     assert allocator.allocate(one, node("n0")) is None and allocator.picked == {(DRIVER, "n0", "half-1")}
+
+
+def test_what_allocated_devices_consume_is_worked_out_once_per_count_and_never_changed_by_an_allocator() -> None:
+    """Every node's count reads what allocated devices consume of the counters: worked out once per set
+    of pods left out (device_usage.py), not per node (a full cluster's count was quadratic: 2,000 nodes
+    with 12,000 devices allocated took 50 s). Allocators and counts take more of it over a map of their
+    own: the inventory's stays what the claims hold, and a count made after an allocation is the same."""
+    held = {
+        "metadata": {"name": "held", "namespace": "team-b", "ownerReferences": [{"kind": "Pod", "uid": "b-0"}]},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"driver": DRIVER, "pool": "n0", "device": "half-0", "request": "g"}]}
+            }
+        },
+    }
+    slices = [s for name in ("n0", "n1", "n2") for s in partitions(name)]
+    inventory = inventory_from([device_class()], slices, [held], [template("one", exactly())])
+    worked = []
+    original = Usages._counters
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Usages, "_counters", lambda self, *a: worked.append(a) or original(self, *a))
+        totals = [inventory.class_totals(node(name))[devices.class_resource("gpu")] for name in ("n0", "n1", "n2")]
+        members = {"b-0"}  # the holder's pod counted by its shape: its partition is free to it
+        assert [inventory.class_totals(node(n), members)[devices.class_resource("gpu")] for n in ("n0", "n1")] == [2, 2]
+    assert totals == [1, 2, 2] and len(worked) == 2  # once for no pods left out, once for `members`
+    before = dict(inventory.counters_used())
+    one = pod_demand("team-a", pod_spec("one"), inventory)
+    allocator = Allocator(inventory)
+    assert allocator.allocate(one, node("n0")) is None and allocator.allocate(one, node("n1")) is None
+    assert inventory.counters_used() == before == {(DRIVER, "n0", "gpu-0", "memory"): Decimal(4 * 2**30)}
+    assert inventory.class_totals(node("n1"))[devices.class_resource("gpu")] == 2
 
 
 def test_a_counter_set_the_pool_does_not_publish_is_named() -> None:

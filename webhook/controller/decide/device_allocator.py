@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -30,18 +31,19 @@ class Allocator:
     nodes: Sequence[Node] = ()
     # pods (uids) whose own claims' devices count as free: a gang member's shape holds them (class_totals)
     free_for: Collection[str] = ()
-    _used: dict[device_counters.CounterKey, Decimal] | None = None  # shared counters taken so far
-    # what the shares of devices allowing multiple allocations consume, allocated and picked so far
-    _capacity: dict[DeviceId, dict[str, Decimal]] | None = None
+    # shared counters taken so far: what this allocator took over what the inventory's allocations do
+    _used: ChainMap[device_counters.CounterKey, Decimal] | None = None
+    # what shares of devices allowing several allocations consume (an entry replaced, never changed in place)
+    _capacity: ChainMap[DeviceId, Mapping[str, Decimal]] | None = None
 
-    def capacity_used(self) -> dict[DeviceId, dict[str, Decimal]]:
+    def capacity_used(self) -> ChainMap[DeviceId, Mapping[str, Decimal]]:
         if self._capacity is None:
-            self._capacity = self.inventory.capacity_used(self.free_for)
+            self._capacity = device_counters.written_over(self.inventory.capacity_used(self.free_for))
         return self._capacity
 
-    def counters_used(self) -> dict[device_counters.CounterKey, Decimal]:
+    def counters_used(self) -> ChainMap[device_counters.CounterKey, Decimal]:
         if self._used is None:
-            self._used = self.inventory.counters_used(self.free_for)
+            self._used = device_counters.written_over(self.inventory.counters_used(self.free_for))
         return self._used
 
     def taken(self, device: DeviceId) -> bool:
@@ -91,7 +93,7 @@ class Allocator:
         capacity = self.capacity_used()
         self._consume([d for d in use if d not in capacity])  # a shared device's counters, at its first share
         for device, amounts in use.items():
-            device_capacity.add(capacity.setdefault(device, {}), tuple(amounts.items()))
+            capacity[device] = device_capacity.added(capacity.get(device, {}), tuple(amounts.items()))
         return None
 
     def _consume(self, picked: Iterable[DeviceId]) -> None:

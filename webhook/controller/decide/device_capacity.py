@@ -102,6 +102,13 @@ def add(used: dict[str, Decimal], amounts: Consumption) -> None:
         used[name] = used.get(name, Decimal(0)) + amount
 
 
+def added(used: Mapping[str, Decimal], amounts: Consumption) -> dict[str, Decimal]:
+    """`used` with `amounts` added, a new map (`used` may be shared)."""
+    found = dict(used)
+    add(found, amounts)
+    return found
+
+
 def claims_held(
     devices: Sequence[Device], sub: Subrequest, used: Mapping[DeviceId, Mapping[str, Decimal]], limit: int
 ) -> int:

@@ -13,9 +13,10 @@ allocator; kubernetes.io/docs/concepts/resource-management/dynamic-resource-allo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import ChainMap
+from collections.abc import Iterable, Mapping, MutableMapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from webhook import resources
 
@@ -79,14 +80,14 @@ def fits(
     return True
 
 
-def take(driver: str, pool: str, consumes: Amounts, used: dict[CounterKey, Decimal], sign: int = 1) -> None:
+def take(driver: str, pool: str, consumes: Amounts, used: MutableMapping[CounterKey, Decimal], sign: int = 1) -> None:
     for counter_set, counter, amount in consumes:
         key = (driver, pool, counter_set, counter)
         used[key] = used.get(key, Decimal(0)) + sign * amount
 
 
 def partitioned(
-    devices: list[Device], offered_now: Mapping[CounterKey, Decimal], used: dict[CounterKey, Decimal]
+    devices: list[Device], offered_now: Mapping[CounterKey, Decimal], used: MutableMapping[CounterKey, Decimal]
 ) -> list[Device]:
     """Of devices that share counters, those that can be allocated together, in order (kube-scheduler
     takes them one by one so): two partitions of one GPU count once when it holds only one."""
@@ -123,3 +124,13 @@ def unpublished(devices: Iterable[Device], offered_now: Mapping[CounterKey, Deci
                     f"{pool} does not publish in spec.sharedCounters)"
                 )
     return ""
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def written_over(base: Mapping[K, V]) -> ChainMap[K, V]:
+    """A map that reads `base` and takes every write itself: what an inventory worked out once (the
+    usage of allocated devices) taken further by one caller, without a copy of the cluster's worth."""
+    return ChainMap({}, cast(MutableMapping[K, V], base))

@@ -29,6 +29,7 @@ from webhook.controller.decide.device_types import (
     extended_requests,
     tolerated,
 )
+from webhook.controller.decide.device_usage import Usages
 from webhook.controller.decide.shapes import Node
 from webhook.controller.interning import is_canonical
 from webhook.gangs.model import Obj
@@ -212,34 +213,22 @@ class Inventory:
         """The devices that consume shared counters, by id."""
         return {d.id: d for p in self.pools if p.counters or p.devices for d in p.devices if d.consumes}
 
-    def counters_used(self, free_for: Collection[str] = ()) -> dict[device_counters.CounterKey, Decimal]:
+    def counters_used(self, free_for: Collection[str] = ()) -> Mapping[device_counters.CounterKey, Decimal]:
         """What the allocated devices consume of the shared counters (those of pods in `free_for` aside:
-        their shapes hold their devices)."""
-        used: dict[device_counters.CounterKey, Decimal] = {}
-        for device_id, claim in self.taken.items():
-            device = self._consuming.get(device_id)
-            if device is not None and not (free_for and self.owners.get(claim) in free_for):
-                device_counters.take(device.id[0], device.id[1], device.consumes, used)
-        # a shared device consumes its counters once, however many shares it has (allocateDevice's
-        # skipCounterCheck)
-        for device_id in self.capacity_used(free_for):
-            device = self._consuming.get(device_id)
-            if device is not None:
-                device_counters.take(device.id[0], device.id[1], device.consumes, used)
-        return used
+        their shapes hold their devices); read only, worked out once per `free_for` (device_usage.py)."""
+        return self._usages.of(free_for)[0]
+
+    def capacity_used(self, free_for: Collection[str] = ()) -> Mapping[DeviceId, Mapping[str, Decimal]]:
+        """What the shares of each shared device consume (those of pods in `free_for` aside); read only."""
+        return self._usages.of(free_for)[1]
+
+    @functools.cached_property
+    def _usages(self) -> Usages:
+        return Usages(self.taken, self.shares, self.owners, self._consuming)
 
     @functools.cached_property
     def _holding(self) -> set[str]:
         return {*self.taken.values(), *(claim for shares in self.shares.values() for claim, _ in shares)}
-
-    def capacity_used(self, free_for: Collection[str] = ()) -> dict[DeviceId, dict[str, Decimal]]:
-        """What the shares of each shared device consume (those of pods in `free_for` aside)."""
-        used: dict[DeviceId, dict[str, Decimal]] = {}
-        for device, shares in self.shares.items():
-            for claim, amounts in shares:
-                if not (free_for and self.owners.get(claim) in free_for):
-                    device_capacity.add(used.setdefault(device, {}), amounts)
-        return used
 
     @functools.cached_property
     def shared_devices(self) -> dict[DeviceId, Device]:
@@ -329,7 +318,7 @@ class Inventory:
             selected = device_counters.partitioned(
                 [d for d in free if self._selects(d, device_class.selectors)],
                 self.counter_totals,
-                self.counters_used(counted_by_pods),
+                device_counters.written_over(self.counters_used(counted_by_pods)),
             )
             if not selected:
                 continue
