@@ -196,12 +196,13 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     classes = [device_class()]
     slices = [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
     template = {"metadata": {"name": "one", "namespace": "team-a"}, "spec": {"spec": {"devices": shaped_request()}}}
-    held = allocated_claims(nodes)
+    allocated = allocated_claims(nodes)
     cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
     for _ in range(repeats):
         memo, book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
         started = time.perf_counter()
         book.apply({f"/{s['metadata']['name']}": s for s in slices})
+        held = devices.claims_of(allocated)  # parsed once per version of their list, as the watch does
         inventory = devices.inventory_from(classes, (), held, [template], memo, book.gathered())
         index = ClusterIndex()
         index.apply_nodes(raw_nodes)

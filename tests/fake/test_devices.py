@@ -901,3 +901,26 @@ def test_no_answer_of_the_webhook_depends_on_a_resourceclaimtemplate() -> None:
     assert answers["team-a"].warnings == answers["team-b"].warnings == []
     for module in (bootstrap, resolve):
         assert "resourceclaimtemplates" not in inspect.getsource(module)
+
+
+def test_claims_parsed_once_are_shared_while_their_list_holds_and_a_claim_moved_shows_its_node() -> None:
+    """The watch parses the claims once per version of their list (device_claims.py): inventories built
+    meanwhile share them, so a republished slice costs its own node; claims parsed again show the node of
+    the device a claim took, and a claim that went, the node of the device it let go."""
+
+    def held(device: str, node_name: str) -> dict[str, Any]:
+        results = [{"driver": DRIVER, "pool": node_name, "device": device, "request": "g"}]
+        meta = {"name": f"held-{node_name}", "namespace": "team-b", "ownerReferences": [{"kind": "Pod", "uid": "b"}]}
+        return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
+
+    book = devices.PoolBook()
+    book.apply({name: node_slice(name, gpus(2)) for name in ("n1", "n2", "n3")})
+    claims = devices.claims_of([held("gpu-0", "n1")])
+    first = inventory_from([device_class()], (), claims, [template("one", exactly())], gathered=book.gathered())
+    book.apply({"n2": node_slice("n2", gpus(1))})
+    second = inventory_from([device_class()], (), claims, [template("one", exactly())], gathered=book.gathered())
+    assert second.taken is first.taken and second.changed_nodes(first) == {"n2"}
+    assert second.class_totals(node("n1"))[devices.class_resource("gpu")] == 1
+    moved = devices.claims_of([held("gpu-1", "n3")])
+    third = inventory_from([device_class()], (), moved, [template("one", exactly())], gathered=book.gathered())
+    assert third.changed_nodes(second) == {"n1", "n3"}

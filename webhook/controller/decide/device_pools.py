@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
-from webhook.controller.decide.device_types import Device, Pool, PoolIndex, PoolKey
+from webhook.controller.decide.device_types import Device, DeviceId, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
 
 if TYPE_CHECKING:
@@ -272,8 +272,10 @@ def changed_nodes(before: Inventory | None, after: Inventory) -> set[str] | None
         if not pool.node_name:
             return None
         changed.add(pool.node_name)
-    moved = {d for d in after.taken.keys() | before.taken.keys() if after.taken.get(d) != before.taken.get(d)}
-    moved |= {d for d, claim in after.taken.items() if after.owners.get(claim) != before.owners.get(claim)}
+    moved: set[DeviceId] = set()
+    if after.taken is not before.taken or after.owners is not before.owners:  # else the claims parsed once
+        moved = {d for d in after.taken.keys() | before.taken.keys() if after.taken.get(d) != before.taken.get(d)}
+        moved |= {d for d, claim in after.taken.items() if after.owners.get(claim) != before.owners.get(claim)}
     for driver, pool_name, _ in moved:
         node = after._index.nodes.get((driver, pool_name), before._index.nodes.get((driver, pool_name), ""))
         if node is None:

@@ -25,8 +25,9 @@ structured/internal/stable: allocator_stable.go, pools_stable.go; the v1 API in 
 
 The model is split as upstream splits it: the values (device_types.py), slices gathered into pools
 (device_pools.py), what a pod claims (device_demand.py), the inventory counted per node
-(device_inventory.py), the allocator (device_allocator.py), CEL (device_cel.py), and what outlives an
-inventory (device_memo.py). This module is their entry: `inventory_from`, and the names callers use.
+(device_inventory.py), the allocator (device_allocator.py), CEL (device_cel.py), the claims parsed once
+per list (device_claims.py), what they consume (device_usage.py), and what outlives an inventory
+(device_memo.py). This module is their entry: `inventory_from`, and the names callers use.
 
 - consumable capacity: devices that allow multiple allocations, shared by claims within their capacity,
   requests rounded up by the device's policy (device_capacity.py); admin access (a device in use may be
@@ -42,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from webhook.controller.decide.device_allocator import Allocator
+from webhook.controller.decide.device_claims import Claims, claims_of
 from webhook.controller.decide.device_demand import pod_demand, templates_by_name
 from webhook.controller.decide.device_inventory import MAX_SELECTOR_SETS_PER_NAMESPACE, Inventory
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_MATCHES, BoundedMap, Memo
@@ -57,11 +59,9 @@ from webhook.controller.decide.device_types import (
     PoolIndex,
     Request,
     Subrequest,
-    allocated_devices,
     claim_resource,
     claims_devices,
     class_resource,
-    shared_allocations,
     with_demand,
 )
 from webhook.gangs.model import Obj
@@ -73,6 +73,7 @@ __all__ = [
     "Allocator",
     "BoundedMap",
     "ClaimDemand",
+    "Claims",
     "Demand",
     "Device",
     "DeviceClass",
@@ -87,6 +88,7 @@ __all__ = [
     "Subrequest",
     "claim_resource",
     "claims_devices",
+    "claims_of",
     "class_resource",
     "gather_pools",
     "inventory_from",
@@ -99,13 +101,14 @@ __all__ = [
 def inventory_from(
     classes: Iterable[Obj],
     slices: Iterable[Obj],
-    claims: Iterable[Obj],
+    claims: Iterable[Obj] | Claims,
     templates: Iterable[Obj] | Mapping[tuple[str, str], Obj],
     memo: Memo | None = None,
     gathered: Gathered | None = None,
     templates_version: str | None = None,
 ) -> Inventory:
-    """The inventory of these objects; a PoolBook's pools (`gathered`) instead of the slices'."""
+    """The inventory of these objects; a PoolBook's pools (`gathered`) instead of the slices', and claims
+    parsed before (`claims_of`, shared while their list is the same) instead of the claims."""
     inventory = Inventory(memo=memo or Memo(), templates_version=templates_version)
     for obj in classes:
         device_class = DeviceClass.from_api(obj)
@@ -115,16 +118,12 @@ def inventory_from(
         inventory.pools = gather_pools(slices, inventory.problems, inventory.memo)
     else:
         inventory.pools, inventory.problems, inventory.pool_index = gathered.pools, gathered.problems, gathered.index
-    for claim in claims:
-        meta = claim.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        inventory.claims[key] = claim
-        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"), None)
-        if owner is not None:
-            inventory.owners[f"{key[0]}/{key[1]}"] = str(owner.get("uid") or "")
-        for device in allocated_devices(claim):
-            inventory.taken[device] = f"{key[0]}/{key[1]}"
-        for device, share in shared_allocations(claim):
-            inventory.shares.setdefault(device, []).append((f"{key[0]}/{key[1]}", share))
+    parsed = claims if isinstance(claims, Claims) else claims_of(claims)
+    inventory.claims, inventory.owners, inventory.taken, inventory.shares = (
+        parsed.by_name,
+        parsed.owners,
+        parsed.taken,
+        parsed.shares,
+    )
     inventory.templates = dict(templates) if isinstance(templates, Mapping) else templates_by_name(templates)
     return inventory

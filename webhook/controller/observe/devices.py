@@ -44,6 +44,7 @@ class DeviceWatch:
         self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
         self._pools_of: Informer | None = None  # the slices' informer the book follows
         self._templates: tuple[str, dict[tuple[str, str], Obj]] | None = None
+        self._claims: tuple[str, devices.Claims] | None = None  # parsed for the claims' list version
 
     @property
     def _informers(self) -> list[Informer | None]:
@@ -56,6 +57,14 @@ class DeviceWatch:
         if self._templates is None or self._templates[0] != version or not version:
             self._templates = (version, devices.templates_by_name(informer.items()))
         return self._templates[1]
+
+    def _claims_of(self, informer: Informer) -> devices.Claims:
+        """The claims parsed, again only when the list changed: every inventory built meanwhile (a slice
+        republished) shares them, and tells a claim changed by their identity (device_pools.changed_nodes)."""
+        version = informer.resource_version
+        if self._claims is None or self._claims[0] != version or not version:
+            self._claims = (version, devices.claims_of(informer.items()))
+        return self._claims[1]
 
     def inventory(self, waiting: frozenset[tuple[str, str, str]] = frozenset()) -> Inventory | None:
         """None until all four are watched and listed (the API may not serve them: DRA off, or before
@@ -75,7 +84,7 @@ class DeviceWatch:
             inventory = devices.inventory_from(
                 classes.items(),
                 (),
-                claims.items(),
+                self._claims_of(claims),
                 self._templates_of(templates),
                 self.memo,
                 self._pools.gathered(),

@@ -1,0 +1,40 @@
+"""The cluster's ResourceClaims as an inventory reads them: which pod each was made for, the devices it
+holds whole and its shares of devices that allow multiple allocations. Parsed once per version of the
+claims' list and shared, never changed, by every inventory built while it holds: a slice republished
+then costs its own pool, not every claim of the cluster parsed again (15,000 allocated claims: about
+60 ms a pass, bench/devices.py --allocated 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from webhook.controller.decide import device_capacity
+from webhook.controller.decide.device_types import DeviceId, allocated_devices, shared_allocations
+from webhook.gangs.model import Obj
+
+
+@dataclass(frozen=True)
+class Claims:
+    by_name: dict[tuple[str, str], Obj] = field(default_factory=dict)  # (namespace, name) -> the claim
+    owners: dict[str, str] = field(default_factory=dict)  # claim -> uid of the pod it was made for
+    taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
+    # a device allowing multiple allocations -> its shares: (the claim holding it, what it consumes)
+    shares: dict[DeviceId, list[tuple[str, device_capacity.Consumption]]] = field(default_factory=dict)
+
+
+def claims_of(claims: Iterable[Obj]) -> Claims:
+    found = Claims()
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        name = f"{key[0]}/{key[1]}"
+        found.by_name[key] = claim
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"), None)
+        if owner is not None:
+            found.owners[name] = str(owner.get("uid") or "")
+        for device in allocated_devices(claim):
+            found.taken[device] = name
+        for device, share in shared_allocations(claim):
+            found.shares.setdefault(device, []).append((name, share))
+    return found
