@@ -38,6 +38,7 @@ import yaml
 
 from tests.admission_chain import AdmissionChain
 from tests.apiserver import TestApiServer
+from tests.workers import worker_number
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 PLURALS = {  # kinds the tests apply to the API server: kind -> (group/version, plural)
@@ -185,8 +186,12 @@ class Sandbox:
     def __post_init__(self) -> None:
         tag = f"{os.getpid() % 10000}x{self.index}"
         self.netns, self.host_if, self.pod_if = f"gk{tag}", f"gkh{tag}", f"gkp{tag}"
-        # another process's sandboxes (a `make cluster` beside the test session) take other subnets
-        octet = int(os.environ.get("GK_SANDBOX_OCTET") or 200 + os.getpid() % 50)
+        # another process's sandboxes (a `make cluster` beside the test session, the other xdist worker)
+        # take other subnets: 250 + the worker's number under xdist, else one of 200-249 by process id
+        worker = worker_number()
+        octet = int(
+            os.environ.get("GK_SANDBOX_OCTET") or (250 + worker if worker is not None else 200 + os.getpid() % 50)
+        )
         self.host_ip, self.pod_ip = f"10.{octet}.{self.index}.1", f"10.{octet}.{self.index}.2"
         # what a run killed before its clean-up may have left under these names, or on this subnet (the
         # same octet from another process id): its route would swallow this sandbox's packets

@@ -28,6 +28,7 @@ import yaml
 
 from tests.realcluster import pki as pki_module
 from tests.realcluster.reader import ApiReader, Unresolved
+from tests.workers import host_address
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
@@ -163,7 +164,7 @@ class ControlPlane:
     kubernetes_version: str = field(default_factory=lambda: versions()["K8S_DEFAULT"])
     # a non-loopback address on the host for the API server to advertise (the `kubernetes` Service's
     # endpoint; EndpointSlices refuse loopback) and for pod sandboxes to reach it by
-    advertise_address: str = "10.253.0.1"
+    advertise_address: str = field(default_factory=lambda: host_address(1))
     native_gang: bool = True
     # the controller manager's and scheduler's client QPS (burst twice it); None: their defaults (20 and
     # 50), which bound how fast a Job's pods are created and bound, not the gang mechanism (bench/cluster.py)

@@ -16,8 +16,9 @@ import yaml
 from tests.realcluster import operators
 from tests.realcluster.controlplane import ControlPlane
 from tests.realcluster.stack import Stack, wait_until
+from tests.workers import host_address
 
-WORKER_ADDRESSES = ("10.253.0.2", "10.253.0.3")
+WORKER_ADDRESSES = (host_address(2), host_address(3))
 KUEUE_NAMESPACE = "kueue-system"
 # the manager's Kueue: MultiKueue's own settings (a worker unreachable for 30 s is given up on)
 MANAGER_KUEUE = {"multiKueue": {"gcInterval": "30s", "origin": "multikueue", "workerLostTimeout": "30s"}}
