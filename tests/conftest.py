@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import requests
 
 from tests.apiserver import Store, TestApiServer
 from tests.realcluster.controlplane import free_port
+from tests.workers import worker_number
 from webhook.kube import Api, client_from
 
 if TYPE_CHECKING:
@@ -246,8 +248,18 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     reason = image_tools_missing()
     if reason:
         pytest.skip(reason)
-    out = tmp_path_factory.mktemp("image")
-    build_image(out)
+    # built once for the whole run: under xdist the workers share their base directory's parent, and the
+    # first to ask builds while the other waits (a minute and a half of CPU on two cores, not twice)
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if worker_number() is not None else shared
+    out = shared / "image"
+    with (shared / "image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "digest").is_file():
+            partial = shared / f"image-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            build_image(partial)
+            partial.rename(out)
     yield out
 
 
