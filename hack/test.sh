@@ -20,8 +20,9 @@ exec 9>&-
 status=0
 # two workers, each test module on one (--dist loadfile: a module's cluster is started once): the real
 # tier mostly waits on its clusters (one worker left the two cores 74% idle), so two side by side take
-# about half the time; each worker's clusters and pod sandboxes have addresses of their own (tests/workers.py)
-"$BIN/pytest" -q --durations=25 -n "${GK_TEST_WORKERS:-2}" --dist loadfile || status=$?
+# about half the time; in tests/conftest.py's order (xdist would put the biggest modules first, the
+# modules that wait for the build among them); each worker's clusters and pod sandboxes have addresses of their own (tests/workers.py)
+"$BIN/pytest" -q --durations=25 -n "${GK_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder || status=$?
 if ! wait "$build"; then
   echo "hack/cluster/build.sh rest failed; the end of $log:" >&2
   tail -n 40 "$log" >&2

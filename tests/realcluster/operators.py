@@ -54,10 +54,11 @@ class Operator:
     kustomization: str = "config/default"
     secret: str | None = None  # the Secret its cert controller writes; default <name>-webhook-server-cert
     # where its cert controller expects the Secret mounted, when it does not follow its configuration
+    # a fixed directory is shared with another operator's (JobSet's and training-operator's are the same
+    # path) and with the same operator of the other xdist worker's cluster (two JobSets overwriting one
+    # another's certificates: "x509: certificate signed by unknown authority"): the process then runs in a
+    # mount namespace of its own, a pod's private filesystem, its own directory seen at that path
     fixed_cert_dir: Path | None = None
-    # that fixed directory is shared with another operator's (JobSet's and training-operator's are the
-    # same path): the process then runs in a mount namespace of its own, a pod's private filesystem
-    private_mounts: bool = False
     config_version: str = "v1alpha1"  # its Configuration's API version
     # kinds of its kustomization not installed: an APIService would point the API server's discovery
     # at a server this process does not run (Kueue's visibility API)
@@ -73,7 +74,7 @@ class Operator:
         port, health = free_port(), free_port()
         workdir = plane.workdir / self.name
         workdir.mkdir(exist_ok=True)
-        cert_dir = workdir / "certs" if self.private_mounts or not self.fixed_cert_dir else self.fixed_cert_dir
+        cert_dir = workdir / "certs"
         configurations = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
         if configurations:
             self._serve_webhooks(plane, objects, configurations, port, cert_dir)
@@ -84,7 +85,7 @@ class Operator:
             str(binary(self.name, self.version, self.executable)),
             *self._arguments(workdir, port, health, cert_dir),
         ]
-        if self.private_mounts and self.fixed_cert_dir:
+        if self.fixed_cert_dir:
             argv = private_mount(self.fixed_cert_dir, cert_dir, argv)
         # Its cert controller (open-policy-agent/cert-controller) can lose a write race on the Secret at
         # start and then wait for good; the pod's restart is what brings it back, so it is restarted here.
@@ -257,7 +258,6 @@ def training_operator(gang_scheduler: str = "volcano") -> Operator:
         secret="training-operator-webhook-cert",
         # pkg/cert/cert.go: a constant, the same as JobSet's
         fixed_cert_dir=Path("/tmp/k8s-webhook-server/serving-certs"),
-        private_mounts=True,
     )
 
 
