@@ -11,9 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.cluster import node as api_node
 from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
 from webhook.controller.decide.shapes import Node
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.informer import trim_node
 
 DRIVER = "gpu.example.com"
 
@@ -247,6 +250,23 @@ def test_slices_apply_to_nodes_by_name_selector_or_all() -> None:
     inventory = inventory_from([device_class()], [selected, everywhere], [], [])
     assert inventory.class_totals(node("n1", rack="r1")) == {"deviceclass.resource.kubernetes.io/gpu": 3}
     assert inventory.class_totals(node("n2", rack="r2")) == {"deviceclass.resource.kubernetes.io/gpu": 1}
+
+
+def test_a_node_relabelled_into_a_pools_selection_counts_its_devices_at_once() -> None:
+    """A node that gains the label a pool's nodeSelector names, while no device object changed: its
+    devices count from the node's change on (the pools a node reaches were remembered by its name alone,
+    so it waited for the next change of a slice or claim)."""
+    rack = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]}
+    inventory = inventory_from([device_class()], [node_slice("rack", gpus(2), pool="rack", nodeSelector=rack)], [], [])
+    index = ClusterIndex()
+    index.apply_nodes({"/n1": trim_node(api_node("n1", labels={"rack": "r2"}))})
+    index.use_devices(inventory)
+    resource = "deviceclass.resource.kubernetes.io/gpu"
+    assert resource not in index.nodes["n1"].allocatable
+    index.apply_nodes({"/n1": trim_node(api_node("n1", labels={"rack": "r1"}))})
+    assert index.nodes["n1"].allocatable.get(resource) == 2
+    index.apply_nodes({"/n1": trim_node(api_node("n1", labels={"rack": "r3"}))})
+    assert resource not in index.nodes["n1"].allocatable
 
 
 def test_a_shared_claim_is_allocated_once_and_its_pods_go_where_it_reaches() -> None:

@@ -57,7 +57,8 @@ class Inventory:
     problems: list[str] = field(default_factory=list)  # slices that could not be read
     memo: Memo = field(default_factory=lambda: Memo())
     pool_index: PoolIndex | None = None  # a PoolBook's, kept up to date; else found from `pools`
-    _pools_of: dict[str, tuple[Pool, ...]] = field(default_factory=dict)
+    # by node name: the node as it was read (a pool's nodeSelector reads its labels) and its pools
+    _pools_of: dict[str, tuple[Node, tuple[Pool, ...]]] = field(default_factory=dict)
     # remembered answers; each keeps the objects its key names by id, so no other object takes that id:
     # by pool, what each subrequest selects there
     _selected: dict[int, tuple[Pool, dict[Subrequest, tuple[Device, ...]]]] = field(default_factory=dict)
@@ -69,11 +70,14 @@ class Inventory:
     deferred: dict[str, str] = field(default_factory=dict)  # class resource -> why it is not counted yet
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
-        pools = self._pools_of.get(node.name)
-        if pools is None:
-            index = self._index
-            local = index.local.get(node.name, ())
-            pools = self._pools_of[node.name] = (*local, *(p for p in index.shared if p.applies_to(node)))
+        index = self._index
+        known = self._pools_of.get(node.name)
+        # the same node, or one relabelled where no pool selects nodes by label: its pools are the same
+        if known is not None and (known[0] is node or not index.shared or known[0].labels == node.labels):
+            return known[1]
+        local = index.local.get(node.name, ())
+        pools = (*local, *(p for p in index.shared if p.applies_to(node)))
+        self._pools_of[node.name] = (node, pools)
         return pools
 
     @functools.cached_property
