@@ -41,6 +41,7 @@ from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.devices import devices_check
 from webhook.controller.observe.informer import trim_node, trim_pod
+from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
 
 DRIVER = "gpu.example.com"
@@ -154,11 +155,12 @@ def one_pass(index: ClusterIndex, spec: GangSpec) -> tuple[str, int]:
         dict(index.free),
         NOW,
         eligibility=index.eligibility(),
-        devices_fit=devices_check(index, gang),
+        devices_fit=devices_check(index, gang, RECORDS.record(gang.key)),
     )
     return str(decision.state), len(decision.release)
 
 
+RECORDS = GangStore()  # the controller's memory of each gang between passes (its last devices check)
 STEADY_PASSES = 10  # steady passes timed after each cold one: one pass is ~10 ms, a sample of one is noise
 
 

@@ -944,3 +944,80 @@ def test_claims_parsed_once_are_shared_while_their_list_holds_and_a_claim_moved_
     moved = devices.claims_of([held("gpu-1", "n3")])
     third = inventory_from([device_class()], (), moved, [template("one", exactly())], gathered=book.gathered())
     assert third.changed_nodes(second) == {"n1", "n3"}
+
+
+# --- a gang's devices check remembered between passes (GangRecord.device_check) --------------------
+
+
+def _gated_gang_pods(size: int) -> dict[str, Any]:
+    from tests import builders as b
+    from webhook.admission.decide import admit
+    from webhook.backends import make
+    from webhook.controller.observe.informer import trim_pod
+
+    job = b.job("train", parallelism=size, spec=b.pod_spec(b.container("1", "1Gi")))
+    job["metadata"]["namespace"] = "team-a"
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    template = admit(job, "CREATE", make("gate"), "team-a").mutated["spec"]["template"]
+    found = {}
+    for i in range(size):
+        raw = b.pod(
+            f"train-{i}",
+            labels=dict(template["metadata"]["labels"]),
+            annotations=dict(template["metadata"]["annotations"]),
+            owner=("batch/v1", "Job", "train"),
+            spec=dict(template["spec"]),
+        )
+        raw["metadata"].update(namespace="team-a", uid=f"pod-{i}", resourceVersion="1")
+        found[f"team-a/train-{i}"] = trim_pod(admit(raw, "CREATE", make("gate"), "team-a").mutated)
+    return found
+
+
+STEP = st.one_of(
+    st.tuples(st.just("slice"), st.integers(0, 3), st.integers(0, 2)),  # node i's slice: j devices
+    st.tuples(st.just("rack"), st.integers(0, 3), st.integers(0, 1)),  # node i relabelled into rack j
+    st.tuples(st.just("place"), st.integers(0, 2), st.integers(0, 3)),  # pod i chosen for node j
+    st.tuples(st.just("shared"), st.integers(0, 2), st.integers(0, 1)),  # the rack pool: i devices, rack j
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(STEP, min_size=1, max_size=12))
+def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[tuple[str, int, int]]) -> None:
+    """Slices republished, nodes relabelled (a pool that selects nodes by label, or none), the placement
+    moved, in any order: the check answered from the gang's record says what a check without one says."""
+    from webhook.controller.observe.devices import devices_check
+    from webhook.controller.observe.store import GangStore
+
+    book, memo, record = devices.PoolBook(), devices.Memo(), GangStore().record("team-a/job-train")
+    classes, templates = [device_class()], [template("one", exactly())]
+    index = ClusterIndex()
+    racks = ["r0"] * 4
+    index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}", labels={"rack": racks[i]})) for i in range(4)})
+    book.apply({f"/w{i}": node_slice(f"w{i}", gpus(1)) for i in range(4)})
+    index.use_devices(inventory_from(classes, (), [], templates, memo, book.gathered()))
+    index.apply_pods(_gated_gang_pods(3))
+    chosen = {f"train-{i}": f"w{i}" for i in range(3)}
+    generation = 1
+    for kind, i, j in steps:
+        generation += 1
+        if kind == "slice":
+            book.apply({f"/w{i}": node_slice(f"w{i}", gpus(j), generation=generation)})
+        elif kind == "shared":
+            rack = {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": [f"r{j}"]}]}]
+            }
+            book.apply({"/rack": node_slice("rack", gpus(i), pool="rack", generation=generation, nodeSelector=rack)})
+        elif kind == "rack":
+            racks[i] = f"r{j}"
+            index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}", labels={"rack": racks[i]}))})
+        else:
+            chosen[f"train-{i}"] = f"w{j}"
+        if kind in ("slice", "shared"):
+            index.use_devices(
+                inventory_from(classes, (), [], templates, memo, book.gathered()).remembering(index.devices)
+            )
+        gang = index.gangs()["team-a/job-train"]
+        remembered, anew = devices_check(index, gang, record), devices_check(index, gang)
+        assert remembered is not None and anew is not None
+        assert remembered(chosen) == anew(chosen), (kind, i, j, chosen)

@@ -80,6 +80,11 @@ class Inventory:
         self._pools_of[node.name] = (node, pools)
         return pools
 
+    @property
+    def has_node_selecting_pools(self) -> bool:
+        """Whether a pool reaches nodes by their labels or all of them (not one node by name)."""
+        return bool(self._index.shared)
+
     @functools.cached_property
     def _index(self) -> PoolIndex:
         return self.pool_index or PoolIndex.of(self.pools)

@@ -19,7 +19,7 @@ from webhook.controller.decide.placement import Member, Placement
 from webhook.controller.decide.pods import PodView, Release, shape_of
 from webhook.controller.decide.recovery import ever_placement
 from webhook.controller.decide.shapes import HostPort, Node, Shape, Units
-from webhook.controller.observe.device_nodes import DeviceNodes
+from webhook.controller.observe.device_nodes import DEVICE_GENERATIONS, DeviceNodes
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.holds import (
     Hold,
@@ -85,6 +85,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._api_nodes: dict[str, Node] = {}
         self._devices_lost: set[str] = set()
         self._devices_unsure: set[str] = set()
+        self.devices_epoch, self._device_epochs = next(DEVICE_GENERATIONS), {}
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
         self._waiting_frozen: frozenset[tuple[str, str, str]] | None = frozenset()
 
@@ -146,6 +147,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             self._ever = {}
             self.nodes.pop(name, None)
             self._api_nodes.pop(name, None)
+            self._device_epochs.pop(name, None)
             self.free.pop(name, None)
             return
         self._api_nodes[name] = Node.from_api(node)

@@ -4,6 +4,7 @@ change, and the gang pods whose allocated devices are gone. A mixin of ClusterIn
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.shapes import Node, Units
 from webhook.gangs.model import Obj
 
+DEVICE_GENERATIONS = itertools.count(1)  # the devices' pictures, numbered across every index
+
 
 class DeviceNodes:
     devices: Inventory | None  # the cluster's devices (observe/devices.py), None: no DRA
@@ -19,6 +22,11 @@ class DeviceNodes:
     _api_nodes: dict[str, Node]  # the nodes as the API has them, before their devices are added
     _devices_lost: set[str]  # bound gang pods whose allocated devices no slice has now
     _devices_unsure: set[str]  # nodes whose devices were counted while CEL could not answer
+    # the generation of the devices' picture since which any node's devices may differ (a class, a
+    # template, a shared pool changed), and per node the one since which its own may: what a devices
+    # check read (observe/devices.py); from one count for all indexes, so no two pictures share a number
+    devices_epoch: int
+    _device_epochs: dict[str, int]
     _members: dict[str, dict[str, tuple[PodView, Obj]]]
     # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
     # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
@@ -50,6 +58,11 @@ class DeviceNodes:
         before = self.devices
         changed = inventory.changed_nodes(before) if inventory is not None else None
         self.devices = inventory
+        generation = next(DEVICE_GENERATIONS)
+        if changed is None or before is None or inventory is None or before.demand_basis != inventory.demand_basis:
+            self.devices_epoch, self._device_epochs = generation, {}
+        else:
+            self._device_epochs.update(dict.fromkeys(changed | self._devices_unsure, generation))
         members = self._member_uids()
         if changed is not None:
             changed |= self._devices_unsure
@@ -73,6 +86,10 @@ class DeviceNodes:
             for key, (view, raw) in list(members_of.items()):
                 if view.claims_devices:
                     self._set_pod(key, raw)
+
+    def device_epoch(self, node: str) -> int:
+        """Since which generation the node's devices are as they are (`devices_epoch` at the latest)."""
+        return self._device_epochs.get(node, self.devices_epoch)
 
     def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
         """Gang pods that claim devices and hold a node (released or bound): (view, pod, node)."""

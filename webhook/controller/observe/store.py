@@ -93,6 +93,9 @@ class GangRecord:
     written: tuple[float, Obj | None] | None = None
     # the pod holding its shared claim until its pods bind (act/claim_holders.py), (name, uid): deleted then
     claim_holder: tuple[str, str] | None = None
+    # its last devices check (observe/devices.py): what it read (generations, the placement) and its
+    # answer, the same while none of them changed
+    device_check: tuple[tuple[object, ...], str | None] | None = None
 
 
 class GangStore:

@@ -353,7 +353,7 @@ class ReleaseCycle:
             workload_nodes=snapshot.workload_nodes(gang)
             if resolved.spec.workload_topology is not None
             else frozenset(),
-            devices_fit=devices_check(snapshot.index, gang),
+            devices_fit=devices_check(snapshot.index, gang, self.store.record(gang.key)),
             going=snapshot.index.going,
             yielding=snapshot.index.yielding,
         )
