@@ -39,7 +39,7 @@ from webhook.controller.decide import devices
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
-from webhook.controller.observe.devices import devices_check
+from webhook.controller.observe.device_check import devices_check
 from webhook.controller.observe.informer import trim_node, trim_pod
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage

@@ -986,7 +986,7 @@ STEP = st.one_of(
 def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[tuple[str, int, int]]) -> None:
     """Slices republished, nodes relabelled (a pool that selects nodes by label, or none), the placement
     moved, in any order: the check answered from the gang's record says what a check without one says."""
-    from webhook.controller.observe.devices import devices_check
+    from webhook.controller.observe.device_check import devices_check
     from webhook.controller.observe.store import GangStore
 
     book, memo, record = devices.PoolBook(), devices.Memo(), GangStore().record("team-a/job-train")
@@ -1021,3 +1021,39 @@ def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[t
         remembered, anew = devices_check(index, gang, record), devices_check(index, gang)
         assert remembered is not None and anew is not None
         assert remembered(chosen) == anew(chosen), (kind, i, j, chosen)
+
+
+SLICE_CHANGE = st.tuples(st.integers(0, 3), st.integers(-1, 3), st.booleans())  # node, devices (-1: gone), counters
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes=st.lists(SLICE_CHANGE, min_size=1, max_size=10))
+def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out(
+    changes: list[tuple[int, int, bool]],
+) -> None:
+    """Slices published, republished and deleted: the shared counters, the devices that consume them and
+    those that allow several allocations, carried from the inventory before (Inventory.remembering), are
+    those worked out from the pools anew."""
+
+    def published(node: str, count: int, counters: bool, generation: int) -> dict[str, Any]:
+        devs = gpus(count)
+        for i, device in enumerate(devs):
+            if counters:
+                device["consumesCounters"] = [{"counterSet": "gpu", "counters": {"memory": {"value": "10Gi"}}}]
+            device["allowMultipleAllocations"] = i % 2 == 0
+        extra = {"sharedCounters": [{"name": "gpu", "counters": {"memory": {"value": "20Gi"}}}]} if counters else {}
+        return node_slice(node, devs, generation=generation, **extra)
+
+    book, memo, classes = devices.PoolBook(), devices.Memo(), [device_class()]
+    book.apply({f"/w{i}": published(f"w{i}", 2, True, 1) for i in range(4)})
+    before = inventory_from(classes, (), [], [], memo, book.gathered())
+    for generation, (node, count, counters) in enumerate(changes, start=2):
+        for cached in ("counter_totals", "_consuming", "shared_devices"):
+            getattr(before, cached)
+        book.apply({f"/w{node}": None if count < 0 else published(f"w{node}", count, counters, generation)})
+        after = inventory_from(classes, (), [], [], memo, book.gathered()).remembering(before)
+        anew = inventory_from(classes, (), [], [], devices.Memo(), book.gathered())
+        assert after.counter_totals == anew.counter_totals
+        assert after._consuming == anew._consuming
+        assert after.shared_devices == anew.shared_devices
+        before = after

@@ -14,7 +14,7 @@ from webhook.controller.decide.device_allocator import Allocator
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
 from webhook.controller.decide.device_memo import Memo
-from webhook.controller.decide.device_pools import changed_nodes, replaced_pools
+from webhook.controller.decide.device_pools import carry_pool_maps, changed_nodes, replaced_pools
 from webhook.controller.decide.device_types import (
     ClaimDemand,
     Demand,
@@ -151,10 +151,14 @@ class Inventory:
         in each pool still here (same classes), and pods' demands (same classes, templates and shared
         claims). A slice republished or a claim allocated then costs its own pool, not all 40,000
         devices again."""
-        if before is None or before.classes != self.classes:
+        if before is None:
+            return self
+        gone, came = replaced_pools(before.pools, self.pools)
+        carry_pool_maps(before, self, gone, came)
+        if before.classes != self.classes:
             return self
         self._selected = dict(before._selected)
-        for pool in replaced_pools(before.pools, self.pools)[0]:
+        for pool in gone:
             self._selected.pop(id(pool), None)
         if before.demand_basis == self.demand_basis:
             self._demands = dict(before._demands)
@@ -220,7 +224,7 @@ class Inventory:
     @functools.cached_property
     def _consuming(self) -> dict[DeviceId, Device]:
         """The devices that consume shared counters, by id."""
-        return {d.id: d for p in self.pools if p.counters or p.devices for d in p.devices if d.consumes}
+        return {d.id: d for p in self.pools for d in p.consuming}
 
     def counters_used(self, free_for: Collection[str] = ()) -> Mapping[device_counters.CounterKey, Decimal]:
         """What the allocated devices consume of the shared counters (those of pods in `free_for` aside:

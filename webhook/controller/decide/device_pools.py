@@ -3,7 +3,7 @@ the PoolBook that keeps them up to date from the slices' changes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -283,3 +283,37 @@ def changed_nodes(before: Inventory | None, after: Inventory) -> set[str] | None
         if node:
             changed.add(node)
     return changed
+
+
+# what an inventory works out from its pools alone (cached properties of Inventory), each as entries per
+# pool: carried to the inventory after it with only the pools that changed taken out and put in (built
+# anew, each walked all 40,000 devices of bench/devices.py at every slice republished)
+POOL_MAPS: dict[str, Callable[[Pool], Iterable[tuple[Any, Any]]]] = {
+    "counter_totals": lambda p: (((p.driver, p.name, s, c), v) for s, c, v in p.counters),
+    "_consuming": lambda p: ((d.id, d) for d in p.consuming),
+    "shared_devices": lambda p: ((d.id, d) for d in p.sharing),
+}
+
+
+def carry_pool_maps(before: Inventory, after: Inventory, gone: Sequence[Pool], came: Sequence[Pool]) -> None:
+    """`after`'s pool maps from `before`'s (those it worked out), the pools gone and come applied; an entry
+    another pool of the same name still gives is kept."""
+    index = after._index
+    names = {(p.driver, p.name) for p in gone}
+    others = [
+        p
+        for key in names
+        for p in (index.local.get(index.nodes.get(key) or "", ()) if index.nodes.get(key) else after.pools)
+        if (p.driver, p.name) == key
+    ]
+    for name, entries in POOL_MAPS.items():
+        known = before.__dict__.get(name)
+        if known is None:
+            continue
+        found = dict(known)
+        for pool in gone:
+            for key, _ in entries(pool):
+                found.pop(key, None)
+        for pool in [*others, *came]:
+            found.update(entries(pool))
+        after.__dict__[name] = found

@@ -3,6 +3,7 @@ resource/v1 as kube-scheduler's structured allocator reads it), and the node res
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -95,6 +96,17 @@ class Pool:
     @property
     def node_local(self) -> bool:
         return bool(self.node_name)
+
+    @functools.cached_property
+    def consuming(self) -> tuple[Device, ...]:
+        """Its devices that consume shared counters: worked out once per pool, which a PoolBook keeps while
+        its slice is unchanged (each inventory walked all 40,000 devices of bench/devices.py for none)."""
+        return tuple(d for d in self.devices if d.consumes)
+
+    @functools.cached_property
+    def sharing(self) -> tuple[Device, ...]:
+        """Its devices that allow multiple allocations."""
+        return tuple(d for d in self.devices if d.shared)
 
 
 @dataclass(frozen=True)

@@ -6,19 +6,18 @@ of the pods released before it and not allocated yet."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 from webhook.controller import metrics
 from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.device_types import ClaimDemand
-from webhook.controller.decide.devices import Allocator, Demand, Inventory
+from webhook.controller.decide.devices import Allocator, Inventory
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.observe.cel_sandbox import CelSandbox
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.gangview import GangView
-from webhook.controller.observe.store import GangRecord
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Resource
@@ -116,83 +115,6 @@ def watch_costs(watch: DeviceWatch) -> None:
     metrics.CEL_DEFERRED.set_function(lambda: memo.deferred)
     metrics.CACHE_ENTRIES.labels("cel_results").set_function(lambda: len(memo.matched))
     metrics.CACHE_EVICTIONS.labels("cel_results").set_function(lambda: memo.matched.evicted)
-
-
-def devices_check(
-    index: ClusterIndex, gang: GangView, record: GangRecord | None = None
-) -> Callable[[Mapping[str, str]], str | None] | None:
-    """The check of a gang whose pods claim devices (None for one whose pods claim none). With the gang's
-    record, an answer is given again while nothing it read changed (`_read_by_check`): a gang that waits
-    for devices is decided again at every change of a node or a slice anywhere, and its check allocated
-    every pod's claims each time (60 ms for a 1,000-pod gang with constraints, bench/devices.py)."""
-    inventory = index.devices
-    if inventory is None or not any(view.claims_devices for view in gang.pods):
-        return None
-    raw_of = {view.name: raw for view, raw in zip(gang.pods, gang.raw, strict=True)}
-    uid_of = {view.name: view.uid for view in gang.pods}
-
-    def check(chosen: Mapping[str, str]) -> str | None:
-        read = _read_by_check(index, inventory, uid_of, chosen)
-        known = record.device_check if record is not None else None
-        if known is not None and known[0] == read:
-            return known[1]
-        unanswered = inventory.memo.unanswered
-        answer = allocate(chosen)
-        # a selector no evaluator could answer now (the CEL worker not started) is asked again next time
-        if record is not None and inventory.memo.unanswered == unanswered:
-            record.device_check = (read, answer)
-        return answer
-
-    def allocate(chosen: Mapping[str, str]) -> str | None:
-        allocator = Allocator(inventory, nodes=list(index.nodes.values()))
-        allocated = inventory.allocated_pods()
-        # released before, not allocated yet (kube-scheduler is binding them): their devices come first
-        for view, raw, node in index.promised_device_pods():
-            if view.uid in allocated or (view.name in chosen and view.namespace == gang.namespace):
-                continue
-            on = index.nodes.get(node)
-            if on is not None:
-                allocator.allocate(inventory.demand(view.namespace, raw.get("spec") or {}), on)
-        # the pods alike on one node, in name order: allocated together where nothing else can take the
-        # same devices (Allocator.allocate_alike), else one by one
-        alike: dict[tuple[str, int], tuple[Demand, list[str]]] = {}
-        for name, node_name in sorted(chosen.items()):
-            pod = raw_of.get(name)
-            if pod is not None and node_name in index.nodes:
-                demand = inventory.demand(gang.namespace, pod.get("spec") or {})
-                alike.setdefault((node_name, id(demand)), (demand, []))[1].append(name)
-        for (node_name, _), (demand, names) in alike.items():
-            target = index.nodes[node_name]
-            if len(names) > 1 and allocator.allocate_alike(demand, target, len(names)):
-                continue
-            for name in names:
-                why = allocator.allocate(demand, target)
-                if why is not None:
-                    return f"pod {name} on {node_name}: {why}"
-        return None
-
-    return check
-
-
-def _read_by_check(
-    index: ClusterIndex, inventory: Inventory, uid_of: Mapping[str, str], chosen: Mapping[str, str]
-) -> tuple[object, ...]:
-    """What a devices check reads: the chosen pods (by uid: a pod's claims never change) and their nodes,
-    the pods released before that hold a node, and of the devices and nodes, where every pool is one
-    node's, only those of the nodes these pods are on (the generation since which each node's devices
-    are as they are: a slice republished elsewhere changes nothing here), else all of them."""
-    promised = tuple(
-        (view.uid, node, node in index.nodes, index.device_epoch(node))
-        for view, _, node in index.promised_device_pods()
-    )
-    placed = tuple(
-        sorted(
-            (name, uid_of.get(name), node, node in index.nodes, index.device_epoch(node))
-            for name, node in chosen.items()
-        )
-    )
-    every_node = index.nodes_epoch if inventory.has_node_selecting_pools else None
-    return (index.devices_epoch, every_node, placed, promised)
 
 
 def with_selector_problems(index: ClusterIndex, gang: GangView, decision: Decision) -> Decision:

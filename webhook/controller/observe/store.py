@@ -96,6 +96,8 @@ class GangRecord:
     # its last devices check (observe/devices.py): what it read (generations, the placement) and its
     # answer, the same while none of them changed
     device_check: tuple[tuple[object, ...], str | None] | None = None
+    # ... and node by node, for the nodes of its last placement: what each node's part read, and its answer
+    device_nodes: dict[str, tuple[tuple[object, ...], tuple[int, str] | None]] | None = None
 
 
 class GangStore:

@@ -29,7 +29,8 @@ from webhook.controller.decide.recovery import overran_claim
 from webhook.controller.decide.situation import Decision, GangState
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
-from webhook.controller.observe.devices import devices_check, shared_reaches, with_selector_problems
+from webhook.controller.observe.device_check import devices_check
+from webhook.controller.observe.devices import shared_reaches, with_selector_problems
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.informer import trim_pod
 from webhook.controller.observe.resolve import Resolved

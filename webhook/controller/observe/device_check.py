@@ -1,0 +1,167 @@
+"""The devices check a gang's release must pass: every chosen pod's claims allocated on its chosen node,
+after the claims of the pods released before it and not allocated yet, as kube-scheduler would allocate
+them pod by pod (decide/device_allocator.py).
+
+A gang that waits is decided again at every change of a node or a slice anywhere, and its check
+allocated every pod's claims each time (60 ms for a 1,000-pod gang with constraints, bench/devices.py).
+With the gang's record the check answers again from it:
+- as a whole, while nothing it read changed (`_read_by_check`);
+- node by node, where every pool is one node's and no claim is shared between pods: then what is
+  allocated on one node takes nothing another node could use, and each node's answer holds while its
+  own devices, its pods and the pods released before onto it are the same (a slice republished is
+  one node's allocations again, not the gang's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from webhook.controller.decide.devices import Allocator, Demand, Inventory
+from webhook.controller.observe.cluster import ClusterIndex
+from webhook.controller.observe.gangview import GangView
+from webhook.controller.observe.store import GangRecord
+
+# (the place in the gang's order of the first group that failed; why): a node's answer, None where all fit
+NodeAnswer = tuple[int, str] | None
+
+
+@dataclass
+class _Work:
+    """What one check allocates: the pods released before, by node, and the gang's chosen pods alike on
+    one node (one demand), in name order, each group numbered by its place in that order."""
+
+    promised: list[tuple[str, str, Demand]] = field(default_factory=list)  # (node, uid, demand), in turn
+    groups: dict[str, list[tuple[int, Demand, list[str]]]] = field(default_factory=dict)  # node -> groups
+
+
+def devices_check(
+    index: ClusterIndex, gang: GangView, record: GangRecord | None = None
+) -> Callable[[Mapping[str, str]], str | None] | None:
+    """The check of a gang whose pods claim devices (None for one whose pods claim none)."""
+    inventory = index.devices
+    if inventory is None or not any(view.claims_devices for view in gang.pods):
+        return None
+    raw_of = {view.name: raw for view, raw in zip(gang.pods, gang.raw, strict=True)}
+    uid_of = {view.name: view.uid for view in gang.pods}
+
+    def work(chosen: Mapping[str, str]) -> _Work:
+        found = _Work()
+        allocated = inventory.allocated_pods()
+        # released before, not allocated yet (kube-scheduler is binding them): their devices come first
+        for view, raw, node in index.promised_device_pods():
+            if view.uid in allocated or (view.name in chosen and view.namespace == gang.namespace):
+                continue
+            if node in index.nodes:
+                found.promised.append((node, view.uid, inventory.demand(view.namespace, raw.get("spec") or {})))
+        alike: dict[tuple[str, int], tuple[Demand, list[str]]] = {}
+        for name, node_name in sorted(chosen.items()):
+            pod = raw_of.get(name)
+            if pod is not None and node_name in index.nodes:
+                demand = inventory.demand(gang.namespace, pod.get("spec") or {})
+                alike.setdefault((node_name, id(demand)), (demand, []))[1].append(name)
+        for at, ((node, _), (demand, names)) in enumerate(alike.items()):
+            found.groups.setdefault(node, []).append((at, demand, names))
+        return found
+
+    def allocate(chosen: Mapping[str, str]) -> str | None:
+        todo = work(chosen)
+        if record is None or not _nodes_apart(inventory, todo):
+            answer = _allocate(index, inventory, todo.groups, todo.promised)
+            return answer[1] if answer is not None else None
+        return _node_by_node(index, inventory, todo, record, uid_of)
+
+    def check(chosen: Mapping[str, str]) -> str | None:
+        read = _read_by_check(index, inventory, uid_of, chosen)
+        known = record.device_check if record is not None else None
+        if known is not None and known[0] == read:
+            return known[1]
+        unanswered = inventory.memo.unanswered
+        answer = allocate(chosen)
+        # a selector no evaluator could answer now (the CEL worker not started) is asked again next time
+        if record is not None and inventory.memo.unanswered == unanswered:
+            record.device_check = (read, answer)
+        return answer
+
+    return check
+
+
+def _node_by_node(
+    index: ClusterIndex, inventory: Inventory, todo: _Work, record: GangRecord, uid_of: Mapping[str, str]
+) -> str | None:
+    """Each node's part answered again from the record while what it read is the same."""
+    known, kept = record.device_nodes or {}, {}
+    for node, groups in todo.groups.items():
+        # a pod's claims never change (its uid says which pod), nor do the templates while `devices_epoch`
+        # is the same
+        read = (
+            index.devices_epoch,
+            index.device_epoch(node),
+            tuple((at, tuple((n, uid_of.get(n)) for n in names)) for at, _, names in groups),
+            tuple(uid for on, uid, _ in todo.promised if on == node),
+        )
+        mine = known.get(node)
+        if mine is None or mine[0] != read:
+            unanswered = inventory.memo.unanswered
+            answer = _allocate(index, inventory, {node: groups}, [p for p in todo.promised if p[0] == node])
+            # a selector no evaluator could answer now is asked again next time
+            mine = (read if inventory.memo.unanswered == unanswered else (), answer)
+        kept[node] = mine
+    record.device_nodes = kept  # the nodes of this placement only
+    failed = [answer for _, answer in kept.values() if answer is not None]
+    return min(failed)[1] if failed else None
+
+
+def _nodes_apart(inventory: Inventory, todo: _Work) -> bool:
+    """Whether each node's allocations take nothing another's could: every pool one node's, and no claim
+    shared between pods (allocated once, where its devices reach)."""
+    if inventory.has_node_selecting_pools:
+        return False
+    demands = [d for groups in todo.groups.values() for _, d, _ in groups]
+    demands += [d for _, _, d in todo.promised]
+    return not any(claim.shared for demand in demands for claim in demand.claims)
+
+
+def _allocate(
+    index: ClusterIndex,
+    inventory: Inventory,
+    groups: Mapping[str, Sequence[tuple[int, Demand, list[str]]]],
+    promised: Sequence[tuple[str, str, Demand]],
+) -> NodeAnswer:
+    """The pods released before, then the groups in the gang's order: allocated together where nothing
+    else can take the same devices (Allocator.allocate_alike), else one by one. The first pod that
+    cannot be, and why."""
+    allocator = Allocator(inventory, nodes=list(index.nodes.values()))
+    for node, _, demand in promised:
+        allocator.allocate(demand, index.nodes[node])
+    ordered = sorted((at, node, demand, names) for node, found in groups.items() for at, demand, names in found)
+    for at, node, demand, names in ordered:
+        target = index.nodes[node]
+        if len(names) > 1 and allocator.allocate_alike(demand, target, len(names)):
+            continue
+        for name in names:
+            why = allocator.allocate(demand, target)
+            if why is not None:
+                return at, f"pod {name} on {node}: {why}"
+    return None
+
+
+def _read_by_check(
+    index: ClusterIndex, inventory: Inventory, uid_of: Mapping[str, str], chosen: Mapping[str, str]
+) -> tuple[object, ...]:
+    """What a devices check reads: the chosen pods (by uid: a pod's claims never change) and their nodes,
+    the pods released before that hold a node, and of the devices and nodes, where every pool is one
+    node's, only those of the nodes these pods are on (the generation since which each node's devices
+    are as they are: a slice republished elsewhere changes nothing here), else all of them."""
+    promised = tuple(
+        (view.uid, node, node in index.nodes, index.device_epoch(node))
+        for view, _, node in index.promised_device_pods()
+    )
+    placed = tuple(
+        sorted(
+            (name, uid_of.get(name), node, node in index.nodes, index.device_epoch(node))
+            for name, node in chosen.items()
+        )
+    )
+    every_node = index.nodes_epoch if inventory.has_node_selecting_pools else None
+    return (index.devices_epoch, every_node, placed, promised)
