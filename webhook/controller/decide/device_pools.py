@@ -217,23 +217,27 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
 
 
 def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
-    taints = tuple(
-        (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in raw.get("taints") or []
-        if isinstance(t, dict)
-    )
+    get = raw.get  # a cluster's devices are parsed at the controller's start: 40,000 in bench/devices.py
+    taints = get("taints")
+    attributes, capacity, shared = get("attributes"), get("capacity"), bool(get("allowMultipleAllocations"))
     return Device(
-        (driver, pool, str(raw.get("name") or "")),
-        raw.get("attributes") or {},
-        raw.get("capacity") or {},
-        taints,
+        (driver, pool, str(get("name") or "")),
+        attributes or {},
+        capacity or {},
+        tuple(
+            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in taints
+            if isinstance(t, dict)
+        )
+        if taints
+        else (),
         None,
         # repr, not sorted JSON (a fifth of the cost; 40,000 devices): a driver writes its devices'
         # fields in one order, and two orders of the same content only cost a second evaluation
-        repr((driver, raw.get("attributes"), raw.get("capacity"), bool(raw.get("allowMultipleAllocations")))),
-        device_counters.consumed(raw),
-        shared=bool(raw.get("allowMultipleAllocations")),
-        capacities=device_capacity.capacities(raw.get("capacity")),
+        repr((driver, attributes, capacity, shared)),
+        device_counters.consumed(raw) if get("consumesCounters") else (),
+        shared=shared,
+        capacities=device_capacity.capacities(capacity) if capacity else (),
     )
 
 
