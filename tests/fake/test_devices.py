@@ -1031,9 +1031,9 @@ SLICE_CHANGE = st.tuples(st.integers(0, 3), st.integers(-1, 3), st.booleans())  
 def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out(
     changes: list[tuple[int, int, bool]],
 ) -> None:
-    """Slices published, republished and deleted: the shared counters, the devices that consume them and
-    those that allow several allocations, carried from the inventory before (Inventory.remembering), are
-    those worked out from the pools anew."""
+    """Slices published, republished and deleted: the shared counters, the devices that consume them,
+    those that allow several allocations and what the allocated ones use of the counters, carried from the
+    inventory before (Inventory.remembering), are those worked out from the pools anew."""
 
     def published(node: str, count: int, counters: bool, generation: int) -> dict[str, Any]:
         devs = gpus(count)
@@ -1044,16 +1044,38 @@ def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out
         extra = {"sharedCounters": [{"name": "gpu", "counters": {"memory": {"value": "20Gi"}}}]} if counters else {}
         return node_slice(node, devs, generation=generation, **extra)
 
+    def held(node: int, device: int) -> dict[str, Any]:  # a claim of pod p-node holding that device
+        result = {"request": "gpu", "driver": DRIVER, "pool": f"w{node}", "device": f"gpu-{device}"}
+        if device == 0:  # a share of a device that allows several (its counters counted once)
+            result.update(shareID=f"s-{node}", consumedCapacity={"memory": "10Gi"})
+        return {
+            "metadata": {
+                "name": f"held-{node}-{device}",
+                "namespace": "team-b",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"p-{node}", "uid": f"p-{node}"}],
+            },
+            "status": {"allocation": {"devices": {"results": [result]}}},
+        }
+
     book, memo, classes = devices.PoolBook(), devices.Memo(), [device_class()]
+    claims = devices.claims_of([held(n, d) for n in range(4) for d in range(2)])  # parsed once, as the watch does
     book.apply({f"/w{i}": published(f"w{i}", 2, True, 1) for i in range(4)})
-    before = inventory_from(classes, (), [], [], memo, book.gathered())
+    before = inventory_from(classes, (), claims, [], memo, book.gathered())
+
+    def used(inventory: devices.Inventory, left_out: frozenset[str]) -> dict[Any, Any]:
+        return {k: v for k, v in inventory.counters_used(left_out).items() if v}
+
     for generation, (node, count, counters) in enumerate(changes, start=2):
-        for cached in ("counter_totals", "_consuming", "shared_devices"):
+        for cached in ("counter_totals", "_consuming", "shared_devices", "demand_basis"):
             getattr(before, cached)
+        used(before, frozenset()), used(before, frozenset({"p-1"}))
         book.apply({f"/w{node}": None if count < 0 else published(f"w{node}", count, counters, generation)})
-        after = inventory_from(classes, (), [], [], memo, book.gathered()).remembering(before)
-        anew = inventory_from(classes, (), [], [], devices.Memo(), book.gathered())
+        after = inventory_from(classes, (), claims, [], memo, book.gathered()).remembering(before)
+        anew = inventory_from(classes, (), claims, [], devices.Memo(), book.gathered())
         assert after.counter_totals == anew.counter_totals
         assert after._consuming == anew._consuming
         assert after.shared_devices == anew.shared_devices
+        assert after.demand_basis == anew.demand_basis
+        for left_out in (frozenset(), frozenset({"p-1"})):
+            assert used(after, left_out) == used(anew, left_out)
         before = after

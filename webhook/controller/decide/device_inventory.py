@@ -14,7 +14,7 @@ from webhook.controller.decide.device_allocator import Allocator
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
 from webhook.controller.decide.device_memo import Memo
-from webhook.controller.decide.device_pools import carry_pool_maps, changed_nodes, replaced_pools
+from webhook.controller.decide.device_pools import carry_worked_out, changed_nodes, replaced_pools
 from webhook.controller.decide.device_types import (
     ClaimDemand,
     Demand,
@@ -154,7 +154,7 @@ class Inventory:
         if before is None:
             return self
         gone, came = replaced_pools(before.pools, self.pools)
-        carry_pool_maps(before, self, gone, came)
+        carry_worked_out(before, self, gone, came)
         if before.classes != self.classes:
             return self
         self._selected = dict(before._selected)

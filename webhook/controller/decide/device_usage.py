@@ -8,12 +8,12 @@ devices allocated: 50 s for one count of the nodes, 97 ms once kept)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from webhook.controller.decide import device_capacity, device_counters
-from webhook.controller.decide.device_types import Device, DeviceId
+from webhook.controller.decide.device_types import Device, DeviceId, Pool
 
 MAX_REMEMBERED = 8  # sets of pods left out whose usage is kept (a pass asks one or two)
 Counters = dict[device_counters.CounterKey, Decimal]
@@ -26,20 +26,21 @@ class Usages:
     shares: Mapping[DeviceId, list[tuple[str, device_capacity.Consumption]]]  # a shared device's claims
     owners: Mapping[str, str]  # claim -> uid of the pod it was made for
     consuming: Mapping[DeviceId, Device]  # the devices that consume shared counters
-    # by the identity of the collection of pods left out (each caller passes one it keeps unchanged: a
-    # pass's member uids, or none), kept with it so that its id names no other
-    _kept: dict[int, tuple[Collection[str], Counters, Capacity]] = field(default_factory=dict)
+    # by the pods left out (the gang members' uids: the index makes a new set of them at each node's
+    # count, so by content, not identity: a node relabelled worked out every allocated device's counters
+    # again, 40 ms with 15,000 allocated in bench/devices.py --allocated 3 --shape counters)
+    _kept: dict[frozenset[str], tuple[Counters, Capacity]] = field(default_factory=dict)
 
     def of(self, left_out: Collection[str]) -> tuple[Counters, Capacity]:
         """(counters used, capacity used), read only: a caller that takes more writes over them
         (device_counters.written_over)."""
-        key = id(left_out) if left_out else 0
+        key = left_out if isinstance(left_out, frozenset) else frozenset(left_out)
         kept = self._kept.get(key)
-        if kept is not None and (kept[0] is left_out or not left_out):
-            return kept[1], kept[2]
+        if kept is not None:
+            return kept
         capacity = self._capacity(left_out)
         counters = self._counters(left_out, capacity)
-        self._kept[key] = (left_out, counters, capacity)
+        self._kept[key] = (counters, capacity)
         while len(self._kept) > MAX_REMEMBERED:
             del self._kept[next(iter(self._kept))]  # the oldest
         return counters, capacity
@@ -65,3 +66,22 @@ class Usages:
                 if not (left_out and self.owners.get(claim) in left_out):
                     device_capacity.add(used.setdefault(device, {}), amounts)
         return used
+
+    def carry(self, before: Usages, gone: Sequence[Pool], came: Sequence[Pool]) -> None:
+        """What `before` worked out, for claims that are the same (parsed once per version of their list)
+        and pools that differ by `gone` and `came`: the part of those pools' devices taken out and put
+        in, not every allocated device walked again (a slice republished, 15,000 allocated: 46 ms)."""
+        if self.taken is not before.taken or self.shares is not before.shares or self.owners is not before.owners:
+            return
+        for left_out, (counters, capacity) in before._kept.items():
+            counters = dict(counters)
+            for pools, sign in ((gone, -1), (came, 1)):
+                for device in (d for pool in pools for d in pool.consuming):
+                    claim = self.taken.get(device.id)
+                    # as _counters counts it: once held by a claim not left out, once more if shared
+                    times = int(claim is not None and self.owners.get(claim) not in left_out) + int(
+                        device.id in capacity
+                    )
+                    for _ in range(times):
+                        device_counters.take(device.id[0], device.id[1], device.consumes, counters, sign)
+            self._kept[left_out] = (counters, capacity)
