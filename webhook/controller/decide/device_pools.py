@@ -304,14 +304,6 @@ def carry_worked_out(before: Inventory, after: Inventory, gone: Sequence[Pool], 
     applied: its pool maps (an entry another pool of the same name still gives is kept), what the
     allocated devices use (device_usage.py), and, for the same claims and templates, its demand basis
     (its shared claims found among 15,000 held ones, bench/devices.py --allocated 3)."""
-    if "_usages" in before.__dict__:
-        after._usages.carry(before._usages, gone, came)
-    same_claims = after.claims is before.claims and after.owners is before.owners
-    same_templates = after.templates is before.templates or (
-        after.templates_version is not None and after.templates_version == before.templates_version
-    )
-    if "demand_basis" in before.__dict__ and same_claims and same_templates and after.classes == before.classes:
-        after.__dict__["demand_basis"] = before.demand_basis
     index = after._index
     names = {(p.driver, p.name) for p in gone}
     others = [
@@ -331,3 +323,11 @@ def carry_worked_out(before: Inventory, after: Inventory, gone: Sequence[Pool], 
         for pool in [*others, *came]:
             found.update(entries(pool))
         after.__dict__[name] = found
+    if "_usages" in before.__dict__:  # after the pool maps: it reads the consuming devices
+        after._usages.carry(before._usages, gone, came)
+    same_claims = after.claims is before.claims and after.owners is before.owners
+    same_templates = after.templates is before.templates or (
+        after.templates_version is not None and after.templates_version == before.templates_version
+    )
+    if "demand_basis" in before.__dict__ and same_claims and same_templates and after.classes == before.classes:
+        after.__dict__["demand_basis"] = before.demand_basis
