@@ -3,7 +3,8 @@
 Everything the controller keeps about a gang from one pass to the next (what its workload said, its
 mechanism, its last decision, the waiting decision it may reuse, its place in the queue, capacity kept
 for members to come, when its workload went, what its Gang said of placeholders, when it was last
-woken, its placeholders not yet seen, its Gang object as this replica last wrote it) is a field of its
+woken, its placeholders not yet seen, its Gang object as this replica last wrote it, its last devices
+check) is a field of its
 `GangRecord`; the store holds one per gang the index knows, and `forget(key)` (or `keep_only`, run each
 pass with the live gangs) removes all of it at once. Beside them: one record per namespace, and the
 version of each workload looked at ahead of its pods, by uid. A new feature adds a field here, not a
