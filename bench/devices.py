@@ -31,16 +31,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import builders as b
-from tests.cluster import node
-from webhook.admission.decide import admit
-from webhook.backends import make
+from tests.cluster import gated_job_pods, node
 from webhook.controller.decide import devices
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.device_check import devices_check
-from webhook.controller.observe.informer import trim_node, trim_pod
+from webhook.controller.observe.informer import trim_node
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
 
@@ -126,24 +123,7 @@ def allocated_claims(nodes: int) -> list[dict[str, Any]]:
 
 
 def gang_pods(size: int, claims: bool) -> list[dict[str, Any]]:
-    job = b.job("train", parallelism=size, spec=b.pod_spec(b.container("8", "32Gi")))
-    job["metadata"]["namespace"] = "team-a"
-    if claims:
-        job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
-    stamped = admit(job, "CREATE", make("gate"), "team-a").mutated
-    template = stamped["spec"]["template"]
-    pods = []
-    for i in range(size):
-        pod = b.pod(
-            f"train-{i:04d}",
-            labels=dict(template["metadata"]["labels"]),
-            annotations=dict(template["metadata"]["annotations"]),
-            owner=("batch/v1", "Job", "train"),
-            spec=dict(template["spec"]),
-        )
-        pod["metadata"].update(namespace="team-a", uid=f"pod-{i}", resourceVersion="1")
-        pods.append(trim_pod(admit(pod, "CREATE", make("gate"), "team-a").mutated))
-    return pods
+    return list(gated_job_pods(size, "8", "32Gi", "one" if claims else None).values())
 
 
 def one_pass(index: ClusterIndex, spec: GangSpec) -> tuple[str, int]:

@@ -13,6 +13,7 @@ from webhook.admission.decide import admit
 from webhook.backends import make
 from webhook.controller.decide import placement, shapes
 from webhook.controller.decide.pods import PodView
+from webhook.controller.observe.informer import trim_pod
 
 
 def node(
@@ -76,6 +77,33 @@ def add_job_pods(store: Store, job: dict[str, Any], count: int | None = None, ba
         assert outcome.mutated is not None, outcome.reason
         names.append(store.create("v1", "pods", meta["namespace"], outcome.mutated)["metadata"]["name"])
     return names
+
+
+def gated_job_pods(
+    size: int, cpu: str = "1", memory: str = "1Gi", claim_template: str | None = None, namespace: str = "team-a"
+) -> dict[str, dict[str, Any]]:
+    """A Job `train`'s pods as the controller's cache holds them (informer.py trim_pod), each through the
+    gate's admission, by key: what the controller's index reads, with no API server (bench/devices.py,
+    tests that drive the index directly). `claim_template`: each pod claims from that template."""
+    job = b.job("train", parallelism=size, spec=b.pod_spec(b.container(cpu, memory)))
+    job["metadata"]["namespace"] = namespace
+    if claim_template:
+        job["spec"]["template"]["spec"]["resourceClaims"] = [
+            {"name": "gpu", "resourceClaimTemplateName": claim_template}
+        ]
+    template = admit(job, "CREATE", make("gate"), namespace).mutated["spec"]["template"]
+    found = {}
+    for i in range(size):
+        pod = b.pod(
+            f"train-{i:04d}",
+            labels=dict(template["metadata"]["labels"]),
+            annotations=dict(template["metadata"]["annotations"]),
+            owner=("batch/v1", "Job", "train"),
+            spec=dict(template["spec"]),
+        )
+        pod["metadata"].update(namespace=namespace, uid=f"pod-{i}", resourceVersion="1")
+        found[f"{namespace}/train-{i:04d}"] = trim_pod(admit(pod, "CREATE", make("gate"), namespace).mutated)
+    return found
 
 
 def pods(store: Store, namespace: str = "team-a") -> list[dict[str, Any]]:

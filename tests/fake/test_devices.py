@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.cluster import gated_job_pods
 from tests.cluster import node as api_node
 from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
@@ -949,30 +950,6 @@ def test_claims_parsed_once_are_shared_while_their_list_holds_and_a_claim_moved_
 # --- a gang's devices check remembered between passes (GangRecord.device_check) --------------------
 
 
-def _gated_gang_pods(size: int) -> dict[str, Any]:
-    from tests import builders as b
-    from webhook.admission.decide import admit
-    from webhook.backends import make
-    from webhook.controller.observe.informer import trim_pod
-
-    job = b.job("train", parallelism=size, spec=b.pod_spec(b.container("1", "1Gi")))
-    job["metadata"]["namespace"] = "team-a"
-    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
-    template = admit(job, "CREATE", make("gate"), "team-a").mutated["spec"]["template"]
-    found = {}
-    for i in range(size):
-        raw = b.pod(
-            f"train-{i}",
-            labels=dict(template["metadata"]["labels"]),
-            annotations=dict(template["metadata"]["annotations"]),
-            owner=("batch/v1", "Job", "train"),
-            spec=dict(template["spec"]),
-        )
-        raw["metadata"].update(namespace="team-a", uid=f"pod-{i}", resourceVersion="1")
-        found[f"team-a/train-{i}"] = trim_pod(admit(raw, "CREATE", make("gate"), "team-a").mutated)
-    return found
-
-
 STEP = st.one_of(
     st.tuples(st.just("slice"), st.integers(0, 3), st.integers(0, 2)),  # node i's slice: j devices
     st.tuples(st.just("rack"), st.integers(0, 3), st.integers(0, 1)),  # node i relabelled into rack j
@@ -996,8 +973,8 @@ def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[t
     index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}", labels={"rack": racks[i]})) for i in range(4)})
     book.apply({f"/w{i}": node_slice(f"w{i}", gpus(1)) for i in range(4)})
     index.use_devices(inventory_from(classes, (), [], templates, memo, book.gathered()))
-    index.apply_pods(_gated_gang_pods(3))
-    chosen = {f"train-{i}": f"w{i}" for i in range(3)}
+    index.apply_pods(gated_job_pods(3, claim_template="one"))
+    chosen = {f"train-{i:04d}": f"w{i}" for i in range(3)}
     generation = 1
     for kind, i, j in steps:
         generation += 1
@@ -1012,7 +989,7 @@ def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[t
             racks[i] = f"r{j}"
             index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}", labels={"rack": racks[i]}))})
         else:
-            chosen[f"train-{i}"] = f"w{j}"
+            chosen[f"train-{i:04d}"] = f"w{j}"
         if kind in ("slice", "shared"):
             index.use_devices(
                 inventory_from(classes, (), [], templates, memo, book.gathered()).remembering(index.devices)
