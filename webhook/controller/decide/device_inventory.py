@@ -68,6 +68,7 @@ class Inventory:
     waiting: frozenset[tuple[str, str, str]] | None = None
     templates_version: str | None = None  # the templates informer's resourceVersion, when watched
     deferred: dict[str, str] = field(default_factory=dict)  # class resource -> why it is not counted yet
+    replaced: tuple[Sequence[Pool], list[Pool], list[Pool]] | None = None  # `remembering`'s pools, gone, come
 
     def pools_for(self, node: Node) -> tuple[Pool, ...]:
         index = self._index
@@ -154,14 +155,16 @@ class Inventory:
         if before is None:
             return self
         gone, came = replaced_pools(before.pools, self.pools)
+        self.replaced = (before.pools, gone, came)
         carry_worked_out(before, self, gone, came)
         if before.classes != self.classes:
             return self
-        self._selected = dict(before._selected)
+        # taken from `before`, not copied, as carry_worked_out takes its maps
+        self._selected, before._selected = before._selected, {}
         for pool in gone:
             self._selected.pop(id(pool), None)
         if before.demand_basis == self.demand_basis:
-            self._demands = dict(before._demands)
+            self._demands, before._demands = before._demands, {}
         return self
 
     @functools.cached_property

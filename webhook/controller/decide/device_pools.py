@@ -270,7 +270,12 @@ def changed_nodes(before: Inventory | None, after: Inventory) -> set[str] | None
         or before.counted_claims.keys() != after.counted_claims.keys()
     ):
         return None
-    gone, came = replaced_pools(before.pools, after.pools)
+    replaced = after.replaced
+    gone, came = (
+        replaced[1:]
+        if replaced is not None and replaced[0] is before.pools
+        else replaced_pools(before.pools, after.pools)
+    )
     changed: set[str] = set()
     for pool in [*came, *gone]:
         if not pool.node_name:
@@ -313,10 +318,11 @@ def carry_worked_out(before: Inventory, after: Inventory, gone: Sequence[Pool], 
         if (p.driver, p.name) == key
     ]
     for name, entries in POOL_MAPS.items():
-        known = before.__dict__.get(name)
-        if known is None:
+        # taken from `before`, not copied (40,000 entries at every slice republished): an inventory is
+        # replaced by the one remembering it, and would work the map out again if asked
+        found = before.__dict__.pop(name, None)
+        if found is None:
             continue
-        found = dict(known)
         for pool in gone:
             for key, _ in entries(pool):
                 found.pop(key, None)
