@@ -26,6 +26,7 @@ import gc
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def gang_pods(size: int, claims: bool) -> list[dict[str, Any]]:
     return list(gated_job_pods(size, "8", "32Gi", "one" if claims else None).values())
 
 
-def one_pass(index: ClusterIndex, spec: GangSpec) -> tuple[str, int]:
+def one_pass(index: ClusterIndex, spec: GangSpec, records: GangStore | None = None) -> tuple[str, int]:
     gang = index.gangs()["team-a/job-train"]
     decision = decide(
         gang.pods,
@@ -135,7 +136,7 @@ def one_pass(index: ClusterIndex, spec: GangSpec) -> tuple[str, int]:
         dict(index.free),
         NOW,
         eligibility=index.eligibility(),
-        devices_fit=devices_check(index, gang, RECORDS.record(gang.key)),
+        devices_fit=devices_check(index, gang, (records or RECORDS).record(gang.key)),
     )
     return str(decision.state), len(decision.release)
 
@@ -154,76 +155,91 @@ def between_passes() -> None:
     gc.freeze()
 
 
+class Cluster:
+    """One cluster's index as the controller keeps it, with devices (their book and memo) or without."""
+
+    def __init__(self, raw_nodes: dict[str, Any], gang: int, with_devices: bool) -> None:
+        self.raw_nodes, self.gang, self.with_devices = raw_nodes, gang, with_devices
+        self.spec = GangSpec(min_member=gang)
+        self.index, self.records = ClusterIndex(), GangStore()
+        self.memo, self.book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
+        self.classes = [device_class()]
+        self.template = {
+            "metadata": {"name": "one", "namespace": "team-a"},
+            "spec": {"spec": {"devices": shaped_request()}},
+        }
+        self.held: list[Any] = []
+        self.inventory_times: list[float] = []  # of the cold pass and the slices' passes: the devices' part
+
+    def inventory(self) -> devices.Inventory:
+        found = devices.inventory_from(
+            self.classes, (), self.held, [self.template], self.memo, self.book.gathered(), templates_version="1"
+        )
+        found.waiting = WAITING
+        return found
+
+    def cold(self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> tuple[str, int]:
+        started = time.perf_counter()
+        if self.with_devices:
+            self.book.apply({f"/{s['metadata']['name']}": s for s in slices})
+            self.held = devices.claims_of(allocated)  # parsed once per version of their list, as the watch does
+            inventory = self.inventory()
+        self.index.apply_nodes(self.raw_nodes)
+        if self.with_devices:
+            self.index.use_devices(inventory)
+            self.inventory_times.append(time.perf_counter() - started)
+        pods = gang_pods(self.gang, claims=self.with_devices)
+        self.index.apply_pods({f"team-a/{p['metadata']['name']}": p for p in pods})
+        return one_pass(self.index, self.spec, self.records)
+
+    def node_changed(self, name: str, label: str) -> tuple[str, int]:
+        """One node changed (its labels), no device: the gang decided again."""
+        self.index.apply_nodes({f"/{name}": trim_node(node(name, cpu="64", memory="256Gi", labels={"run": label}))})
+        return one_pass(self.index, self.spec, self.records)
+
+    def slice_changed(self, per_node: int, version: str) -> tuple[str, int]:
+        """One node's slice republished: its pool gathered again, the inventory and that node's devices
+        again (what the other devices select remembered), the gang decided again."""
+        started = time.perf_counter()
+        self.book.apply({"/node-0000-gpus": node_slice("node-0000", per_node, version=version)})
+        self.index.use_devices(self.inventory().remembering(self.index.devices))
+        self.inventory_times.append(time.perf_counter() - started)
+        return one_pass(self.index, self.spec, self.records)
+
+
 def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
+    """Each repeat: the cold pass without devices, then with them, then steady passes of the three kinds in
+    turn (this VM's speed drifts by half over a minute: the passes compared are taken side by side)."""
     garbage.start()  # the controller's collector thresholds: full collections only between passes
     raw_nodes = {f"/node-{i:04d}": trim_node(node(f"node-{i:04d}", cpu="64", memory="256Gi")) for i in range(nodes)}
-    spec = GangSpec(min_member=gang)
-
-    plain_runs, plain_steady = [], []
-    for run in range(repeats):
-        started = time.perf_counter()
-        index = ClusterIndex()
-        index.apply_nodes(raw_nodes)
-        index.apply_pods({f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=False)})
-        state, released = one_pass(index, spec)
-        plain_runs.append(time.perf_counter() - started)
-        assert state == "Release" and released == gang, state
-        between_passes()
-        for again in range(STEADY_PASSES):  # one node changed (its labels): the gang decided again
-            changed = trim_node(node("node-0000", cpu="64", memory="256Gi", labels={"run": f"{run}-{again}"}))
-            started = time.perf_counter()
-            index.apply_nodes({"/node-0000": changed})
-            state, released = one_pass(index, spec)
-            plain_steady.append(time.perf_counter() - started)
-            assert state == "Release" and released == gang, state
-            between_passes()
-
-    classes = [device_class()]
     slices = [node_slice(f"node-{i:04d}", per_node) for i in range(nodes)]
-    template = {"metadata": {"name": "one", "namespace": "team-a"}, "spec": {"spec": {"devices": shaped_request()}}}
     allocated = allocated_claims(nodes)
-    cold, steady, inventory_cold, inventory_steady, untouched = [], [], [], [], []
-    for _ in range(repeats):
-        memo, book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
+    plain_runs: list[float] = []
+    plain_steady: list[float] = []
+    cold: list[float] = []
+    steady: list[float] = []
+    untouched: list[float] = []
+    inventory_cold: list[float] = []
+    inventory_steady: list[float] = []
+
+    def timed(into: list[float], step: Callable[..., tuple[str, int]], *args: Any) -> None:
         started = time.perf_counter()
-        book.apply({f"/{s['metadata']['name']}": s for s in slices})
-        held = devices.claims_of(allocated)  # parsed once per version of their list, as the watch does
-        inventory = devices.inventory_from(classes, (), held, [template], memo, book.gathered(), templates_version="1")
-        inventory.waiting = WAITING
-        index = ClusterIndex()
-        index.apply_nodes(raw_nodes)
-        index.use_devices(inventory)
-        inventory_cold.append(time.perf_counter() - started)
-        index.apply_pods({f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=True)})
-        state, released = one_pass(index, spec)
-        cold.append(time.perf_counter() - started)
+        state, released = step(*args)
+        into.append(time.perf_counter() - started)
         assert state == "Release" and released == gang, state
         between_passes()
-        for _ in range(STEADY_PASSES):
-            # one node changed (its labels), no device: the same inventory, the gang decided again
-            changed = trim_node(node("node-0001", cpu="64", memory="256Gi", labels={"run": str(len(untouched))}))
-            started = time.perf_counter()
-            index.use_devices(inventory)
-            index.apply_nodes({"/node-0001": changed})
-            state, released = one_pass(index, spec)
-            untouched.append(time.perf_counter() - started)
-            assert state == "Release" and released == gang, state
-            between_passes()
-            # one node's slice republished: the inventory and the nodes again, the gang decided again
-            republished = node_slice("node-0000", per_node, version=str(len(steady) + 2))
-            started = time.perf_counter()
-            book.apply({"/node-0000-gpus": republished})
-            inventory = devices.inventory_from(
-                classes, (), held, [template], memo, book.gathered(), templates_version="1"
-            )
-            inventory.waiting = WAITING
-            inventory = inventory.remembering(index.devices)
-            index.use_devices(inventory)
-            inventory_steady.append(time.perf_counter() - started)
-            state, released = one_pass(index, spec)
-            steady.append(time.perf_counter() - started)
-            assert state == "Release" and released == gang, state
-            between_passes()
+
+    for repeat in range(repeats):
+        plain, with_devices = Cluster(raw_nodes, gang, False), Cluster(raw_nodes, gang, True)
+        timed(plain_runs, plain.cold, slices, allocated)
+        timed(cold, with_devices.cold, slices, allocated)
+        inventory_cold.append(with_devices.inventory_times.pop())
+        for again in range(STEADY_PASSES):
+            label = f"{repeat}-{again}"
+            timed(plain_steady, plain.node_changed, "node-0000", label)
+            timed(untouched, with_devices.node_changed, "node-0001", label)
+            timed(steady, with_devices.slice_changed, per_node, str(repeat * STEADY_PASSES + again + 2))
+            inventory_steady.append(with_devices.inventory_times.pop())
 
     def show(name: str, runs: list[float]) -> str:
         return f"{name}: median {statistics.median(runs) * 1000:.0f} ms (min {min(runs) * 1000:.0f})"

@@ -84,6 +84,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._device_units: dict[str, Units] = {}
         self._api_nodes: dict[str, Node] = {}
         self._devices_lost: set[str] = set()
+        self._promised: dict[str, tuple[PodView, Obj, str]] = {}
         self._devices_unsure: set[str] = set()
         self.devices_epoch, self._device_epochs = next(DEVICE_GENERATIONS), {}
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
@@ -224,6 +225,8 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         gang = f"{view.namespace}/{view.group}" if view.group else ""
         if gang:
             self._members.setdefault(gang, {})[key] = (view, pod)
+            if node is not None and not view.terminal and view.claims_devices:
+                self._promised[key] = (view, pod, node)
             self._tally(key, gang, self.mechanism_of(pod), view.workload_uid, +1)
             self._touch(gang)
         elif view.gated:
@@ -263,6 +266,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             tallied = self._tallied.get(key)
             if tallied is not None:
                 self._tally(key, *tallied, -1)
+            self._promised.pop(key, None)
             members = self._members.get(old.gang)
             if members is not None:
                 members.pop(key, None)

@@ -21,6 +21,7 @@ from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.store import GangRecord
+from webhook.gangs.model import Obj
 
 # (the place in the gang's order of the first group that failed; why): a node's answer, None where all fit
 NodeAnswer = tuple[int, str] | None
@@ -48,20 +49,21 @@ def devices_check(
     def work(chosen: Mapping[str, str]) -> _Work:
         found = _Work()
         allocated = inventory.allocated_pods()
+        demand = _demands_of(inventory)
         # released before, not allocated yet (kube-scheduler is binding them): their devices come first
         for view, raw, node in index.promised_device_pods():
             if view.uid in allocated or (view.name in chosen and view.namespace == gang.namespace):
                 continue
             if node in index.nodes:
-                found.promised.append((node, view.uid, inventory.demand(view.namespace, raw.get("spec") or {})))
+                found.promised.append((node, view.uid, demand(view.namespace, raw)))
         alike: dict[tuple[str, int], tuple[Demand, list[str]]] = {}
         for name, node_name in sorted(chosen.items()):
             pod = raw_of.get(name)
             if pod is not None and node_name in index.nodes:
-                demand = inventory.demand(gang.namespace, pod.get("spec") or {})
-                alike.setdefault((node_name, id(demand)), (demand, []))[1].append(name)
-        for at, ((node, _), (demand, names)) in enumerate(alike.items()):
-            found.groups.setdefault(node, []).append((at, demand, names))
+                wanted = demand(gang.namespace, pod)
+                alike.setdefault((node_name, id(wanted)), (wanted, []))[1].append(name)
+        for at, ((node, _), (wanted, names)) in enumerate(alike.items()):
+            found.groups.setdefault(node, []).append((at, wanted, names))
         return found
 
     def allocate(chosen: Mapping[str, str]) -> str | None:
@@ -84,6 +86,23 @@ def devices_check(
         return answer
 
     return check
+
+
+def _demands_of(inventory: Inventory) -> Callable[[str, Obj], Demand]:
+    """`Inventory.demand` for the pods of one check, asked once per spec parts alike: a gang's pods share
+    their template's claims and containers (one object each in the controller's cache, interning.py),
+    and those objects live while the check does, so their ids name them."""
+    seen: dict[tuple[str, int, int], Demand] = {}
+
+    def demand(namespace: str, pod: Obj) -> Demand:
+        spec = pod.get("spec") or {}
+        key = (namespace, id(spec.get("resourceClaims")), id(spec.get("containers")))
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = inventory.demand(namespace, spec)
+        return found
+
+    return demand
 
 
 def _node_by_node(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from webhook.controller.decide.devices import Inventory
@@ -28,6 +29,7 @@ class DeviceNodes:
     devices_epoch: int
     _device_epochs: dict[str, int]
     _members: dict[str, dict[str, tuple[PodView, Obj]]]
+    _promised: dict[str, tuple[PodView, Obj, str]]  # promised_device_pods, by pod key
     # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
     # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
     _waiting_claims: Counter[tuple[str, str, str]]
@@ -91,15 +93,11 @@ class DeviceNodes:
         """Since which generation the node's devices are as they are (`devices_epoch` at the latest)."""
         return self._device_epochs.get(node, self.devices_epoch)
 
-    def promised_device_pods(self) -> list[tuple[PodView, Obj, str]]:
-        """Gang pods that claim devices and hold a node (released or bound): (view, pod, node)."""
-        found = []
-        for members in self._members.values():
-            for view, raw in members.values():
-                node = view.holds_node
-                if node is not None and not view.terminal and view.claims_devices:
-                    found.append((view, raw, node))
-        return found
+    def promised_device_pods(self) -> Iterable[tuple[PodView, Obj, str]]:
+        """Gang pods that claim devices and hold a node (released or bound): (view, pod, node). Kept as
+        pods come and go: every gang's devices check reads them, and walking all gangs' pods for it made
+        a pass cost gangs times pods."""
+        return self._promised.values()
 
     def _lost(self, view: PodView, pod: Obj) -> bool:
         inventory = self.devices
