@@ -1056,3 +1056,37 @@ def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out
         for left_out in (frozenset(), frozenset({"p-1"})):
             assert used(after, left_out) == used(anew, left_out)
         before = after
+
+
+def test_a_devices_check_counts_first_the_pods_another_gang_was_released_onto_and_forgets_them_once_gone() -> None:
+    """Another team's gang released onto w0, its pods' claims not allocated yet (kube-scheduler binding
+    them): w0's two GPUs are theirs, so this gang's pods fit only on w1, until those pods are deleted."""
+    from webhook.controller.observe.device_check import devices_check
+    from webhook.controller.observe.store import GangStore
+
+    book, memo = devices.PoolBook(), devices.Memo()
+    index = ClusterIndex()
+    index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}")) for i in range(2)})
+    book.apply({f"/w{i}": node_slice(f"w{i}", gpus(2)) for i in range(2)})
+    templates = [template("one", exactly())]
+    templates.append({**templates[0], "metadata": {**templates[0]["metadata"], "namespace": "team-b"}})
+    index.use_devices(inventory_from([device_class()], (), [], templates, memo, book.gathered()))
+    theirs = gated_job_pods(2, claim_template="one", namespace="team-b")
+    for pod in theirs.values():
+        del pod["spec"]["schedulingGates"]
+        pod["spec"]["nodeName"] = "w0"
+        pod["metadata"]["uid"] = "b-" + pod["metadata"]["uid"]
+    index.apply_pods(theirs)
+    index.apply_pods(gated_job_pods(2, claim_template="one"))
+    record = GangStore().record("team-a/job-train")
+    on = {"w0": {"train-0000": "w0", "train-0001": "w0"}, "w1": {"train-0000": "w1", "train-0001": "w1"}}
+
+    def check(node: str) -> str | None:
+        fit = devices_check(index, index.gangs()["team-a/job-train"], record)
+        assert fit is not None
+        return fit(on[node])
+
+    assert check("w1") is None
+    assert "train-0000 on w0" in (check("w0") or "")
+    index.apply_pods(dict.fromkeys(theirs))  # their pods deleted
+    assert check("w0") is None

@@ -334,7 +334,7 @@ class Inventory:
             selected = device_counters.partitioned(
                 [d for d in free if self._selects(d, device_class.selectors)],
                 self.counter_totals,
-                device_counters.written_over(self.counters_used(counted_by_pods)),
+                self.counters_used(counted_by_pods),
             )
             if not selected:
                 continue
