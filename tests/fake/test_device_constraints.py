@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.fake.test_devices import (
     DRIVER,
@@ -98,6 +100,33 @@ def test_distinct_attribute_and_a_missing_attribute_as_upstream() -> None:
     allocator = Allocator(inventory)
     assert allocator.allocate(pod_demand("team-a", pod_spec("spread"), inventory), node("n1")) is None
     assert len({d[2] for d in allocator.picked}) == 3 and ("gpu.example.com", "n1", "g1") not in allocator.picked
+
+
+ROOTS = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))  # a device's PCIe root; None: it has none
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    roots=st.lists(st.tuples(ROOTS, st.sampled_from(["x", "y"])), max_size=9),
+    count=st.integers(1, 3),
+    both=st.booleans(),
+)
+def test_claims_alike_counted_by_groups_are_those_the_allocator_gives_pod_after_pod(
+    roots: list[tuple[str | None, str]], count: int, both: bool
+) -> None:
+    """A request for `count` GPUs on one PCIe root (and one NUMA node, `both`): the node's count per
+    group of devices alike (device_count.py) is the number of times the allocator, pod after pod, can
+    allocate the claim there."""
+    devices_ = [gpu(f"g{i}", root=root, numa={"string": numa}) for i, (root, numa) in enumerate(roots)]
+    constraints = [{"matchAttribute": PCIE}] + ([{"matchAttribute": f"{DRIVER}/numa"}] if both else [])
+    claim = template("alike", exactly(count=count), constraints=constraints)
+    inventory = inventory_from([device_class()], [node_slice("n0", devices_)], [], [claim])
+    demand = pod_demand("team-a", pod_spec("alike"), inventory)
+    (resource,) = demand.units()
+    allocator, allocated = Allocator(inventory), 0
+    while allocator.allocate(demand, node("n0")) is None:
+        allocated += 1
+    assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
 
 
 def test_a_constraint_names_the_requests_it_covers() -> None:

@@ -20,10 +20,14 @@ stops after MAX_SEARCH_STEPS tries and the claim counts as not allocatable there
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_types import Device
 
 MAX_SEARCH_STEPS = 20_000  # devices tried per claim allocation on one node
 
@@ -70,6 +74,17 @@ def attribute_value(driver: str, attributes: Any, qualified: str) -> tuple[str, 
             value = raw[kind]
             return (kind, value if isinstance(value, int | bool | str) else str(value))
     return None
+
+
+def claims_alike(devices: Sequence[Device], attributes: Sequence[str], count: int, limit: int) -> int:
+    """How many claims of one request for `count` devices, all with one value of each of `attributes`
+    (its matchAttribute constraints), the devices hold one after the other: each claim takes `count`
+    devices of one group of devices alike, whichever group the search finds first, so the number is the
+    same in any order (a device without an attribute is in no group). At most `limit`."""
+    groups: Counter[tuple[tuple[str, Any] | None, ...]] = Counter(
+        tuple(attribute_value(d.id[0], d.attributes, a) for a in attributes) for d in devices
+    )
+    return min(limit, sum(n // count for values, n in groups.items() if None not in values))
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.controller.decide import device_capacity, device_cel, device_counters
-from webhook.controller.decide.device_allocator import Allocator
 from webhook.controller.decide.device_constraints import constraints_of
+from webhook.controller.decide.device_count import MAX_CLAIMS_COUNTED_PER_NODE, claims_on
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
 from webhook.controller.decide.device_memo import Memo
 from webhook.controller.decide.device_pools import carry_worked_out, changed_nodes, replaced_pools
@@ -38,7 +38,6 @@ MAX_REMEMBERED_DEMANDS = 20_000  # pods' demands kept per inventory (by template
 # distinct selector sets of one namespace's waiting claims counted per node (`narrowed`): what one
 # namespace's templates cost every node is bounded; past it, its other sets wait and say so
 MAX_SELECTOR_SETS_PER_NAMESPACE = 16
-MAX_CLAIMS_COUNTED_PER_NODE = 256  # a claim with alternatives or constraints, allocated on one node in turn
 
 
 @dataclass
@@ -329,7 +328,7 @@ class Inventory:
                 device
                 for pool in self.pools_for(node)
                 for device in pool.devices
-                if not device.unmodelled and self._counted(device, counted_by_pods)
+                if not device.unmodelled and self.counted(device, counted_by_pods)
             ]
             selected = device_counters.partitioned(
                 [d for d in free if self._selects(d, device_class.selectors)],
@@ -354,28 +353,10 @@ class Inventory:
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
         for resource, claim in self.counted_claims.items():
-            count = self._claims_on(node, claim, counted_by_pods)
+            count = claims_on(self, node, claim, counted_by_pods)
             if count:
                 totals[resource] = count
         return totals
-
-    def _claims_on(self, node: Node, claim: ClaimDemand, counted_by_pods: Collection[str]) -> int:
-        """How many times the node's free devices can be allocated to the claim, one after the other, as
-        kube-scheduler would for pods placed there in turn (at most MAX_CLAIMS_COUNTED_PER_NODE)."""
-        requests = claim.requests
-        if len(requests) == 1 and len(requests[0].alternatives) == 1 and not claim.constraints:
-            sub = requests[0].alternatives[0]  # one request, its units independent: counted device by device
-            found = [
-                d for p in self.pools_for(node) for d in self.selected(sub, p) if self._counted(d, counted_by_pods)
-            ]
-            if not sub.all and not sub.admin and not any(d.consumes for d in found):
-                used = self.capacity_used(counted_by_pods) if any(d.shared for d in found) else {}
-                return device_capacity.claims_held(found, sub, used, MAX_CLAIMS_COUNTED_PER_NODE)
-        allocator = Allocator(self, nodes=(node,), free_for=counted_by_pods)
-        demand, count = Demand((claim,)), 0
-        while count < MAX_CLAIMS_COUNTED_PER_NODE and allocator.allocate(demand, node) is None:
-            count += 1
-        return count
 
     def selector_problems(self, sub: Subrequest) -> list[str]:
         """Why the subrequest's devices are not counted: a selector that failed, or its set deferred."""
@@ -388,7 +369,7 @@ class Inventory:
         deferred = self.deferred.get(class_resource(sub.device_class, sub.selectors)) if sub.selectors else None
         return [*found, deferred] if deferred else found
 
-    def _counted(self, device: Device, counted_by_pods: Collection[str]) -> bool:
+    def counted(self, device: Device, counted_by_pods: Collection[str]) -> bool:
         holder = self.taken.get(device.id)
         return holder is None or self.owners.get(holder) in counted_by_pods
 
