@@ -8,6 +8,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.fake.test_devices import allocate, device_class, exactly, gpus, node, node_slice, pod_spec, template
 from webhook.controller.decide import device_capacity
 from webhook.controller.decide.devices import claim_resource, inventory_from, pod_demand
@@ -185,3 +188,24 @@ def test_constraints_hold_over_devices_that_allow_multiple_allocations() -> None
     # one on each root: a and b, and again; a third finds b's GPU full
     assert allocate(inventory, pod_spec("distinct", "distinct"), n1) == [None]
     assert allocate(inventory, pod_spec("distinct", "distinct", "distinct"), n1)[0].startswith("no free devices")
+
+
+AMOUNT = st.integers(0, 12).map(Decimal)
+
+
+@given(
+    capacities=st.lists(st.tuples(AMOUNT, AMOUNT, AMOUNT), min_size=0, max_size=3),
+    limit=st.integers(0, 20),
+)
+def test_the_times_a_share_fits_are_those_taken_one_after_the_other(
+    capacities: list[tuple[Decimal, Decimal, Decimal]], limit: int
+) -> None:
+    """`times_fitting` (one division per capacity) says what `fits` then `add`, repeated, find."""
+    device = [device_capacity.Capacity(f"c{i}", value) for i, (value, _, _) in enumerate(capacities)]
+    amounts = tuple((f"c{i}", amount) for i, (_, amount, _) in enumerate(capacities))
+    used = {f"c{i}": taken for i, (_, _, taken) in enumerate(capacities)}
+    left, count = dict(used), 0
+    while count < limit and device_capacity.fits(amounts, device, left):
+        device_capacity.add(left, amounts)
+        count += 1
+    assert device_capacity.times_fitting(amounts, device, used, limit) == count

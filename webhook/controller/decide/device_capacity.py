@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -43,6 +44,26 @@ class Capacity:
     minimum: Decimal | None = None
     maximum: Decimal | None = None
     step: Decimal | None = None
+
+
+# a model's devices publish one capacity map: parsed once per text (40,000 devices at a cold start), the
+# oldest forgotten first past the bound
+MAX_REMEMBERED_CAPACITIES = 1024
+_REMEMBERED: dict[str, tuple[Capacity, ...]] = {}
+_REMEMBERING = threading.Lock()
+
+
+def remembered_capacities(raw: Any) -> tuple[Capacity, ...]:
+    """`capacities`, remembered by the map's text."""
+    text = repr(raw)
+    found = _REMEMBERED.get(text)
+    if found is None:
+        found = capacities(raw)
+        with _REMEMBERING:  # slices may be read on more than one thread (an informer's other readers)
+            while len(_REMEMBERED) >= MAX_REMEMBERED_CAPACITIES:
+                del _REMEMBERED[next(iter(_REMEMBERED))]
+            _REMEMBERED[text] = found
+    return found
 
 
 def capacities(raw: Any) -> tuple[Capacity, ...]:
@@ -123,11 +144,7 @@ def claims_held(
         if not device.shared:
             units += fits(amounts, device.capacities, {})
             continue
-        left, room = dict(used.get(device.id, {})), 0
-        while room < limit * sub.count and fits(amounts, device.capacities, left):
-            add(left, amounts)
-            room += 1
-        units += room
+        units += times_fitting(amounts, device.capacities, used.get(device.id, {}), limit * sub.count)
     return min(limit, units // sub.count)
 
 
@@ -137,10 +154,20 @@ def shares_left(device: Sequence[Capacity], used: Mapping[str, Decimal], limit: 
     amounts = consumption((), device)
     if amounts is None:  # its default breaks its own policy: nothing is allocated from it
         return 0
-    left, count = dict(used), 0
-    while count < limit and fits(amounts, device, left):
-        add(left, amounts)
-        count += 1
+    return times_fitting(amounts, device, used, limit)
+
+
+def times_fitting(amounts: Consumption, device: Sequence[Capacity], used: Mapping[str, Decimal], limit: int) -> int:
+    """How many times `amounts` fit in what the device has left, one after the other (`fits`, then `add`),
+    at most `limit`: a division per capacity (40,000 devices of four shares each were taken share by
+    share at a cold count)."""
+    limits, count = {c.name: c.value for c in device}, limit
+    for name, amount in amounts:
+        left = limits[name] - used.get(name, Decimal(0))
+        if left < amount:
+            return 0
+        if amount > 0:
+            count = min(count, int(left // amount))
     return count
 
 

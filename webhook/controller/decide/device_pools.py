@@ -237,7 +237,7 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
         repr((driver, attributes, capacity, shared)),
         device_counters.consumed(raw) if get("consumesCounters") else (),
         shared=shared,
-        capacities=device_capacity.capacities(capacity) if capacity else (),
+        capacities=device_capacity.remembered_capacities(capacity) if capacity else (),
     )
 
 
