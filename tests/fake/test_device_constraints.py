@@ -129,6 +129,32 @@ def test_claims_alike_counted_by_groups_are_those_the_allocator_gives_pod_after_
     assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    models=st.lists(st.sampled_from(["big", "small", "other"]), max_size=9),
+    counts=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    small_first=st.booleans(),
+)
+def test_first_available_counted_per_node_is_what_the_allocator_gives_pod_after_pod(
+    models: list[str], counts: tuple[int, int], small_first: bool
+) -> None:
+    """Alternatives over devices some of which both select (any GPU, or a big one): the node's count
+    (device_count.py) is the number of times the allocator, pod after pod, can allocate the claim there."""
+    choices = [
+        {"name": "big", "deviceClassName": "gpu", "count": counts[0], "selectors": [{"cel": {"expression": BIG}}]},
+        {"name": "any", "deviceClassName": "gpu", "count": counts[1]},
+    ]
+    request = {"name": "g", "firstAvailable": choices[::-1] if small_first else choices}
+    slices = [node_slice("n0", [gpu(f"g{i}", model) for i, model in enumerate(models)])]
+    inventory = inventory_from([device_class()], slices, [], [template("either", request)])
+    demand = pod_demand("team-a", pod_spec("either"), inventory)
+    (resource,) = demand.units()
+    allocator, allocated = Allocator(inventory), 0
+    while allocator.allocate(demand, node("n0")) is None:
+        allocated += 1
+    assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
+
+
 def test_a_constraint_names_the_requests_it_covers() -> None:
     """Only `a` and `b` must share a root; `c` may be anywhere: a subrequest is covered by its request."""
     cover = Constraint(("a", "b"), PCIE)
