@@ -9,6 +9,7 @@ from typing import Generic, TypeVar
 from webhook.controller.decide import device_cel
 from webhook.controller.decide.device_types import Device, Pool
 
+MatchKey = tuple[bytes, str]  # (a device's content, Device.content; a selector's expression)
 MAX_REMEMBERED_MATCHES = 400_000  # selector results kept (device content, expression), least recent out
 # selector evaluations one pass may ask for (40,000 devices alike cost a handful; a cluster of distinct
 # devices and many waiting selector sets is spread over passes, each node counted again until done)
@@ -26,7 +27,7 @@ class Memo:
 
     def __init__(self, evaluator: device_cel.Evaluator = device_cel.evaluate_all) -> None:
         self.evaluator = evaluator
-        self.matched: BoundedMap[tuple[str, str], bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
+        self.matched: BoundedMap[MatchKey, bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
         self.slices: dict[tuple[str, str], Pool] = {}
         # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
         self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
@@ -49,7 +50,7 @@ class Memo:
         wanted = frozenset(expressions)
         if not wanted:
             return
-        missing: dict[tuple[str, str], Device] = {}
+        missing: dict[MatchKey, Device] = {}
         for pool in pools:
             done = primed.get(id(pool))
             if done is not None and done[0] is pool and wanted <= done[1]:
@@ -67,12 +68,10 @@ class Memo:
         if missing:
             self.evaluate(missing)
 
-    def evaluate(
-        self, missing: Mapping[tuple[str, str], Device]
-    ) -> dict[tuple[str, str], bool | device_cel.SelectorError]:
+    def evaluate(self, missing: Mapping[MatchKey, Device]) -> dict[MatchKey, bool | device_cel.SelectorError]:
         """Each (device content, expression) evaluated, remembered unless no evaluator could answer now."""
         matched = self.matched
-        found: dict[tuple[str, str], bool | device_cel.SelectorError] = {}
+        found: dict[MatchKey, bool | device_cel.SelectorError] = {}
         asked = list(missing.items())
         if len(asked) > self.budget:
             later = device_cel.SelectorError("this pass's CEL budget is spent: evaluated next pass", transient=True)

@@ -61,7 +61,7 @@ class Device:
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unmodelled: str | None = None  # why the gate cannot judge this device
     # what a selector can see of it (driver, attributes, capacity): devices alike share CEL results
-    content: str = ""
+    content: bytes = b""
     consumes: device_counters.Amounts = ()  # its pool's shared counters it takes (partitionable devices)
     shared: bool = False  # allowMultipleAllocations: claims share it, each consuming part of its capacity
     capacities: tuple[device_capacity.Capacity, ...] = ()
