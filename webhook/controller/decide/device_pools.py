@@ -235,8 +235,8 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
         None,
         _content(driver, attributes, capacity, shared),
         device_counters.consumed(raw) if get("consumesCounters") else (),
-        shared=shared,
-        capacities=device_capacity.remembered_capacities(capacity) if capacity else (),
+        shared,
+        device_capacity.remembered_capacities(capacity) if capacity else (),
     )
 
 

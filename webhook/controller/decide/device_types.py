@@ -7,7 +7,7 @@ import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_constraints import Constraint
@@ -53,8 +53,10 @@ class DeviceClass:
         )
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
+    """One device of a slice: immutable, and a tuple for the cost of making 40,000 at a cold start (a
+    frozen dataclass sets each field through object.__setattr__: 1.8 us a device, against 0.25)."""
+
     id: DeviceId
     attributes: Any  # as the slice has them (JSON)
     capacity: Any
