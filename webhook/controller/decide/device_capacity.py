@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -44,26 +43,6 @@ class Capacity:
     minimum: Decimal | None = None
     maximum: Decimal | None = None
     step: Decimal | None = None
-
-
-# a model's devices publish one capacity map: parsed once per text (40,000 devices at a cold start), the
-# oldest forgotten first past the bound
-MAX_REMEMBERED_CAPACITIES = 1024
-_REMEMBERED: dict[str, tuple[Capacity, ...]] = {}
-_REMEMBERING = threading.Lock()
-
-
-def remembered_capacities(raw: Any) -> tuple[Capacity, ...]:
-    """`capacities`, remembered by the map's text."""
-    text = repr(raw)
-    found = _REMEMBERED.get(text)
-    if found is None:
-        found = capacities(raw)
-        with _REMEMBERING:  # slices may be read on more than one thread (an informer's other readers)
-            while len(_REMEMBERED) >= MAX_REMEMBERED_CAPACITIES:
-                del _REMEMBERED[next(iter(_REMEMBERED))]
-            _REMEMBERED[text] = found
-    return found
 
 
 def capacities(raw: Any) -> tuple[Capacity, ...]:

@@ -50,9 +50,9 @@ def offered(slice_spec: Mapping[str, Any]) -> Amounts:
     return _amounts(slice_spec.get("sharedCounters"), "name")
 
 
-def consumed(device: Mapping[str, Any]) -> Amounts:
-    """What a device's `consumesCounters` take."""
-    return _amounts(device.get("consumesCounters"), "counterSet")
+def consumed_of(consumes_counters: Any) -> Amounts:
+    """What a `consumesCounters` list takes."""
+    return _amounts(consumes_counters, "counterSet")
 
 
 def totals(pools: Iterable[tuple[str, str, Amounts]]) -> dict[CounterKey, Decimal]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
+from webhook.controller.decide.device_parsed import ParsedOnce
 from webhook.controller.decide.device_types import Device, DeviceId, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
 
@@ -217,6 +218,10 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
     return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
 
 
+_CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map
+_CONSUMED = ParsedOnce(device_counters.consumed_of)  # a device's consumesCounters
+
+
 def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
     get = raw.get  # a cluster's devices are parsed at the controller's start: 40,000 in bench/devices.py
     taints = get("taints")
@@ -234,9 +239,9 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
         else (),
         None,
         _content(driver, attributes, capacity, shared),
-        device_counters.consumed(raw) if get("consumesCounters") else (),
+        _CONSUMED(get("consumesCounters")) if get("consumesCounters") else (),
         shared,
-        device_capacity.remembered_capacities(capacity) if capacity else (),
+        _CAPACITIES(capacity) if capacity else (),
     )
 
 
