@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -115,9 +115,9 @@ def claims_held(
     """How many claims of one request (`sub`: its count and capacity requests) these free devices hold, a
     shared one serving as many units as its capacity holds: what allocating the claim again and again
     finds, device by device, when nothing ties the units together (no constraint, counter or `All`)."""
-    units = 0
+    units, consumed = 0, _consumption_per_map(sub.capacity)
     for device in devices:
-        amounts = consumption(sub.capacity, device.capacities)
+        amounts = consumed(device.capacities)
         if amounts is None:
             continue
         if not device.shared:
@@ -127,13 +127,35 @@ def claims_held(
     return min(limit, units // sub.count)
 
 
-def shares_left(device: Sequence[Capacity], used: Mapping[str, Decimal], limit: int) -> int:
-    """How many more requests without capacity requests the device holds (each consuming its default,
-    else all of it), at most `limit`."""
-    amounts = consumption((), device)
-    if amounts is None:  # its default breaks its own policy: nothing is allocated from it
-        return 0
-    return times_fitting(amounts, device, used, limit)
+def units_of(
+    devices: Sequence[Device], used: Mapping[DeviceId, Mapping[str, Decimal]], limit: int
+) -> dict[DeviceId, int]:
+    """Each device's units for requests without capacity requests: one taken whole, or as many more as a
+    shared one holds, each consuming its default, else all of it (none where its default breaks its own
+    policy), at most `limit`."""
+    consumed, found = _consumption_per_map(()), {}
+    for device in devices:
+        if not device.shared:
+            found[device.id] = 1
+            continue
+        amounts = consumed(device.capacities)
+        left = used.get(device.id, {})
+        found[device.id] = 0 if amounts is None else times_fitting(amounts, device.capacities, left, limit)
+    return found
+
+
+def _consumption_per_map(wanted: Consumption) -> Callable[[Sequence[Capacity]], Consumption | None]:
+    """`consumption` of `wanted`, worked out once per capacity map (a model's devices share one object:
+    device_parsed.py) for as long as the caller holds the devices."""
+    seen: dict[int, Consumption | None] = {}
+
+    def consumed(device: Sequence[Capacity]) -> Consumption | None:
+        key = id(device)
+        if key not in seen:
+            seen[key] = consumption(wanted, device)
+        return seen[key]
+
+    return consumed
 
 
 def times_fitting(amounts: Consumption, device: Sequence[Capacity], used: Mapping[str, Decimal], limit: int) -> int:

@@ -339,12 +339,7 @@ class Inventory:
                 continue
             used = self.capacity_used(counted_by_pods) if any(d.shared for d in selected) else {}
             # a shared device serves as many requests without capacity requests as its capacity holds
-            units = {
-                d.id: device_capacity.shares_left(d.capacities, used.get(d.id, {}), MAX_CLAIMS_COUNTED_PER_NODE)
-                if d.shared
-                else 1
-                for d in selected
-            }
+            units = device_capacity.units_of(selected, used, MAX_CLAIMS_COUNTED_PER_NODE)
             totals[class_resource(device_class.name)] = sum(units.values())
             if device_class.extended_resource and not node.allocatable.get(device_class.extended_resource):
                 totals[device_class.extended_resource] = sum(units.values())
