@@ -56,6 +56,7 @@ def device_class() -> dict[str, Any]:
 # partitions within a GPU's shared counters; shares of devices that allow multiple allocations
 SHAPE = "plain"
 ALLOCATED = 0  # devices per node allocated to other teams' pods' claims (--allocated)
+UNIQUE = False  # each device with an attribute of its own, a UUID (--unique)
 
 
 def shaped_device(i: int) -> dict[str, Any]:
@@ -96,6 +97,9 @@ def node_slice(name: str, count: int, version: str = "1") -> dict[str, Any]:
         "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
         "devices": [shaped_device(i) for i in range(count)],
     }
+    if UNIQUE:  # as a driver publishes its GPUs: each with its own UUID, the same when republished
+        for i, device in enumerate(spec["devices"]):
+            device["attributes"]["uuid"] = {"string": f"GPU-{name}-{i}"}
     if SHAPE == "counters":  # in the devices' slice here; a driver may publish them in one of their own
         spec["sharedCounters"] = [{"name": "gpu", "counters": {"memory": {"value": "40Gi"}}}]
     return {"metadata": {"name": f"{name}-gpus", "uid": f"uid-{name}", "resourceVersion": version}, "spec": spec}
@@ -362,9 +366,10 @@ def main() -> None:
         "--shape", choices=["plain", "alternatives", "constraints", "counters", "capacity"], default="plain"
     )
     parser.add_argument("--allocated", type=int, default=0, help="devices per node held by other teams' claims")
+    parser.add_argument("--unique", action="store_true", help="each device with a UUID of its own, as drivers publish")
     args = parser.parse_args()
-    global SHAPE, ALLOCATED
-    SHAPE, ALLOCATED = args.shape, args.allocated
+    global SHAPE, ALLOCATED, UNIQUE
+    SHAPE, ALLOCATED, UNIQUE = args.shape, args.allocated, args.unique
     if ALLOCATED and (SHAPE == "capacity" or args.devices <= ALLOCATED):
         parser.error("--allocated holds whole devices, fewer than --devices, and not with --shape capacity")
     if args.unused_templates:

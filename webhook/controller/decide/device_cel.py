@@ -220,6 +220,30 @@ def attribute_value(attribute: Mapping[str, Any]) -> Any:
     raise ValueError(f"unsupported attribute value {sorted(attribute)}")
 
 
+def convertible(attributes: Mapping[str, Any], capacity: Mapping[str, Any]) -> bool:
+    """Whether `device_variable` can make the device's variable (no attribute of no known type, no
+    unreadable capacity), without making it: asked for every device not evaluated yet (device_reads.py)."""
+    for attribute in attributes.values():
+        if not isinstance(attribute, Mapping):
+            return False
+        if "int" in attribute:
+            try:
+                if not -(2**63) <= int(attribute["int"]) < 2**63:  # CEL's int is 64 bits (celtypes.IntType)
+                    return False
+            except (TypeError, ValueError, OverflowError):
+                return False
+        elif "bool" in attribute or "string" in attribute:
+            continue
+        elif "version" not in attribute or not SEMVER.match(str(attribute["version"])):
+            return False
+    for value in capacity.values():
+        try:
+            _quantity(value.get("value") if isinstance(value, Mapping) else value)
+        except ValueError:
+            return False
+    return True
+
+
 def device_variable(driver: str, attributes: Mapping[str, Any], capacity: Mapping[str, Any]) -> celtypes.MapType:
     """The `device` variable of one device (compile.go DeviceMatches)."""
     by_domain: dict[str, dict[str, Any]] = {}

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
-from webhook.controller.decide import device_cel
+from webhook.controller.decide import device_cel, device_reads
 from webhook.controller.decide.device_types import Device, Pool
 
 MatchKey = tuple[bytes, str]  # (a device's content, Device.content; a selector's expression)
@@ -31,6 +31,8 @@ class Memo:
         self.slices: dict[tuple[str, str], Pool] = {}
         # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
         self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
+        # (what an expression reads of a device, the expression) -> its result (device_reads.py)
+        self.alike: BoundedMap[tuple[bytes, str], bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
         self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
         # what one pass may ask of the evaluator (`new_pass` refills it); the rest wait for the next pass
         self.budget = MAX_EVALUATIONS_PER_PASS
@@ -69,10 +71,42 @@ class Memo:
             self.evaluate(missing)
 
     def evaluate(self, missing: Mapping[MatchKey, Device]) -> dict[MatchKey, bool | device_cel.SelectorError]:
-        """Each (device content, expression) evaluated, remembered unless no evaluator could answer now."""
-        matched = self.matched
+        """Each (device content, expression) evaluated, remembered unless no evaluator could answer now.
+        Devices alike in what the expression reads (device_reads.py) share one evaluation, in this batch
+        and, through `alike`, in later ones."""
         found: dict[MatchKey, bool | device_cel.SelectorError] = {}
-        asked = list(missing.items())
+        asked: list[tuple[MatchKey, Device]] = []
+        sharing: dict[tuple[bytes, str], list[tuple[MatchKey, Device]]] = {}
+        for key, device in missing.items():
+            seen = device_reads.alike_key(key[1], device.id[0], device.attributes, device.capacity)
+            if seen is None:
+                asked.append((key, device))
+                continue
+            known = self.alike.get((seen, key[1]))
+            if known is not None:
+                found[key] = self.matched[key] = known
+                continue
+            group = sharing.setdefault((seen, key[1]), [])
+            if not group:
+                asked.append((key, device))
+            group.append((key, device))
+        answered = self._ask(asked, found)
+        for shared_key, group in sharing.items():
+            said = answered.get(group[0][0])
+            if said is None:  # deferred to a later pass, or unanswered: the group waits with it
+                for key, _ in group[1:]:
+                    found[key] = found[group[0][0]]
+                continue
+            self.alike[shared_key] = said
+            for key, _ in group[1:]:
+                found[key] = self.matched[key] = said
+        return found
+
+    def _ask(
+        self, asked: list[tuple[MatchKey, Device]], found: dict[MatchKey, bool | device_cel.SelectorError]
+    ) -> dict[MatchKey, bool | device_cel.SelectorError]:
+        """The evaluator's answers, within this pass's budget, into `found`; those remembered, returned."""
+        matched, remembered = self.matched, {}
         if len(asked) > self.budget:
             later = device_cel.SelectorError("this pass's CEL budget is spent: evaluated next pass", transient=True)
             for key, _ in asked[self.budget :]:
@@ -94,10 +128,10 @@ class Memo:
             if isinstance(said, device_cel.SelectorError) and said.transient:
                 self.unanswered += 1
                 continue
-            matched[key] = said
+            matched[key] = remembered[key] = said
             if isinstance(said, device_cel.SelectorError) and said.over_budget:
                 self.failed[key[1]] = str(said)[-300:]
-        return found
+        return remembered
 
 
 K = TypeVar("K")
