@@ -66,18 +66,23 @@ ATTRIBUTE = st.sampled_from(
 @settings(max_examples=60, deadline=None)
 @given(
     devices=st.lists(
-        st.tuples(st.lists(ATTRIBUTE, max_size=4), st.sampled_from(["40Gi", "80Gi"]), st.integers(0, 3)),
+        st.tuples(
+            st.lists(ATTRIBUTE, max_size=4), st.sampled_from(["40Gi", "80Gi"]), st.integers(0, 3), st.integers(0, 2)
+        ),
         min_size=1,
         max_size=12,
     )
 )
 def test_devices_alike_in_what_a_selector_reads_get_what_each_would_on_its_own(
-    devices: list[tuple[list[tuple[str, Any]], str, int]],
+    devices: list[tuple[list[tuple[str, Any]], str, int, int]],
 ) -> None:
     made = []
-    for i, (attributes, memory, uuid) in enumerate(devices):
+    for i, (attributes, memory, uuid, twice) in enumerate(devices):
         raw = dict(attributes) | {"uuid": {"string": f"GPU-{uuid}"}}
         capacity = {"memory": {"value": memory}}
+        if twice:  # the same capacity under its qualified name too, after or before
+            qualified = {f"{D}/memory": {"value": "10Gi"}}
+            capacity = capacity | qualified if twice == 1 else qualified | capacity
         content = repr((i, raw, capacity)).encode()  # every device its own content, as drivers publish them
         made.append(Device((D, "pool", f"g{i}"), raw, capacity, content=content))
     memo = Memo()

@@ -86,10 +86,12 @@ def alike_key(expression: str, driver: str, attributes: Any, capacity: Any) -> b
     seen: list[Any] = [driver]
     for kind, domain, name in wanted:
         source: Mapping[str, Any] = (attributes if kind == "attributes" else capacity) or {}
-        if name is None:
-            seen.append(sorted((k, v) for k, v in source.items() if device_cel.qualified(str(k), driver)[0] == domain))
+        if name is None:  # in the slice's order: of two names for one attribute, the later one is seen
+            seen.append([(k, v) for k, v in source.items() if device_cel.qualified(str(k), driver)[0] == domain])
+        elif domain == driver and f"{domain}/{name}" in source and name in source:
+            return None  # one attribute under both its names: which one CEL sees depends on their order
         else:
-            seen.append((source.get(f"{domain}/{name}"), source.get(name) if domain == driver else None))
+            seen.append(source.get(f"{domain}/{name}") if domain != driver or name not in source else source[name])
     try:
         return marshal.dumps(seen, 2)
     except ValueError:
