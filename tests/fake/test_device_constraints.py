@@ -102,6 +102,17 @@ def test_distinct_attribute_and_a_missing_attribute_as_upstream() -> None:
     assert len({d[2] for d in allocator.picked}) == 3 and ("gpu.example.com", "n1", "g1") not in allocator.picked
 
 
+def assert_counted_as_allocated(inventory: devices.Inventory, claim_template: str) -> None:
+    """Node n0's count of a pod's claim from the template is the number of times the allocator, pod after
+    pod, can allocate it there."""
+    demand = pod_demand("team-a", pod_spec(claim_template), inventory)
+    (resource,) = demand.units()
+    allocator, allocated = Allocator(inventory), 0
+    while allocator.allocate(demand, node("n0")) is None:
+        allocated += 1
+    assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
+
+
 ROOTS = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))  # a device's PCIe root; None: it has none
 
 
@@ -120,13 +131,7 @@ def test_claims_alike_counted_by_groups_are_those_the_allocator_gives_pod_after_
     devices_ = [gpu(f"g{i}", root=root, numa={"string": numa}) for i, (root, numa) in enumerate(roots)]
     constraints = [{"matchAttribute": PCIE}] + ([{"matchAttribute": f"{DRIVER}/numa"}] if both else [])
     claim = template("alike", exactly(count=count), constraints=constraints)
-    inventory = inventory_from([device_class()], [node_slice("n0", devices_)], [], [claim])
-    demand = pod_demand("team-a", pod_spec("alike"), inventory)
-    (resource,) = demand.units()
-    allocator, allocated = Allocator(inventory), 0
-    while allocator.allocate(demand, node("n0")) is None:
-        allocated += 1
-    assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
+    assert_counted_as_allocated(inventory_from([device_class()], [node_slice("n0", devices_)], [], [claim]), "alike")
 
 
 @settings(max_examples=80, deadline=None)
@@ -146,13 +151,7 @@ def test_first_available_counted_per_node_is_what_the_allocator_gives_pod_after_
     ]
     request = {"name": "g", "firstAvailable": choices[::-1] if small_first else choices}
     slices = [node_slice("n0", [gpu(f"g{i}", model) for i, model in enumerate(models)])]
-    inventory = inventory_from([device_class()], slices, [], [template("either", request)])
-    demand = pod_demand("team-a", pod_spec("either"), inventory)
-    (resource,) = demand.units()
-    allocator, allocated = Allocator(inventory), 0
-    while allocator.allocate(demand, node("n0")) is None:
-        allocated += 1
-    assert inventory.class_totals(node("n0")).get(resource, 0) == allocated
+    assert_counted_as_allocated(inventory_from([device_class()], slices, [], [template("either", request)]), "either")
 
 
 def test_a_constraint_names_the_requests_it_covers() -> None:
