@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fake.test_devices import (
@@ -116,7 +116,7 @@ def assert_counted_as_allocated(inventory: devices.Inventory, claim_template: st
 ROOTS = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))  # a device's PCIe root; None: it has none
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     roots=st.lists(st.tuples(ROOTS, st.sampled_from(["x", "y"])), max_size=9),
     count=st.integers(1, 3),
@@ -134,7 +134,7 @@ def test_claims_alike_counted_by_groups_are_those_the_allocator_gives_pod_after_
     assert_counted_as_allocated(inventory_from([device_class()], [node_slice("n0", devices_)], [], [claim]), "alike")
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     models=st.lists(st.sampled_from(["big", "small", "other"]), max_size=9),
     counts=st.tuples(st.integers(1, 3), st.integers(1, 3)),

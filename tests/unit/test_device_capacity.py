@@ -8,7 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fake.test_devices import allocate, device_class, exactly, gpus, node, node_slice, pod_spec, template
@@ -193,6 +193,7 @@ def test_constraints_hold_over_devices_that_allow_multiple_allocations() -> None
 AMOUNT = st.integers(0, 12).map(Decimal)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # CI's load: no timing
 @given(
     capacities=st.lists(st.tuples(AMOUNT, AMOUNT, AMOUNT), min_size=0, max_size=3),
     limit=st.integers(0, 20),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.controller.decide import device_cel
@@ -63,7 +63,7 @@ ATTRIBUTE = st.sampled_from(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     devices=st.lists(
         st.tuples(
@@ -130,6 +130,7 @@ AMOUNT = st.one_of(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # CI's load: no timing
 @given(
     attributes=st.dictionaries(st.sampled_from(["a", "d.io/b", "c"]), VALUE, max_size=3),
     capacity=st.dictionaries(st.sampled_from(["memory", "d.io/cores"]), AMOUNT, max_size=2),
