@@ -1003,7 +1003,7 @@ def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[t
 SLICE_CHANGE = st.tuples(st.integers(0, 3), st.integers(-1, 3), st.booleans())  # node, devices (-1: gone), counters
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(SLICE_CHANGE, min_size=1, max_size=10))
 def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out(
     changes: list[tuple[int, int, bool]],
