@@ -141,7 +141,16 @@ def test_a_pod_cannot_be_moved_into_another_gang(stack: Stack) -> None:
         ]
     )
     body = '{"metadata":{"labels":{"gangkeeper.io/group":"job-elsewhere"}}}'
-    impostor = patch_as(stack, f"/api/v1/namespaces/{namespace}/pods/{pod}", body, namespace, "gangkeeper-controller")
+    tries: list[Any] = []
+
+    def past_rbac() -> bool:  # the RoleBinding reaches the authorizer's cache a moment after it is applied
+        tries.append(
+            patch_as(stack, f"/api/v1/namespaces/{namespace}/pods/{pod}", body, namespace, "gangkeeper-controller")
+        )
+        return "cannot patch resource" not in tries[-1].stderr
+
+    wait_until(past_rbac, "the impostor's RoleBinding in force", 30)
+    impostor = tries[-1]
     assert impostor.returncode != 0
     assert "gangkeeper-controller-pod-release-only" in impostor.stderr, impostor.stderr
     assert stack.pods(namespace)[0]["metadata"]["labels"]["gangkeeper.io/group"] == "job-member"
