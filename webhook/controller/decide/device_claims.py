@@ -6,6 +6,7 @@ then costs its own pool, not every claim of the cluster parsed again (15,000 all
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,35 @@ class Claims:
     taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
     # a device allowing multiple allocations -> its shares: (the claim holding it, what it consumes)
     shares: dict[DeviceId, list[tuple[str, device_capacity.Consumption]]] = field(default_factory=dict)
+
+    # worked out once per version of the list, not per inventory: every slice republished makes a new
+    # inventory, and 15,000 held claims walked for each cost a steady pass 1-3 ms (bench/devices.py)
+    @functools.cached_property
+    def holding(self) -> frozenset[str]:
+        """The claims that hold a device, whole or a share of it."""
+        return frozenset({*self.taken.values(), *(claim for held in self.shares.values() for claim, _ in held)})
+
+    @functools.cached_property
+    def allocated_pods(self) -> frozenset[str]:
+        """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
+        holding = self.holding
+        return frozenset({uid for claim, uid in self.owners.items() if claim in holding})
+
+    @functools.cached_property
+    def by_pod(self) -> dict[str, list[str]]:
+        """The claims made for each pod, by its uid."""
+        found: dict[str, list[str]] = {}
+        for claim, uid in self.owners.items():
+            found.setdefault(uid, []).append(claim)
+        return found
+
+    @functools.cached_property
+    def devices_held(self) -> dict[str, list[DeviceId]]:
+        """What each allocated claim holds: its devices, and its shares of devices allowing several."""
+        found: dict[str, list[DeviceId]] = {}
+        for device, claim in [*self.taken.items(), *((d, c) for d, held in self.shares.items() for c, _ in held)]:
+            found.setdefault(claim, []).append(device)
+        return found
 
 
 def claims_of(claims: Iterable[Obj]) -> Claims:

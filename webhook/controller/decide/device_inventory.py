@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.controller.decide import device_capacity, device_cel, device_counters
+from webhook.controller.decide.device_claims import Claims
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_count import MAX_CLAIMS_COUNTED_PER_NODE, claims_on
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
@@ -47,11 +48,7 @@ class Inventory:
 
     classes: dict[str, DeviceClass] = field(default_factory=dict)
     pools: list[Pool] = field(default_factory=list)
-    taken: dict[DeviceId, str] = field(default_factory=dict)  # device -> the claim holding it
-    # a device allowing multiple allocations -> its shares: (the claim holding it, what it consumes)
-    shares: dict[DeviceId, list[tuple[str, device_capacity.Consumption]]] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)  # claim -> uid of the pod it was made for
-    claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    parsed: Claims = field(default_factory=Claims)  # the claims, shared by the inventories of one list version
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # slices that could not be read
     memo: Memo = field(default_factory=lambda: Memo())
@@ -187,36 +184,38 @@ class Inventory:
         """The nodes whose devices may count differently than in `before` (device_pools.changed_nodes)."""
         return changed_nodes(before, self)
 
+    @property
+    def claims(self) -> dict[tuple[str, str], Obj]:
+        return self.parsed.by_name
+
+    @property
+    def owners(self) -> dict[str, str]:  # claim -> uid of the pod it was made for
+        return self.parsed.owners
+
+    @property
+    def taken(self) -> dict[DeviceId, str]:  # device -> the claim holding it
+        return self.parsed.taken
+
+    @property
+    def shares(self) -> dict[DeviceId, list[tuple[str, device_capacity.Consumption]]]:
+        """A device allowing multiple allocations -> its shares: (the claim holding it, what it consumes)."""
+        return self.parsed.shares
+
     def lost_devices(self, uid: str, namespace: str, spec: Mapping[str, Any]) -> list[DeviceId]:
         """The devices allocated to a pod's claims (its own, and those it shares by name) that no slice
         publishes now."""
-        claims = list(self._claims_of_pods.get(uid, ()))
+        claims = list(self.parsed.by_pod.get(uid, ()))
         claims += [
             f"{namespace}/{entry['resourceClaimName']}"
             for entry in spec.get("resourceClaims") or []
             if isinstance(entry, dict) and entry.get("resourceClaimName")
         ]
-        names, held = self._index.names, self._devices_by_claim
+        names, held = self._index.names, self.parsed.devices_held
         return [d for c in claims for d in held.get(c, ()) if d[2] not in names.get((d[0], d[1]), ())]
 
-    @functools.cached_property
-    def _devices_by_claim(self) -> dict[str, list[DeviceId]]:
-        """What each allocated claim holds: its devices, and its shares of devices allowing several."""
-        found: dict[str, list[DeviceId]] = {}
-        for device, claim in [*self.taken.items(), *((d, c) for d, held in self.shares.items() for c, _ in held)]:
-            found.setdefault(claim, []).append(device)
-        return found
-
-    @functools.cached_property
-    def _claims_of_pods(self) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {}
-        for claim, uid in self.owners.items():
-            found.setdefault(uid, []).append(claim)
-        return found
-
-    def allocated_pods(self) -> set[str]:
+    def allocated_pods(self) -> frozenset[str]:
         """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
-        return {uid for claim, uid in self.owners.items() if claim in self._holding}
+        return self.parsed.allocated_pods
 
     @functools.cached_property
     def counter_totals(self) -> dict[device_counters.CounterKey, Decimal]:
@@ -240,10 +239,6 @@ class Inventory:
     @functools.cached_property
     def _usages(self) -> Usages:
         return Usages(self.taken, self.shares, self.owners, self._consuming)
-
-    @functools.cached_property
-    def _holding(self) -> set[str]:
-        return {*self.taken.values(), *(claim for shares in self.shares.values() for claim, _ in shares)}
 
     @functools.cached_property
     def shared_devices(self) -> dict[DeviceId, Device]:

@@ -118,12 +118,6 @@ def inventory_from(
         inventory.pools = gather_pools(slices, inventory.problems, inventory.memo)
     else:
         inventory.pools, inventory.problems, inventory.pool_index = gathered.pools, gathered.problems, gathered.index
-    parsed = claims if isinstance(claims, Claims) else claims_of(claims)
-    inventory.claims, inventory.owners, inventory.taken, inventory.shares = (
-        parsed.by_name,
-        parsed.owners,
-        parsed.taken,
-        parsed.shares,
-    )
+    inventory.parsed = claims if isinstance(claims, Claims) else claims_of(claims)
     inventory.templates = dict(templates) if isinstance(templates, Mapping) else templates_by_name(templates)
     return inventory
