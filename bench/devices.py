@@ -140,7 +140,7 @@ def one_pass(index: ClusterIndex, spec: GangSpec, records: GangStore | None = No
         dict(index.free),
         NOW,
         eligibility=index.eligibility(),
-        devices_fit=devices_check(index, gang, (records or RECORDS).record(gang.key)),
+        devices_fit=devices_check(index, gang, (RECORDS if records is None else records).record(gang.key)),
     )
     return str(decision.state), len(decision.release)
 
@@ -148,7 +148,9 @@ def one_pass(index: ClusterIndex, spec: GangSpec, records: GangStore | None = No
 # the templates and claims gated pods name, as the controller's DeviceWatch tells each inventory (only their
 # selectors are counted per node; None would count every claim of the cluster, as offline tools do)
 WAITING = frozenset({("template", "team-a", "one")})
-RECORDS = GangStore()  # the controller's memory of each gang between passes (its last devices check)
+# the controller's memory of each gang between passes (its last devices check); a Cluster keeps its own (an
+# empty store is falsy: `records or RECORDS` gave every Cluster this one)
+RECORDS = GangStore()
 STEADY_PASSES = 10  # steady passes timed after each cold one: one pass is ~10 ms, a sample of one is noise
 
 
