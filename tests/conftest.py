@@ -50,19 +50,34 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"the tests need the project's shared/ directory beside the clone, at {SHARED}")
 
 
-# real-tier modules that need what `hack/cluster/build.sh rest` builds beside the tests (hack/test.sh):
-# scheduler-plugins, the newest Kubernetes, Volcano, KubeRay and training-operator
-NEED_THE_REST = frozenset(
-    {
-        "test_real_autoscale",
-        "test_real_coscheduling",
-        "test_real_kueue",
-        "test_real_multikueue",
-        "test_real_newest",
-        "test_real_upgrade",
-        "test_real_volcano",
-    }
+# what `hack/cluster/build.sh rest` builds beside the tests (hack/test.sh), in its order ("newest": the
+# newest Kubernetes); tests/unit/test_build_order.py holds the two the same
+REST_BUILD_ORDER = (
+    "lws",
+    "jobset",
+    "scheduler-plugins",
+    "newest",
+    "volcano",
+    "kuberay",
+    "training-operator",
+    "karpenter",
+    "kueue",
 )
+# real-tier modules that need the rest of the build beyond LWS and JobSet, and the last of it they need:
+# they run after the others, in the order the build makes what they need, so that on a fresh machine no
+# worker waits for the build while another module could run (cold CI at c9fba8a: one worker waited
+# 1,747 s for Kueue in test_real_kueue_devices' setup, in the first stage)
+NEED_THE_REST = {
+    "test_real_coscheduling": "scheduler-plugins",
+    "test_real_newest": "newest",
+    "test_real_upgrade": "newest",
+    "test_real_supervision": "volcano",  # and scheduler-plugins
+    "test_real_volcano": "training-operator",  # and Volcano, KubeRay, LWS
+    "test_real_autoscale": "karpenter",  # and scheduler-plugins, Volcano
+    "test_real_kueue": "kueue",
+    "test_real_multikueue": "kueue",
+    "test_real_kueue_devices": "kueue",
+}
 # real-tier modules whose faults race the controller's clocks (a release patch answered 429 or never, its
 # node taken meanwhile): after the modules above, so after the build beside them is done (stop 84's cold
 # CI: two of them, run while Volcano and Karpenter were compiled on both cores, missed their deadlines;
@@ -79,13 +94,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     quick start, which builds everything itself, after them): on a fresh machine the build runs beside
     them (hack/test.sh) and is done by the time they start."""
 
-    def stage(item: pytest.Item) -> int:
+    def stage(item: pytest.Item) -> tuple[int, int]:
         module = Path(str(item.fspath)).stem
         if item.get_closest_marker("cluster") is None:
-            return 0
+            return 0, 0
         if module in NEED_THE_WHOLE_BUILD:
-            return 4
-        return 3 if module in AFTER_THE_BUILD else 2 if module in NEED_THE_REST else 1
+            return 4, 0
+        if module in AFTER_THE_BUILD:
+            return 3, 0
+        needs = NEED_THE_REST.get(module)
+        return (2, REST_BUILD_ORDER.index(needs)) if needs is not None else (1, 0)
 
     items.sort(key=stage)
 
