@@ -1090,3 +1090,43 @@ def test_a_devices_check_counts_first_the_pods_another_gang_was_released_onto_an
     assert "train-0000 on w0" in (check("w0") or "")
     index.apply_pods(dict.fromkeys(theirs))  # their pods deleted
     assert check("w0") is None
+
+
+def test_a_devices_check_counts_the_pods_released_before_once_when_their_claims_are_allocated() -> None:
+    """Another team's gang released onto w0 and its claims allocated there by kube-scheduler (two of w0's
+    four GPUs): those devices are taken, and the pods are not counted again as wanting two more, so this
+    gang's two pods fit beside them."""
+    from webhook.controller.observe.device_check import devices_check
+    from webhook.controller.observe.store import GangStore
+
+    book, memo = devices.PoolBook(), devices.Memo()
+    index = ClusterIndex()
+    index.apply_nodes({"/w0": trim_node(api_node("w0"))})
+    book.apply({"/w0": node_slice("w0", gpus(4))})
+    templates = [template("one", exactly())]
+    templates.append({**templates[0], "metadata": {**templates[0]["metadata"], "namespace": "team-b"}})
+    theirs = gated_job_pods(2, claim_template="one", namespace="team-b")
+    claims = []
+    for i, pod in enumerate(theirs.values()):
+        del pod["spec"]["schedulingGates"]
+        pod["spec"]["nodeName"] = "w0"
+        pod["metadata"]["uid"] = "b-" + pod["metadata"]["uid"]
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+        result = {"request": "gpu", "driver": DRIVER, "pool": "w0", "device": f"gpu-{i}"}
+        claims.append(
+            {
+                "metadata": {
+                    "name": f"{pod['metadata']['name']}-gpu",
+                    "namespace": "team-b",
+                    "ownerReferences": [owner],
+                },
+                "spec": templates[1]["spec"]["spec"],
+                "status": {"allocation": {"devices": {"results": [result]}}},
+            }
+        )
+    index.use_devices(inventory_from([device_class()], (), claims, templates, memo, book.gathered()))
+    index.apply_pods(theirs)
+    index.apply_pods(gated_job_pods(2, claim_template="one"))
+    fit = devices_check(index, index.gangs()["team-a/job-train"], GangStore().record("team-a/job-train"))
+    assert fit is not None
+    assert fit({"train-0000": "w0", "train-0001": "w0"}) is None
