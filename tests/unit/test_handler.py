@@ -35,6 +35,22 @@ def test_internal_error_is_logged_with_the_uid_and_denied_with_500(caplog: pytes
     assert any(getattr(r, "uid", None) == "u-1" and r.exc_info for r in caplog.records)
 
 
+def test_a_denial_is_logged_at_info_and_an_object_let_through_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    resolver = build_resolver(WebhookSettings(backend="gate"))
+    refusing = build_resolver(
+        WebhookSettings(), namespaces=namespaces(**{"team-a": {"gangkeeper.io/backend": "kueue"}})
+    )
+    with caplog.at_level(logging.INFO, logger="gangkeeper.admission"):
+        assert handle(Handler(resolver), b.job())["allowed"] is True
+        assert handle(Handler(refusing), b.job())["allowed"] is False
+    decisions = [r for r in caplog.records if r.getMessage() == "admission decision"]
+    assert [(r.levelno, getattr(r, "allowed", None)) for r in decisions] == [(logging.INFO, False)]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="gangkeeper.admission"):
+        handle(Handler(resolver), b.job())
+    assert [getattr(r, "gang", None) for r in caplog.records if r.getMessage() == "admission decision"] == ["job-train"]
+
+
 def namespaces(**labels_by_namespace: dict[str, str]) -> StaticNamespaces:
     return StaticNamespaces({ns: NamespaceInfo(labels=labels) for ns, labels in labels_by_namespace.items()})
 
