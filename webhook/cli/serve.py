@@ -92,7 +92,7 @@ def add(command: Command) -> None:
         type=int,
         default=Limits.max_waiting,
         help="accepted connections per process whose TLS handshake has not started (no ClientHello yet, or "
-        "waiting for a turn); beyond it a new one is closed (default: %(default)s)",
+        "waiting for a turn); beyond it the one waiting longest is closed (default: %(default)s)",
     )
     serve.add_argument("--max-in-flight-mib", type=int, default=24, help="request bytes per process before 429")
     serve.add_argument("--cert-reload-seconds", type=float, default=5.0)

@@ -26,7 +26,8 @@ class Limits:
     max_connections: int = 1024
     # Per process, accepted connections that hold no TLS state yet (no ClientHello, or waiting for their
     # handshake's turn): a socket each, a few KiB of kernel buffers. A cold API server dials a new
-    # connection per call until it has enough; they wait here rather than be refused.
+    # connection per call until it has enough; they wait here rather than be refused, and beyond the
+    # bound the one waiting longest makes room (Worker._drop_oldest_waiting).
     max_waiting: int = 2048
     max_in_flight: int = 512  # requests read and not yet answered, per process
     # Bodies of requests in flight, per process: bounds what large reviews can hold at once.
