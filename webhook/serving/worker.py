@@ -222,28 +222,35 @@ class Worker:
             except OSError as error:  # out of descriptors and kin: the queue waits for a connection to close
                 log.warning("accept failed", extra={"error": str(error)})
                 return
-            if len(self._silent) + len(self._hello_queue) >= self.limits.max_waiting:
-                self._drop_oldest_waiting()
+            full = len(self._silent) + len(self._hello_queue) >= self.limits.max_waiting
+            if full and not self._drop_oldest_waiting():
+                self.count_refusal(503)
+                sock.close()
+                continue
             sock.setblocking(False)
             # no TLS state and no turn until the client speaks: a silent connection costs a socket only
             self._silent[sock] = time.monotonic() + self.limits.handshake_seconds
             self._loop.add_reader(sock, self._hello, sock)
 
-    def _drop_oldest_waiting(self) -> None:
-        """Room for a new connection: the one accepted longest ago that has no handshake under way is
-        closed, silent ones first. Go's transport (the API server's) dials for a call that finds no idle
-        connection and keeps the dial going once an idle one served the call, so under a burst the queue
-        fills with dials nobody waits for, oldest first; refusing the newest failed the calls that did
-        wait for their dial (bench/admission.py at 256 connections: 1,729 refused in 2 s, 4 calls EOF)."""
+    def _drop_oldest_waiting(self) -> bool:
+        """Room for a new connection, if any waits (`--max-waiting-connections` may be 0): the silent one
+        accepted longest ago is closed, else the one waiting longest for its turn. Go's transport (the API
+        server's) dials for a call that finds no idle connection and keeps the dial going once an idle one
+        served the call, so under a burst the queue fills with dials nobody waits for, oldest first;
+        refusing the newest failed the calls that did wait for their own dial (bench/admission.py at 256
+        connections: 1,729 refused in 2 s, 4 calls EOF)."""
         assert self._loop is not None
-        self.count_refusal(503)
         if self._silent:
             sock = next(iter(self._silent))
             del self._silent[sock]
             self._loop.remove_reader(sock)
-        else:
+        elif self._hello_queue:
             sock = self._hello_queue.popleft()[0]
+        else:
+            return False
+        self.count_refusal(503)
         sock.close()
+        return True
 
     def _hello(self, sock: socket.socket) -> None:
         """The client's first bytes are in: its handshake waits for a turn."""
