@@ -49,13 +49,7 @@ def encode(reply: Reply, keep_alive: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body
 
 
-class HttpConnection(asyncio.BufferedProtocol):
-    """A buffered protocol: uvloop's TLS transport decrypts straight into the worker's read buffer
-    (uvloop/sslproto.pyx, SSLProtocol._do_read__buffered). With a plain protocol it read each record into
-    a new 256 KiB bytes object, mapped and unmapped per read under our malloc threshold, and read once
-    more for the SSLWantReadError that ends every read (CPython's costly exception, python/cpython#123954);
-    the buffered path stops once nothing is pending."""
-
+class HttpConnection(asyncio.Protocol):
     def __init__(self, worker: Worker, handshake: object = None) -> None:
         self.worker, self.limits = worker, worker.limits
         self.handshake = handshake  # the worker's token for this connection's TLS handshake under way
@@ -89,15 +83,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         # connection waited for a full collection, which the tuned thresholds make rare (25 KB each).
         self.parser, self.transport = None, None
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        # one buffer per worker, shared: the transport fills it and calls buffer_updated at once, on the
-        # loop's one thread, and the parser copies out what it keeps before the next read
-        return self.worker.read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.worker.read_buffer[:nbytes])
-
-    def data_received(self, data: bytes | memoryview) -> None:
+    def data_received(self, data: bytes) -> None:
         if self.closing:
             return
         try:
