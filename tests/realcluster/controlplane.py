@@ -13,6 +13,7 @@ import fcntl
 import functools
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -117,7 +118,26 @@ NATIVE: dict[str, NativeGang] = {
 }
 
 
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port no socket holds, from below the kernel's range for outgoing connections. A port the
+    kernel picked from that range was free at the probe but could go to an outgoing connection before
+    the component bound it (CI saw kube-apiserver exit: bind: address already in use)."""
+    top = max(_ephemeral_start(), 10001)
+    for _ in range(200):
+        port = random.randrange(10000, top)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))  # every address, as the components bind
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
