@@ -44,6 +44,10 @@ CONCURRENT_HANDSHAKES = 2
 TURN_SECONDS = 0.01
 
 
+# the connections' read buffer, one per worker (connection.py, HttpConnection.get_buffer): a TLS record
+# is at most 16 KiB, and a bigger body arrives over several reads
+READ_BUFFER_BYTES = 64 * 1024
+
 # reviews answered side by side off the loop while they wait on the API server (each at most its read's
 # deadline, admission/workloads.py READ_SECONDS); more wait their turn in the executor's queue
 WAITING_THREADS = 8
@@ -100,6 +104,7 @@ class Worker:
         self._hello_queue: deque[tuple[socket.socket, float]] = deque()
         self._turns: set[object] = set()  # the handshakes holding a turn
         self.in_flight = self.in_flight_bytes = 0
+        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         self.draining = False
         self._large = ThreadPoolExecutor(1, thread_name_prefix="large-review")
         # reviews that wait on an API read (a gang pod's workload uid, a PodGroup made ahead): each holds
