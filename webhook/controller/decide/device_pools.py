@@ -3,15 +3,13 @@ the PoolBook that keeps them up to date from the slices' changes."""
 
 from __future__ import annotations
 
-import marshal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from webhook.controller.decide import device_capacity, device_counters
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
-from webhook.controller.decide.device_parsed import ParsedOnce
-from webhook.controller.decide.device_types import Device, DeviceId, Pool, PoolIndex, PoolKey
+from webhook.controller.decide.device_slices import pool_of_slice
+from webhook.controller.decide.device_types import DeviceId, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
 
 if TYPE_CHECKING:
@@ -50,7 +48,7 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
         for seen, obj, parsed in group:
             if parsed is None:
                 try:
-                    parsed = _pool_of_slice(obj, driver, name, generation)
+                    parsed = pool_of_slice(obj, driver, name, generation)
                 except (TypeError, ValueError, AttributeError) as error:
                     if problems is not None:
                         problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
@@ -160,100 +158,6 @@ class PoolBook:
 
     def gathered(self) -> Gathered:
         return self._now
-
-
-def _pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
-    """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
-    are what matters, each slice keeps its own node selection). A slice whose devices each say which
-    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`."""
-    spec = obj.get("spec") or {}
-    count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
-    devices: list[Device] = []
-    placements: dict[str, tuple[str | None, bool, Any, list[Device]]] = {}
-    per_device = bool(spec.get("perDeviceNodeSelection"))
-    for raw in spec.get("devices") or []:
-        if not isinstance(raw, dict):
-            continue
-        device = _device(raw, driver, name)
-        devices.append(device)
-        if per_device:
-            placement = _node_selection(raw)
-            placements.setdefault(repr(placement), (*placement, []))[3].append(device)
-    selector = spec.get("nodeSelector")
-    pool = Pool(
-        driver,
-        name,
-        generation,
-        complete=count == 1,
-        slice_count=count,
-        devices=tuple(devices),
-        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
-        all_nodes=bool(spec.get("allNodes")),
-        node_selector=(selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None,
-        counters=device_counters.offered(spec),
-    )
-    if not placements:
-        return pool
-    # pools_stable.go GatherPools takes such a slice for a node when one of its devices is there, and
-    # isSelectable then offers only the devices whose own nodeName/allNodes/nodeSelector match it
-    # (allocator_stable.go): a view per selection is that, and a view with a nodeName is node-local
-    views = tuple(
-        replace(
-            pool,
-            devices=tuple(found),
-            node_name=node_name,
-            all_nodes=all_nodes,
-            node_selector=node_selector,
-            counters=pool.counters if i == 0 else (),  # the slice's counters counted once
-        )
-        for i, (node_name, all_nodes, node_selector, found) in enumerate(placements.values())
-    )
-    return replace(pool, views=views)
-
-
-def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
-    """A device's own nodeName, allNodes or nodeSelector terms (resource/v1 Device)."""
-    selector = raw.get("nodeSelector")
-    terms = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
-    return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
-
-
-_CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map
-_CONSUMED = ParsedOnce(device_counters.consumed_of)  # a device's consumesCounters
-
-
-def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
-    get = raw.get  # a cluster's devices are parsed at the controller's start: 40,000 in bench/devices.py
-    taints = get("taints")
-    attributes, capacity, shared = get("attributes"), get("capacity"), bool(get("allowMultipleAllocations"))
-    return Device(
-        (driver, pool, str(get("name") or "")),
-        attributes or {},
-        capacity or {},
-        tuple(
-            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-            for t in taints
-            if isinstance(t, dict)
-        )
-        if taints
-        else (),
-        None,
-        _content(driver, attributes, capacity, shared),
-        _CONSUMED(get("consumesCounters")) if get("consumesCounters") else (),
-        shared,
-        _CAPACITIES(capacity) if capacity else (),
-    )
-
-
-def _content(driver: str, attributes: Any, capacity: Any, shared: bool) -> bytes:
-    """What a selector can see of a device, as the key of its selectors' results (Memo). marshal's format 2
-    (no back-references, so equal content gives equal bytes) at a quarter of repr's cost, 40,000 devices
-    at a cold start; not sorted: a driver writes its devices' fields in one order, and two orders of the
-    same content only cost a second evaluation."""
-    try:
-        return marshal.dumps((driver, attributes, capacity, shared), 2)
-    except ValueError:  # not JSON's types (never from the API): its text instead
-        return repr((driver, attributes, capacity, shared)).encode()
 
 
 def replaced_pools(before: Sequence[Pool], after: Sequence[Pool]) -> tuple[list[Pool], list[Pool]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from webhook.controller.decide import device_capacity, device_counters
@@ -69,6 +69,19 @@ class Device(NamedTuple):
     capacities: tuple[device_capacity.Capacity, ...] = ()
 
 
+class SliceDevices:
+    """A slice's devices and shared counters as parsed once for every slice that publishes the same ones
+    (nodes of one model each publish their own pool of the same devices: device_pools.py). Compared by
+    identity: the slices' Pool.shape, so nodes whose pools have the same shapes count the same
+    (device_alike.py). `shared` once a second slice is found alike: a node of a kind of its own (a driver
+    that gives each device a UUID) is not worth a key."""
+
+    __slots__ = ("counters", "devices", "shared")
+
+    def __init__(self, devices: tuple[Device, ...], counters: device_counters.Amounts) -> None:
+        self.devices, self.counters, self.shared = devices, counters, False
+
+
 @dataclass(frozen=True)
 class Pool:
     driver: str
@@ -84,6 +97,7 @@ class Pool:
     # a slice with per-device node selection: its devices grouped by the nodes each names (the Pools
     # placement uses in its place)
     views: tuple[Pool, ...] = ()
+    shape: SliceDevices | None = field(default=None, compare=False)  # None: a view (perDeviceNodeSelection)
 
     def applies_to(self, node: Node) -> bool:
         """pools_stable.go NodeMatches."""

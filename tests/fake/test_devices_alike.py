@@ -1,0 +1,95 @@
+"""Nodes alike in their devices counted once per inventory (decide/device_alike.py): each node's class
+totals are what it counts on its own, whatever its kind shares with others, for every shape a count reads
+(classes with extended resources, alternatives, constraints, partitions of shared counters, devices taken
+by claims that count or not)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fake.test_device_constraints import BIG, ONE_BIG_OR_TWO_SMALL, PCIE, gpu
+from tests.fake.test_devices import DRIVER, device_class, exactly, node_slice, template
+from webhook.controller.decide.devices import inventory_from
+from webhook.controller.decide.shapes import Node
+
+DEVICE = st.tuples(st.sampled_from(["big", "small"]), st.sampled_from([None, "a", "b"]), st.booleans())
+KIND = st.tuples(st.lists(DEVICE, min_size=1, max_size=5), st.booleans())  # devices, partitions of a counter
+TEMPLATES = [
+    template("either", ONE_BIG_OR_TWO_SMALL),
+    template("pair", exactly(count=2), constraints=[{"matchAttribute": PCIE}]),
+    template("big", exactly("gpu", 1, "gpu", BIG)),
+]
+
+
+def kind_slice(node: str, devices: list[tuple[str, str | None, bool]], partitioned: bool) -> dict[str, Any]:
+    made = []
+    for i, (model, root, consumes) in enumerate(devices):
+        device = gpu(f"g{i}", model, root)
+        if partitioned and consumes:
+            device["consumesCounters"] = [{"counterSet": "mem", "counters": {"gb": {"value": "40"}}}]
+        made.append(device)
+    more = {"sharedCounters": [{"name": "mem", "counters": {"gb": {"value": "80"}}}]} if partitioned else {}
+    return node_slice(node, made, **more)
+
+
+def held(node: str, device: int, owner: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{node}-g{device}",
+            "namespace": "team-b",
+            "ownerReferences": [{"kind": "Pod", "name": owner, "uid": owner}],
+        },
+        "status": {"allocation": {"devices": {"results": [{"driver": DRIVER, "pool": node, "device": f"g{device}"}]}}},
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(KIND, min_size=1, max_size=3),
+    nodes=st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=2, max_size=7),
+    taken=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4), st.sampled_from(["p1", "p2"])), max_size=6),
+    counted=st.sets(st.sampled_from(["p1", "p2"])),
+)
+def test_each_nodes_count_is_its_own_whatever_its_kind_shares(
+    kinds: list[tuple[list[tuple[str, str | None, bool]], bool]],
+    nodes: list[tuple[int, bool]],
+    taken: list[tuple[int, int, str]],
+    counted: set[str],
+) -> None:
+    slices, claims, api_nodes = [], {}, []
+    for at, (kind, extended) in enumerate(nodes):
+        devices, partitioned = kinds[kind % len(kinds)]
+        slices.append(kind_slice(f"n{at}", devices, partitioned))
+        allocatable = {"cpu": 8000, "pods": 110} | ({"example.com/gpu": 1} if extended else {})
+        api_nodes.append(Node(f"n{at}", allocatable, {}))
+    for at, device, owner in taken:
+        if at < len(nodes) and device < len(kinds[nodes[at][0] % len(kinds)][0]):
+            claims[(at, device)] = held(f"n{at}", device, owner)
+    classes = [device_class(), device_class("big-gpu", BIG, extended="example.com/gpu")]
+    counting = inventory_from(classes, slices, list(claims.values()), TEMPLATES)
+    totals = [counting.class_totals(n, counted) for n in api_nodes]
+    for n, found in zip(api_nodes, totals, strict=True):
+        alone = inventory_from(classes, slices, list(claims.values()), TEMPLATES)
+        assert found == alone._class_totals(n, counted), n.name
+    seen = Counter((repr(kinds[kind % len(kinds)]), extended) for kind, extended in nodes)  # kinds by content
+    if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
+        assert sum(1 for n in seen.values() if n > 1) <= len(counting._totals_alike) <= len(seen)
+
+
+def test_an_inventory_narrowed_to_other_waiting_claims_counts_its_nodes_anew() -> None:
+    """The watch narrows an inventory by `dataclasses.replace` when other pods wait (observe/devices.py):
+    the counts of nodes alike belong to what the first one counted, not to the narrowed one."""
+    slices = [kind_slice(f"n{i}", [("big", "a", False), ("small", "a", False)], False) for i in range(3)]
+    nodes = [Node(f"n{i}", {"cpu": 8000, "pods": 110}, {}) for i in range(3)]
+    first = inventory_from([device_class()], slices, [], TEMPLATES)
+    first.waiting = frozenset()
+    assert [first.class_totals(n) for n in nodes] == [{"deviceclass.resource.kubernetes.io/gpu": 2}] * 3
+    narrowed = replace(first, waiting=frozenset({("template", "team-a", "either")}), deferred={})
+    counted = [narrowed.class_totals(n) for n in nodes]
+    assert counted == [narrowed._class_totals(n, ()) for n in nodes]
+    assert any(resource.startswith("deviceclass.resource.kubernetes.io/claim/") for resource in counted[0])

@@ -1,0 +1,42 @@
+"""Nodes alike in their devices: a cluster's nodes of one model each publish their own pool of the same
+devices, and count the same per class. What a node's count depends on, as a key, so that an inventory
+counts each kind of node once (Inventory.class_totals): 5,000 nodes of 8 GPUs each cost one count."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from webhook.controller.decide.shapes import Node
+
+if TYPE_CHECKING:
+    from webhook.controller.decide.device_inventory import Inventory
+
+MAX_KINDS_OF_NODE = 4096  # counts an inventory keeps by key; nodes of more kinds are each counted on their own
+
+
+def nodes_alike_key(inventory: Inventory, node: Node, counted_by_pods: Collection[str]) -> tuple[Any, ...] | None:
+    """What the node's class totals depend on, where its pools are all its own and each of one slice: each
+    slice's devices as parsed for every slice alike (Pool.shape, by identity: SliceDevices),
+    which of them claims hold and whether those count (`counted_by_pods`), and which classes' extended
+    resources the node has of its own. None where they depend on more: a pool reaching other nodes, a
+    pool of several slices, a device claims share (each share's capacity is its claim's), a slice like
+    no other (then so is the node)."""
+    taken, shares = inventory.taken, inventory.shares
+    parts: list[Any] = []
+    for pool in inventory.pools_for(node):
+        if pool.shape is None or not pool.shape.shared or pool.node_name != node.name or pool.slice_count != 1:
+            return None
+        parts.append(pool.shape)
+        if taken or shares:
+            for at, device in enumerate(pool.devices):
+                if device.id in shares:
+                    return None
+                if device.id in taken:
+                    parts.append((at, inventory.counted(device, counted_by_pods)))
+    parts.append(
+        tuple(
+            bool(node.allocatable.get(c.extended_resource)) for c in inventory.classes.values() if c.extended_resource
+        )
+    )
+    return tuple(parts)

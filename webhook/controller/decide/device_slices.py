@@ -1,0 +1,168 @@
+"""One ResourceSlice parsed into a Pool: its devices made once for every slice that publishes the same ones
+(nodes of one model), each device's parts parsed once per distinct content."""
+
+from __future__ import annotations
+
+import marshal
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from webhook.controller.decide import device_capacity, device_counters
+from webhook.controller.decide.device_parsed import ParsedOnce
+from webhook.controller.decide.device_types import Device, Pool, SliceDevices
+from webhook.gangs.model import Obj
+
+
+def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
+    """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
+    are what matters, each slice keeps its own node selection). A slice whose devices each say which
+    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`."""
+    spec = obj.get("spec") or {}
+    count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
+    selector = spec.get("nodeSelector")
+    node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
+    node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    if not spec.get("perDeviceNodeSelection"):
+        made, alike = _alike_devices(driver, name, spec)
+        return Pool(
+            driver,
+            name,
+            generation,
+            complete=count == 1,
+            slice_count=count,
+            devices=made,
+            node_name=node_name,
+            all_nodes=bool(spec.get("allNodes")),
+            node_selector=node_selector,
+            counters=alike.counters,
+            shape=alike,
+        )
+    devices: list[Device] = []
+    placements: dict[str, tuple[str | None, bool, Any, list[Device]]] = {}
+    for raw in spec.get("devices") or []:
+        if not isinstance(raw, dict):
+            continue
+        device = _device(raw, driver, name)
+        devices.append(device)
+        placement = _node_selection(raw)
+        placements.setdefault(repr(placement), (*placement, []))[3].append(device)
+    pool = Pool(
+        driver,
+        name,
+        generation,
+        complete=count == 1,
+        slice_count=count,
+        devices=tuple(devices),
+        node_name=node_name,
+        all_nodes=bool(spec.get("allNodes")),
+        node_selector=node_selector,
+        counters=device_counters.offered(spec),
+    )
+    if not placements:
+        return pool
+    # pools_stable.go GatherPools takes such a slice for a node when one of its devices is there, and
+    # isSelectable then offers only the devices whose own nodeName/allNodes/nodeSelector match it
+    # (allocator_stable.go): a view per selection is that, and a view with a nodeName is node-local
+    views = tuple(
+        replace(
+            pool,
+            devices=tuple(found),
+            node_name=node_name,
+            all_nodes=all_nodes,
+            node_selector=node_selector,
+            counters=pool.counters if i == 0 else (),  # the slice's counters counted once
+            shape=None,
+        )
+        for i, (node_name, all_nodes, node_selector, found) in enumerate(placements.values())
+    )
+    return replace(pool, views=views)
+
+
+def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
+    """A device's own nodeName, allNodes or nodeSelector terms (resource/v1 Device)."""
+    selector = raw.get("nodeSelector")
+    terms = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
+
+
+MAX_SLICES_ALIKE = 4096  # slices' devices kept (_alike), the oldest out first
+# by a slice's driver and first device, as bytes: the last slice parsed with them, as [its devices and
+# counters as bytes (worked out when a second such slice comes), its devices, its counters, SliceDevices]
+_alike: OrderedDict[bytes, list[Any]] = OrderedDict()  # popitem(last=False): no scan past the evicted
+_alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
+
+
+def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> tuple[tuple[Device, ...], SliceDevices]:
+    """The slice's devices, made from those of a slice alike when one was parsed (SliceDevices): 5,000
+    nodes of one model are one parsing and a device each under its own pool's name. Slices are compared
+    whole only when their first devices are alike: a driver that gives each device a UUID makes every
+    slice unlike the others, and then this costs the first device's bytes."""
+    raw, counters = spec.get("devices") or [], spec.get("sharedCounters")
+    first: bytes | None = None
+    known: SliceDevices | None = None
+    if isinstance(raw, list):
+        try:
+            first = marshal.dumps((driver, raw[0] if raw else None), 2)
+            entry = _alike.get(first)
+            if entry is not None:
+                if entry[0] is None:
+                    entry[0] = marshal.dumps((entry[1], entry[2]), 2)
+                if entry[0] == marshal.dumps((raw, counters), 2):
+                    known = entry[3]
+        except ValueError:  # not JSON's types (never from the API)
+            first = None
+    if known is None:
+        devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
+        known = SliceDevices(devices, device_counters.offered(spec))
+        if first is not None:
+            with _alike_writing:
+                _alike.pop(first, None)
+                while len(_alike) >= MAX_SLICES_ALIKE:
+                    _alike.popitem(last=False)
+                _alike[first] = [None, raw, counters, known]
+        return devices, known
+    known.shared = True
+    if not known.devices or known.devices[0].id[1] == name:  # the same pool's slice again
+        return known.devices, known
+    return tuple(Device((driver, name, n), *rest) for (_, _, n), *rest in known.devices), known
+
+
+_CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map
+_CONSUMED = ParsedOnce(device_counters.consumed_of)  # a device's consumesCounters
+
+
+def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
+    get = raw.get  # a cluster's devices are parsed at the controller's start: 40,000 in bench/devices.py
+    taints = get("taints")
+    attributes, capacity, shared = get("attributes"), get("capacity"), bool(get("allowMultipleAllocations"))
+    return Device(
+        (driver, pool, str(get("name") or "")),
+        attributes or {},
+        capacity or {},
+        tuple(
+            (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in taints
+            if isinstance(t, dict)
+        )
+        if taints
+        else (),
+        None,
+        _content(driver, attributes, capacity, shared),
+        _CONSUMED(get("consumesCounters")) if get("consumesCounters") else (),
+        shared,
+        _CAPACITIES(capacity) if capacity else (),
+    )
+
+
+def _content(driver: str, attributes: Any, capacity: Any, shared: bool) -> bytes:
+    """What a selector can see of a device, as the key of its selectors' results (Memo). marshal's format 2
+    (no back-references, so equal content gives equal bytes) at a quarter of repr's cost, 40,000 devices
+    at a cold start; not sorted: a driver writes its devices' fields in one order, and two orders of the
+    same content only cost a second evaluation."""
+    try:
+        return marshal.dumps((driver, attributes, capacity, shared), 2)
+    except ValueError:  # not JSON's types (never from the API): its text instead
+        return repr((driver, attributes, capacity, shared)).encode()
