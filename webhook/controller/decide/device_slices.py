@@ -8,6 +8,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import repeat
 from typing import Any
 
 from webhook.controller.decide import device_capacity, device_counters
@@ -89,8 +90,8 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
 
 
 MAX_SLICES_ALIKE = 4096  # slices' devices kept (_alike), the oldest out first
-# by a slice's driver and first device, as bytes: the last slice parsed with them, as [its devices and
-# counters as bytes (worked out when a second such slice comes), its devices, its counters, SliceDevices]
+# by a slice's driver and first device, as bytes: the last slice parsed with them, as [its devices, its
+# counters (as the API gave them: the informer never changes an object it holds), SliceDevices]
 _alike: OrderedDict[bytes, list[Any]] = OrderedDict()  # popitem(last=False): no scan past the evicted
 _alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
 
@@ -98,22 +99,19 @@ _alike_writing = threading.Lock()  # slices may be read on more than one thread 
 def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> tuple[tuple[Device, ...], SliceDevices]:
     """The slice's devices, made from those of a slice alike when one was parsed (SliceDevices): 5,000
     nodes of one model are one parsing and a device each under its own pool's name. Slices are compared
-    whole only when their first devices are alike: a driver that gives each device a UUID makes every
-    slice unlike the others, and then this costs the first device's bytes."""
+    whole (0.7 us for 8 devices) only when their drivers and first devices are alike: a driver that gives
+    each device a UUID makes every slice unlike the others, and then this costs the first device's bytes."""
     raw, counters = spec.get("devices") or [], spec.get("sharedCounters")
     first: bytes | None = None
     known: SliceDevices | None = None
     if isinstance(raw, list):
         try:
             first = marshal.dumps((driver, raw[0] if raw else None), 2)
-            entry = _alike.get(first)
-            if entry is not None:
-                if entry[0] is None:
-                    entry[0] = marshal.dumps((entry[1], entry[2]), 2)
-                if entry[0] == marshal.dumps((raw, counters), 2):
-                    known = entry[3]
         except ValueError:  # not JSON's types (never from the API)
             first = None
+        entry = _alike.get(first) if first is not None else None
+        if entry is not None and entry[0] == raw and entry[1] == counters:
+            known = entry[2]
     if known is None:
         devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
         known = SliceDevices(devices, device_counters.offered(spec))
@@ -122,12 +120,16 @@ def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> tuple[tup
                 _alike.pop(first, None)
                 while len(_alike) >= MAX_SLICES_ALIKE:
                     _alike.popitem(last=False)
-                _alike[first] = [None, raw, counters, known]
+                _alike[first] = [raw, counters, known]
         return devices, known
     known.shared = True
     if not known.devices or known.devices[0].id[1] == name:  # the same pool's slice again
         return known.devices, known
-    return tuple(Device((driver, name, n), *rest) for (_, _, n), *rest in known.devices), known
+    if known.columns is None:  # each field of the devices but their ids, in order (Device's fields)
+        known.columns = tuple(zip(*known.devices, strict=True))[1:]
+    ids = [(driver, name, d.id[2]) for d in known.devices]
+    # made in C, a device a quarter of a microsecond: 40,000 at a cold start
+    return tuple(map(tuple.__new__, repeat(Device), zip(ids, *known.columns, strict=True))), known
 
 
 _CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map

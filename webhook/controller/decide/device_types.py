@@ -76,10 +76,11 @@ class SliceDevices:
     (device_alike.py). `shared` once a second slice is found alike: a node of a kind of its own (a driver
     that gives each device a UUID) is not worth a key."""
 
-    __slots__ = ("counters", "devices", "shared")
+    __slots__ = ("columns", "counters", "devices", "shared")
 
     def __init__(self, devices: tuple[Device, ...], counters: device_counters.Amounts) -> None:
         self.devices, self.counters, self.shared = devices, counters, False
+        self.columns: tuple[tuple[Any, ...], ...] | None = None  # the devices' fields after `id`, by field
 
 
 @dataclass(frozen=True)
