@@ -89,7 +89,9 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
     return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
 
 
-MAX_SLICES_ALIKE = 4096  # slices' devices kept (_alike), the oldest out first
+# slices kept (_alike), the oldest out first: each holds its devices as the API gave them (7-9 KB
+# for 8 GPUs), which a slice republished would otherwise have let go
+MAX_SLICES_ALIKE = 1024
 # by a slice's driver and first device, as bytes: the last slice parsed with them, as [its devices, its
 # counters (as the API gave them: the informer never changes an object it holds), SliceDevices]
 _alike: OrderedDict[bytes, list[Any]] = OrderedDict()  # popitem(last=False): no scan past the evicted

@@ -71,7 +71,7 @@ class Device(NamedTuple):
 
 class SliceDevices:
     """A slice's devices and shared counters as parsed once for every slice that publishes the same ones
-    (nodes of one model each publish their own pool of the same devices: device_pools.py). Compared by
+    (nodes of one model each publish their own pool of the same devices: device_slices.py). Compared by
     identity: the slices' Pool.shape, so nodes whose pools have the same shapes count the same
     (device_alike.py). `shared` once a second slice is found alike: a node of a kind of its own (a driver
     that gives each device a UUID) is not worth a key."""
