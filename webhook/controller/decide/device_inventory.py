@@ -76,9 +76,14 @@ class Inventory:
         if known is not None and (known[0] is node or not index.shared or known[0].labels == node.labels):
             return known[1]
         local = index.local.get(node.name, ())
-        pools = (*local, *(p for p in index.shared if p.applies_to(node)))
+        pools = (*local, *(p for p in index.shared if p.applies_to(node))) if index.shared else tuple(local)
         self._pools_of[node.name] = (node, pools)
         return pools
+
+    @functools.cached_property
+    def extended_resources(self) -> tuple[str, ...]:
+        """The extended resources the classes' devices serve (KEP-5004), in the classes' order."""
+        return tuple(c.extended_resource for c in self.classes.values() if c.extended_resource)
 
     @property
     def has_node_selecting_pools(self) -> bool:
@@ -246,7 +251,7 @@ class Inventory:
     @functools.cached_property
     def shared_devices(self) -> dict[DeviceId, Device]:
         """The devices that allow multiple allocations, by id."""
-        return {d.id: d for p in self.pools for d in p.devices if d.shared}
+        return {d.id: d for p in self.pools for d in p.sharing}
 
     @functools.cached_property
     def narrowed(self) -> dict[str, set[tuple[str, ...]]]:

@@ -62,6 +62,37 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
     return pools
 
 
+def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str]) -> list[Pool]:
+    """gather_pools of a pool published in one slice (`key` its driver and pool name), without the
+    grouping: the slice is its pool's newest generation, complete when the pool says it has one slice."""
+    name = (obj.get("metadata") or {}).get("name")
+    try:
+        generation = int(((obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+    except (TypeError, ValueError):
+        problems.append(f"ResourceSlice {name}: unreadable pool")
+        return []
+    try:
+        parsed = pool_of_slice(obj, key[0], key[1], generation)
+    except (TypeError, ValueError, AttributeError) as error:
+        problems.append(f"ResourceSlice {name}: {error}")
+        return []
+    complete = parsed.slice_count == 1
+    views = parsed.views or (parsed,)
+    return [view if view.complete == complete else replace(view, complete=complete) for view in views]
+
+
+def _index_entries(
+    key: PoolKey, pools: list[Pool], nodes: dict[PoolKey, str | None], names: dict[PoolKey, frozenset[str]]
+) -> None:
+    """A pool's entries of PoolIndex.nodes and .names (its Pools `pools`, none when it is gone)."""
+    if len(pools) == 1 and pools[0].shape is not None:  # its device names found once per slice alike
+        nodes[key], names[key] = pools[0].node_name, pools[0].shape.names
+    elif pools:
+        found = PoolIndex.of(pools)
+        nodes.update(found.nodes)
+        names.update(found.names)
+
+
 def _pool_key(obj: Obj) -> PoolKey:
     spec = obj.get("spec") or {}
     pool = (spec.get("pool") if isinstance(spec, dict) else None) or {}
@@ -107,8 +138,47 @@ class PoolBook:
             self._pool_of[key] = pool = _pool_key(obj)
             self._members.setdefault(pool, set()).add(key)
             dirty.add(pool)
-        if dirty:
+        if dirty and self._gathered:
             self._regather(dirty)
+        elif dirty:
+            self._load()
+
+    def _gather(self, key: PoolKey) -> list[Pool]:
+        """The pool's slices gathered again (`_gathered`, `_unreadable`): its Pools now."""
+        members = self._members.get(key)
+        self._unreadable.discard(key)
+        if not members:
+            self._members.pop(key, None)
+            self._gathered.pop(key, None)
+            return []
+        problems: list[str] = []
+        if len(members) == 1:  # most pools: a node's own slice
+            gathered = _one_slice_pools(self._slices[next(iter(members))], key, problems)
+        else:
+            gathered = gather_pools([self._slices[k] for k in sorted(members)], problems)
+        self._gathered[key] = (gathered, problems)
+        if problems:
+            self._unreadable.add(key)
+        return gathered
+
+    def _load(self) -> None:
+        """The first slices (a cold start: 5,000 nodes' own), gathered and indexed in one sweep."""
+        pools: list[Pool] = []
+        nodes: dict[PoolKey, str | None] = {}
+        names: dict[PoolKey, frozenset[str]] = {}
+        self._start = {}
+        for key in sorted(self._members):
+            self._start[key] = len(pools)
+            new = self._gather(key)
+            pools.extend(new)
+            _index_entries(key, new, nodes, names)
+        local: dict[str, list[Pool]] = {}
+        for pool in pools:
+            if pool.node_name:
+                local.setdefault(pool.node_name, []).append(pool)
+        problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
+        shared = [p for p in pools if not p.node_name]
+        self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))
 
     def _regather(self, dirty: set[PoolKey]) -> None:
         before = self._now
@@ -117,31 +187,23 @@ class PoolBook:
         nodes, names = dict(before.index.nodes), dict(before.index.names)
         shared_changed = False
         for key in dirty:
-            old = self._gathered.pop(key, ([], []))[0]
-            members = self._members.get(key)
-            self._unreadable.discard(key)
-            if members:
-                problems: list[str] = []
-                self._gathered[key] = (gather_pools([self._slices[k] for k in sorted(members)], problems), problems)
-                if problems:
-                    self._unreadable.add(key)
-            else:
-                self._members.pop(key, None)
-            new = self._gathered.get(key, ([], []))[0]
+            old = self._gathered.get(key, ([], []))[0]
+            new = self._gather(key)
             for pool in old:
                 if pool.node_name:
                     local[pool.node_name] = [p for p in local.get(pool.node_name, ()) if p is not pool]
                     if not local[pool.node_name]:
                         del local[pool.node_name]
+                else:
+                    shared_changed = True
             for pool in new:
                 if pool.node_name:
                     local[pool.node_name] = [*local.get(pool.node_name, ()), pool]
-            shared_changed |= any(not p.node_name for p in (*old, *new))
-            found = PoolIndex.of(new)
+                else:
+                    shared_changed = True
             nodes.pop(key, None)
             names.pop(key, None)
-            nodes.update(found.nodes)
-            names.update(found.names)
+            _index_entries(key, new, nodes, names)
             at = self._start.get(key)
             if pools is not None and at is not None and len(old) == len(new) and new:
                 pools[at : at + len(new)] = new  # a pool republished in place: the rest stay where they are

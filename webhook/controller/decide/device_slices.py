@@ -8,7 +8,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
-from itertools import repeat
 from typing import Any
 
 from webhook.controller.decide import device_capacity, device_counters
@@ -27,14 +26,14 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
     node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not spec.get("perDeviceNodeSelection"):
-        made, alike = _alike_devices(driver, name, spec)
+        alike = _alike_devices(driver, name, spec)
         return Pool(
             driver,
             name,
             generation,
             complete=count == 1,
             slice_count=count,
-            devices=made,
+            own_devices=None,
             node_name=node_name,
             all_nodes=bool(spec.get("allNodes")),
             node_selector=node_selector,
@@ -56,7 +55,7 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
         generation,
         complete=count == 1,
         slice_count=count,
-        devices=tuple(devices),
+        own_devices=tuple(devices),
         node_name=node_name,
         all_nodes=bool(spec.get("allNodes")),
         node_selector=node_selector,
@@ -70,7 +69,7 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     views = tuple(
         replace(
             pool,
-            devices=tuple(found),
+            own_devices=tuple(found),
             node_name=node_name,
             all_nodes=all_nodes,
             node_selector=node_selector,
@@ -98,14 +97,14 @@ _alike: OrderedDict[bytes, list[Any]] = OrderedDict()  # popitem(last=False): no
 _alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
 
 
-def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> tuple[tuple[Device, ...], SliceDevices]:
-    """The slice's devices, made from those of a slice alike when one was parsed (SliceDevices): 5,000
-    nodes of one model are one parsing and a device each under its own pool's name. Slices are compared
+def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevices:
+    """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
+    parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
     whole (0.7 us for 8 devices) only when their drivers and first devices are alike: a driver that gives
-    each device a UUID makes every slice unlike the others, and then this costs the first device's bytes."""
+    each device a UUID makes every slice unlike the others, and then this costs the first device's bytes.
+    The devices of the first such slice keep its pool's name."""
     raw, counters = spec.get("devices") or [], spec.get("sharedCounters")
     first: bytes | None = None
-    known: SliceDevices | None = None
     if isinstance(raw, list):
         try:
             first = marshal.dumps((driver, raw[0] if raw else None), 2)
@@ -113,25 +112,18 @@ def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> tuple[tup
             first = None
         entry = _alike.get(first) if first is not None else None
         if entry is not None and entry[0] == raw and entry[1] == counters:
-            known = entry[2]
-    if known is None:
-        devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
-        known = SliceDevices(devices, device_counters.offered(spec))
-        if first is not None:
-            with _alike_writing:
-                _alike.pop(first, None)
-                while len(_alike) >= MAX_SLICES_ALIKE:
-                    _alike.popitem(last=False)
-                _alike[first] = [raw, counters, known]
-        return devices, known
-    known.shared = True
-    if not known.devices or known.devices[0].id[1] == name:  # the same pool's slice again
-        return known.devices, known
-    if known.columns is None:  # each field of the devices but their ids, in order (Device's fields)
-        known.columns = tuple(zip(*known.devices, strict=True))[1:]
-    ids = [(driver, name, d.id[2]) for d in known.devices]
-    # made in C, a device a quarter of a microsecond: 40,000 at a cold start
-    return tuple(map(tuple.__new__, repeat(Device), zip(ids, *known.columns, strict=True))), known
+            known: SliceDevices = entry[2]
+            known.shared = True
+            return known
+    devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
+    known = SliceDevices(devices, device_counters.offered(spec))
+    if first is not None:
+        with _alike_writing:
+            _alike.pop(first, None)
+            while len(_alike) >= MAX_SLICES_ALIKE:
+                _alike.popitem(last=False)
+            _alike[first] = [raw, counters, known]
+    return known
 
 
 _CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map

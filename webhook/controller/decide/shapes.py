@@ -65,6 +65,11 @@ class Node:
             unschedulable=bool(spec.get("unschedulable")),
         )
 
+    def with_units(self, units: Mapping[str, int]) -> Node:
+        """The node with `units` added to its allocatable (its devices as resources): dataclasses.replace
+        cost 4 us a node, 5,000 nodes at a cold start with devices."""
+        return Node(self.name, {**self.allocatable, **units}, self.labels, self.taints, self.unschedulable)
+
 
 @dataclass(frozen=True)
 class Shape:

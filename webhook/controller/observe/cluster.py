@@ -164,7 +164,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         parsed = self._api_nodes[name]
         units = self._device_units.get(name)
         if units:
-            parsed = replace(parsed, allocatable={**parsed.allocatable, **units})
+            parsed = parsed.with_units(units)
         self.nodes[name] = parsed
         free = dict(parsed.allocatable)
         add_units(free, self.held.get(name, {}).items(), -1)
@@ -208,7 +208,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._devices_lost.discard(key)
         if self.devices is not None and devices.claims_devices(spec):
             demand = self.devices.demand(view.namespace, spec)
-            view = replace(view, shape=devices.with_demand(view.shape, demand))
+            view = replace(view, shape=demand.shaped(view.shape))
             if view.node_name and self._lost(view, pod):
                 # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
                 # no working member, so a gang that ran whole is short and recovers or is requeued whole
