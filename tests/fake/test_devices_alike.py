@@ -76,7 +76,8 @@ def test_each_nodes_count_is_its_own_whatever_its_kind_shares(
     for n, found in zip(api_nodes, totals, strict=True):
         alone = inventory_from(classes, slices, list(claims.values()), TEMPLATES)
         assert found == alone._class_totals(n, counted), n.name
-    seen = Counter((repr(kinds[kind % len(kinds)]), extended) for kind, extended in nodes)  # kinds by content
+    # kinds by the content of their slices (a device marked to consume counters no slice publishes is alike)
+    seen = Counter((repr(kind_slice("n", *kinds[kind % len(kinds)])["spec"]), extended) for kind, extended in nodes)
     if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
         assert sum(1 for n in seen.values() if n > 1) <= len(counting._totals_alike) <= len(seen)
 
@@ -93,3 +94,40 @@ def test_an_inventory_narrowed_to_other_waiting_claims_counts_its_nodes_anew() -
     counted = [narrowed.class_totals(n) for n in nodes]
     assert counted == [narrowed._class_totals(n, ()) for n in nodes]
     assert any(resource.startswith("deviceclass.resource.kubernetes.io/claim/") for resource in counted[0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=4), min_size=1, max_size=3),
+    placed=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["own", "shared", "two-slices"])), max_size=6),
+)
+def test_devices_found_by_id_are_those_of_every_pool(
+    kinds: list[list[tuple[bool, bool]]], placed: list[tuple[int, str]]
+) -> None:
+    """Inventory's devices by id (device_lookup.py: found through their pools when asked) against the maps
+    of every device they stand for: each id of every pool, and ids no pool has, answer the same."""
+    slices = []
+    for at, (kind, where) in enumerate(placed):
+        made = []
+        for i, (consumes, shared) in enumerate(kinds[kind % len(kinds)]):
+            device = gpu(f"g{i}", "big", None)
+            if consumes:
+                device["consumesCounters"] = [{"counterSet": "mem", "counters": {"gb": {"value": "40"}}}]
+            if shared:
+                device["allowMultipleAllocations"] = True
+            made.append(device)
+        counters = {"sharedCounters": [{"name": "mem", "counters": {"gb": {"value": "80"}}}]}
+        if where == "shared":
+            slices.append(node_slice(f"n{at}", made, allNodes=True, **counters))
+        elif where == "two-slices":  # one pool of two nodes' slices: reaching several nodes
+            slices += [node_slice(f"n{at}-{half}", made[half::2], pool=f"p{at}", count=2) for half in (0, 1)]
+        else:
+            slices.append(node_slice(f"n{at}", made, **counters))
+    inventory = inventory_from([device_class()], slices, [], [])
+    every = [d for p in inventory.pools for d in p.devices]
+    consuming = {d.id: d for d in every if d.consumes}
+    sharing = {d.id: d for d in every if d.shared}
+    asked = [d.id for d in every] + [(DRIVER, "nowhere", "g0"), (DRIVER, "n0", "g9")]
+    for found, expected in ((inventory._consuming, consuming), (inventory.shared_devices, sharing)):
+        assert {i: found.get(i) for i in asked} == {i: expected.get(i) for i in asked}
+        assert bool(found) == bool(expected) and dict(found) == expected

@@ -15,6 +15,7 @@ from webhook.controller.decide.device_claims import Claims
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_count import MAX_CLAIMS_COUNTED_PER_NODE, claims_on
 from webhook.controller.decide.device_demand import claim_requests, pod_demand
+from webhook.controller.decide.device_lookup import DevicesById, PoolsByKey
 from webhook.controller.decide.device_memo import Memo
 from webhook.controller.decide.device_pools import carry_worked_out, changed_nodes, replaced_pools
 from webhook.controller.decide.device_types import (
@@ -231,9 +232,13 @@ class Inventory:
         return device_counters.totals((p.driver, p.name, p.counters) for p in self.pools if p.counters)
 
     @functools.cached_property
-    def _consuming(self) -> dict[DeviceId, Device]:
-        """The devices that consume shared counters, by id."""
-        return {d.id: d for p in self.pools for d in p.consuming}
+    def _consuming(self) -> Mapping[DeviceId, Device]:
+        """The devices that consume shared counters, by id (found in their pools when asked)."""
+        return DevicesById(self._pools_by_key, self.pools, lambda d: bool(d.consumes), lambda p: p.any_consuming)
+
+    @functools.cached_property
+    def _pools_by_key(self) -> PoolsByKey:
+        return PoolsByKey(self._index, self.pools)
 
     def counters_used(self, free_for: Collection[str] = ()) -> Mapping[device_counters.CounterKey, Decimal]:
         """What the allocated devices consume of the shared counters (those of pods in `free_for` aside:
@@ -249,9 +254,9 @@ class Inventory:
         return Usages(self.taken, self.shares, self.owners, self._consuming)
 
     @functools.cached_property
-    def shared_devices(self) -> dict[DeviceId, Device]:
-        """The devices that allow multiple allocations, by id."""
-        return {d.id: d for p in self.pools for d in p.sharing}
+    def shared_devices(self) -> Mapping[DeviceId, Device]:
+        """The devices that allow multiple allocations, by id (found in their pools when asked)."""
+        return DevicesById(self._pools_by_key, self.pools, lambda d: d.shared, lambda p: p.any_sharing)
 
     @functools.cached_property
     def narrowed(self) -> dict[str, set[tuple[str, ...]]]:

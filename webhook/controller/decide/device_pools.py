@@ -280,8 +280,6 @@ def changed_nodes(before: Inventory | None, after: Inventory) -> set[str] | None
 # anew, each walked all 40,000 devices of bench/devices.py at every slice republished)
 POOL_MAPS: dict[str, Callable[[Pool], Iterable[tuple[Any, Any]]]] = {
     "counter_totals": lambda p: (((p.driver, p.name, s, c), v) for s, c, v in p.counters),
-    "_consuming": lambda p: ((d.id, d) for d in p.consuming),
-    "shared_devices": lambda p: ((d.id, d) for d in p.sharing),
 }
 
 

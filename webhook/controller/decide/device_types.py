@@ -152,6 +152,19 @@ class Pool:
             return ()
         return tuple(d for d in self.devices if d.shared)
 
+    @property
+    def any_consuming(self) -> bool:
+        """Whether a device of it consumes shared counters (a slice alike's devices not made for it)."""
+        return self.shape.consumes if self.shape is not None else bool(self.consuming)
+
+    @property
+    def any_sharing(self) -> bool:
+        return self.shape.sharing if self.shape is not None else bool(self.sharing)
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, Device]:
+        return {d.id[2]: d for d in self.devices}
+
 
 @dataclass(frozen=True)
 class Subrequest:
