@@ -26,21 +26,24 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.cluster import gated_job_pods, node
-from webhook.controller.decide import devices
+from webhook.controller.decide import device_cel, devices
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.device_check import devices_check
+from webhook.controller.observe.devices import RESOURCE_SLICES, DeviceWatch
+from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import trim_node
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
+from webhook.informer import Informer
 
 DRIVER = "gpu.example.com"
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
@@ -145,9 +148,6 @@ def one_pass(index: ClusterIndex, spec: GangSpec, records: GangStore | None = No
     return str(decision.state), len(decision.release)
 
 
-# the templates and claims gated pods name, as the controller's DeviceWatch tells each inventory (only their
-# selectors are counted per node; None would count every claim of the cluster, as offline tools do)
-WAITING = frozenset({("template", "team-a", "one")})
 # the controller's memory of each gang between passes (its last devices check); a Cluster keeps its own (an
 # empty store is falsy: `records or RECORDS` gave every Cluster this one)
 RECORDS = GangStore()
@@ -161,56 +161,86 @@ def between_passes() -> None:
     gc.freeze()
 
 
+class Served:
+    """The four DRA kinds as the API server lists and watches them, for the controller's own informers
+    (the bench has no API server): the passes read the devices as the controller does, through its
+    DeviceWatch, whose informers list and follow these."""
+
+    def __init__(self, lists: dict[str, list[dict[str, Any]]]) -> None:
+        self.lists, self.events = lists, list[dict[str, Any]]()
+
+    def list(self, path: str, **query: str) -> dict[str, Any]:
+        return {"items": list(self.lists.get(path.rpartition("/")[2], ())), "metadata": {"resourceVersion": "1"}}
+
+    def stream(self, path: str, query: dict[str, str], timeout: float) -> Iterator[dict[str, Any]]:
+        events, self.events = self.events, []
+        return iter(events)
+
+
 class Cluster:
-    """One cluster's index as the controller keeps it, with devices (their book and memo) or without."""
+    """One cluster's index as the controller keeps it, with devices (read through its DeviceWatch) or
+    without."""
 
     def __init__(self, raw_nodes: dict[str, Any], gang: int, with_devices: bool) -> None:
         self.raw_nodes, self.gang, self.with_devices = raw_nodes, gang, with_devices
         self.spec = GangSpec(min_member=gang)
         self.index, self.records = ClusterIndex(), GangStore()
-        self.memo, self.book = devices.Memo(), devices.PoolBook()  # as the controller's DeviceWatch keeps them
-        self.classes = [device_class()]
-        self.template = {
-            "metadata": {"name": "one", "namespace": "team-a"},
+        template = {
+            "metadata": {"name": "one", "namespace": "team-a", "resourceVersion": "1"},
             "spec": {"spec": {"devices": shaped_request()}},
         }
-        self.held: list[Any] = []
+        self.served = Served({"deviceclasses": [device_class()], "resourceclaimtemplates": [template]})
+        self.informers = {(r.group_version, r.plural): Informer(self.served, r) for r in DRA_RESOURCES}  # type: ignore[arg-type]
+        self.watch = DeviceWatch(self.informers, evaluator=device_cel.evaluate_all)  # CEL in process, as offline
         # the gang's pods as the API server gives them (through the webhook's admission): made before the
         # timing starts, as the controller gets them made
         self.pods = {f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=with_devices)}
         self.inventory_times: list[float] = []  # of the cold pass and the slices' passes: the devices' part
 
-    def inventory(self) -> devices.Inventory:
-        found = devices.inventory_from(
-            self.classes, (), self.held, [self.template], self.memo, self.book.gathered(), templates_version="1"
-        )
-        found.waiting = WAITING
-        return found
+    def listed(self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> None:
+        """The informers' first lists (their own threads' work, before the controller's first pass)."""
+        self.served.lists |= {"resourceslices": slices, "resourceclaims": allocated}
+        for informer in self.informers.values():
+            informer.relist()
 
-    def cold(self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> tuple[str, int]:
+    def devices(self, first: bool = False) -> None:
+        """What each pass does first (with a new budget of CEL evaluations) and again once the pods are
+        in (run/reconciler.py snapshot)."""
+        if first:
+            self.watch.memo.new_pass()
+        self.index.use_devices(self.watch.inventory(self.index.waiting_claims()))
+
+    def cold(self) -> tuple[str, int]:
+        """The controller's first pass, in its order: the devices' picture, the pods, the picture again
+        with the templates the waiting pods name, the nodes (each counted with its devices)."""
         started = time.perf_counter()
         if self.with_devices:
-            self.book.apply({f"/{s['metadata']['name']}": s for s in slices})
-            self.held = devices.claims_of(allocated)  # parsed once per version of their list, as the watch does
-            inventory = self.inventory()
+            self.devices(first=True)
+        self.index.apply_pods(self.pods)
+        if self.with_devices:
+            self.devices()
         self.index.apply_nodes(self.raw_nodes)
         if self.with_devices:
-            self.index.use_devices(inventory)
             self.inventory_times.append(time.perf_counter() - started)
-        self.index.apply_pods(self.pods)
         return one_pass(self.index, self.spec, self.records)
 
     def node_changed(self, name: str, label: str) -> tuple[str, int]:
         """One node changed (its labels), no device: the gang decided again."""
+        if self.with_devices:
+            self.devices(first=True)
+            self.devices()
         self.index.apply_nodes({f"/{name}": trim_node(node(name, cpu="64", memory="256Gi", labels={"run": label}))})
         return one_pass(self.index, self.spec, self.records)
 
     def slice_changed(self, per_node: int, version: str) -> tuple[str, int]:
-        """One node's slice republished: its pool gathered again, the inventory and that node's devices
-        again (what the other devices select remembered), the gang decided again."""
+        """One node's slice republished (its watch event, in the informer's thread): its pool gathered
+        again, the inventory and that node's devices again (what the other devices select remembered),
+        the gang decided again."""
+        self.served.events = [{"type": "MODIFIED", "object": node_slice("node-0000", per_node, version=version)}]
+        self.informers[(RESOURCE_SLICES.group_version, RESOURCE_SLICES.plural)].watch_once()
         started = time.perf_counter()
-        self.book.apply({"/node-0000-gpus": node_slice("node-0000", per_node, version=version)})
-        self.index.use_devices(self.inventory().remembering(self.index.devices))
+        self.devices(first=True)
+        self.devices()
         self.inventory_times.append(time.perf_counter() - started)
         return one_pass(self.index, self.spec, self.records)
 
@@ -239,8 +269,10 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
 
     for repeat in range(repeats):
         plain, with_devices = Cluster(raw_nodes, gang, False), Cluster(raw_nodes, gang, True)
-        timed(plain_runs, plain.cold, slices, allocated)
-        timed(cold, with_devices.cold, slices, allocated)
+        with_devices.listed(slices, allocated)
+        between_passes()
+        timed(plain_runs, plain.cold)
+        timed(cold, with_devices.cold)
         inventory_cold.append(with_devices.inventory_times.pop())
         for again in range(STEADY_PASSES):
             label = f"{repeat}-{again}"
@@ -260,7 +292,7 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     )
     print(show("  first pass without devices (index built, gang decided)", plain_runs))
     print(show("  first pass with devices (every device's CEL, cold)     ", cold))
-    print(show("     of which the inventory and the nodes' devices       ", inventory_cold))
+    print(show("     of which the devices' picture, pods and nodes      ", inventory_cold))
     print(show("  steady pass without devices (one node changed)         ", plain_steady))
     print(show("  steady pass with devices (one node changed, no device) ", untouched))
     print(show("  steady pass with devices (one slice changed)           ", steady))

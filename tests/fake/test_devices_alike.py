@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.fake.test_device_constraints import BIG, ONE_BIG_OR_TWO_SMALL, PCIE, gpu
 from tests.fake.test_devices import DRIVER, device_class, exactly, node_slice, template
+from webhook.controller.decide import devices
 from webhook.controller.decide.devices import inventory_from
 from webhook.controller.decide.shapes import Node
 
@@ -131,3 +132,18 @@ def test_devices_found_by_id_are_those_of_every_pool(
     for found, expected in ((inventory._consuming, consuming), (inventory.shared_devices, sharing)):
         assert {i: found.get(i) for i in asked} == {i: expected.get(i) for i in asked}
         assert bool(found) == bool(expected) and dict(found) == expected
+
+
+def test_slices_kept_alike_stay_within_their_bound() -> None:
+    """The map of slices parsed (device_slices.py) holds at most MAX_SLICES_ALIKE, at most
+    MAX_KINDS_PER_BUCKET under one key, however many kinds share a first device."""
+    from webhook.controller.decide import device_slices
+
+    for at in range(device_slices.MAX_SLICES_ALIKE + 200):
+        # kinds alike in their first device and count, unlike after it: all under one key
+        same_first = node_slice(f"s{at}", [gpu("g0", "big", None), gpu("g1", "big", f"root-{at}")])
+        own_first = node_slice(f"u{at}", [gpu("g0", "big", f"uuid-{at}")])
+        devices.gather_pools([same_first, own_first])
+    buckets = list(device_slices._alike.values())
+    assert sum(len(b) for b in buckets) == device_slices._alike_kept[0] <= device_slices.MAX_SLICES_ALIKE
+    assert all(len(b) <= device_slices.MAX_KINDS_PER_BUCKET for b in buckets)

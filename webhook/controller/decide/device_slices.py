@@ -88,41 +88,50 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
     return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
 
 
-# slices kept (_alike), the oldest out first: each holds its devices as the API gave them (7-9 KB
+# slices kept (_alike), the oldest bucket out first: each holds its devices as the API gave them (7-9 KB
 # for 8 GPUs), which a slice republished would otherwise have let go
 MAX_SLICES_ALIKE = 1024
-# by a slice's driver and first device, as bytes: the last slice parsed with them, as [its devices, its
-# counters (as the API gave them: the informer never changes an object it holds), SliceDevices]
-_alike: OrderedDict[bytes, list[Any]] = OrderedDict()  # popitem(last=False): no scan past the evicted
+MAX_KINDS_PER_BUCKET = 4  # slices unlike each other kept under one key, the oldest out first
+# buckets by a slice's driver, first device and count of devices, as bytes: the slices parsed with them,
+# each as [its devices, its counters (as the API gave them: the informer never changes an object it holds),
+# SliceDevices]. A bucket holds several: nodes of two kinds with the same first GPU (other partitions, or
+# another model second) took each other's place under one key, and were each parsed again
+_alike: OrderedDict[bytes, list[list[Any]]] = OrderedDict()  # popitem(last=False): no scan past the evicted
+_alike_kept = [0]  # slices in all buckets
 _alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
 
 
 def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevices:
     """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
     parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
-    whole (0.7 us for 8 devices) only when their drivers and first devices are alike: a driver that gives
-    each device a UUID makes every slice unlike the others, and then this costs the first device's bytes.
-    The devices of the first such slice keep its pool's name."""
+    whole (0.7 us for 8 devices) only when their drivers, first devices and counts are alike: a driver that
+    gives each device a UUID makes every slice unlike the others, and then this costs the first device's
+    bytes. The devices of the first such slice keep its pool's name."""
     raw, counters = spec.get("devices") or [], spec.get("sharedCounters")
-    first: bytes | None = None
+    key: bytes | None = None
     if isinstance(raw, list):
         try:
-            first = marshal.dumps((driver, raw[0] if raw else None), 2)
+            key = marshal.dumps((driver, raw[0] if raw else None, len(raw)), 2)
         except ValueError:  # not JSON's types (never from the API)
-            first = None
-        entry = _alike.get(first) if first is not None else None
-        if entry is not None and entry[0] == raw and entry[1] == counters:
-            known: SliceDevices = entry[2]
-            known.shared = True
-            return known
+            key = None
+        for entry in _alike.get(key, ()) if key is not None else ():
+            if entry[0] == raw and entry[1] == counters:
+                known: SliceDevices = entry[2]
+                known.shared = True
+                return known
     devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
     known = SliceDevices(devices, device_counters.offered(spec))
-    if first is not None:
+    if key is not None:
         with _alike_writing:
-            _alike.pop(first, None)
-            while len(_alike) >= MAX_SLICES_ALIKE:
-                _alike.popitem(last=False)
-            _alike[first] = [raw, counters, known]
+            bucket = _alike.pop(key, [])
+            bucket.append([raw, counters, known])
+            _alike_kept[0] += 1
+            if len(bucket) > MAX_KINDS_PER_BUCKET:
+                del bucket[0]
+                _alike_kept[0] -= 1
+            while _alike and _alike_kept[0] > MAX_SLICES_ALIKE:
+                _alike_kept[0] -= len(_alike.popitem(last=False)[1])
+            _alike[key] = bucket
     return known
 
 

@@ -34,7 +34,7 @@ from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
 from webhook.controller.observe.resolve import Resolved
 from webhook.controller.observe.reuse import Snapshot, running_endings
-from webhook.controller.observe.source import ChangeSource, Listing, Source
+from webhook.controller.observe.source import Listing, Source, bring_up_to_date
 from webhook.controller.observe.workloads import all_workload_resources, group_resource
 from webhook.controller.run.bootstrap import ControllerSettings, wire
 from webhook.controller.run.clockguard import SteadyClock
@@ -380,16 +380,7 @@ class Controller:
         comparing a full listing), and a copy of the free capacity for the pass to promise from."""
         index = self.index
         self.device_watch.memo.new_pass()  # a budget of CEL evaluations per pass (devices.Memo)
-        index.use_devices(self.device_watch.inventory(index.waiting_claims()))
-        if isinstance(self.source, ChangeSource):
-            pod_changes, node_changes = self.source.changes()
-            index.apply_nodes(node_changes)
-            index.apply_pods(pod_changes)
-        else:
-            index.replace_nodes(self.source.nodes())
-            index.replace_pods(self.source.pods())
-        # pods that came to wait name other templates: their selectors are counted from this pass on
-        index.use_devices(self.device_watch.inventory(index.waiting_claims()))
+        bring_up_to_date(index, self.source, lambda index: self.device_watch.inventory(index.waiting_claims()))
         live = index.gangs()
         self.cycle.keep_only(live)
         if self.cycle.placeholders is not None:
