@@ -40,7 +40,7 @@ from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.device_check import devices_check
 from webhook.controller.observe.devices import RESOURCE_SLICES, DeviceWatch
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
-from webhook.controller.observe.informer import trim_node
+from webhook.controller.observe.informer import trim_node, trim_pod
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
 from webhook.informer import Informer
@@ -194,7 +194,7 @@ class Cluster:
         self.watch = DeviceWatch(self.informers, evaluator=device_cel.evaluate_all)  # CEL in process, as offline
         # the gang's pods as the API server gives them (through the webhook's admission): made before the
         # timing starts, as the controller gets them made
-        self.pods = {f"team-a/{p['metadata']['name']}": p for p in gang_pods(gang, claims=with_devices)}
+        self.pods = {f"team-a/{p['metadata']['name']}": trim_pod(p) for p in gang_pods(gang, claims=with_devices)}
         self.inventory_times: list[float] = []  # of the cold pass and the slices' passes: the devices' part
 
     def listed(self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> None:

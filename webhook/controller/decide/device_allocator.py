@@ -86,7 +86,7 @@ class Allocator:
             picked.extend(chosen)
             if claim.shared:
                 shared[claim.key] = (tuple(chosen), self._reach(chosen))
-        whole = [d for d in picked if d not in self.inventory.shared_devices]
+        whole = [d for d in picked if d not in sharing] if (sharing := self.inventory.shared_devices) else picked
         self.picked.update(whole)
         self.shared.update(shared)
         self._consume(whole)
@@ -97,7 +97,8 @@ class Allocator:
         return None
 
     def _consume(self, picked: Iterable[DeviceId]) -> None:
-        consuming = [d for d in (self.inventory._consuming.get(i) for i in picked) if d is not None]
+        by_id = self.inventory._consuming  # falsy: no device of the cluster consumes shared counters
+        consuming = [d for d in (by_id.get(i) for i in picked) if d is not None] if by_id else []
         if consuming:
             used = self.counters_used()
             for device in consuming:
@@ -143,13 +144,10 @@ class Allocator:
         asked = [(s.name, s) for r in claim.requests for s in r.alternatives if s.capacity]
         if not asked:
             return ""
-        plain = replace(
-            claim,
-            requests=tuple(
-                replace(r, alternatives=tuple(replace(s, capacity=()) for s in r.alternatives)) for r in claim.requests
-            ),
+        uncapped = tuple(
+            replace(r, alternatives=tuple(replace(s, capacity=()) for s in r.alternatives)) for r in claim.requests
         )
-        if self._allocate_claim(plain, node, set(picked), {}) is None:
+        if self._allocate_claim(replace(claim, requests=uncapped), node, set(picked), {}) is None:
             return ""
         named = "; ".join(
             f"request {name}: " + ", ".join(f"{capacity} {amount}" for capacity, amount in sub.capacity)

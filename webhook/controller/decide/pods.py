@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -178,11 +178,17 @@ class PodView:
     claims_devices: bool = False
 
     @staticmethod
-    def from_api(pod: Mapping[str, Any], release: Release | None = None, group: str | None = None) -> PodView:
+    def from_api(
+        pod: Mapping[str, Any],
+        release: Release | None = None,
+        group: str | None = None,
+        shaped: Callable[[Shape], Shape] | None = None,
+    ) -> PodView:
         """The pod as the controller sees it. Released or not, and where, is the controller's own record
         (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so. Its gang is
         the one it is a member of by identity (`member_group`, given when already worked out), never
-        the one its labels name alone."""
+        the one its labels name alone. `shaped`: its shape as placement counts it (its claims' devices
+        added: Demand.shaped)."""
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         gated = _gated(spec)
         # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
@@ -201,7 +207,7 @@ class PodView:
             created_at=parse_time(meta.get("creationTimestamp")),
             terminal=phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
             finished=phase in ("Succeeded", "Failed"),
-            shape=_shape_or_one_pod(spec),
+            shape=_shape_or_one_pod(spec) if shaped is None else shaped(_shape_or_one_pod(spec)),
             owner=_controller_ref(meta),
             resource_version=meta.get("resourceVersion", ""),
             annotations=_copied(meta.get("annotations")),

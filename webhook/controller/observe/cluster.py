@@ -205,16 +205,15 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             return None
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
-        view = PodView.from_api(pod, release, group)
+        claiming = self.devices is not None and devices.claims_devices(spec)
+        demand = self.devices.demand(meta.get("namespace", ""), spec) if self.devices and claiming else None
+        view = PodView.from_api(pod, release, group, demand.shaped if demand is not None else None)
         self._devices_lost.discard(key)
-        if self.devices is not None and devices.claims_devices(spec):
-            demand = self.devices.demand(view.namespace, spec)
-            view = replace(view, shape=demand.shaped(view.shape))
-            if view.node_name and self._lost(view, pod):
-                # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
-                # no working member, so a gang that ran whole is short and recovers or is requeued whole
-                view = replace(view, terminal=True)
-                self._devices_lost.add(key)
+        if demand is not None and view.node_name and self._lost(view, pod):
+            # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
+            # no working member, so a gang that ran whole is short and recovers or is requeued whole
+            view = replace(view, terminal=True)
+            self._devices_lost.add(key)
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))
