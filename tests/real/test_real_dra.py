@@ -352,10 +352,29 @@ def random_case(rng: random.Random) -> tuple[list[tuple[str, str | None]], dict[
     return devices, claim, rng.randint(1, 3)
 
 
+def shares(*requests: tuple[str, int, str]) -> dict[str, Any]:
+    """A claim's requests, each (name, count, memory of each share) of the "shared" devices."""
+    return {
+        "requests": [
+            {"name": name, "exactly": {**exactly_of(count), "capacity": {"requests": {"memory": memory}}}}
+            for name, count, memory in requests
+        ]
+    }
+
+
+# one device allowing multiple allocations (8Gi): a request's units take distinct devices (1.36 and later:
+# allocateOne's nextLocation), so one request of two shares starts nowhere; two requests of one share each
+# take it twice, both pods' four shares on it
+FIXED_CASES: list[tuple[list[tuple[str, str | None]], dict[str, Any], int]] = [
+    ([("shared", None)], shares(("g", 2, "3Gi")), 1),
+    ([("shared", None)], shares(("a", 1, "2Gi"), ("b", 1, "2Gi")), 2),
+]
+
+
 def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_pod(stack: Stack) -> None:
-    """kube-scheduler as the oracle (issue 79): DIFFERENTIAL_CASES random small cases, each a node of
-    random devices and a gang claiming from a random template, once under native (kube-scheduler's own
-    allocator and gang plugin) and once under the gate, side by side in one cluster, each on its own node.
+    """kube-scheduler as the oracle (issue 79): DIFFERENTIAL_CASES random small cases and FIXED_CASES, each
+    a node of random devices and a gang claiming from a random template, once under native (kube-scheduler's
+    own allocator and gang plugin) and once under the gate, side by side in one cluster, each on its own node.
     The gate starts a gang exactly when kube-scheduler binds every pod of it, and never binds one partly.
     CI runs a seed known to agree (KNOWN_SEED), so a red run is a regression, not a new random case;
     GK_DRA_SEED=random explores new cases and GK_DRA_SEED=N replays one. The seed is printed on failure.
@@ -365,7 +384,7 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
     chosen = os.environ.get("GK_DRA_SEED") or str(KNOWN_SEED)
     seed = random.SystemRandom().randrange(1 << 30) if chosen == "random" else int(chosen)
     rng = random.Random(seed)
-    cases = [random_case(rng) for _ in range(DIFFERENTIAL_CASES)]
+    cases = [random_case(rng) for _ in range(DIFFERENTIAL_CASES)] + FIXED_CASES
     sides = ("gate", "native")
     nodes = stack.replace_workers(len(cases) * 2, labels=lambda i: {"dra-case": str(i // 2), "dra-side": sides[i % 2]})
     stack.plane.apply(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.fake.test_devices import allocate, device_class, exactly, gpus, node, node_slice, pod_spec, template
 from webhook.controller.decide import device_capacity
-from webhook.controller.decide.devices import claim_resource, inventory_from, pod_demand
+from webhook.controller.decide.devices import Allocator, claim_resource, inventory_from, pod_demand
 
 GIB = 2**30
 
@@ -210,3 +210,70 @@ def test_the_times_a_share_fits_are_those_taken_one_after_the_other(
         device_capacity.add(left, amounts)
         count += 1
     assert device_capacity.times_fitting(amounts, device, used, limit) == count
+
+
+def test_one_request_takes_distinct_devices_and_another_request_may_share_one() -> None:
+    """Kubernetes 1.36 and later (allocator_incubating.go allocateOne looks for a request's next device
+    after its last): one request's units take distinct devices, a shared one once; another request of the
+    same claim may take that device again within its capacity, under matchAttribute too, not under
+    distinctAttribute. Placement counts each claim on the node as the allocator allocates it."""
+
+    def share(name: str, count: int = 1) -> dict[str, Any]:
+        request = exactly(name, count=count)
+        request["exactly"]["capacity"] = {"requests": {"memory": "10Gi"}}
+        return request
+
+    gpu = shared_gpu("gpu-0")  # 80Gi: eight shares of 10Gi
+    gpu["attributes"]["pcie"] = {"string": "a"}
+    on_root = "gpu.example.com/pcie"
+    templates = [
+        template("pair", share("gpu", count=2)),
+        template("each", share("a"), share("b")),
+        template("matched", share("a"), share("b"), constraints=[{"matchAttribute": on_root}]),
+        template("distinct", share("a"), share("b"), constraints=[{"distinctAttribute": on_root}]),
+    ]
+    inventory = inventory_from([device_class()], [node_slice("n1", [gpu])], [], templates)
+    n1 = node("n1")
+    assert allocate(inventory, pod_spec("pair"), n1)[0].startswith("no free devices on n1")
+    assert allocate(inventory, pod_spec("each"), n1) == [None]
+    assert allocate(inventory, pod_spec("matched"), n1) == [None]
+    assert allocate(inventory, pod_spec("distinct"), n1)[0].startswith("no free devices on n1")
+    totals = inventory.class_totals(n1)
+    for name, held in (("pair", 0), ("each", 4), ("matched", 4), ("distinct", 0)):
+        (resource,) = pod_demand("team-a", pod_spec(name), inventory).units()
+        assert totals.get(resource, 0) == held, name
+    # a second GPU: the pair takes one share of each, four times over
+    inventory = inventory_from([device_class()], [node_slice("n1", [gpu, shared_gpu("gpu-1")])], [], templates)
+    (resource,) = pod_demand("team-a", pod_spec("pair"), inventory).units()
+    assert allocate(inventory, pod_spec("pair"), n1) == [None]
+    assert inventory.class_totals(n1)[resource] == 8
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.sampled_from(["whole", "shared", "small"]), max_size=6),
+    count=st.integers(1, 3),
+    memory=st.sampled_from([None, "10Gi", "30Gi", "50Gi"]),
+)
+def test_claims_counted_per_node_over_shared_devices_are_those_the_allocator_gives_pod_after_pod(
+    kinds: list[str], count: int, memory: str | None
+) -> None:
+    """A request of `count` devices (with a capacity request or none) over devices taken whole and devices
+    shared (80Gi, or 30Gi with a 10Gi default share): the node's count is the number of times the allocator,
+    pod after pod, allocates the claim there."""
+    made = []
+    for i, kind in enumerate(kinds):
+        if kind == "whole":
+            made.append({**gpus(1)[0], "name": f"g{i}", "capacity": {"memory": {"value": "80Gi"}}})
+        else:
+            made.append(shared_gpu(f"g{i}", "80Gi" if kind == "shared" else "30Gi", default="10Gi"))
+    request = exactly(count=count)
+    if memory is not None:
+        request["exactly"]["capacity"] = {"requests": {"memory": memory}}
+    inventory = inventory_from([device_class()], [node_slice("n0", made)], [], [template("t", request)])
+    demand = pod_demand("team-a", pod_spec("t"), inventory)
+    allocator, allocated = Allocator(inventory), 0
+    while allocator.allocate(demand, node("n0")) is None and allocated < 64:
+        allocated += 1
+    counted = inventory.class_totals(node("n0"))  # as placement reads it: how many pods' units the node holds
+    assert min(counted.get(resource, 0) // units for resource, units in demand.units().items()) == allocated

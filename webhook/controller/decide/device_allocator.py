@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from webhook.controller.decide import device_capacity, device_cel, device_counters
+from webhook.controller.decide import device_capacity, device_cel, device_counters, device_notes
 from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, augment, search
 from webhook.controller.decide.shapes import Node, term_matches
 
@@ -75,11 +75,13 @@ class Allocator:
                     return f"{claim.key} was allocated for another pod where this node cannot reach it"
                 continue
             try:
-                chosen = self._allocate_claim(claim, node, set(picked), use)
+                chosen = self.allocate_claim(claim, node, set(picked), use)
             except device_cel.SelectorError as error:
                 return str(error)
             if chosen is None:
-                note = self._constraints_note(claim, node, picked) or self._capacity_note(claim, node, picked)
+                note = device_notes.constraints(self, claim, node, picked) or device_notes.capacity(
+                    self, claim, node, picked
+                )
                 offered = (d for r in claim.requests for s in r.alternatives for p in pools for d in inv.selected(s, p))
                 note = note or device_counters.unpublished(offered, inv.counter_totals)
                 return f"no free devices on {node.name} for {claim.key}{note}"
@@ -130,31 +132,6 @@ class Allocator:
         self.picked.update(d.id for d in eligible)
         return True
 
-    def _constraints_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
-        """Why, when it is the claim's constraints: devices there are, but none that meet them."""
-        if not claim.constraints or self._allocate_claim(replace(claim, constraints=()), node, set(picked), {}) is None:
-            return ""
-        named = ", ".join(
-            f"{'distinctAttribute' if c.distinct else 'matchAttribute'} {c.attribute}" for c in claim.constraints
-        )
-        return f" that meet spec.devices.constraints ({named})"
-
-    def _capacity_note(self, claim: ClaimDemand, node: Node, picked: Sequence[DeviceId]) -> str:
-        """Why, when it is the claim's capacity requests: devices there are, but none with room for them."""
-        asked = [(s.name, s) for r in claim.requests for s in r.alternatives if s.capacity]
-        if not asked:
-            return ""
-        uncapped = tuple(
-            replace(r, alternatives=tuple(replace(s, capacity=()) for s in r.alternatives)) for r in claim.requests
-        )
-        if self._allocate_claim(replace(claim, requests=uncapped), node, set(picked), {}) is None:
-            return ""
-        named = "; ".join(
-            f"request {name}: " + ", ".join(f"{capacity} {amount}" for capacity, amount in sub.capacity)
-            for name, sub in asked
-        )
-        return f" with room for spec.devices.requests[].capacity.requests ({named})"
-
     def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
         """The nodes from which every device is reachable (None: every node)."""
         reach: frozenset[str] | None = None
@@ -168,7 +145,7 @@ class Allocator:
             reach = nodes if reach is None else reach & nodes
         return reach
 
-    def _allocate_claim(
+    def allocate_claim(
         self, claim: ClaimDemand, node: Node, also_taken: set[DeviceId], use: dict[DeviceId, dict[str, Decimal]]
     ) -> list[DeviceId] | None:
         """The devices for every request of the claim, the first combination of firstAvailable choices
@@ -271,13 +248,9 @@ class Allocator:
         constraints: Sequence[Constraint],
         use: dict[DeviceId, dict[str, Decimal]],
     ) -> list[DeviceId] | None:
-        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py).
-        A device allowing multiple allocations is a candidate where it has room for the subrequest's
-        capacity beside what is allocated of it and what this pod took (`use`, which its share joins),
-        each at most once in the claim: kube-scheduler applies the constraints to such a device as to any
-        (allocator_incubating.go allocateDevice), and may give one claim the same device twice where this
-        search finds no other way (the gang then waits, as one the search misses). Its shared counters
-        are consumed at its first allocation only."""
+        """Devices for the subrequests chosen that meet the claim's constraints (device_constraints.py). A
+        device allowing multiple allocations is a candidate once per request of the claim, its shares within
+        what is left of its capacity (`_share`), its counters consumed at its first allocation only."""
         units: list[tuple[str, list[Candidate]]] = []
         fixed: list[tuple[str, Candidate]] = []
         order: list[Subrequest] = []  # the subrequest of each device the search returns, in its order
@@ -294,6 +267,7 @@ class Allocator:
                     ()
                     if d.shared and (d.id in use or d.id in in_use)
                     else tuple(((d.id[0], d.id[1], s, c), amount) for s, c, amount in d.consumes),
+                    *(self._share(sub, d, use) if d.shared else ()),
                 )
                 for d in eligible
             ]
@@ -310,6 +284,16 @@ class Allocator:
                 amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
                 device_capacity.add(use.setdefault(device_id, {}), amounts)
         return found
+
+    def _share(
+        self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]]
+    ) -> tuple[bool, device_capacity.Consumption, device_capacity.Consumption]:
+        """A shared device as a search candidate: shared, what one share of `sub` consumes, and what is left
+        beside what is allocated of it and what this pod took (`use`): kube-scheduler applies constraints to
+        it as to any device, and marks it in use for no request (allocator_incubating.go allocateDevice)."""
+        used = device_capacity.added(self.capacity_used().get(device.id, {}), tuple(use.get(device.id, {}).items()))
+        left = tuple((c.name, c.value - used.get(c.name, Decimal(0))) for c in device.capacities)
+        return True, device_capacity.consumption(sub.capacity, device.capacities) or (), left
 
     def _room(self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]] | None) -> bool:
         """Free for the subrequest: a device not taken, or a shared device whose capacity still holds
@@ -336,10 +320,11 @@ class Allocator:
         also_taken: set[DeviceId],
         use: dict[DeviceId, dict[str, Decimal]],
     ) -> list[DeviceId] | None:
-        """Devices in order, each unit the first that has room, a shared device serving further units
-        while its capacity holds (it is never marked in use: allocateDevice). What it finds kube-scheduler
-        finds too; it does not go back over its choices, so it may miss an allocation kube-scheduler's
-        backtracking would find (the gang then waits, and says no devices are free)."""
+        """Devices in order, each unit the first that has room. A shared device is never marked in use
+        (allocateDevice), so another request of the claim may take it again while its capacity holds; one
+        request's units take devices further on each (allocateOne's nextLocation, 1.36 and later). What it
+        finds kube-scheduler finds too; it does not go back over its choices, so it may miss an allocation
+        kube-scheduler's backtracking would find (the gang then waits, and says no devices are free)."""
         chosen: list[DeviceId] = []
         taken_here = set(also_taken)
         left = self._counters_left(also_taken, pools)
@@ -349,23 +334,20 @@ class Allocator:
                 return None
             wanted, got = (len(eligible) if sub.all else sub.count), 0
             for device in eligible:
-                while got < wanted and (device.shared or device.id not in taken_here):
-                    amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
-                    if device.shared and not self._room(sub, device, use):
-                        break
-                    first_use = not device.shared or (device.id not in use and device.id not in self.capacity_used())
-                    if first_use and device.consumes and not device_counters.take_if_left(device, left):
-                        break
-                    chosen.append(device.id)
-                    got += 1
-                    if device.shared:
-                        device_capacity.add(use.setdefault(device.id, {}), amounts)
-                    else:
-                        taken_here.add(device.id)
-                    if sub.all:
-                        break
                 if got >= wanted:
                     break
+                amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
+                if device.shared and not self._room(sub, device, use):
+                    continue
+                first_use = not device.shared or (device.id not in use and device.id not in self.capacity_used())
+                if first_use and device.consumes and not device_counters.take_if_left(device, left):
+                    continue
+                chosen.append(device.id)
+                got += 1
+                if device.shared:
+                    device_capacity.add(use.setdefault(device.id, {}), amounts)
+                else:
+                    taken_here.add(device.id)
             if got < wanted:
                 return None
         return chosen

@@ -113,18 +113,27 @@ def claims_held(
     devices: Sequence[Device], sub: Subrequest, used: Mapping[DeviceId, Mapping[str, Decimal]], limit: int
 ) -> int:
     """How many claims of one request (`sub`: its count and capacity requests) these free devices hold, a
-    shared one serving as many units as its capacity holds: what allocating the claim again and again
-    finds, device by device, when nothing ties the units together (no constraint, counter or `All`)."""
-    units, consumed = 0, _consumption_per_map(sub.capacity)
+    shared one serving as many claims as its capacity holds: what allocating the claim again and again
+    finds, device by device, when nothing ties the units together (no constraint, counter or `All`). One
+    claim's units take distinct devices (allocateOne's nextLocation, 1.36 and later): each claim the
+    first `count` devices with room, in order, where a shared device may serve more than one claim."""
+    consumed, times = _consumption_per_map(sub.capacity), []
     for device in devices:
         amounts = consumed(device.capacities)
         if amounts is None:
             continue
         if not device.shared:
-            units += fits(amounts, device.capacities, {})
+            times.append(int(fits(amounts, device.capacities, {})))
             continue
-        units += times_fitting(amounts, device.capacities, used.get(device.id, {}), limit * sub.count)
-    return min(limit, units // sub.count)
+        times.append(times_fitting(amounts, device.capacities, used.get(device.id, {}), limit))
+    if sub.count == 1 or max(times, default=0) <= 1:  # each device serves one unit: any `count` of them do
+        return min(limit, sum(times) // sub.count)
+    claims, left = 0, [t for t in times if t]
+    while claims < limit and len(left) >= sub.count:  # the first `count` devices with room take one claim
+        left = [t - 1 for t in left[: sub.count]] + left[sub.count :]
+        left = [t for t in left if t]
+        claims += 1
+    return claims
 
 
 def units_of(

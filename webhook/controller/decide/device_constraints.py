@@ -90,27 +90,45 @@ def claims_alike(devices: Sequence[Device], attributes: Sequence[str], count: in
 @dataclass(frozen=True)
 class Candidate:
     """A device one unit may take: its id, its values of the constrained attributes, and the shared
-    counters it consumes (partitionable devices: device_counters.py)."""
+    counters it consumes (partitionable devices: device_counters.py). A device that allows multiple
+    allocations (`shared`) may be taken again by another request of the claim, each share consuming
+    `capacity` of what it has `left` (allocateDevice marks no such device in use)."""
 
     id: DeviceId
     values: tuple[tuple[str, Any] | None, ...]  # per constraint
     consumes: tuple[tuple[CounterKey, Decimal], ...] = ()
+    shared: bool = False
+    capacity: tuple[tuple[str, Decimal], ...] = ()
+    left: tuple[tuple[str, Decimal], ...] = ()
 
 
 class _Search:
-    """The state of one search: each constraint's values taken (how often), the devices used."""
+    """The state of one search: each constraint's values taken (how often), the devices used (a shared
+    one by request: one request's units take distinct devices, allocateOne's nextLocation), and what the
+    shares of each shared device took."""
 
     def __init__(self, constraints: Sequence[Constraint], left: dict[CounterKey, Decimal] | None = None) -> None:
         self.constraints = constraints
         self.seen: list[dict[tuple[str, Any], int]] = [{} for _ in constraints]
-        self.used: set[DeviceId] = set()
+        self.used: set[DeviceId | tuple[str, DeviceId]] = set()
         self.left = left if left is not None else {}  # what each shared counter still holds
+        self.shares: dict[DeviceId, tuple[int, dict[str, Decimal]]] = {}  # a shared device's shares: how many, what
         self.steps = 0
 
+    @staticmethod
+    def _use(name: str, device: Candidate) -> DeviceId | tuple[str, DeviceId]:
+        return (name.partition("/")[0], device.id) if device.shared else device.id
+
     def fits(self, name: str, device: Candidate) -> bool:
-        if device.id in self.used:
+        if self._use(name, device) in self.used:
             return False
-        if any(self.left.get(key, Decimal(0)) < amount for key, amount in device.consumes):
+        if device.shared:
+            took, left = self.shares.get(device.id, (0, {}))[1], dict(device.left)
+            if any(took.get(c, Decimal(0)) + amount > left.get(c, Decimal(0)) for c, amount in device.capacity):
+                return False
+        if device.id not in self.shares and any(
+            self.left.get(key, Decimal(0)) < amount for key, amount in device.consumes
+        ):
             return False
         for i, constraint in enumerate(self.constraints):
             if not constraint.covers(name):
@@ -121,9 +139,20 @@ class _Search:
         return True
 
     def take(self, name: str, device: Candidate, sign: int) -> None:
-        (self.used.add if sign > 0 else self.used.discard)(device.id)
-        for key, amount in device.consumes:
-            self.left[key] = self.left.get(key, Decimal(0)) - sign * amount
+        (self.used.add if sign > 0 else self.used.discard)(self._use(name, device))
+        alone = True  # the device's only share in this search: its counters go with it (skipCounterCheck)
+        if device.shared:
+            count, took = self.shares.get(device.id, (0, {}))
+            alone = count == (0 if sign > 0 else 1)
+            for capacity, amount in device.capacity:
+                took[capacity] = took.get(capacity, Decimal(0)) + sign * amount
+            if count + sign:
+                self.shares[device.id] = (count + sign, took)
+            else:
+                del self.shares[device.id]
+        if alone:
+            for key, amount in device.consumes:
+                self.left[key] = self.left.get(key, Decimal(0)) - sign * amount
         for i, constraint in enumerate(self.constraints):
             value = device.values[i]
             if constraint.covers(name) and value is not None:

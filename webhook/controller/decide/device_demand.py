@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide.device_constraints import constraints_of
@@ -74,6 +74,13 @@ def claim_requests(claim_spec: Mapping[str, Any], unmodelled: set[str]) -> tuple
     return tuple(requests)
 
 
+def distinct_shares(requests: Sequence[Request], inventory: Inventory) -> bool:
+    """ClaimDemand.distinct_shares: a request of several devices in a cluster with devices that allow
+    multiple allocations (one such device counts as several units of its class, but serves one unit
+    of a claim's request), so each node counts the claim whole."""
+    return any(s.count > 1 for r in requests for s in r.alternatives) and bool(inventory.shared_devices)
+
+
 def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) -> Demand:
     """The claims of a pod (its spec's resourceClaims), read against the inventory."""
     claims: list[ClaimDemand] = []
@@ -90,7 +97,11 @@ def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) ->
                 continue
             claim_spec = (template.get("spec") or {}).get("spec") or {}
             requests = claim_requests(claim_spec, unmodelled)
-            claims.append(ClaimDemand(f"template {namespace}/{name}", requests, constraints=constraints_of(claim_spec)))
+            constraints = constraints_of(claim_spec)
+            shares = distinct_shares(requests, inventory)
+            claims.append(
+                ClaimDemand(f"template {namespace}/{name}", requests, False, None, False, constraints, shares)
+            )
         elif entry.get("resourceClaimName"):
             name = str(entry["resourceClaimName"])
             claim = inventory.claims.get((namespace, name))
@@ -107,7 +118,10 @@ def pod_demand(namespace: str, spec: Mapping[str, Any], inventory: Inventory) ->
                 spec_of = claim.get("spec") or {}
                 requests = claim_requests(spec_of, unmodelled)
                 constraints = constraints_of(spec_of)
-                claims.append(ClaimDemand(f"claim {namespace}/{name}", requests, shared=True, constraints=constraints))
+                shares = distinct_shares(requests, inventory)
+                claims.append(
+                    ClaimDemand(f"claim {namespace}/{name}", requests, True, None, False, constraints, shares)
+                )
     # a DeviceClass's extended resource asked for in the containers (KEP-5004): devices of that class
     wanted = extended_requests(spec)
     for device_class in inventory.classes.values():

@@ -14,7 +14,7 @@ from webhook.controller.decide.device_alike import MAX_KINDS_OF_NODE, nodes_alik
 from webhook.controller.decide.device_claims import Claims
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_count import MAX_CLAIMS_COUNTED_PER_NODE, claims_on
-from webhook.controller.decide.device_demand import claim_requests, pod_demand
+from webhook.controller.decide.device_demand import claim_requests, distinct_shares, pod_demand
 from webhook.controller.decide.device_lookup import DevicesById, PoolsByKey
 from webhook.controller.decide.device_memo import Memo
 from webhook.controller.decide.device_pools import carry_worked_out, changed_nodes, replaced_pools
@@ -291,8 +291,10 @@ class Inventory:
         found: dict[str, ClaimDemand] = {}
         per_namespace: dict[str, set[str]] = {}
         for (namespace, name), spec in self._waiting_specs(templates_only=True):
+            requests = claim_requests(spec, set())
+            shares = distinct_shares(requests, self)
             claim = ClaimDemand(
-                f"template {namespace}/{name}", claim_requests(spec, set()), constraints=constraints_of(spec)
+                f"template {namespace}/{name}", requests, constraints=constraints_of(spec), distinct_shares=shares
             )
             resource = claim_resource(claim.requests, claim.constraints)
             if not claim.alternatives_or_constraints or resource in found:

@@ -197,6 +197,9 @@ class ClaimDemand:
     allocated_node_terms: Any = None
     allocated: bool = False
     constraints: tuple[Constraint, ...] = ()
+    # a request of several devices where devices allow multiple allocations: its units take distinct
+    # devices (allocateOne's nextLocation, 1.36 and later), which a class's units per node cannot say
+    distinct_shares: bool = False
 
     @property
     def alternatives_or_constraints(self) -> bool:
@@ -205,6 +208,7 @@ class ClaimDemand:
         such claims) is counted whole per node (`claim_resource`)."""
         return (
             bool(self.constraints)
+            or self.distinct_shares
             or any(len(r.alternatives) > 1 for r in self.requests)
             or any(s.capacity for r in self.requests for s in r.alternatives)
         )
