@@ -125,11 +125,54 @@ def variable(**attributes: Any) -> Any:
         # an unknown domain is an empty map (newStringInterfaceMapWithDefault)
         ('device.attributes["other.example.com"].size() == 0', True),
         ('"model" in device.attributes["gpu.example.com"]', True),
+        # cel.bind (ext.Bindings, compile.go), nested, its variable shadowing nothing outside it
+        ('cel.bind(a, device.attributes["gpu.example.com"], a.model == "a100" && a.index == 3)', True),
+        ('cel.bind(a, device.attributes["gpu.example.com"], cel.bind(i, a.index, i * i == 9))', True),
+        ("cel.bind(x, 2, x + 1) == 3 && [1, 2].all(x, x > 0)", True),
+        # the strings extension at version 2 (cel-go ext/strings.go), indices in code points
+        ('device.attributes["gpu.example.com"].model.upperAscii() == "A100"', True),
+        ('"TacoCÆt".lowerAscii() == "tacocÆt"', True),
+        ('"hello".charAt(4) == "o" && "hello".charAt(5) == ""', True),
+        ('"hello mellow".indexOf("ello") == 1 && "hello mellow".indexOf("ello", 2) == 7', True),
+        ('"hello mellow".indexOf("", 2) == 2 && "hello mellow".indexOf("ello", 20) == -1', True),
+        ('"hello mellow".lastIndexOf("ello") == 7 && "hello mellow".lastIndexOf("ello", 6) == 1', True),
+        ('"hello mellow".lastIndexOf("") == 12 && "".lastIndexOf("a") == -1', True),
+        ('"a,b,c".split(",") == ["a", "b", "c"] && "a,b,c".split(",", 2) == ["a", "b,c"]', True),
+        ('"a,b".split(",", 0) == [] && "abc".split("") == ["a", "b", "c"]', True),
+        ('"tacocat".substring(4) == "cat" && "tacocat".substring(0, 4) == "taco"', True),
+        ('"  \\ttrim\\n ".trim() == "trim"', True),
+        ('"aaa".replace("a", "b") == "bbb" && "aaa".replace("a", "b", 2) == "bba"', True),
+        ('["a", "b"].join() == "ab" && ["a", "b"].join("-") == "a-b" && [].join("/") == ""', True),
+        # Kubernetes' lists library: a list's indexOf and lastIndexOf
+        ("[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2 && [1].indexOf(3) == -1", True),
+        ("device.allowMultipleAllocations", False),
     ],
 )
 def test_selectors_evaluate_as_kubernetes_cel_does(expression: str, expected: bool) -> None:
     device = variable(model={"string": "a100"}, index={"int": 3}, driverVersion={"version": "550.1.0"})
     assert device_cel.matches(expression, device) is expected
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        '"hello".charAt(6) == ""',
+        '"hello".indexOf("l", -1) == 2',
+        '"hello".substring(3, 2) == ""',
+        '"a".substring(2) == ""',
+    ],
+)
+def test_an_index_out_of_range_is_a_runtime_error(expression: str) -> None:
+    with pytest.raises(device_cel.SelectorError) as caught:
+        device_cel.matches(expression, variable())
+    assert not caught.value.unreadable
+
+
+def test_a_device_that_allows_multiple_allocations_says_so_to_selectors() -> None:
+    """compile.go: `device.allowMultipleAllocations` is the device's own (DRAConsumableCapacity, on in 1.36)."""
+    shared = device_cel.device_variable(DRIVER, {}, {}, True)
+    assert device_cel.matches("device.allowMultipleAllocations", shared)
+    assert device_cel.evaluate("device.allowMultipleAllocations", (DRIVER, {}, {}, True)) is True
 
 
 def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
@@ -140,7 +183,14 @@ def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
 
 
 def test_a_selector_the_evaluator_cannot_read_is_said_so() -> None:
-    for expression in ('cel.bind(a, device.attributes["gpu.example.com"], a.model == "x")', "device.driver =="):
+    """Libraries of Kubernetes' CEL cel-python lacks (the sets and lists extensions, `format`), and text
+    that does not parse: unreadable, never a mismatch."""
+    for expression in (
+        '"%s".format(["x"]) == "x"',
+        "sets.contains([1], [1])",
+        "[2, 1].sort() == [1, 2]",
+        "device.driver ==",
+    ):
         with pytest.raises(device_cel.SelectorError) as caught:
             device_cel.matches(expression, variable())
         assert caught.value.unreadable, expression

@@ -28,7 +28,7 @@ from webhook.controller.observe.cel_sandbox import CelSandbox
 # and a character it cannot end on (2^30 is minutes in one call that holds the GIL)
 SLOW = 'duration("' + "a" * 30 + '" + "!") > duration("1s")'
 FAST = f'device.driver == "{DRIVER}"'
-FACTS = (DRIVER, {"model": {"string": "h100"}}, {})
+FACTS = (DRIVER, {"model": {"string": "h100"}}, {}, False)
 
 
 def in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -76,7 +76,8 @@ def test_the_sandbox_answers_as_the_in_process_evaluator_does() -> None:
         ('device.attributes["gpu.example.com"].model == "a100"', FACTS),
         ('device.attributes["gpu.example.com"].nothing == 1', FACTS),
         ("cel.bind(x, 1, x == 1)", FACTS),
-        ('device.attributes["gpu.example.com"].model == "h100"', (DRIVER, {"model": {"weird": 1}}, {})),
+        ('device.attributes["gpu.example.com"].model == "h100"', (DRIVER, {"model": {"weird": 1}}, {}, False)),
+        ("device.allowMultipleAllocations", (DRIVER, {}, {}, True)),
         ("x" * (device_cel.MAX_EXPRESSION_LENGTH + 1), FACTS),
     ]
     sandbox = CelSandbox()

@@ -48,6 +48,7 @@ EXPRESSIONS = [
     f'"numa" in device.attributes["{D}"]',
     'device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0',
     f'device.attributes["{D}"].model == "h100" || device.attributes["other.io"].x == 1',
+    f'device.allowMultipleAllocations && device.attributes["{D}"].index >= 2',
 ]
 ATTRIBUTE = st.sampled_from(
     [
@@ -67,29 +68,33 @@ ATTRIBUTE = st.sampled_from(
 @given(
     devices=st.lists(
         st.tuples(
-            st.lists(ATTRIBUTE, max_size=4), st.sampled_from(["40Gi", "80Gi"]), st.integers(0, 3), st.integers(0, 2)
+            st.lists(ATTRIBUTE, max_size=4),
+            st.sampled_from(["40Gi", "80Gi"]),
+            st.integers(0, 3),
+            st.integers(0, 2),
+            st.booleans(),
         ),
         min_size=1,
         max_size=12,
     )
 )
 def test_devices_alike_in_what_a_selector_reads_get_what_each_would_on_its_own(
-    devices: list[tuple[list[tuple[str, Any]], str, int, int]],
+    devices: list[tuple[list[tuple[str, Any]], str, int, int, bool]],
 ) -> None:
     made = []
-    for i, (attributes, memory, uuid, twice) in enumerate(devices):
+    for i, (attributes, memory, uuid, twice, shared) in enumerate(devices):
         raw = dict(attributes) | {"uuid": {"string": f"GPU-{uuid}"}}
         capacity = {"memory": {"value": memory}}
         if twice:  # the same capacity under its qualified name too, after or before
             qualified = {f"{D}/memory": {"value": "10Gi"}}
             capacity = capacity | qualified if twice == 1 else qualified | capacity
         content = repr((i, raw, capacity)).encode()  # every device its own content, as drivers publish them
-        made.append(Device((D, "pool", f"g{i}"), raw, capacity, content=content))
+        made.append(Device((D, "pool", f"g{i}"), raw, capacity, content=content, shared=shared))
     memo = Memo()
     asked = {(device.content, e): device for device in made for e in EXPRESSIONS}
     answers = memo.evaluate(asked)
     for (_, expression), device in asked.items():
-        alone = device_cel.evaluate(expression, (D, device.attributes, device.capacity))
+        alone = device_cel.evaluate(expression, (D, device.attributes, device.capacity, device.shared))
         shared = answers[(device.content, expression)]
         assert isinstance(shared, bool) == isinstance(alone, bool), (expression, device.attributes, alone, shared)
         if isinstance(alone, bool):

@@ -13,8 +13,9 @@ What Kubernetes adds to plain CEL for a selector (k8s.io/dynamic-resource-alloca
   `q.sub(q|int)`; `semver(s)`, `isSemver(s)`, `v.major()`, `v.minor()`, `v.patch()`,
   `v.compareTo(v)`, `v.isGreaterThan(v)`, `v.isLessThan(v)`.
 
-A selector this evaluator cannot read (a function it does not have, such as `cel.bind`) is reported as
-such, never taken for a device that does not match: kube-scheduler would judge it, gangkeeper cannot.
+`cel.bind` and the strings extension are device_cel_ext.py's. A selector this evaluator cannot read (a
+function it does not have, such as the sets extension's) is reported as such, never taken for a device
+that does not match: kube-scheduler would judge it, gangkeeper cannot.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from webhook import resources
+from webhook.controller.decide import device_cel_ext
 
 MAX_COMPILED = 4096  # selectors are tenant input: the compiled cache is bounded
 # resource.k8s.io's own bound on a selector's text (k8s.io/api/resource/v1 types.go
 # CELSelectorExpressionMaxLength): the API server refuses longer ones, so a longer one was never applied
 MAX_EXPRESSION_LENGTH = 10 * 1024
 
-# what a selector can see of one device: (driver, attributes, capacity) as the slice has them (JSON)
-DeviceFacts = tuple[str, Any, Any]
+# what a selector can see of one device: (driver, attributes, capacity, allowMultipleAllocations) as the
+# slice has them (JSON)
+DeviceFacts = tuple[str, Any, Any, bool]
 Outcome = bool | Exception  # a SelectorError, or a ValueError for an attribute of no known type
 # evaluates each (expression, device) pair; the controller's runs out of process with a CPU budget per
 # pair (controller/observe/cel_sandbox.py), the default here in process (tests, simulation, explain)
@@ -189,13 +192,16 @@ class DomainMap(celtypes.MapType):
 
 
 _ENVIRONMENT = celpy.Environment()
+_BIND = device_cel_ext.bind_template(_ENVIRONMENT.compile("[_bind_init].map(_bind_var, _bind_body)[0]"))
+_ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS}
 
 
 @functools.lru_cache(maxsize=MAX_COMPILED)
 def compiled(expression: str) -> Any:
     """The runnable selector, or a SelectorError(unreadable) for one cel-python cannot parse."""
     try:
-        return _ENVIRONMENT.program(_ENVIRONMENT.compile(expression), functions=FUNCTIONS)
+        tree = device_cel_ext.without_bind(_ENVIRONMENT.compile(expression), _BIND)
+        return _ENVIRONMENT.program(tree, functions=_ALL_FUNCTIONS)
     except Exception as error:  # celpy raises its parser's own errors: a selector it cannot read
         return SelectorError(f"cannot read CEL {expression!r}: {str(error).splitlines()[0][:200]}", unreadable=True)
 
@@ -244,8 +250,11 @@ def convertible(attributes: Mapping[str, Any], capacity: Mapping[str, Any]) -> b
     return True
 
 
-def device_variable(driver: str, attributes: Mapping[str, Any], capacity: Mapping[str, Any]) -> celtypes.MapType:
-    """The `device` variable of one device (compile.go DeviceMatches)."""
+def device_variable(
+    driver: str, attributes: Mapping[str, Any], capacity: Mapping[str, Any], shared: bool = False
+) -> celtypes.MapType:
+    """The `device` variable of one device (compile.go DeviceMatches; `allowMultipleAllocations` from 1.34
+    with DRAConsumableCapacity, beta and on by default in 1.36: the allocator passes the device's own)."""
     by_domain: dict[str, dict[str, Any]] = {}
     for name, attribute in attributes.items():
         domain, key = qualified(str(name), driver)
@@ -267,7 +276,7 @@ def device_variable(driver: str, attributes: Mapping[str, Any], capacity: Mappin
     return celtypes.MapType(
         {
             celtypes.StringType("driver"): celtypes.StringType(driver),
-            celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(False),
+            celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(shared),
             celtypes.StringType("attributes"): domains(by_domain),
             celtypes.StringType("capacity"): domains(capacities),
         }
@@ -279,7 +288,7 @@ def evaluate(expression: str, facts: DeviceFacts) -> Outcome:
     try:
         if len(expression) > MAX_EXPRESSION_LENGTH:
             raise SelectorError(f"CEL selector of {len(expression)} characters, over {MAX_EXPRESSION_LENGTH}")
-        return matches(expression, device_variable(facts[0], facts[1] or {}, facts[2] or {}))
+        return matches(expression, device_variable(facts[0], facts[1] or {}, facts[2] or {}, facts[3]))
     except (SelectorError, ValueError) as error:
         return error
 

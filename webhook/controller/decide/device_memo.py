@@ -78,7 +78,7 @@ class Memo:
         asked: list[tuple[MatchKey, Device]] = []
         sharing: dict[tuple[bytes, str], list[tuple[MatchKey, Device]]] = {}
         for key, device in missing.items():
-            seen = device_reads.alike_key(key[1], device.id[0], device.attributes, device.capacity)
+            seen = device_reads.alike_key(key[1], device.id[0], device.attributes, device.capacity, device.shared)
             if seen is None:
                 asked.append((key, device))
                 continue
@@ -115,7 +115,7 @@ class Memo:
             self.unanswered += len(asked) - self.budget
             asked = asked[: self.budget]
         self.budget -= len(asked)
-        pairs = [(expression, (d.id[0], d.attributes, d.capacity)) for (_, expression), d in asked]
+        pairs = [(expression, (d.id[0], d.attributes, d.capacity, d.shared)) for (_, expression), d in asked]
         self.evaluations += len(pairs)
         for (key, device), outcome in zip(asked, self.evaluator(pairs) if pairs else [], strict=True):
             if isinstance(outcome, device_cel.SelectorError):

@@ -62,7 +62,7 @@ def reads(expression: str) -> tuple[Read, ...] | None:
             return None
         kind, domain_at, name, name_at = use.groups()
         if kind is None:
-            continue  # the driver is always in the key
+            continue  # the driver and allowMultipleAllocations are always in the key
         domain = literals[int(domain_at)]
         if name_at is not None:
             name = literals[int(name_at)]
@@ -74,7 +74,7 @@ def reads(expression: str) -> tuple[Read, ...] | None:
     return tuple(sorted(found, key=repr))
 
 
-def alike_key(expression: str, driver: str, attributes: Any, capacity: Any) -> bytes | None:
+def alike_key(expression: str, driver: str, attributes: Any, capacity: Any, shared: bool = False) -> bytes | None:
     """What the selector sees of this device, as bytes: devices with equal keys give it the same result.
     None when it reads more than can be told, or the device is not one CEL can be given (an attribute
     of no known type errs whatever the selector reads: compile.go DeviceMatches converts them all)."""
@@ -83,7 +83,7 @@ def alike_key(expression: str, driver: str, attributes: Any, capacity: Any) -> b
         return None
     if not device_cel.convertible(attributes or {}, capacity or {}):
         return None
-    seen: list[Any] = [driver]
+    seen: list[Any] = [driver, shared]  # what `device.driver` and `device.allowMultipleAllocations` read
     for kind, domain, name in wanted:
         source: Mapping[str, Any] = (attributes if kind == "attributes" else capacity) or {}
         if name is None:  # in the slice's order: of two names for one attribute, the later one is seen

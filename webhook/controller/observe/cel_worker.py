@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
         for index, (expression, facts) in enumerate(pairs):
             PROGRESS.pack_into(progress, 0, batch, index)
             try:
-                outcome: object = device_cel.evaluate(str(expression), (str(facts[0]), facts[1], facts[2]))
+                shared = len(facts) > 3 and facts[3] is True
+                outcome: object = device_cel.evaluate(str(expression), (str(facts[0]), facts[1], facts[2], shared))
             except MemoryError:
                 outcome = device_cel.SelectorError(f"CEL {expression[:200]!r} ran out of memory")
             except RecursionError:

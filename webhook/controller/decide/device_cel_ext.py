@@ -1,0 +1,196 @@
+"""The parts of Kubernetes' CEL environment a device selector may use that cel-python lacks: the strings
+extension at version 2 (k8s.io/apiserver/pkg/cel/environment/base.go: ext.Strings(ext.StringsVersion(2))
+from 1.29; cel-go v0.26.0 ext/strings.go, the version Kubernetes 1.36 builds with) and `cel.bind`
+(k8s.io/dynamic-resource-allocation/cel/compile.go: ext.Bindings, from 1.31).
+
+Indices count Unicode code points, as cel-go's do over runes; an index out of range is an error.
+`indexOf` and `lastIndexOf` on a list are Kubernetes' list library's (library/lists.go): the index of the
+first (last) element equal to the argument, -1 when none is.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from celpy import celtypes
+from lark import Token, Tree
+
+# Go's unicode.IsSpace over Latin-1, and Python's own test beyond it (strings.TrimSpace)
+_GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"no such overload: {type(value).__name__} is not a string")
+    return str(value)
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"no such overload: {type(value).__name__} is not an int")
+    return int(value)
+
+
+def _char_at(text: object, index: object) -> celtypes.StringType:
+    runes, at = _text(text), _int(index)
+    if at < 0 or at > len(runes):
+        raise ValueError(f"index out of range: {at}")
+    return celtypes.StringType(runes[at] if at < len(runes) else "")
+
+
+def _index_of(target: object, wanted: object, offset: object = None) -> celtypes.IntType:
+    if isinstance(target, list):  # Kubernetes' lists library: the first equal element
+        return celtypes.IntType(next((i for i, v in enumerate(target) if v == wanted), -1))
+    runes, sub = _text(target), _text(wanted)
+    at = 0 if offset is None else _int(offset)
+    if not sub:
+        return celtypes.IntType(at)
+    if at < 0:
+        raise ValueError(f"index out of range: {at}")
+    return celtypes.IntType(-1 if at >= len(runes) else runes.find(sub, at))
+
+
+def _last_index_of(target: object, wanted: object, offset: object = None) -> celtypes.IntType:
+    if isinstance(target, list):
+        return celtypes.IntType(next((i for i in range(len(target) - 1, -1, -1) if target[i] == wanted), -1))
+    runes, sub = _text(target), _text(wanted)
+    if offset is None:
+        if not sub:
+            return celtypes.IntType(len(runes))
+        if len(sub) > len(runes):
+            return celtypes.IntType(-1)
+        at = len(runes) - 1
+    else:
+        at = _int(offset)
+        if not sub:
+            return celtypes.IntType(at)
+    if at < 0:
+        raise ValueError(f"index out of range: {at}")
+    if at >= len(runes) or len(sub) > len(runes):
+        return celtypes.IntType(-1)
+    return celtypes.IntType(runes.rfind(sub, 0, min(at, len(runes) - len(sub)) + len(sub)))
+
+
+def _ascii(text: object, change: str) -> celtypes.StringType:
+    return celtypes.StringType("".join(getattr(c, change)() if c.isascii() else c for c in _text(text)))
+
+
+def _replace(text: object, old: object, new: object, limit: object = None) -> celtypes.StringType:
+    count = -1 if limit is None else _int(limit)  # Go's strings.Replace: n < 0 is every one
+    return celtypes.StringType(_text(text).replace(_text(old), _text(new), count if count >= 0 else -1))
+
+
+def _split(text: object, separator: object, limit: object = None) -> celtypes.ListType:
+    whole, sep = _text(text), _text(separator)
+    count = -1 if limit is None else _int(limit)  # Go's strings.SplitN: 0 is none, < 0 is every one
+    if count == 0:
+        return celtypes.ListType([])
+    if sep:
+        parts = whole.split(sep, count - 1 if count > 0 else -1)
+    else:  # each code point, the last holding the rest
+        parts = list(whole) if count < 0 or count >= len(whole) else [*whole[: count - 1], whole[count - 1 :]]
+    return celtypes.ListType([celtypes.StringType(p) for p in parts])
+
+
+def _substring(text: object, start: object, end: object = None) -> celtypes.StringType:
+    runes, begin = _text(text), _int(start)
+    stop = len(runes) if end is None else _int(end)
+    if begin > stop:
+        raise ValueError(f"invalid substring range. start: {begin}, end: {stop}")
+    for at in (begin, stop):
+        if at < 0 or at > len(runes):
+            raise ValueError(f"index out of range: {at}")
+    return celtypes.StringType(runes[begin:stop])
+
+
+def _trim(text: object) -> celtypes.StringType:
+    whole = _text(text)
+    start, stop = 0, len(whole)
+    while start < stop and (whole[start] in _GO_SPACE or (whole[start] > "\xff" and whole[start].isspace())):
+        start += 1
+    while stop > start and (whole[stop - 1] in _GO_SPACE or (whole[stop - 1] > "\xff" and whole[stop - 1].isspace())):
+        stop -= 1
+    return celtypes.StringType(whole[start:stop])
+
+
+def _join(items: object, separator: object = "") -> celtypes.StringType:
+    if not isinstance(items, list):
+        raise TypeError(f"no such overload: {type(items).__name__} is not a list")
+    return celtypes.StringType(_text(separator).join(_text(item) for item in items))
+
+
+FUNCTIONS: dict[str, Any] = {
+    "charAt": _char_at,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "lowerAscii": lambda text: _ascii(text, "lower"),
+    "upperAscii": lambda text: _ascii(text, "upper"),
+    "replace": _replace,
+    "split": _split,
+    "substring": _substring,
+    "trim": _trim,
+    "join": _join,
+}
+
+
+def _ident(node: Any) -> str | None:
+    """The identifier an expression tree is, when it is one alone (`x` in `cel.bind(x, ...)`)."""
+    while isinstance(node, Tree) and len(node.children) == 1 and node.data != "ident":
+        node = node.children[0]
+    if isinstance(node, Tree) and node.data == "ident" and isinstance(node.children[0], Token):
+        return str(node.children[0])
+    return None
+
+
+def _is_bind(node: Any) -> bool:
+    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
+        return False
+    target, method, arguments = node.children
+    return (
+        _ident(target) == "cel"
+        and str(method) == "bind"
+        and isinstance(arguments, Tree)
+        and len(arguments.children) == 3
+        and _ident(arguments.children[0]) is not None
+    )
+
+
+def without_bind(tree: Tree[Any], template: Tree[Any]) -> Tree[Any]:
+    """The parse tree with each `cel.bind(v, init, body)` as `[init].map(v, body)[0]` (`template`: that text
+    parsed with the placeholders `_bind_init`, `_bind_var`, `_bind_body`, bind_template): the map macro
+    binds `v` to the one value, and cel-python has it. Nested binds are rewritten inside out."""
+
+    def rewrite(node: Any) -> Any:
+        if not isinstance(node, Tree):
+            return node
+        node.children = [rewrite(child) for child in node.children]
+        if not _is_bind(node):
+            return node
+        variable, init, body = node.children[2].children
+        found = copy.deepcopy(template)
+        by_name = {"_bind_init": init, "_bind_var": variable, "_bind_body": body}
+        for holder, (parent, at) in _placeholders(found).items():
+            parent.children[at] = by_name[holder]
+        return found
+
+    return rewrite(tree)  # type: ignore[no-any-return]
+
+
+def bind_template(parsed: Tree[Any]) -> Tree[Any]:
+    """`[_bind_init].map(_bind_var, _bind_body)[0]` parsed: its member_index node, what replaces a bind."""
+    for node in parsed.iter_subtrees():
+        if node.data == "member_index":
+            return node
+    raise ValueError("no member_index in the bind template")
+
+
+def _placeholders(tree: Tree[Any]) -> dict[str, tuple[Tree[Any], int]]:
+    """Each placeholder's whole expression (its `expr` node) and where it sits: (parent, index)."""
+    found: dict[str, tuple[Tree[Any], int]] = {}
+    for parent in tree.iter_subtrees():
+        for at, child in enumerate(parent.children):
+            name = _ident(child) if isinstance(child, Tree) and child.data == "expr" else None
+            if name is not None and name.startswith("_bind_"):
+                found[name] = (parent, at)
+    return found
