@@ -143,8 +143,17 @@ def variable(**attributes: Any) -> Any:
         ('"  \\ttrim\\n ".trim() == "trim"', True),
         ('"aaa".replace("a", "b") == "bbb" && "aaa".replace("a", "b", 2) == "bba"', True),
         ('["a", "b"].join() == "ab" && ["a", "b"].join("-") == "a-b" && [].join("/") == ""', True),
-        # Kubernetes' lists library: a list's indexOf and lastIndexOf
+        # Kubernetes' lists library, the sets and lists extensions, its regular expressions
         ("[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2 && [1].indexOf(3) == -1", True),
+        ("[1, 2, 2].isSorted() && ![2, 1].isSorted() && [1, 3].sum() == 4 && [].sum() == 0", True),
+        ('[1, 3].min() == 1 && [1, 3].max() == 3 && ["b", "a"].sort() == ["a", "b"]', True),
+        ("sets.contains([1, 2, 3], [1, 3]) && !sets.contains([1], [2]) && sets.equivalent([1, 2], [2, 1, 1])", True),
+        ("sets.intersects([1, 2], [2.0]) && !sets.contains([true], [1])", True),  # heterogeneous equality
+        ("lists.range(3) == [0, 1, 2] && [1, 2, 2, 3].distinct() == [1, 2, 3] && [5, 3].reverse() == [3, 5]", True),
+        ("[1, [2, [3, 4]]].flatten() == [1, 2, [3, 4]] && [1, [2, [3]]].flatten(2) == [1, 2, 3]", True),
+        ("[1, 2, 3, 4].slice(1, 3) == [2, 3] && [1, 2, 3].map(x, x > 1, x * 2) == [4, 6]", True),
+        ('"abc 123".find("[0-9]+") == "123" && "a1b2".findAll("[0-9]") == ["1", "2"]', True),
+        ('sets.contains(["a100", "h100"], [device.attributes["gpu.example.com"].model])', True),
         ("device.allowMultipleAllocations", False),
     ],
 )
@@ -183,12 +192,13 @@ def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
 
 
 def test_a_selector_the_evaluator_cannot_read_is_said_so() -> None:
-    """Libraries of Kubernetes' CEL cel-python lacks (the sets and lists extensions, `format`), and text
-    that does not parse: unreadable, never a mismatch."""
+    """Parts of Kubernetes' CEL this evaluator lacks (`format`, two-variable comprehensions, `sortBy`,
+    the IP library), and text that does not parse: unreadable, never a mismatch."""
     for expression in (
         '"%s".format(["x"]) == "x"',
-        "sets.contains([1], [1])",
-        "[2, 1].sort() == [1, 2]",
+        "[1].exists(i, v, v > 0)",
+        "[2, 1].sortBy(x, x) == [1, 2]",
+        'ip("10.0.0.1").family() == 4',
         "device.driver ==",
     ):
         with pytest.raises(device_cel.SelectorError) as caught:

@@ -3,14 +3,21 @@ extension at version 2 (k8s.io/apiserver/pkg/cel/environment/base.go: ext.String
 from 1.29; cel-go v0.26.0 ext/strings.go, the version Kubernetes 1.36 builds with) and `cel.bind`
 (k8s.io/dynamic-resource-allocation/cel/compile.go: ext.Bindings, from 1.31).
 
+Also the sets extension (`sets.contains`, `sets.equivalent`, `sets.intersects`: ext/sets.go), the lists
+extension at version 2 without its `sortBy` macro (`lists.range`, `distinct`, `flatten`, `reverse`,
+`slice`, `sort`: ext/lists.go), and Kubernetes' list and regular expression libraries
+(k8s.io/apiserver/pkg/cel/library lists.go: `isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`;
+regex.go: `find`, `findAll`). A namespaced function (`sets.contains(a, b)`) is rewritten in the parse
+tree as a call of the function of that whole name: cel-python reads `sets` as a variable.
+
 Indices count Unicode code points, as cel-go's do over runes; an index out of range is an error.
-`indexOf` and `lastIndexOf` on a list are Kubernetes' list library's (library/lists.go): the index of the
-first (last) element equal to the argument, -1 when none is.
+Elements compare as CEL's heterogeneous equality does (`1 == 1.0`), which cel-python refuses.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from celpy import celtypes
@@ -39,9 +46,26 @@ def _char_at(text: object, index: object) -> celtypes.StringType:
     return celtypes.StringType(runes[at] if at < len(runes) else "")
 
 
+def _equal(left: object, right: object) -> bool:
+    """CEL's equality across numeric types (cel-go: heterogeneous equality); other types differ."""
+    numbers = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+    if type(left) is not type(right):
+        return isinstance(left, numbers) and isinstance(right, numbers) and float(left) == float(right)
+    try:
+        return bool(left == right)
+    except TypeError:
+        return False
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"no such overload: {type(value).__name__} is not a list")
+    return value
+
+
 def _index_of(target: object, wanted: object, offset: object = None) -> celtypes.IntType:
     if isinstance(target, list):  # Kubernetes' lists library: the first equal element
-        return celtypes.IntType(next((i for i, v in enumerate(target) if v == wanted), -1))
+        return celtypes.IntType(next((i for i, v in enumerate(target) if _equal(v, wanted)), -1))
     runes, sub = _text(target), _text(wanted)
     at = 0 if offset is None else _int(offset)
     if not sub:
@@ -53,7 +77,7 @@ def _index_of(target: object, wanted: object, offset: object = None) -> celtypes
 
 def _last_index_of(target: object, wanted: object, offset: object = None) -> celtypes.IntType:
     if isinstance(target, list):
-        return celtypes.IntType(next((i for i in range(len(target) - 1, -1, -1) if target[i] == wanted), -1))
+        return celtypes.IntType(next((i for i in range(len(target) - 1, -1, -1) if _equal(target[i], wanted)), -1))
     runes, sub = _text(target), _text(wanted)
     if offset is None:
         if not sub:
@@ -120,6 +144,84 @@ def _join(items: object, separator: object = "") -> celtypes.StringType:
     return celtypes.StringType(_text(separator).join(_text(item) for item in items))
 
 
+def _contains(whole: object, part: object) -> bool:
+    items = _list(whole)
+    return all(any(_equal(item, wanted) for item in items) for wanted in _list(part))
+
+
+def _distinct(items: object) -> celtypes.ListType:
+    found: list[Any] = []
+    for item in _list(items):
+        if not any(_equal(item, kept) for kept in found):
+            found.append(item)
+    return celtypes.ListType(found)
+
+
+def _flatten(items: object, depth: object = 1) -> celtypes.ListType:
+    levels = _int(depth)
+    if levels < 0:
+        raise ValueError("level must be non-negative")
+    found: list[Any] = []
+    for item in _list(items):
+        found.extend(_flatten(item, levels - 1) if isinstance(item, list) and levels > 0 else [item])
+    return celtypes.ListType(found)
+
+
+def _slice(items: object, start: object, end: object) -> celtypes.ListType:
+    whole, begin, stop = _list(items), _int(start), _int(end)
+    if begin < 0 or stop < 0:
+        raise ValueError(f"cannot slice({begin}, {stop}), negative indexes not supported")
+    if begin > stop or stop > len(whole):
+        raise ValueError(f"cannot slice({begin}, {stop}) of a list of length {len(whole)}")
+    return celtypes.ListType(whole[begin:stop])
+
+
+def _ordered(items: object) -> list[Any]:
+    """The list's elements, all of one comparable type (sort, min, max, isSorted)."""
+    whole = _list(items)
+    if whole and (len({type(i) for i in whole}) > 1 or isinstance(whole[0], list | dict)):
+        raise TypeError("list elements must be comparable and of one type")
+    return whole
+
+
+def _extreme(items: object, pick: Any) -> Any:
+    whole = _ordered(items)
+    if not whole:
+        raise ValueError("the list is empty")
+    return pick(whole)
+
+
+def _sum(items: object) -> Any:
+    whole = _list(items)
+    total: Any = whole[0] if whole else celtypes.IntType(0)
+    for item in whole[1:]:
+        total = total + item
+    return total
+
+
+# k8s.io/api resource/v1 CELSelectorExpressionMaxCost: a selector costing more fails in kube-scheduler, and
+# lists.range(n) costs at least n (a list of n built); the worker's memory is capped besides (cel_worker.py)
+MAX_COST = 1_000_000
+
+
+def _range(count: object) -> celtypes.ListType:
+    size = _int(count)
+    if size > MAX_COST:
+        raise ValueError(f"lists.range({size}) exceeds the CEL cost limit of a selector ({MAX_COST})")
+    return celtypes.ListType([celtypes.IntType(i) for i in range(size)])
+
+
+def _find_all(text: object, pattern: object, limit: object = -1) -> celtypes.ListType:
+    count = _int(limit)
+    found = [celtypes.StringType(m.group(0)) for m in re.finditer(_text(pattern), _text(text))]
+    return celtypes.ListType(found if count < 0 else found[:count])
+
+
+def _find(text: object, pattern: object) -> celtypes.StringType:
+    match = re.search(_text(pattern), _text(text))
+    return celtypes.StringType(match.group(0) if match else "")
+
+
 FUNCTIONS: dict[str, Any] = {
     "charAt": _char_at,
     "indexOf": _index_of,
@@ -131,7 +233,23 @@ FUNCTIONS: dict[str, Any] = {
     "substring": _substring,
     "trim": _trim,
     "join": _join,
+    "sets.contains": lambda whole, part: celtypes.BoolType(_contains(whole, part)),
+    "sets.equivalent": lambda a, b: celtypes.BoolType(_contains(a, b) and _contains(b, a)),
+    "sets.intersects": lambda a, b: celtypes.BoolType(any(_contains(a, [item]) for item in _list(b))),
+    "lists.range": _range,
+    "distinct": _distinct,
+    "flatten": _flatten,
+    "reverse": lambda items: celtypes.ListType(_list(items)[::-1]),
+    "slice": _slice,
+    "sort": lambda items: celtypes.ListType(sorted(_ordered(items))),
+    "isSorted": lambda items: celtypes.BoolType(_ordered(items) == sorted(_ordered(items))),
+    "sum": _sum,
+    "min": lambda items: _extreme(items, min),
+    "max": lambda items: _extreme(items, max),
+    "find": _find,
+    "findAll": _find_all,
 }
+NAMESPACES = frozenset({"sets", "lists"})  # their functions are called by their whole names
 
 
 def _ident(node: Any) -> str | None:
@@ -141,6 +259,39 @@ def _ident(node: Any) -> str | None:
     if isinstance(node, Tree) and node.data == "ident" and isinstance(node.children[0], Token):
         return str(node.children[0])
     return None
+
+
+def _two_variables(node: Any) -> bool:
+    """`list.all(i, v, ...)`, `exists` or `existsOne` with two variables (cel-go ext/comprehensions.go)."""
+    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
+        return False
+    method, arguments = node.children[1], node.children[2]
+    return (
+        str(method) in ("all", "exists", "existsOne", "exists_one")
+        and isinstance(arguments, Tree)
+        and len(arguments.children) == 3
+        and _ident(arguments.children[1]) is not None
+    )
+
+
+def _filter_map(node: Any) -> bool:
+    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
+        return False
+    arguments = node.children[2]
+    return (
+        str(node.children[1]) == "map"
+        and isinstance(arguments, Tree)
+        and len(arguments.children) == 3
+        and _ident(arguments.children[0]) is not None
+    )
+
+
+def _namespaced(node: Any) -> str | None:
+    """The namespace of a call of a namespaced function (`sets` in `sets.contains(a, b)`)."""
+    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
+        return None
+    namespace = _ident(node.children[0])
+    return namespace if namespace in NAMESPACES and isinstance(node.children[2], Tree) else None
 
 
 def _is_bind(node: Any) -> bool:
@@ -159,12 +310,29 @@ def _is_bind(node: Any) -> bool:
 def without_bind(tree: Tree[Any], template: Tree[Any]) -> Tree[Any]:
     """The parse tree with each `cel.bind(v, init, body)` as `[init].map(v, body)[0]` (`template`: that text
     parsed with the placeholders `_bind_init`, `_bind_var`, `_bind_body`, bind_template): the map macro
-    binds `v` to the one value, and cel-python has it. Nested binds are rewritten inside out."""
+    binds `v` to the one value, and cel-python has it. Nested binds are rewritten inside out, namespaced
+    calls too; ValueError for what cel-python would evaluate otherwise than Kubernetes."""
 
     def rewrite(node: Any) -> Any:
         if not isinstance(node, Tree):
             return node
         node.children = [rewrite(child) for child in node.children]
+        if _two_variables(node):  # cel-python would unpack them wrongly at run time
+            raise ValueError("two-variable comprehensions (ext.TwoVarComprehensions) are not evaluated here")
+        if _filter_map(node):  # `l.map(x, p, t)`, standard CEL, as `l.filter(x, p).map(x, t)`
+            target, _, arguments = node.children
+            variable, kept, made = arguments.children
+            filtered = Tree(node.data, [target, Token("IDENT", "filter"), Tree(arguments.data, [variable, kept])])
+            node.children = [
+                Tree(Token("RULE", "member"), [filtered]),
+                node.children[1],
+                Tree(arguments.data, [copy.deepcopy(variable), made]),
+            ]
+            return node
+        namespace = _namespaced(node)
+        if namespace is not None:  # `sets.contains(a, b)` as a call of "sets.contains"
+            name = Token("IDENT", f"{namespace}.{node.children[1]}")
+            return Tree(Token("RULE", "primary"), [Tree(Token("RULE", "ident_arg"), [name, node.children[2]])])
         if not _is_bind(node):
             return node
         variable, init, body = node.children[2].children
