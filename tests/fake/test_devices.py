@@ -154,6 +154,15 @@ def variable(**attributes: Any) -> Any:
         ("[1, 2, 3, 4].slice(1, 3) == [2, 3] && [1, 2, 3].map(x, x > 1, x * 2) == [4, 6]", True),
         ('"abc 123".find("[0-9]+") == "123" && "a1b2".findAll("[0-9]") == ["1", "2"]', True),
         ('sets.contains(["a100", "h100"], [device.attributes["gpu.example.com"].model])', True),
+        ('["bb", "a", "ccc"].sortBy(s, size(s)) == ["a", "bb", "ccc"] && [3, 1, 2].sortBy(x, -x) == [3, 2, 1]', True),
+        # two-variable comprehensions (ext.TwoVarComprehensions): a list's index and element, a map's key and value
+        ("[3, 4].all(i, v, v > i) && ![3, 0].all(i, v, v > i) && [1, 1, 2].existsOne(i, v, v == 2)", True),
+        ('{"a": 1, "b": 2}.exists(k, v, k == "b" && v == 2)', True),
+        ('{"a": 1}.transformList(k, v, k + string(v)) == ["a1"]', True),
+        ("[10, 20].transformList(i, v, v + i) == [10, 21]", True),
+        ("[10, 20, 30].transformList(i, v, i > 0, v * 2) == [40, 60]", True),
+        ("[[1, 2], [3]].all(i, l, l.all(j, x, x > i))", True),
+        ('[device.attributes["gpu.example.com"].index].all(i, v, v == 3)', True),
         ("device.allowMultipleAllocations", False),
     ],
 )
@@ -192,12 +201,11 @@ def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
 
 
 def test_a_selector_the_evaluator_cannot_read_is_said_so() -> None:
-    """Parts of Kubernetes' CEL this evaluator lacks (`format`, two-variable comprehensions, `sortBy`,
-    the IP library), and text that does not parse: unreadable, never a mismatch."""
+    """Parts of Kubernetes' CEL this evaluator lacks (`format`, `transformMap`, the IP library), and text
+    that does not parse: unreadable, never a mismatch."""
     for expression in (
         '"%s".format(["x"]) == "x"',
-        "[1].exists(i, v, v > 0)",
-        "[2, 1].sortBy(x, x) == [1, 2]",
+        '{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}',
         'ip("10.0.0.1").family() == 4',
         "device.driver ==",
     ):

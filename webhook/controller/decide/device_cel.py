@@ -13,9 +13,9 @@ What Kubernetes adds to plain CEL for a selector (k8s.io/dynamic-resource-alloca
   `q.sub(q|int)`; `semver(s)`, `isSemver(s)`, `v.major()`, `v.minor()`, `v.patch()`,
   `v.compareTo(v)`, `v.isGreaterThan(v)`, `v.isLessThan(v)`.
 
-`cel.bind` and the strings extension are device_cel_ext.py's. A selector this evaluator cannot read (a
-function it does not have, such as the sets extension's) is reported as such, never taken for a device
-that does not match: kube-scheduler would judge it, gangkeeper cannot.
+Kubernetes' extensions are device_cel_ext.py's, its macros device_cel_rewrite.py's. A selector this
+evaluator cannot read (a function it does not have, such as `format`) is reported as such, never taken
+for a device that does not match: kube-scheduler would judge it, gangkeeper cannot.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from webhook import resources
-from webhook.controller.decide import device_cel_ext
+from webhook.controller.decide import device_cel_ext, device_cel_rewrite
 
 MAX_COMPILED = 4096  # selectors are tenant input: the compiled cache is bounded
 # resource.k8s.io's own bound on a selector's text (k8s.io/api/resource/v1 types.go
@@ -192,7 +192,7 @@ class DomainMap(celtypes.MapType):
 
 
 _ENVIRONMENT = celpy.Environment()
-_BIND = device_cel_ext.bind_template(_ENVIRONMENT.compile("[_bind_init].map(_bind_var, _bind_body)[0]"))
+_REWRITTEN = device_cel_rewrite.Rewriter(_ENVIRONMENT.compile)
 _ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS}
 
 
@@ -200,7 +200,7 @@ _ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS}
 def compiled(expression: str) -> Any:
     """The runnable selector, or a SelectorError(unreadable) for one cel-python cannot parse."""
     try:
-        tree = device_cel_ext.without_bind(_ENVIRONMENT.compile(expression), _BIND)
+        tree = _REWRITTEN(_ENVIRONMENT.compile(expression))
         return _ENVIRONMENT.program(tree, functions=_ALL_FUNCTIONS)
     except Exception as error:  # celpy raises its parser's own errors: a selector it cannot read
         return SelectorError(f"cannot read CEL {expression!r}: {str(error).splitlines()[0][:200]}", unreadable=True)

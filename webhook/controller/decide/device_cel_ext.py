@@ -1,14 +1,13 @@
-"""The parts of Kubernetes' CEL environment a device selector may use that cel-python lacks: the strings
+"""The functions of Kubernetes' CEL environment a device selector may use that cel-python lacks: the strings
 extension at version 2 (k8s.io/apiserver/pkg/cel/environment/base.go: ext.Strings(ext.StringsVersion(2))
-from 1.29; cel-go v0.26.0 ext/strings.go, the version Kubernetes 1.36 builds with) and `cel.bind`
-(k8s.io/dynamic-resource-allocation/cel/compile.go: ext.Bindings, from 1.31).
+from 1.29; cel-go v0.26.0 ext/strings.go, the version Kubernetes 1.36 builds with).
 
 Also the sets extension (`sets.contains`, `sets.equivalent`, `sets.intersects`: ext/sets.go), the lists
-extension at version 2 without its `sortBy` macro (`lists.range`, `distinct`, `flatten`, `reverse`,
-`slice`, `sort`: ext/lists.go), and Kubernetes' list and regular expression libraries
+extension at version 2 (`lists.range`, `distinct`, `flatten`, `reverse`, `slice`, `sort`, and what its
+`sortBy` macro calls: ext/lists.go), and Kubernetes' list and regular expression libraries
 (k8s.io/apiserver/pkg/cel/library lists.go: `isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`;
-regex.go: `find`, `findAll`). A namespaced function (`sets.contains(a, b)`) is rewritten in the parse
-tree as a call of the function of that whole name: cel-python reads `sets` as a variable.
+regex.go: `find`, `findAll`). A namespaced function (`sets.contains`) is called by its whole name
+(device_cel_rewrite.py).
 
 Indices count Unicode code points, as cel-go's do over runes; an index out of range is an error.
 Elements compare as CEL's heterogeneous equality does (`1 == 1.0`), which cel-python refuses.
@@ -16,12 +15,10 @@ Elements compare as CEL's heterogeneous equality does (`1 == 1.0`), which cel-py
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 from celpy import celtypes
-from lark import Token, Tree
 
 # Go's unicode.IsSpace over Latin-1, and Python's own test beyond it (strings.TrimSpace)
 _GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0")
@@ -211,6 +208,14 @@ def _range(count: object) -> celtypes.ListType:
     return celtypes.ListType([celtypes.IntType(i) for i in range(size)])
 
 
+def _sorted_by(items: object, keys: object) -> celtypes.ListType:
+    """sortBy's list ordered by its keys (ext/lists.go sortByAssociatedKeys)."""
+    whole, order = _list(items), _ordered(keys)
+    if len(whole) != len(order):
+        raise ValueError("sortBy: a key for each element")
+    return celtypes.ListType([item for _, item in sorted(zip(order, whole, strict=True), key=lambda pair: pair[0])])
+
+
 def _find_all(text: object, pattern: object, limit: object = -1) -> celtypes.ListType:
     count = _int(limit)
     found = [celtypes.StringType(m.group(0)) for m in re.finditer(_text(pattern), _text(text))]
@@ -242,6 +247,7 @@ FUNCTIONS: dict[str, Any] = {
     "reverse": lambda items: celtypes.ListType(_list(items)[::-1]),
     "slice": _slice,
     "sort": lambda items: celtypes.ListType(sorted(_ordered(items))),
+    "lists.sortByKeys": _sorted_by,
     "isSorted": lambda items: celtypes.BoolType(_ordered(items) == sorted(_ordered(items))),
     "sum": _sum,
     "min": lambda items: _extreme(items, min),
@@ -249,116 +255,3 @@ FUNCTIONS: dict[str, Any] = {
     "find": _find,
     "findAll": _find_all,
 }
-NAMESPACES = frozenset({"sets", "lists"})  # their functions are called by their whole names
-
-
-def _ident(node: Any) -> str | None:
-    """The identifier an expression tree is, when it is one alone (`x` in `cel.bind(x, ...)`)."""
-    while isinstance(node, Tree) and len(node.children) == 1 and node.data != "ident":
-        node = node.children[0]
-    if isinstance(node, Tree) and node.data == "ident" and isinstance(node.children[0], Token):
-        return str(node.children[0])
-    return None
-
-
-def _two_variables(node: Any) -> bool:
-    """`list.all(i, v, ...)`, `exists` or `existsOne` with two variables (cel-go ext/comprehensions.go)."""
-    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
-        return False
-    method, arguments = node.children[1], node.children[2]
-    return (
-        str(method) in ("all", "exists", "existsOne", "exists_one")
-        and isinstance(arguments, Tree)
-        and len(arguments.children) == 3
-        and _ident(arguments.children[1]) is not None
-    )
-
-
-def _filter_map(node: Any) -> bool:
-    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
-        return False
-    arguments = node.children[2]
-    return (
-        str(node.children[1]) == "map"
-        and isinstance(arguments, Tree)
-        and len(arguments.children) == 3
-        and _ident(arguments.children[0]) is not None
-    )
-
-
-def _namespaced(node: Any) -> str | None:
-    """The namespace of a call of a namespaced function (`sets` in `sets.contains(a, b)`)."""
-    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
-        return None
-    namespace = _ident(node.children[0])
-    return namespace if namespace in NAMESPACES and isinstance(node.children[2], Tree) else None
-
-
-def _is_bind(node: Any) -> bool:
-    if not (isinstance(node, Tree) and node.data == "member_dot_arg" and len(node.children) == 3):
-        return False
-    target, method, arguments = node.children
-    return (
-        _ident(target) == "cel"
-        and str(method) == "bind"
-        and isinstance(arguments, Tree)
-        and len(arguments.children) == 3
-        and _ident(arguments.children[0]) is not None
-    )
-
-
-def without_bind(tree: Tree[Any], template: Tree[Any]) -> Tree[Any]:
-    """The parse tree with each `cel.bind(v, init, body)` as `[init].map(v, body)[0]` (`template`: that text
-    parsed with the placeholders `_bind_init`, `_bind_var`, `_bind_body`, bind_template): the map macro
-    binds `v` to the one value, and cel-python has it. Nested binds are rewritten inside out, namespaced
-    calls too; ValueError for what cel-python would evaluate otherwise than Kubernetes."""
-
-    def rewrite(node: Any) -> Any:
-        if not isinstance(node, Tree):
-            return node
-        node.children = [rewrite(child) for child in node.children]
-        if _two_variables(node):  # cel-python would unpack them wrongly at run time
-            raise ValueError("two-variable comprehensions (ext.TwoVarComprehensions) are not evaluated here")
-        if _filter_map(node):  # `l.map(x, p, t)`, standard CEL, as `l.filter(x, p).map(x, t)`
-            target, _, arguments = node.children
-            variable, kept, made = arguments.children
-            filtered = Tree(node.data, [target, Token("IDENT", "filter"), Tree(arguments.data, [variable, kept])])
-            node.children = [
-                Tree(Token("RULE", "member"), [filtered]),
-                node.children[1],
-                Tree(arguments.data, [copy.deepcopy(variable), made]),
-            ]
-            return node
-        namespace = _namespaced(node)
-        if namespace is not None:  # `sets.contains(a, b)` as a call of "sets.contains"
-            name = Token("IDENT", f"{namespace}.{node.children[1]}")
-            return Tree(Token("RULE", "primary"), [Tree(Token("RULE", "ident_arg"), [name, node.children[2]])])
-        if not _is_bind(node):
-            return node
-        variable, init, body = node.children[2].children
-        found = copy.deepcopy(template)
-        by_name = {"_bind_init": init, "_bind_var": variable, "_bind_body": body}
-        for holder, (parent, at) in _placeholders(found).items():
-            parent.children[at] = by_name[holder]
-        return found
-
-    return rewrite(tree)  # type: ignore[no-any-return]
-
-
-def bind_template(parsed: Tree[Any]) -> Tree[Any]:
-    """`[_bind_init].map(_bind_var, _bind_body)[0]` parsed: its member_index node, what replaces a bind."""
-    for node in parsed.iter_subtrees():
-        if node.data == "member_index":
-            return node
-    raise ValueError("no member_index in the bind template")
-
-
-def _placeholders(tree: Tree[Any]) -> dict[str, tuple[Tree[Any], int]]:
-    """Each placeholder's whole expression (its `expr` node) and where it sits: (parent, index)."""
-    found: dict[str, tuple[Tree[Any], int]] = {}
-    for parent in tree.iter_subtrees():
-        for at, child in enumerate(parent.children):
-            name = _ident(child) if isinstance(child, Tree) and child.data == "expr" else None
-            if name is not None and name.startswith("_bind_"):
-                found[name] = (parent, at)
-    return found
