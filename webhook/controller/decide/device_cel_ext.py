@@ -216,6 +216,24 @@ def _sorted_by(items: object, keys: object) -> celtypes.ListType:
     return celtypes.ListType([item for _, item in sorted(zip(order, whole, strict=True), key=lambda pair: pair[0])])
 
 
+def _from_pairs(pairs: object) -> celtypes.MapType:
+    """transformMap's map: each [key, value] pair (device_cel_rewrite.py)."""
+    return celtypes.MapType({pair[0]: pair[1] for pair in (_list(p) for p in _list(pairs))})
+
+
+def _merged(maps: object) -> celtypes.MapType:
+    """transformMapEntry's map: every map made, a key made twice an error (CEL equality across numbers)."""
+    merged: dict[Any, Any] = {}
+    for made in _list(maps):
+        if not isinstance(made, dict):
+            raise TypeError("transformMapEntry: each entry must be a map")
+        for key, value in made.items():
+            if any(_equal(key, known) for known in merged):
+                raise ValueError(f"transformMapEntry: duplicate key {key!r}")
+            merged[key] = value
+    return celtypes.MapType(merged)
+
+
 def _find_all(text: object, pattern: object, limit: object = -1) -> celtypes.ListType:
     count = _int(limit)
     found = [celtypes.StringType(m.group(0)) for m in re.finditer(_text(pattern), _text(text))]
@@ -248,6 +266,8 @@ FUNCTIONS: dict[str, Any] = {
     "slice": _slice,
     "sort": lambda items: celtypes.ListType(sorted(_ordered(items))),
     "lists.sortByKeys": _sorted_by,
+    "maps.fromPairs": _from_pairs,
+    "maps.merged": _merged,
     "isSorted": lambda items: celtypes.BoolType(_ordered(items) == sorted(_ordered(items))),
     "sum": _sum,
     "min": lambda items: _extreme(items, min),

@@ -6,6 +6,8 @@ Kubernetes does, where Kubernetes' environment has macros cel-python lacks:
 - two-variable comprehensions (ext.TwoVarComprehensions, k8s.io/apiserver environment/base.go from 1.32):
   `t.all(i, v, p)`, `exists`, `existsOne` and `transformList(i, v, [filter,] e)` as the one-variable
   macro over a list's indexes (`lists.range(size(t))`) or a map's keys, with `v` bound to `t[i]`;
+  `transformMap` as the map of each index or key to what is made of it (`maps.fromPairs`), and
+  `transformMapEntry` as the maps made merged (`maps.merged`: a key made twice is an error);
 - the three-argument `map(x, p, e)` of standard CEL as `filter(x, p).map(x, e)`;
 - the lists extension's `l.sortBy(x, key)` as `lists.sortByKeys(l, l.map(x, key))` (ext/lists.go
   sortByAssociatedKeys);
@@ -13,8 +15,7 @@ Kubernetes does, where Kubernetes' environment has macros cel-python lacks:
   whole name: cel-python reads `sets` as a variable.
 
 Each is written as CEL text with placeholders (`__gk_*`), parsed once, and its placeholders replaced by
-the selector's own parts. ValueError for what is left that cel-python would evaluate otherwise
-(`transformMap`, which builds a map no one-variable macro can).
+the selector's own parts. ValueError for a form cel-python would evaluate otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from lark import Token, Tree
 
-NAMESPACES = frozenset({"sets", "lists"})  # their functions are called by their whole names
+NAMESPACES = frozenset({"sets", "lists", "maps"})  # their functions are called by their whole names
 BIND = "[__gk_init].map(__gk_var, __gk_body)[0]"
 SORT_BY = "lists.sortByKeys(__gk_target, (__gk_target).map(__gk_x, __gk_key))"  # ext/lists.go sortBy
 # a two-variable comprehension over a list (its indexes) or a map (its keys); {macro}: the one-variable one
@@ -35,12 +36,17 @@ FILTERED = (
     "filter(__gk_i, cel.bind(__gk_v, __gk_t[__gk_i], __gk_filter))"
     ".map(__gk_i, cel.bind(__gk_v, __gk_t[__gk_i], __gk_body))"
 )
+# transformMap: the pairs (key or index, value made) as a map; transformMapEntry: the maps made, merged
+AS_MAP = {"transformMap": "maps.fromPairs({over})", "transformMapEntry": "maps.merged({over})"}
+PAIR = "[__gk_i, cel.bind(__gk_v, __gk_t[__gk_i], __gk_body)]"
 ONE_VARIABLE = {
     "all": "all",
     "exists": "exists",
     "existsOne": "exists_one",
     "exists_one": "exists_one",
     "transformList": "map",
+    "transformMap": "map",
+    "transformMapEntry": "map",
 }
 
 
@@ -103,14 +109,14 @@ class Rewriter:
             return self._filled(
                 SORT_BY, {"__gk_target": _as_expr(target), "__gk_x": arguments[0], "__gk_key": arguments[1]}
             )
-        if method in ("transformMap", "transformMapEntry"):
-            raise ValueError(f"{method} (ext.TwoVarComprehensions) is not evaluated here")
         return node
 
     def _two_variables(self, target: Any, method: str, arguments: list[Any]) -> Any:
-        if len(arguments) == 4 and method != "transformList":
+        if len(arguments) == 4 and not method.startswith("transform"):
             raise ValueError(f"{method} takes three arguments")
         step = FILTERED if len(arguments) == 4 else STEP.format(macro=ONE_VARIABLE[method])
+        if method == "transformMap":  # each element's index or key beside what is made of it
+            step = step.replace("cel.bind(__gk_v, __gk_t[__gk_i], __gk_body))", f"{PAIR})")
         parts = {
             "__gk_target": _as_expr(target),
             "__gk_i": arguments[0],
@@ -119,7 +125,8 @@ class Rewriter:
         }
         if len(arguments) == 4:
             parts["__gk_filter"] = arguments[2]
-        return self._filled(OVER_BOTH.format(step=step), parts)
+        over = OVER_BOTH.format(step=step)
+        return self._filled(AS_MAP[method].format(over=over) if method in AS_MAP else over, parts)
 
 
 def _ident(node: Any) -> str | None:
