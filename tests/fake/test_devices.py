@@ -166,6 +166,17 @@ def variable(**attributes: Any) -> Any:
         ("[1, 2, 3].transformMap(i, v, i % 2 == 0, v * v) == {0: 1, 2: 9}", True),
         ("[1, 2, 3].transformMapEntry(i, v, {v: i}) == {1: 0, 2: 1, 3: 2}", True),
         ('[device.attributes["gpu.example.com"].index].all(i, v, v == 3)', True),
+        # Kubernetes' IP and CIDR libraries (library/ip.go, cidr.go)
+        ('cidr("10.0.0.0/8").containsIP("10.1.2.3") && !cidr("10.0.0.0/8").containsIP(ip("::1"))', True),
+        ('ip("127.0.0.1").family() == 4 && ip("::1").isLoopback() && ip("0.0.0.0").isUnspecified()', True),
+        ('isIP("1.2.3.4") && !isIP("1.2.3.256") && !isIP("::ffff:1.2.3.4") && !isIP("fe80::1%eth0")', True),
+        ('ip.isCanonical("2001:db8::abcd") && !ip.isCanonical("2001:DB8::ABCD") && !isIP("01.2.3.4")', True),
+        ('ip("ff12::1").isLinkLocalMulticast() && ip("169.254.1.1").isLinkLocalUnicast()', True),
+        ('ip("10.0.0.1").isGlobalUnicast() && !ip("255.255.255.255").isGlobalUnicast()', True),
+        ('cidr("10.0.0.1/8").ip() == ip("10.0.0.1") && cidr("10.0.0.1/8").masked() == cidr("10.0.0.0/8")', True),
+        ('cidr("10.0.0.0/8").containsCIDR("10.1.0.0/16") && !cidr("10.1.0.0/16").containsCIDR("10.0.0.0/8")', True),
+        ('isCIDR("10.0.0.0/8") && !isCIDR("10.0.0.0/08") && cidr("10.0.0.0/8").prefixLength() == 8', True),
+        ('string(ip("2001:DB8::1")) == "2001:db8::1"', True),
         ("device.allowMultipleAllocations", False),
     ],
 )
@@ -205,12 +216,12 @@ def test_a_missing_attribute_is_a_runtime_error_not_a_mismatch() -> None:
 
 
 def test_a_selector_the_evaluator_cannot_read_is_said_so() -> None:
-    """Parts of Kubernetes' CEL this evaluator lacks (`format`, `strings.quote`, the IP library), and text
-    that does not parse: unreadable, never a mismatch."""
+    """Parts of Kubernetes' CEL this evaluator lacks (`format`, `strings.quote`, the URL library), and
+    text that does not parse: unreadable, never a mismatch."""
     for expression in (
         '"%s".format(["x"]) == "x"',
         'strings.quote("a") == "a"',
-        'ip("10.0.0.1").family() == 4',
+        'url("https://example.com").getHost() == "example.com"',
         "device.driver ==",
     ):
         with pytest.raises(device_cel.SelectorError) as caught:

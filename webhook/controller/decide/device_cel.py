@@ -31,7 +31,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from webhook import resources
-from webhook.controller.decide import device_cel_ext, device_cel_rewrite
+from webhook.controller.decide import device_cel_ext, device_cel_net, device_cel_rewrite
 
 MAX_COMPILED = 4096  # selectors are tenant input: the compiled cache is bounded
 # resource.k8s.io's own bound on a selector's text (k8s.io/api/resource/v1 types.go
@@ -192,8 +192,8 @@ class DomainMap(celtypes.MapType):
 
 
 _ENVIRONMENT = celpy.Environment()
-_REWRITTEN = device_cel_rewrite.Rewriter(_ENVIRONMENT.compile)
-_ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS}
+_ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS, **device_cel_net.FUNCTIONS}
+_REWRITTEN = device_cel_rewrite.Rewriter(_ENVIRONMENT.compile, frozenset(n for n in _ALL_FUNCTIONS if "." in n))
 
 
 @functools.lru_cache(maxsize=MAX_COMPILED)

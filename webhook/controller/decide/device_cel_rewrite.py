@@ -11,8 +11,8 @@ Kubernetes does, where Kubernetes' environment has macros cel-python lacks:
 - the three-argument `map(x, p, e)` of standard CEL as `filter(x, p).map(x, e)`;
 - the lists extension's `l.sortBy(x, key)` as `lists.sortByKeys(l, l.map(x, key))` (ext/lists.go
   sortByAssociatedKeys);
-- a namespaced function (`sets.contains(a, b)`, `lists.range(n)`) as a call of the function of that
-  whole name: cel-python reads `sets` as a variable.
+- a namespaced function (`sets.contains(a, b)`, `lists.range(n)`, `ip.isCanonical(s)`) as a call of
+  the function of that whole name: cel-python reads `sets` as a variable.
 
 Each is written as CEL text with placeholders (`__gk_*`), parsed once, and its placeholders replaced by
 the selector's own parts. ValueError for a form cel-python would evaluate otherwise.
@@ -26,7 +26,6 @@ from typing import Any
 
 from lark import Token, Tree
 
-NAMESPACES = frozenset({"sets", "lists", "maps"})  # their functions are called by their whole names
 BIND = "[__gk_init].map(__gk_var, __gk_body)[0]"
 SORT_BY = "lists.sortByKeys(__gk_target, (__gk_target).map(__gk_x, __gk_key))"  # ext/lists.go sortBy
 # a two-variable comprehension over a list (its indexes) or a map (its keys); {macro}: the one-variable one
@@ -53,8 +52,9 @@ ONE_VARIABLE = {
 class Rewriter:
     """The rewrites above, their templates parsed by `parse` (cel-python's compile) when first needed."""
 
-    def __init__(self, parse: Callable[[str], Tree[Any]]) -> None:
+    def __init__(self, parse: Callable[[str], Tree[Any]], namespaced: frozenset[str]) -> None:
         self._parse = parse
+        self._namespaced = namespaced  # the functions called by a whole name (`sets.contains`)
         self._templates: dict[str, Tree[Any]] = {}
 
     def __call__(self, tree: Tree[Any]) -> Tree[Any]:
@@ -87,7 +87,7 @@ class Rewriter:
             return node
         target, method, arguments = node.children[0], str(node.children[1]), node.children[2].children
         namespace = _ident(target)
-        if namespace in NAMESPACES:
+        if f"{namespace}.{method}" in self._namespaced:
             name = Token("IDENT", f"{namespace}.{method}")
             return Tree(Token("RULE", "primary"), [Tree(Token("RULE", "ident_arg"), [name, node.children[2]])])
         if namespace == "cel" and method == "bind" and len(arguments) == 3 and _ident(arguments[0]):
