@@ -135,6 +135,24 @@ def _trim(text: object) -> celtypes.StringType:
     return celtypes.StringType(whole[start:stop])
 
 
+_QUOTED = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
+
+
+def _quote(text: object) -> celtypes.StringType:
+    """strings.quote (version 1): the string in double quotes, CEL's escapes for what needs them."""
+    return celtypes.StringType('"' + "".join(_QUOTED.get(c, c) for c in _text(text)) + '"')
+
+
 def _join(items: object, separator: object = "") -> celtypes.StringType:
     if not isinstance(items, list):
         raise TypeError(f"no such overload: {type(items).__name__} is not a list")
@@ -256,6 +274,7 @@ FUNCTIONS: dict[str, Any] = {
     "substring": _substring,
     "trim": _trim,
     "join": _join,
+    "strings.quote": _quote,
     "sets.contains": lambda whole, part: celtypes.BoolType(_contains(whole, part)),
     "sets.equivalent": lambda a, b: celtypes.BoolType(_contains(a, b) and _contains(b, a)),
     "sets.intersects": lambda a, b: celtypes.BoolType(any(_contains(a, [item]) for item in _list(b))),
