@@ -277,3 +277,27 @@ def test_claims_counted_per_node_over_shared_devices_are_those_the_allocator_giv
         allocated += 1
     counted = inventory.class_totals(node("n0"))  # as placement reads it: how many pods' units the node holds
     assert min(counted.get(resource, 0) // units for resource, units in demand.units().items()) == allocated
+
+
+def test_a_device_allowing_multiple_allocations_published_later_changes_the_demands_remembered() -> None:
+    """A request of two devices is counted per node by its class while no device allows multiple
+    allocations, and as a claim of its own once one does (distinct_shares): the demands an inventory
+    remembers from the one before it are read again then, and pods are given the new shape (demand_basis)."""
+    from webhook.controller.decide.devices import PoolBook
+
+    book = PoolBook()
+    book.apply({"n1": node_slice("n1", gpus(2))})
+    pair = template("pair", exactly(count=2))
+    first = inventory_from([device_class()], (), [], [pair], gathered=book.gathered())
+    spec = pod_spec("pair")
+    assert not first.demand("team-a", spec).claims[0].distinct_shares
+    book.apply({"n2": node_slice("n2", [shared_gpu("gpu-0"), shared_gpu("gpu-1")])})
+    second = inventory_from([device_class()], (), [], [pair], gathered=book.gathered()).remembering(first)
+    assert second.demand_basis != first.demand_basis
+    assert second.demand("team-a", spec).claims[0].distinct_shares
+    book.apply({"n3": node_slice("n3", gpus(2))})  # one more whole-device node: the basis carries over
+    third = inventory_from([device_class()], (), [], [pair], gathered=book.gathered()).remembering(second)
+    assert third.demand_basis == second.demand_basis and bool(third.shared_devices)
+    book.apply({"n2": None})  # the only shared devices gone
+    fourth = inventory_from([device_class()], (), [], [pair], gathered=book.gathered()).remembering(third)
+    assert not fourth.shared_devices and not fourth.demand("team-a", spec).claims[0].distinct_shares

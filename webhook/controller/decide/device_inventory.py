@@ -174,9 +174,9 @@ class Inventory:
 
     @functools.cached_property
     def demand_basis(self) -> tuple[Any, ...]:
-        """What pods' demands are read from (`pod_demand`): the classes, the templates, and the claims
-        made for no pod (shared ones, allocated or not). Devices published or allocated to pods' own
-        claims change none of them."""
+        """What pods' demands are read from (`pod_demand`): the classes, the templates, the claims made
+        for no pod (shared ones, allocated or not), and whether any device allows multiple allocations.
+        Other devices published, or allocated to pods' own claims, change none of them."""
 
         def versions(objects: Mapping[tuple[str, str], Obj]) -> frozenset[tuple[str, str, str]]:
             return frozenset(
@@ -187,7 +187,9 @@ class Inventory:
         # the templates' list version where the watch gives one: a thousand templates of another team are
         # not walked on every pass (a template changed anywhere costs the demands read again, a few)
         templates: Any = self.templates_version or versions(self.templates)
-        return (tuple(sorted(self.classes.items())), templates, versions(shared))
+        # whether any device allows multiple allocations: a request of several devices is then counted
+        # whole per node (device_demand.distinct_shares), so devices published can change demands
+        return (tuple(sorted(self.classes.items())), templates, versions(shared), bool(self.shared_devices))
 
     def changed_nodes(self, before: Inventory | None) -> set[str] | None:
         """The nodes whose devices may count differently than in `before` (device_pools.changed_nodes)."""

@@ -314,5 +314,11 @@ def carry_worked_out(before: Inventory, after: Inventory, gone: Sequence[Pool], 
     same_templates = after.templates is before.templates or (
         after.templates_version is not None and after.templates_version == before.templates_version
     )
-    if "demand_basis" in before.__dict__ and same_claims and same_templates and after.classes == before.classes:
+    # whether any device allows multiple allocations (demand_basis reads it), from `before` and the pools
+    # that came where that tells, not a walk of all 5,000 pools at every slice republished
+    had = before.__dict__.get("shared_devices")
+    if had is not None and "_any" in had.__dict__ and (any(p.any_sharing for p in came) or not had._any):
+        after.shared_devices.__dict__["_any"] = any(p.any_sharing for p in came) or had._any
+    same = same_claims and same_templates and after.classes == before.classes
+    if "demand_basis" in before.__dict__ and same and bool(after.shared_devices) == bool(before.shared_devices):
         after.__dict__["demand_basis"] = before.demand_basis
