@@ -117,6 +117,21 @@ k8s() {
     k8s.io/kubernetes/cmd/kube-scheduler "${kubectl[@]}"
 }
 
+# kube-scheduler's CEL for device selectors (hack/celoracle), in the Kubernetes module the tier runs:
+# tests/real/test_real_cel.py holds gangkeeper's evaluator to it. Rebuilt when its source changes.
+celoracle() {
+  local v=$K8S_DEFAULT minor; minor="$(cut -d. -f2 <<<"$v")"
+  local src="$here/../celoracle/main.go" sum out="$GK_CACHE/bin/celoracle-$v" work="$GK_CACHE/work/celoracle-$v"
+  sum="$(sha256sum "$src" | cut -c1-16)"
+  if grep -qs "$sum" "$out/.complete"; then log "celoracle $v cached in $out"; return; fi
+  local start=$SECONDS
+  rm -rf "$work" "$out"; mkdir -p "$work/celoracle" "$out"
+  gomod celoracle k8s.io/kubernetes "v$v" "v0.$minor.${v##*.}" >"$work/go.mod"
+  cp "$src" "$work/celoracle/"
+  (cd "$work" && go build -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$out/celoracle" ./celoracle)
+  printf 'celoracle %s %s built in %ss\n' "$v" "$sum" "$((SECONDS - start))" | tee "$out/.complete" >&2
+}
+
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(default)
 for t in "${targets[@]}"; do
   case "$t" in
@@ -124,7 +139,7 @@ for t in "${targets[@]}"; do
     # what most tests need (the default control plane; the chart's helm and promtool), then the rest, which
     # hack/test.sh builds beside the tests that do not need it: LWS and JobSet (the shared stack's
     # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
-    core) k8s "$K8S_DEFAULT"; "$0" etcd kwok helm promtool provisioning-crd ;;
+    core) k8s "$K8S_DEFAULT"; "$0" celoracle etcd kwok helm promtool provisioning-crd ;;
     rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter kueue ;;
     all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool provisioning-crd kuberay training-operator karpenter kueue ;;
     # the ProvisioningRequest CRD, from Cluster Autoscaler's apis module (a download, nothing to build)
@@ -136,6 +151,7 @@ for t in "${targets[@]}"; do
                       cp "$dir/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" "$crd.tmp" && mv "$crd.tmp" "$crd"
                       log "provisioning-crd $CA_APIS_VERSION from the Go module proxy" ;;
     1.*) k8s "$t" ;;
+    celoracle) celoracle ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
           rename "$GK_CACHE/bin/etcd-$ETCD_VERSION" server etcd ;;
     kwok) build kwok sigs.k8s.io/kwok "v$KWOK_VERSION" "" \

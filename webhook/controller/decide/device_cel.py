@@ -31,7 +31,15 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from webhook import resources
-from webhook.controller.decide import device_cel_ext, device_cel_net, device_cel_rewrite
+from webhook.controller.decide import (
+    device_cel_ext,
+    device_cel_format,
+    device_cel_formats,
+    device_cel_net,
+    device_cel_optional,
+    device_cel_rewrite,
+    device_cel_url,
+)
 
 MAX_COMPILED = 4096  # selectors are tenant input: the compiled cache is bounded
 # resource.k8s.io's own bound on a selector's text (k8s.io/api/resource/v1 types.go
@@ -192,15 +200,27 @@ class DomainMap(celtypes.MapType):
 
 
 _ENVIRONMENT = celpy.Environment()
-_ALL_FUNCTIONS = {**FUNCTIONS, **device_cel_ext.FUNCTIONS, **device_cel_net.FUNCTIONS}
-_REWRITTEN = device_cel_rewrite.Rewriter(_ENVIRONMENT.compile, frozenset(n for n in _ALL_FUNCTIONS if "." in n))
+_ALL_FUNCTIONS = {
+    **FUNCTIONS,
+    **device_cel_ext.FUNCTIONS,
+    **device_cel_net.FUNCTIONS,
+    **device_cel_optional.FUNCTIONS,
+    **device_cel_format.FUNCTIONS,
+    **device_cel_formats.FUNCTIONS,
+    **device_cel_url.FUNCTIONS,
+}
+_REWRITTEN = device_cel_rewrite.Rewriter(
+    device_cel_optional.parse,
+    frozenset(n for n in _ALL_FUNCTIONS if "." in n),
+    device_cel_format.CONVERSIONS,
+)
 
 
 @functools.lru_cache(maxsize=MAX_COMPILED)
 def compiled(expression: str) -> Any:
     """The runnable selector, or a SelectorError(unreadable) for one cel-python cannot parse."""
     try:
-        tree = _REWRITTEN(_ENVIRONMENT.compile(expression))
+        tree = device_cel_optional.with_positions(_REWRITTEN(device_cel_optional.parse(expression)))
         return _ENVIRONMENT.program(tree, functions=_ALL_FUNCTIONS)
     except Exception as error:  # celpy raises its parser's own errors: a selector it cannot read
         return SelectorError(f"cannot read CEL {expression!r}: {str(error).splitlines()[0][:200]}", unreadable=True)
@@ -307,6 +327,8 @@ def matches(expression: str, device: celtypes.MapType) -> bool:
         result = program.evaluate({"device": device})
     except CELEvalError as error:
         raise _runtime_error(expression, error) from error
+    except device_cel_format.Unsupported as error:
+        raise SelectorError(f"cannot evaluate {expression!r}: {error}", unreadable=True) from error
     except (TypeError, ValueError, ArithmeticError, KeyError) as error:
         raise SelectorError(f"CEL runtime error in {expression!r}: {error}") from error
     if isinstance(result, CELEvalError):

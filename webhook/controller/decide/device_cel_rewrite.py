@@ -37,6 +37,9 @@ FILTERED = (
 )
 # transformMap: the pairs (key or index, value made) as a map; transformMapEntry: the maps made, merged
 AS_MAP = {"transformMap": "maps.fromPairs({over})", "transformMapEntry": "maps.merged({over})"}
+# optMap / optFlatMap (cel-go cel/library.go): the body with the optional's value bound, when it has one
+OPT_MAP = "cel.bind(__gk_o, __gk_target, __gk_o.hasValue() ? {made} : optional.none())"
+OPT_BODY = "cel.bind(__gk_x, __gk_o.value(), __gk_body)"
 PAIR = "[__gk_i, cel.bind(__gk_v, __gk_t[__gk_i], __gk_body)]"
 ONE_VARIABLE = {
     "all": "all",
@@ -50,11 +53,15 @@ ONE_VARIABLE = {
 
 
 class Rewriter:
-    """The rewrites above, their templates parsed by `parse` (cel-python's compile) when first needed."""
+    """The rewrites above, their templates parsed by `parse` when first needed; a conversion call
+    (`string(x)`) renamed as `conversions` say (cel-python's writes Python's "True" for CEL's "true")."""
 
-    def __init__(self, parse: Callable[[str], Tree[Any]], namespaced: frozenset[str]) -> None:
+    def __init__(
+        self, parse: Callable[[str], Tree[Any]], namespaced: frozenset[str], conversions: Mapping[str, str]
+    ) -> None:
         self._parse = parse
         self._namespaced = namespaced  # the functions called by a whole name (`sets.contains`)
+        self._conversions = conversions
         self._templates: dict[str, Tree[Any]] = {}
 
     def __call__(self, tree: Tree[Any]) -> Tree[Any]:
@@ -83,13 +90,18 @@ class Rewriter:
         if not isinstance(node, Tree):
             return node
         node.children = [self._rewrite(child) for child in node.children]
-        if node.data != "member_dot_arg" or len(node.children) != 3 or not isinstance(node.children[2], Tree):
+        if node.data == "ident_arg" and str(node.children[0]) in self._conversions and len(node.children) == 2:
+            node.children[0] = Token("IDENT", self._conversions[str(node.children[0])])
+        if node.data != "member_dot_arg" or not 2 <= len(node.children) <= 3:
             return node
-        target, method, arguments = node.children[0], str(node.children[1]), node.children[2].children
+        target, method = node.children[0], str(node.children[1])
         namespace = _ident(target)
         if f"{namespace}.{method}" in self._namespaced:
             name = Token("IDENT", f"{namespace}.{method}")
-            return Tree(Token("RULE", "primary"), [Tree(Token("RULE", "ident_arg"), [name, node.children[2]])])
+            return Tree(Token("RULE", "primary"), [Tree(Token("RULE", "ident_arg"), [name, *node.children[2:]])])
+        if len(node.children) != 3 or not isinstance(node.children[2], Tree):
+            return node
+        arguments = node.children[2].children
         if namespace == "cel" and method == "bind" and len(arguments) == 3 and _ident(arguments[0]):
             return self._filled(BIND, dict(zip(("__gk_var", "__gk_init", "__gk_body"), arguments, strict=True)))
         if method == "map" and len(arguments) == 3 and _ident(arguments[0]):
@@ -105,6 +117,10 @@ class Rewriter:
             return node
         if method in ONE_VARIABLE and len(arguments) in (3, 4) and _ident(arguments[0]) and _ident(arguments[1]):
             return self._two_variables(target, method, arguments)
+        if method in ("optMap", "optFlatMap") and len(arguments) == 2 and _ident(arguments[0]):
+            made = f"optional.of({OPT_BODY})" if method == "optMap" else OPT_BODY
+            parts = {"__gk_target": _as_expr(target), "__gk_x": arguments[0], "__gk_body": arguments[1]}
+            return self._filled(OPT_MAP.format(made=made), parts)
         if method == "sortBy" and len(arguments) == 2 and _ident(arguments[0]):
             return self._filled(
                 SORT_BY, {"__gk_target": _as_expr(target), "__gk_x": arguments[0], "__gk_key": arguments[1]}
