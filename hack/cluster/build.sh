@@ -141,7 +141,7 @@ for t in "${targets[@]}"; do
     # operators), scheduler-plugins, the newest Kubernetes, Volcano, KubeRay, training-operator
     core) k8s "$K8S_DEFAULT"; "$0" celoracle etcd kwok helm promtool provisioning-crd ;;
     rest) "$0" lws jobset scheduler-plugins; k8s "$K8S_NEWEST"; "$0" volcano kuberay training-operator karpenter kueue ;;
-    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" etcd kwok lws jobset scheduler-plugins volcano helm promtool provisioning-crd kuberay training-operator karpenter kueue ;;
+    all) for v in $K8S_VERSIONS; do k8s "$v"; done; "$0" celoracle etcd kwok lws jobset scheduler-plugins volcano helm promtool provisioning-crd kuberay training-operator karpenter kueue ;;
     # the ProvisioningRequest CRD, from Cluster Autoscaler's apis module (a download, nothing to build)
     provisioning-crd) crd="$GK_CACHE/crds/provisioningrequests-$CA_APIS_VERSION.yaml"
                       if [[ -f "$crd" ]]; then log "provisioning-crd $CA_APIS_VERSION cached in $crd"; continue; fi
