@@ -24,6 +24,7 @@ from tests.fake.test_devices import (
 )
 from webhook.controller.decide import devices
 from webhook.controller.decide.device_constraints import Candidate, Constraint, search
+from webhook.controller.decide.device_first_fit import first_within_counters
 from webhook.controller.decide.device_usage import Usages
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
 
@@ -337,3 +338,35 @@ def test_a_counter_set_the_pool_does_not_publish_is_named() -> None:
         "no free devices on n0 for template team-a/one (device n0/half-0 consumes counter memory of counter set "
         "gpu-0, which pool n0 does not publish in spec.sharedCounters)"
     )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.tuples(st.sampled_from(["gpu-0", "gpu-1", "gpu-9"]), st.integers(1, 8)), max_size=8),
+    held=st.lists(st.integers(0, 7), max_size=3),
+)
+def test_one_partition_is_the_first_the_full_search_would_give(sizes: list[tuple[str, int]], held: list[int]) -> None:
+    """A claim of one device among partitions of two GPUs (8Gi each; `gpu-9` a counter set no slice
+    publishes), some held already: the one-unit path (device_first_fit.py) takes the device the full
+    search over counters takes (device_constraints.py), or none when it finds none."""
+    pool = {"name": "n0", "generation": 1, "resourceSliceCount": 1}
+    parts = [
+        {
+            "name": f"p{i}",
+            "attributes": {"model": {"string": "big"}},
+            "consumesCounters": [{"counterSet": s, "counters": {"memory": {"value": f"{gi}Gi"}}}],
+        }
+        for i, (s, gi) in enumerate(sizes)
+    ]
+    one_slice = node_slice("n0", parts)
+    one_slice["spec"]["pool"] = pool
+    one_slice["spec"]["sharedCounters"] = [
+        {"name": n, "counters": {"memory": {"value": "8Gi"}}} for n in ("gpu-0", "gpu-1")
+    ]
+    inventory = inventory_from([device_class()], [one_slice], [], [template("one", exactly())])
+    allocator = Allocator(inventory)
+    taken = {(DRIVER, "n0", f"p{i}") for i in held if i < len(sizes)}
+    (sub,) = pod_demand("team-a", pod_spec("one"), inventory).claims[0].requests[0].alternatives
+    pools = inventory.pools_for(node("n0"))
+    fast = first_within_counters(allocator, sub, pools, taken)
+    assert fast == allocator._constrained([sub], pools, taken, (), {})

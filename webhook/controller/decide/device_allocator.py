@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from webhook.controller.decide import device_capacity, device_cel, device_counters, device_notes
+from webhook.controller.decide import device_capacity, device_cel, device_counters, device_first_fit, device_notes
 from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, augment, search
 from webhook.controller.decide.shapes import Node, term_matches
 
@@ -122,7 +122,7 @@ class Allocator:
             return False
         wanted = sub.count * pods
         try:
-            eligible = self._eligible(sub, pools, set(), enough=wanted)
+            eligible = self.eligible(sub, pools, set(), enough=wanted)
         except device_cel.SelectorError:
             return False
         if eligible is None or len(eligible) < wanted:
@@ -162,7 +162,7 @@ class Allocator:
                 return result
         return None
 
-    def _eligible(
+    def eligible(
         self,
         sub: Subrequest,
         pools: Sequence[Pool],
@@ -182,7 +182,7 @@ class Allocator:
                 if sub.all and not pool.complete:
                     return None
                 if (device.id in also_taken and not device.shared) or (
-                    not sub.admin and not self._room(sub, device, use)
+                    not sub.admin and not self.room(sub, device, use)
                 ):
                     if sub.all:
                         return None
@@ -210,21 +210,24 @@ class Allocator:
                 and any(d.shared for sub in choice for pool in pools for d in self.inventory.selected(sub, pool))
             )
         ):
-            return self._first_fit(choice, pools, also_taken, use)
+            return device_first_fit.first_fit(self, choice, pools, also_taken, use)
+        one = choice[0] if len(choice) == 1 and not constraints and choice[0].count == 1 else None
+        if one is not None and not one.all and self.inventory.counter_totals:
+            return device_first_fit.first_within_counters(self, one, pools, also_taken)
         shares_counters = bool(self.inventory.counter_totals) and any(
-            d.consumes for sub in choice for d in self._eligible(sub, pools, also_taken) or ()
+            d.consumes for sub in choice for d in self.eligible(sub, pools, also_taken) or ()
         )
         if constraints or shares_counters:
             return self._constrained(choice, pools, also_taken, constraints, use)
         if len(choice) == 1 and not choice[0].all:
             # one request of ExactCount (most claims): any `count` free devices it selects, no matching
             count = choice[0].count
-            only = self._eligible(choice[0], pools, also_taken, enough=count)
+            only = self.eligible(choice[0], pools, also_taken, enough=count)
             return [d.id for d in only] if only is not None and len(only) == count else None
         units: list[list[DeviceId]] = []
         fixed: list[DeviceId] = []
         for sub in choice:
-            eligible = self._eligible(sub, pools, also_taken)
+            eligible = self.eligible(sub, pools, also_taken)
             if eligible is None:
                 return None
             if sub.all:
@@ -254,10 +257,10 @@ class Allocator:
         units: list[tuple[str, list[Candidate]]] = []
         fixed: list[tuple[str, Candidate]] = []
         order: list[Subrequest] = []  # the subrequest of each device the search returns, in its order
-        left = self._counters_left(also_taken, pools)
+        left = self.counters_left(also_taken, pools)
         in_use = self.capacity_used()
         for sub in choice:
-            eligible = self._eligible(sub, pools, also_taken, use=use)
+            eligible = self.eligible(sub, pools, also_taken, use=use)
             if eligible is None:
                 return None
             candidates = [
@@ -295,7 +298,7 @@ class Allocator:
         left = tuple((c.name, c.value - used.get(c.name, Decimal(0))) for c in device.capacities)
         return True, device_capacity.consumption(sub.capacity, device.capacities) or (), left
 
-    def _room(self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]] | None) -> bool:
+    def room(self, sub: Subrequest, device: Device, use: Mapping[DeviceId, Mapping[str, Decimal]] | None) -> bool:
         """Free for the subrequest: a device not taken, or a shared device whose capacity still holds
         what the subrequest consumes of it (CmpRequestOverCapacity); a request's capacity must fit a
         device it takes whole too."""
@@ -313,46 +316,7 @@ class Allocator:
         device_capacity.add(used, tuple((use or {}).get(device.id, {}).items()))
         return device_capacity.fits(amounts, device.capacities, used)
 
-    def _first_fit(
-        self,
-        choice: Sequence[Subrequest],
-        pools: Sequence[Pool],
-        also_taken: set[DeviceId],
-        use: dict[DeviceId, dict[str, Decimal]],
-    ) -> list[DeviceId] | None:
-        """Devices in order, each unit the first that has room. A shared device is never marked in use
-        (allocateDevice), so another request of the claim may take it again while its capacity holds; one
-        request's units take devices further on each (allocateOne's nextLocation, 1.36 and later). What it
-        finds kube-scheduler finds too; it does not go back over its choices, so it may miss an allocation
-        kube-scheduler's backtracking would find (the gang then waits, and says no devices are free)."""
-        chosen: list[DeviceId] = []
-        taken_here = set(also_taken)
-        left = self._counters_left(also_taken, pools)
-        for sub in choice:
-            eligible = self._eligible(sub, pools, taken_here, use=use)
-            if eligible is None:
-                return None
-            wanted, got = (len(eligible) if sub.all else sub.count), 0
-            for device in eligible:
-                if got >= wanted:
-                    break
-                amounts = device_capacity.consumption(sub.capacity, device.capacities) or ()
-                if device.shared and not self._room(sub, device, use):
-                    continue
-                first_use = not device.shared or (device.id not in use and device.id not in self.capacity_used())
-                if first_use and device.consumes and not device_counters.take_if_left(device, left):
-                    continue
-                chosen.append(device.id)
-                got += 1
-                if device.shared:
-                    device_capacity.add(use.setdefault(device.id, {}), amounts)
-                else:
-                    taken_here.add(device.id)
-            if got < wanted:
-                return None
-        return chosen
-
-    def _counters_left(
+    def counters_left(
         self, also_taken: Iterable[DeviceId], pools: Sequence[Pool]
     ) -> dict[device_counters.CounterKey, Decimal]:
         """What each shared counter the devices of `pools` consume still holds, after the devices
@@ -362,11 +326,15 @@ class Allocator:
         if not totals:
             return {}
         keys = {(d.id[0], d.id[1], s, c) for pool in pools for d in pool.devices for s, c, _ in d.consumes}
-        used, extra = self.counters_used(), dict[device_counters.CounterKey, Decimal]()
+        used, extra, zero = self.counters_used(), self.taken_counters(also_taken), Decimal(0)
+        return {k: totals[k] - used.get(k, zero) - extra.get(k, zero) for k in keys if k in totals}
+
+    def taken_counters(self, also_taken: Iterable[DeviceId]) -> dict[device_counters.CounterKey, Decimal]:
+        """What the devices `also_taken` (this pod's, so far) consume of shared counters."""
+        extra: dict[device_counters.CounterKey, Decimal] = {}
         for device in (d for d in (self.inventory._consuming.get(i) for i in also_taken) if d is not None):
             device_counters.take(device.id[0], device.id[1], device.consumes, extra)
-        zero = Decimal(0)
-        return {k: totals[k] - used.get(k, zero) - extra.get(k, zero) for k in keys if k in totals}
+        return extra
 
 
 def _choices(requests: Sequence[Request]) -> Iterator[tuple[Subrequest, ...]]:
