@@ -22,14 +22,17 @@ def nodes_alike_key(inventory: Inventory, node: Node, counted_by_pods: Collectio
     resources the node has of its own. None where they depend on more: a pool reaching other nodes, a
     pool of several slices, a device claims share (each share's capacity is its claim's), a slice like
     no other (then so is the node)."""
-    taken, shares, owners = inventory.taken, inventory.shares, inventory.owners
-    extended = tuple(bool(node.allocatable.get(r)) for r in inventory.extended_resources)
+    taken, shares = inventory.taken, inventory.shares
+    resources = inventory.extended_resources
+    extended = tuple(bool(node.allocatable.get(r)) for r in resources) if resources else ()
     pools = inventory.pools_for(node)
     if len(pools) == 1 and not (taken or shares):  # a node's one slice, no device held (5,000 at a cold start)
-        shape = pools[0].shape
-        if shape is None or not shape.shared or pools[0].node_name != node.name or pools[0].slice_count != 1:
+        pool = pools[0]
+        shape = pool.shape
+        if shape is None or not shape.shared or pool.node_name != node.name or pool.slice_count != 1:
             return None
         return (shape, extended)
+    owners = inventory.owners
     parts: list[Any] = []
     for pool in pools:
         shape = pool.shape

