@@ -370,3 +370,31 @@ def test_one_partition_is_the_first_the_full_search_would_give(sizes: list[tuple
     pools = inventory.pools_for(node("n0"))
     fast = first_within_counters(allocator, sub, pools, taken)
     assert fast == allocator._constrained([sub], pools, taken, (), {})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    roots=st.lists(st.tuples(ROOTS, st.sampled_from(["x", "y"])), max_size=9),
+    count=st.integers(1, 3),
+    distinct=st.booleans(),
+    pods=st.integers(2, 5),
+    held=st.lists(st.integers(0, 8), max_size=2),
+)
+def test_pods_alike_allocated_in_turn_get_what_one_by_one_gives(
+    roots: list[tuple[str | None, str]], count: int, distinct: bool, pods: int, held: list[int]
+) -> None:
+    """A node's pods of one constrained claim (devices on one PCIe root, on distinct NUMA nodes or not),
+    some devices held already: allocated in turn from candidates made once (Allocator.allocate_in_turn),
+    as many pods get the same devices as allocated one by one."""
+    devices_ = [gpu(f"g{i}", root=root, numa={"string": numa}) for i, (root, numa) in enumerate(roots)]
+    constraints = [{"matchAttribute": PCIE}] + ([{"distinctAttribute": f"{DRIVER}/numa"}] if distinct else [])
+    claim = template("alike", exactly(count=count), constraints=constraints)
+    inventory = inventory_from([device_class()], [node_slice("n0", devices_)], [], [claim])
+    demand = pod_demand("team-a", pod_spec("alike"), inventory)
+    taken = {(DRIVER, "n0", f"g{i}") for i in held if i < len(roots)}
+    one_by_one, in_turn = Allocator(inventory, picked=set(taken)), Allocator(inventory, picked=set(taken))
+    done = 0
+    while done < pods and one_by_one.allocate(demand, node("n0")) is None:
+        done += 1
+    assert in_turn.allocate_in_turn(demand, node("n0"), pods) == done
+    assert in_turn.picked == one_by_one.picked

@@ -158,7 +158,8 @@ def _allocate(
         target = index.nodes[node]
         if len(names) > 1 and allocator.allocate_alike(demand, target, len(names)):
             continue
-        for name in names:
+        done = allocator.allocate_in_turn(demand, target, len(names)) if len(names) > 1 else 0
+        for name in names[done:]:
             why = allocator.allocate(demand, target)
             if why is not None:
                 return at, f"pod {name} on {node}: {why}"
