@@ -25,6 +25,7 @@ from tests.fake.test_devices import (
 from webhook.controller.decide import devices
 from webhook.controller.decide.device_constraints import Candidate, Constraint, search
 from webhook.controller.decide.device_first_fit import first_within_counters
+from webhook.controller.decide.device_in_turn import allocate_in_turn
 from webhook.controller.decide.device_usage import Usages
 from webhook.controller.decide.devices import Allocator, inventory_from, pod_demand
 
@@ -396,5 +397,63 @@ def test_pods_alike_allocated_in_turn_get_what_one_by_one_gives(
     done = 0
     while done < pods and one_by_one.allocate(demand, node("n0")) is None:
         done += 1
-    assert in_turn.allocate_in_turn(demand, node("n0"), pods) == done
+    assert allocate_in_turn(in_turn, demand, node("n0"), pods) == done
     assert in_turn.picked == one_by_one.picked
+
+
+def assert_in_turn_as_one_by_one(inventory: devices.Inventory, claim_template: str, pods: int, held: set[Any]) -> None:
+    demand = pod_demand("team-a", pod_spec(claim_template), inventory)
+    one_by_one, in_turn = Allocator(inventory, picked=set(held)), Allocator(inventory, picked=set(held))
+    done = 0
+    while done < pods and one_by_one.allocate(demand, node("n0")) is None:
+        done += 1
+    made = allocate_in_turn(in_turn, demand, node("n0"), pods)
+    assert made == done and in_turn.picked == one_by_one.picked
+    assert dict(in_turn.counters_used()) == dict(one_by_one.counters_used())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    models=st.lists(st.sampled_from(["big", "small", "other"]), max_size=9),
+    counts=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    pods=st.integers(2, 5),
+    held=st.lists(st.integers(0, 8), max_size=2),
+)
+def test_pods_alike_with_alternatives_allocated_in_turn_get_what_one_by_one_gives(
+    models: list[str], counts: tuple[int, int], pods: int, held: list[int]
+) -> None:
+    request = {
+        "name": "g",
+        "firstAvailable": [
+            {"name": "big", "deviceClassName": "gpu", "count": counts[0], "selectors": [{"cel": {"expression": BIG}}]},
+            {"name": "any", "deviceClassName": "gpu", "count": counts[1]},
+        ],
+    }
+    slices = [node_slice("n0", [gpu(f"g{i}", model) for i, model in enumerate(models)])]
+    inventory = inventory_from([device_class()], slices, [], [template("either", request)])
+    assert_in_turn_as_one_by_one(inventory, "either", pods, {(DRIVER, "n0", f"g{i}") for i in held})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.tuples(st.sampled_from(["gpu-0", "gpu-1", "gpu-9"]), st.integers(1, 8)), max_size=8),
+    pods=st.integers(2, 6),
+    held=st.lists(st.integers(0, 7), max_size=2),
+)
+def test_partitions_allocated_in_turn_get_what_one_by_one_gives(
+    sizes: list[tuple[str, int]], pods: int, held: list[int]
+) -> None:
+    parts = [
+        {
+            "name": f"p{i}",
+            "attributes": {"model": {"string": "big"}},
+            "consumesCounters": [{"counterSet": s, "counters": {"memory": {"value": f"{gi}Gi"}}}],
+        }
+        for i, (s, gi) in enumerate(sizes)
+    ]
+    one_slice = node_slice("n0", parts)
+    one_slice["spec"]["sharedCounters"] = [
+        {"name": n, "counters": {"memory": {"value": "8Gi"}}} for n in ("gpu-0", "gpu-1")
+    ]
+    inventory = inventory_from([device_class()], [one_slice], [], [template("one", exactly())])
+    assert_in_turn_as_one_by_one(inventory, "one", pods, {(DRIVER, "n0", f"p{i}") for i in held})

@@ -6,7 +6,7 @@ from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from webhook.controller.decide import device_capacity, device_cel, device_counters, device_first_fit, device_notes
 from webhook.controller.decide.device_constraints import Candidate, Constraint, attribute_value, augment, search
@@ -91,14 +91,15 @@ class Allocator:
         whole = [d for d in picked if d not in sharing] if (sharing := self.inventory.shared_devices) else picked
         self.picked.update(whole)
         self.shared.update(shared)
-        self._consume(whole)
+        self.consume(whole)
         capacity = self.capacity_used()
-        self._consume([d for d in use if d not in capacity])  # a shared device's counters, at its first share
+        self.consume([d for d in use if d not in capacity])  # a shared device's counters, at its first share
         for device, amounts in use.items():
             capacity[device] = device_capacity.added(capacity.get(device, {}), tuple(amounts.items()))
         return None
 
-    def _consume(self, picked: Iterable[DeviceId]) -> None:
+    def consume(self, picked: Iterable[DeviceId]) -> None:
+        """What `picked` consume of shared counters, taken from what this allocator counts as left."""
         by_id = self.inventory._consuming  # falsy: no device of the cluster consumes shared counters
         consuming = [d for d in (by_id.get(i) for i in picked) if d is not None] if by_id else []
         if consuming:
@@ -131,50 +132,6 @@ class Allocator:
             return False  # shared counters or capacity: one by one, each within what is left
         self.picked.update(d.id for d in eligible)
         return True
-
-    def allocate_in_turn(self, demand: Demand, node: Node, pods: int) -> int:
-        """How many of `pods` pods of this one demand, one after the other, `allocate` would allocate on
-        `node` before the first it cannot, each given what it would give, where only this allocator's
-        picks change between them: a single claim with constraints, a request without alternatives each,
-        only pools of this node, no shared counters or shared devices. Its candidates are made once, not
-        per pod (a 1,000-pod gang of device pairs on one PCIe root: 35 ms of a cold start's 52)."""
-        if demand.problems or demand.unmodelled or len(demand.claims) != 1:
-            return 0
-        claim = demand.claims[0]
-        if (
-            claim.shared
-            or claim.allocated
-            or not claim.constraints
-            or any(len(r.alternatives) != 1 for r in claim.requests)
-        ):
-            return 0
-        choice, pools = [r.alternatives[0] for r in claim.requests], self.inventory.pools_for(node)
-        if any(s.all or s.admin or s.capacity for s in choice) or any(p.node_name != node.name for p in pools):
-            return 0
-        try:
-            eligible = [self.eligible(sub, pools, set()) or [] for sub in choice]
-        except device_cel.SelectorError:
-            return 0
-        if any(d.consumes or d.shared for devices in eligible for d in devices):
-            return 0
-        constraints = claim.constraints
-
-        def values(d: Device) -> tuple[tuple[str, Any] | None, ...]:
-            return tuple(attribute_value(d.id[0], d.attributes, c.attribute) for c in constraints)
-
-        candidates = [[Candidate(d.id, values(d)) for d in devices] for devices in eligible]
-        for done in range(pods):
-            picked = self.picked
-            units = [
-                (sub.name, [c for c in found if c.id not in picked])
-                for sub, found in zip(choice, candidates, strict=True)
-                for _ in range(sub.count)
-            ]
-            chosen = search(units, [], constraints, {})
-            if chosen is None:
-                return done
-            picked.update(chosen)
-        return pods
 
     def _reach(self, devices: Sequence[DeviceId]) -> frozenset[str] | None:
         """The nodes from which every device is reachable (None: every node)."""

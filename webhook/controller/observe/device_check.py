@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.controller.decide.device_in_turn import allocate_in_turn
 from webhook.controller.decide.devices import Allocator, Demand, Inventory
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.gangview import GangView
@@ -158,7 +159,7 @@ def _allocate(
         target = index.nodes[node]
         if len(names) > 1 and allocator.allocate_alike(demand, target, len(names)):
             continue
-        done = allocator.allocate_in_turn(demand, target, len(names)) if len(names) > 1 else 0
+        done = allocate_in_turn(allocator, demand, target, len(names)) if len(names) > 1 else 0
         for name in names[done:]:
             why = allocator.allocate(demand, target)
             if why is not None:
