@@ -121,6 +121,8 @@ class Allocator:
         pools = self.inventory.pools_for(node)
         if sub.all or sub.admin or sub.capacity or not all(pool.node_name == node.name for pool in pools):
             return False
+        if any(pool.any_consuming or pool.any_sharing for pool in pools):
+            return False  # shared counters or capacity: one by one (or in turn), each within what is left
         wanted = sub.count * pods
         try:
             eligible = self.eligible(sub, pools, set(), enough=wanted)
@@ -128,8 +130,6 @@ class Allocator:
             return False
         if eligible is None or len(eligible) < wanted:
             return False
-        if any(d.consumes or d.shared for d in eligible):
-            return False  # shared counters or capacity: one by one, each within what is left
         self.picked.update(d.id for d in eligible)
         return True
 
