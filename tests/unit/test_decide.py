@@ -152,6 +152,28 @@ def test_each_start_rule_decides_its_case(rule: str) -> None:
     assert words in decision.message
 
 
+@pytest.mark.parametrize(
+    ("refused_seconds_ago", "record", "lost"),
+    [
+        (0.5, False, False),  # refused for a moment, no record of the release yet: not lost
+        (30, False, True),  # refused for 30 s by the scheduler's own account: lost
+        (30, True, False),  # the release 1 s old: a refusal is not believed yet, whatever its time says
+        (None, False, False),  # a refusal of no known time and no record: never taken for settled
+    ],
+)
+def test_a_refusal_is_believed_once_it_has_lasted(refused_seconds_ago: float | None, record: bool, lost: bool) -> None:
+    """The Gang's release records are written after the pods' gates go, so a pass may see a released pod
+    before its record; kube-scheduler refuses a pod for a moment while another's allocation of a device
+    they share lands. Without a record, the refusal's own time (PodScheduled's lastTransitionTime) says
+    how long it has lasted."""
+    since = NOW - dt.timedelta(seconds=refused_seconds_ago) if refused_seconds_ago is not None else None
+    pod = replace(released("a", 1, "n0"), unschedulable=True, refused_at=since)
+    records = {"a": Release("a", "n0", NOW - dt.timedelta(seconds=1))} if record else {}
+    nodes, free = cluster(4)
+    decision = start_decision([pod], GangSpec(1), nodes, free, NOW, None, records=records)
+    assert (decision.rule == "node_taken") is lost, decision.message
+
+
 def test_every_start_rule_has_a_case_and_the_last_always_decides() -> None:
     assert [rule.__name__ for rule in START_RULES] == list(START_CASES)
 
