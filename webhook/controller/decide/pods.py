@@ -54,8 +54,9 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 EMPTY_RECORDS: Mapping[str, Release] = MappingProxyType({})
 
 
-# (id of canonical containers (interning), the other fields placement reads) -> their shape
-_SHAPES: dict[tuple[int, str], Shape] = {}
+# (id of canonical containers (interning), the other fields placement reads: a canonical one by its id,
+# any other as JSON) -> their shape
+_SHAPES: dict[tuple[int, tuple[tuple[str, int | str], ...]], Shape] = {}
 
 
 # besides the containers, what Shape.from_pod_spec reads: two pods with the same containers and
@@ -76,8 +77,15 @@ def shape_of(spec: Mapping[str, Any]) -> Shape:
     containers = spec.get("containers")
     plain = not (spec.get("initContainers") or spec.get("overhead") or spec.get("resources"))
     if plain and containers is not None and interning.is_canonical(containers):
-        constraints = {f: spec[f] for f in _CONSTRAINT_FIELDS if spec.get(f)}
-        key = (id(containers), json.dumps(constraints, sort_keys=True) if constraints else "")
+        # a pod's claims are canonical too (informer.py): a gang claiming devices is not written out per pod
+        key = (
+            id(containers),
+            tuple(
+                (f, id(value) if interning.is_canonical(value) else json.dumps(value, sort_keys=True))
+                for f in _CONSTRAINT_FIELDS
+                if (value := spec.get(f))
+            ),
+        )
         shape = _SHAPES.get(key)
         if shape is None:
             shape = _SHAPES[key] = Shape.from_pod_spec(spec)
