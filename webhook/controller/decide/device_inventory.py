@@ -354,11 +354,11 @@ class Inventory:
                 for device in pool.devices
                 if not device.unmodelled and self.counted(device, counted_by_pods)
             ]
-            selected = device_counters.partitioned(
-                [d for d in free if self._selects(d, device_class.selectors)],
-                self.counter_totals,
-                self.counters_used(counted_by_pods),
-            )
+            selected = [d for d in free if self._selects(d, device_class.selectors)]
+            if any(d.consumes for d in selected):  # what claims hold of counters: asked only where one is read
+                selected = device_counters.partitioned(
+                    selected, self.counter_totals, self.counters_used(counted_by_pods)
+                )
             if not selected:
                 continue
             used = self.capacity_used(counted_by_pods) if any(d.shared for d in selected) else {}

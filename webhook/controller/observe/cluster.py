@@ -89,7 +89,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self.devices_epoch, self._device_epochs = next(DEVICE_GENERATIONS), {}
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
         self._waiting_frozen: frozenset[tuple[str, str, str]] | None = frozenset()
-        self._member_uids_of: tuple[int, set[str]] | None = None
+        self._member_uids_of: tuple[int, frozenset[str]] | None = None
 
     # --- changes in ---------------------------------------------------------------------------------
     def apply_pods(self, changes: Mapping[str, Obj | None]) -> None:

@@ -35,7 +35,7 @@ class DeviceNodes:
     _waiting_claims: Counter[tuple[str, str, str]]
     _waiting_frozen: frozenset[tuple[str, str, str]] | None
     _version: int  # ClusterIndex's: changes with any gang's pods
-    _member_uids_of: tuple[int, set[str]] | None  # (`_version`, `_member_uids`)
+    _member_uids_of: tuple[int, frozenset[str]] | None  # (`_version`, `_member_uids`)
 
     if TYPE_CHECKING:  # ClusterIndex's own: a node or a pod looked at again
 
@@ -43,7 +43,7 @@ class DeviceNodes:
         def _set_pod(self, key: str, pod: Obj | None) -> None: ...
         def _touch(self, gang: str) -> None: ...
 
-    def _class_totals(self, inventory: Inventory, name: str, members: set[str]) -> Units:
+    def _class_totals(self, inventory: Inventory, name: str, members: frozenset[str]) -> Units:
         """The node's devices as resources; a node some of whose selectors no evaluator could answer (the
         CEL worker not started) is counted again at the next pass, not left short."""
         unanswered = inventory.memo.unanswered
@@ -105,12 +105,13 @@ class DeviceNodes:
         inventory = self.devices
         return inventory is not None and bool(inventory.lost_devices(view.uid, view.namespace, pod.get("spec") or {}))
 
-    def _member_uids(self) -> set[str]:
+    def _member_uids(self) -> frozenset[str]:
         """The gang pods whose shapes carry their devices: their own claims are counted by them. Read only,
-        kept while no gang changes (`_version`): each node changed asks it (5,000 at a cold start)."""
+        kept while no gang changes (`_version`): each node changed asks it (5,000 at a cold start). A frozenset:
+        what claims hold is kept by it (device_usage.py), which made a set of 1,000 uids frozen per node."""
         known = self._member_uids_of
         if known is None or known[0] != self._version:
-            uids = {view.uid for members in self._members.values() for view, _ in members.values()}
+            uids = frozenset(view.uid for members in self._members.values() for view, _ in members.values())
             known = self._member_uids_of = (self._version, uids)
         return known[1]
 
