@@ -250,7 +250,7 @@ def convertible(attributes: Mapping[str, Any], capacity: Mapping[str, Any]) -> b
     """Whether `device_variable` can make the device's variable (no attribute of no known type, no
     unreadable capacity), without making it: asked for every device not evaluated yet (device_reads.py)."""
     for attribute in attributes.values():
-        if not isinstance(attribute, Mapping):
+        if type(attribute) is not dict and not isinstance(attribute, Mapping):  # JSON's dict: no ABC check
             return False
         if "int" in attribute:
             try:
