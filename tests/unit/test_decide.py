@@ -153,22 +153,25 @@ def test_each_start_rule_decides_its_case(rule: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("refused_seconds_ago", "record", "lost"),
+    ("released_seconds_ago", "lost"),
     [
-        (0.5, False, False),  # refused for a moment, no record of the release yet: not lost
-        (30, False, True),  # refused for 30 s by the scheduler's own account: lost
-        (30, True, False),  # the release 1 s old: a refusal is not believed yet, whatever its time says
-        (None, False, False),  # a refusal of no known time and no record: never taken for settled
+        (None, False),  # no record of the release yet: a refusal is not believed
+        (1, False),  # released 1 s ago: not yet
+        (30, True),  # refused 30 s after its release: lost
     ],
 )
-def test_a_refusal_is_believed_once_it_has_lasted(refused_seconds_ago: float | None, record: bool, lost: bool) -> None:
+def test_a_refusal_is_believed_only_after_the_release_is_recorded_and_settled(
+    released_seconds_ago: float | None, lost: bool
+) -> None:
     """The Gang's release records are written after the pods' gates go, so a pass may see a released pod
     before its record; kube-scheduler refuses a pod for a moment while another's allocation of a device
-    they share lands. Without a record, the refusal's own time (PodScheduled's lastTransitionTime) says
-    how long it has lasted."""
-    since = NOW - dt.timedelta(seconds=refused_seconds_ago) if refused_seconds_ago is not None else None
-    pod = replace(released("a", 1, "n0"), unschedulable=True, refused_at=since)
-    records = {"a": Release("a", "n0", NOW - dt.timedelta(seconds=1))} if record else {}
+    they share lands. A refusal counts only once the record says the release is 5 s old."""
+    pod = replace(released("a", 1, "n0"), unschedulable=True)
+    records = (
+        {"a": Release("a", "n0", NOW - dt.timedelta(seconds=released_seconds_ago))}
+        if released_seconds_ago is not None
+        else {}
+    )
     nodes, free = cluster(4)
     decision = start_decision([pod], GangSpec(1), nodes, free, NOW, None, records=records)
     assert (decision.rule == "node_taken") is lost, decision.message

@@ -139,13 +139,6 @@ def _not_scheduled_reason(status: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _refused_at(status: Mapping[str, Any]) -> dt.datetime | None:
-    for c in status.get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return parse_time(c.get("lastTransitionTime"))
-    return None
-
-
 # kube-scheduler refuses a pod whose shared claim is being allocated for another pod right now, and tries
 # it again when that allocation lands (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
 # PreFilter: "resource claim %s is in the process of being allocated"): no verdict on the pod's node
@@ -182,7 +175,6 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     priority: int = 0  # spec.priority, resolved from priorityClassName at admission
     unschedulable: bool = False  # PodScheduled=False, reason Unschedulable: the scheduler refused it
-    refused_at: dt.datetime | None = None  # since when it has been so (the condition's lastTransitionTime)
     planned_node: str | None = None  # where its release promised it capacity (the Gang's record)
     succeeded: bool = False  # phase Succeeded: its work is done (a Job's wave ends), not lost
     preempts: bool = True  # spec.preemptionPolicy (from its PriorityClass) is not Never
@@ -230,7 +222,6 @@ class PodView:
             labels=_copied(meta.get("labels")),
             priority=int(spec.get("priority") or 0),
             unschedulable=verdict == "Unschedulable",
-            refused_at=_refused_at(status) if verdict == "Unschedulable" else None,
             passed_over=verdict not in (None, "Unschedulable", "SchedulingGated"),
             planned_node=mine.node if mine is not None else None,
             succeeded=phase == "Succeeded",

@@ -111,13 +111,13 @@ def _lost(s: Situation, pod: PodView) -> str | None:
         return TAKEN if overcommitted({name: amount + back.get(name, 0) for name, amount in free.items()}) else None
     if overcommitted(free):
         return TAKEN
-    # refused for a while after its release; with no record of the release yet (the Gang's status is
-    # written after the pods' gates go: the next pass can see them first), refused for a while by the
-    # scheduler's own account: kube-scheduler refuses a pod for a moment while another's allocation of a
-    # device they share lands (the real tier's DRA differential saw a release taken back so)
+    # refused at least REFUSAL_SETTLE_SECONDS after its release; with no record of the release yet (the
+    # Gang's status is written after the pods' gates go: a pass can see them first), not yet: kube-scheduler
+    # refuses a pod for a moment while another pod's allocation of a device they share lands, and the
+    # refusal's own time says nothing (the condition was False since the pod was gated: lastTransitionTime
+    # stays). The real tier's DRA differential saw a release taken back so within a second
     record = s.records.get(pod.name)
-    since = record.at if record is not None else pod.refused_at
-    settled = since is not None and (s.now - since).total_seconds() >= REFUSAL_SETTLE_SECONDS
+    settled = record is not None and (s.now - record.at).total_seconds() >= REFUSAL_SETTLE_SECONDS
     return REFUSED if pod.unschedulable and settled else None
 
 
