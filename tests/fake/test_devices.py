@@ -1212,3 +1212,53 @@ def test_a_devices_check_counts_the_pods_released_before_once_when_their_claims_
     fit = devices_check(index, index.gangs()["team-a/job-train"], GangStore().record("team-a/job-train"))
     assert fit is not None
     assert fit({"train-0000": "w0", "train-0001": "w0"}) is None
+
+
+def test_a_release_of_claims_counted_whole_is_not_taken_back_while_kube_scheduler_binds_it(
+    apiserver: Any, api: Any
+) -> None:
+    """Two pods, each claiming two 2Gi shares of w0's one 8Gi device (two requests: the claim is counted
+    whole per node, `counted_claims`). Released, the pods are no longer gated; a pass before kube-scheduler
+    binds them must still count the node's claims for them, not read the node as overcommitted and take the
+    release back (the real tier's DRA differential, fixed case B, saw that)."""
+    from tests.cluster import node as api_node
+    from tests.cluster import pods
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w0", cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    device = {
+        "name": "gpu-0",
+        "attributes": {"model": {"string": "shared"}},
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {"value": "8Gi", "requestPolicy": {"default": "2Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}
+        },
+    }
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w0", [device]))
+    requests = [exactly(name) for name in ("a", "b")]
+    for request in requests:
+        request["exactly"]["capacity"] = {"requests": {"memory": "2Gi"}}
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("two-shares", *requests))
+    job_claiming(store, "train", 2, "two-shares")
+    controller, relist = dra_controller(apiserver, api)
+    decision = controller.reconcile_once()["team-a/job-train"]
+    assert decision.state == "Release" and len(decision.release) == 2, decision.message
+    assert not any(p["spec"].get("schedulingGates") for p in pods(store))
+    relist()
+    for _ in range(2):
+        decision = controller.reconcile_once()["team-a/job-train"]
+        assert decision.state not in ("Repair", "Requeued"), decision.message
+    for pod in pods(store):  # bound: no pod waits on the claims now, so no node counts them
+        store.bind("team-a", pod["metadata"]["name"], "w0")
+    relist()
+    assert controller.reconcile_once()["team-a/job-train"].state == "Running"
+    # another gang's pod released to w0 is judged by what it asks for, as kube-scheduler judges it: the
+    # claims w0 no longer counts, held by the running pods, are nothing it needs
+    from tests.cluster import add_job, add_job_pods
+
+    add_job_pods(store, add_job(store, "other", parallelism=1, cpu="1"))
+    assert controller.reconcile_once()["team-a/job-other"].state == "Release"
+    for _ in range(2):
+        decision = controller.reconcile_once()["team-a/job-other"]
+        assert decision.state not in ("Repair", "Requeued"), decision.message

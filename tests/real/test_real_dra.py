@@ -374,18 +374,18 @@ FIXED_CASES: list[tuple[list[tuple[str, str | None]], dict[str, Any], int]] = [
 def taken_back(stack: Stack, namespace: str, cases: list[Any]) -> list[str]:
     """The cases whose gate gang had a release taken back: its pods pinned where kube-scheduler then refused
     them (the gate's model allocated what kube-scheduler does not), replaced or the Job requeued whole by
-    the gate's own supervision. The pods' verdicts settle alike then, so only these events tell."""
+    the gate's own supervision. The pods' verdicts settle alike then, so only these events tell. Fixed case B
+    was taken back in about half the runs, then ran whole: its claims, counted whole per node, stopped being
+    counted once its pods were ungated, so a pass before they bound read the node as overcommitted (now
+    counted until they bind: tests/fake/test_devices.py ..._not_taken_back_while_kube_scheduler_binds_it)."""
     back = {"GangMembersReplaced", "GangRequeued"}
-    found = sorted(
-        {
-            int(e["involvedObject"]["name"][1:])
-            for e in stack.plane.get("events", namespace=namespace)
-            if e.get("reason") in back and (e.get("involvedObject") or {}).get("kind") == "Job"
-        }
-    )
+    found: dict[int, str] = {}
+    for event in stack.plane.get("events", namespace=namespace):
+        if event.get("reason") in back and (event.get("involvedObject") or {}).get("kind") == "Job":
+            found.setdefault(int(event["involvedObject"]["name"][1:]), str(event.get("message") or ""))
     return [
-        f"case {i}: the gate released pods kube-scheduler refused; devices {cases[i][0]}; claim {cases[i][1]}"
-        for i in found
+        f"case {i}: the gate's release was taken back ({why}); devices {cases[i][0]}; claim {cases[i][1]}"
+        for i, why in sorted(found.items())
     ]
 
 
@@ -469,15 +469,7 @@ def test_the_gate_starts_a_dra_gang_exactly_when_kube_scheduler_allocates_every_
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= 30 and time.monotonic() - started >= 60 and not disagreements(last):
             break
-    # a release taken back and then started whole is the supervision reacting to a moment's refusal (seen on
-    # fixed case B, two pods sharing one device: the gang requeued, then ran whole); a release kube-scheduler
-    # really refuses ends with the gate's gang not running, like native's (what `taken_back` is for)
-    undone = [
-        why
-        for why in taken_back(stack, namespaces["gate"], cases)
-        if last["gate"][int(why.split(":")[0].split()[1])] != cases[int(why.split(":")[0].split()[1])][2]
-    ]
-    wrong = disagreements(last) + undone
+    wrong = disagreements(last) + taken_back(stack, namespaces["gate"], cases)
     print(f"\n{len(cases)} cases (seed {seed}): {sum(1 for n in last['native'] if n)} started under native")
     assert not wrong, f"seed {seed} (GK_DRA_SEED={seed} replays it):\n" + "\n".join(wrong)
 

@@ -77,12 +77,15 @@ def node_taken(s: Situation) -> Decision | None:
     if not lost:
         return None
     stolen = [p for p in s.released if p.name in lost]
-    nodes_lost = sorted({p.pinned_node for p in stolen if p.pinned_node})
+    why_lost = {p.pinned_node: lost[p.name] for p in stolen if p.pinned_node}
+    nodes_lost = sorted(why_lost)
+    named = "; ".join(f"{node}: {LOST_BECAUSE[why_lost[node]]}" for node in nodes_lost[:MAX_NODES_NAMED])
     return Decision(
         GangState.REPAIR,
         f"{len(stolen)} released pods can no longer bind on the {len(nodes_lost)} node"
-        f"{'s' if len(nodes_lost) != 1 else ''} they were given "
-        "(taken by pods bound since, or refused by the scheduler)"
+        f"{'s' if len(nodes_lost) != 1 else ''} they were given ({named}"
+        + (f"; {len(nodes_lost) - MAX_NODES_NAMED} more" if len(nodes_lost) > MAX_NODES_NAMED else "")
+        + ")"
         + ("; replacing them" if s.spec.evictable else "; bare pods: delete and recreate them"),
         evict=s.evict(stolen),
         present=s.present,
@@ -95,6 +98,11 @@ def node_taken(s: Situation) -> Decision | None:
 REFUSAL_SETTLE_SECONDS = 5.0
 # why a pinned pod lost its node: its room is held by others (or the node is gone), or the scheduler said no
 TAKEN, REFUSED = "taken", "refused"
+LOST_BECAUSE = {
+    TAKEN: "what it asks for is taken by pods bound since, or the node is gone",
+    REFUSED: "refused by the scheduler",
+}
+MAX_NODES_NAMED = 3  # in a repair's message
 
 
 def _lost(s: Situation, pod: PodView) -> str | None:
@@ -107,9 +115,12 @@ def _lost(s: Situation, pod: PodView) -> str | None:
     if pod.preempts and pod.priority > contract.PLACEHOLDER_PRIORITY:
         for name, amount in (s.yielding.get(node) or {}).items():
             back[name] = back.get(name, 0) + amount
+    # only what the pod asks for, as kube-scheduler judges it (noderesources/fit.go fitsRequest): the
+    # node's devices counted for other pods' claims, no longer counted once those bound, are not its own
+    wanted = {name: free.get(name, 0) for name, _ in pod.shape.requests}
     if any(back.values()):
-        return TAKEN if overcommitted({name: amount + back.get(name, 0) for name, amount in free.items()}) else None
-    if overcommitted(free):
+        return TAKEN if overcommitted({name: amount + back.get(name, 0) for name, amount in wanted.items()}) else None
+    if overcommitted(wanted):
         return TAKEN
     # refused at least REFUSAL_SETTLE_SECONDS after its release; with no record of the release yet (the
     # Gang's status is written after the pods' gates go: a pass can see them first), not yet: kube-scheduler

@@ -231,7 +231,11 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             self._touch(gang)
         elif view.gated:
             self.stray_gated[key] = (view, pod)
-        claims = waiting_claims(view.namespace, spec) if gang and gated and view.claims_devices else ()
+        # a member released to a node waits too, for kube-scheduler's binding: its devices stay counted per
+        # node (the selector sets and claims its shape holds) until it binds, else a pass in between read
+        # its node as overcommitted and took the release back (start.py node_taken)
+        waits = gated or (not view.terminal and view.pinned_node is not None and not view.node_name)
+        claims = waiting_claims(view.namespace, spec) if gang and waits and view.claims_devices else ()
         if claims:
             self._waiting_claims.update(claims)
             self._waiting_frozen = None

@@ -30,8 +30,9 @@ class DeviceNodes:
     _device_epochs: dict[str, int]
     _members: dict[str, dict[str, tuple[PodView, Obj]]]
     _promised: dict[str, tuple[PodView, Obj, str]]  # promised_device_pods, by pod key
-    # ("template" | "claim", namespace, name) -> gated gang members naming it: the only templates and
-    # claims whose selectors the devices' count per node evaluates (Inventory.waiting)
+    # ("template" | "claim", namespace, name) -> gang members naming it that wait (gated, or released and
+    # not bound yet): the only templates and claims whose selectors the devices' count per node evaluates
+    # (Inventory.waiting)
     _waiting_claims: Counter[tuple[str, str, str]]
     _waiting_frozen: frozenset[tuple[str, str, str]] | None
     _version: int  # ClusterIndex's: changes with any gang's pods
@@ -116,7 +117,7 @@ class DeviceNodes:
         return known[1]
 
     def waiting_claims(self) -> frozenset[tuple[str, str, str]]:
-        """The templates and claims gated gang members name (the same object while none changes)."""
+        """The templates and claims waiting gang members name (the same object while none changes)."""
         if self._waiting_frozen is None:
             self._waiting_frozen = frozenset(self._waiting_claims)
         return self._waiting_frozen

@@ -68,7 +68,7 @@ class DeviceWatch:
 
     def inventory(self, waiting: frozenset[tuple[str, str, str]] = frozenset()) -> Inventory | None:
         """None until all four are watched and listed (the API may not serve them: DRA off, or before
-        1.34). `waiting`: the templates and claims gated gang members name (ClusterIndex.waiting_claims),
+        1.34). `waiting`: the templates and claims waiting gang members name (ClusterIndex.waiting_claims),
         the only ones whose selectors each node's devices are counted by."""
         informers = [i for i in self._informers if i is not None and i.synced.is_set()]
         if len(informers) < len(RESOURCES):
