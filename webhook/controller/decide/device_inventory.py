@@ -327,7 +327,7 @@ class Inventory:
             return specs
         return specs + [(k, c.get("spec") or {}) for k, c in claims]
 
-    def class_totals(self, node: Node, counted_by_pods: Collection[str] = ()) -> dict[str, int]:
+    def class_totals(self, node: Node, counted_by_pods: Collection[str] = ()) -> Mapping[str, int]:
         """Per class resource (`class_resource`): the devices of the node's pools the class (and a
         request's selectors) select that no claim holds but the claims of the pods in `counted_by_pods`
         (uids), whose shapes hold their devices. Worked out once per inventory for nodes alike
@@ -335,11 +335,11 @@ class Inventory:
         alike = nodes_alike_key(self, node, counted_by_pods)
         known = self._totals_alike.get(alike) if alike is not None else None
         if known is not None:
-            return dict(known)
+            return known  # read only: 5,000 nodes of a kind share it
         unanswered = self.memo.unanswered
         totals = self._class_totals(node, counted_by_pods)
         if alike is not None and self.memo.unanswered == unanswered and len(self._totals_alike) < MAX_KINDS_OF_NODE:
-            self._totals_alike[alike] = dict(totals)  # not when CEL could not answer: counted again later
+            self._totals_alike[alike] = totals  # not when CEL could not answer: counted again later
         return totals
 
     def _class_totals(self, node: Node, counted_by_pods: Collection[str]) -> dict[str, int]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
-from webhook.controller.decide.device_slices import pool_of_slice
+from webhook.controller.decide.device_slices import alike_devices, pool_of_slice
 from webhook.controller.decide.device_types import DeviceId, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
 
@@ -79,6 +79,29 @@ def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str]) -> list[Pool]:
     complete = parsed.slice_count == 1
     views = parsed.views or (parsed,)
     return [view if view.complete == complete else replace(view, complete=complete) for view in views]
+
+
+def _node_pool(obj: Obj, key: PoolKey) -> Pool | None:
+    """A slice as `_one_slice_pools` reads it where it is simply a node's own (its spec's fields of the API's
+    types, no per-device node selection); None for any other, which `_gather` reads."""
+    spec = obj.get("spec")
+    if type(spec) is not dict:
+        return None
+    pool = spec.get("pool")
+    if type(pool) is not dict or spec.get("perDeviceNodeSelection"):
+        return None
+    generation, count, node_name = (
+        pool.get("generation") or 0,
+        pool.get("resourceSliceCount") or 1,
+        spec.get("nodeName"),
+    )
+    if type(generation) is not int or type(count) is not int or type(node_name) is not str or not node_name:
+        return None
+    try:
+        shape = alike_devices(key[0], key[1], spec)
+    except (TypeError, ValueError, AttributeError):
+        return None  # `_gather` names it
+    return Pool.of_shape(key[0], key[1], generation, count, node_name, spec, shape)
 
 
 def _index_entries(
@@ -162,20 +185,31 @@ class PoolBook:
         return gathered
 
     def _load(self) -> None:
-        """The first slices (a cold start: 5,000 nodes' own), gathered and indexed in one sweep."""
+        """The first slices (a cold start: 5,000 nodes' own), gathered and indexed in one sweep; a node's
+        own slice, its pool's only one, without the layers of `_gather` (5 us a slice of a cold start)."""
         pools: list[Pool] = []
         nodes: dict[PoolKey, str | None] = {}
         names: dict[PoolKey, frozenset[str]] = {}
-        self._start = {}
-        for key in sorted(self._members):
-            self._start[key] = len(pools)
+        local: dict[str, list[Pool]] = {}
+        start, gathered, slices, members_of = {}, self._gathered, self._slices, self._members
+        for key in sorted(members_of):
+            start[key] = len(pools)
+            members = members_of[key]
+            own = _node_pool(slices[next(iter(members))], key) if len(members) == 1 else None
+            if own is not None and own.shape is not None and own.node_name is not None:
+                self._unreadable.discard(key)
+                gathered[key] = ([own], [])
+                pools.append(own)
+                nodes[key], names[key] = own.node_name, own.shape.names
+                local.setdefault(own.node_name, []).append(own)
+                continue
             new = self._gather(key)
             pools.extend(new)
             _index_entries(key, new, nodes, names)
-        local: dict[str, list[Pool]] = {}
-        for pool in pools:
-            if pool.node_name:
-                local.setdefault(pool.node_name, []).append(pool)
+            for pool in new:
+                if pool.node_name:
+                    local.setdefault(pool.node_name, []).append(pool)
+        self._start = start
         problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
         shared = [p for p in pools if not p.node_name]
         self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))

@@ -24,7 +24,7 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
     if not spec.get("perDeviceNodeSelection"):
-        return Pool.of_shape(driver, name, generation, count, node_name, spec, _alike_devices(driver, name, spec))
+        return Pool.of_shape(driver, name, generation, count, node_name, spec, alike_devices(driver, name, spec))
     selector = spec.get("nodeSelector")
     node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
     devices: list[Device] = []
@@ -90,7 +90,7 @@ _alike_writing = threading.Lock()  # slices may be read on more than one thread 
 _alike_last: list[tuple[str, Any, Any, SliceDevices] | None] = [None]
 
 
-def _alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevices:
+def alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevices:
     """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
     parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
     whole (0.7 us for 8 devices) only when their drivers, first devices and counts are alike: a driver that

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from webhook import contract
 from webhook.controller.decide import devices
@@ -28,7 +27,6 @@ from webhook.controller.observe.holds import (
     Seen,
     add_units,
     placeholder_owner,
-    waiting_claims,
 )
 from webhook.gangs.model import Obj
 from webhook.gangs.pod import member_group
@@ -81,7 +79,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._ever: dict[tuple[tuple[Shape, int], ...], Placement] = {}
         # the mixins' fields (holds.py, device_nodes.py say what each holds)
         self.devices: devices.Inventory | None = None
-        self._device_units: dict[str, Units] = {}
+        self._device_units: dict[str, Mapping[str, int]] = {}
         self._api_nodes: dict[str, Node] = {}
         self._devices_lost: set[str] = set()
         self._promised: dict[str, tuple[PodView, Obj, str]] = {}
@@ -118,8 +116,9 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             self._set_pod(key, None)
 
     def apply_nodes(self, changes: Mapping[str, Obj | None]) -> None:
-        for key, node in changes.items():
-            self._set_node(key.rpartition("/")[2], node)
+        self._set_nodes(
+            {key.rpartition("/")[2]: Node.from_api(n) if n is not None else None for key, n in changes.items()}
+        )
 
     def own_writes(self, written: Iterable[tuple[str, Obj]]) -> None:
         """Pods this controller just wrote, as the API server answered, each with the version the write
@@ -135,14 +134,18 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
                 self._set_pod(key, pod)
 
     def replace_nodes(self, nodes: Iterable[Obj]) -> None:
-        fresh = {(n.get("metadata") or {}).get("name", ""): n for n in nodes}
-        for name in self.nodes.keys() - fresh.keys():
-            self._set_node(name, None)
-        for name, node in fresh.items():
-            if Node.from_api(node) != self._api_nodes.get(name):
-                self._set_node(name, node)
+        fresh = {(n.get("metadata") or {}).get("name", ""): Node.from_api(n) for n in nodes}
+        changed: dict[str, Node | None] = dict.fromkeys(self.nodes.keys() - fresh.keys())
+        changed.update((name, node) for name, node in fresh.items() if node != self._api_nodes.get(name))
+        self._set_nodes(changed)
 
-    def _set_node(self, name: str, node: Obj | None) -> None:
+    def _set_nodes(self, nodes: Mapping[str, Node | None]) -> None:
+        """Nodes as the API has them now (None: gone), their devices counted together (device_nodes.py)."""
+        units = self._nodes_class_totals([n for n in nodes.values() if n is not None]) if self.devices else {}
+        for name, node in nodes.items():
+            self._set_node(name, node, units.get(name))
+
+    def _set_node(self, name: str, node: Node | None, units: Mapping[str, int] | None = None) -> None:
         if node is None:
             self.nodes_epoch += 1
             self._node_list = self._eligibility = None
@@ -152,9 +155,9 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             self._device_epochs.pop(name, None)
             self.free.pop(name, None)
             return
-        self._api_nodes[name] = Node.from_api(node)
-        if self.devices is not None:
-            self._device_units[name] = self._class_totals(self.devices, name, self._member_uids())
+        self._api_nodes[name] = node
+        if units is not None:
+            self._device_units[name] = units
         self._rebuild_node(name)
 
     def _rebuild_node(self, name: str) -> None:
@@ -205,15 +208,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             return None
         group = member_group(pod)
         release = self.releases(meta.get("namespace", ""), group).get(meta.get("name", "")) if group else None
-        claiming = self.devices is not None and devices.claims_devices(spec)
-        demand = self.devices.demand(meta.get("namespace", ""), spec) if self.devices and claiming else None
-        view = PodView.from_api(pod, release, group, demand.shaped if demand is not None else None)
-        self._devices_lost.discard(key)
-        if demand is not None and view.node_name and self._lost(view, pod):
-            # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
-            # no working member, so a gang that ran whole is short and recovers or is requeued whole
-            view = replace(view, terminal=True)
-            self._devices_lost.add(key)
+        view = self._member_view(key, pod, release, group)
         node = view.holds_node
         if node is not None:
             going = bool(meta.get("deletionTimestamp"))
@@ -231,14 +226,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
             self._touch(gang)
         elif view.gated:
             self.stray_gated[key] = (view, pod)
-        # a member released to a node waits too, for kube-scheduler's binding: its devices stay counted per
-        # node (the selector sets and claims its shape holds) until it binds, else a pass in between read
-        # its node as overcommitted and took the release back (start.py node_taken)
-        waits = gated or (not view.terminal and view.pinned_node is not None and not view.node_name)
-        claims = waiting_claims(view.namespace, spec) if gang and waits and view.claims_devices else ()
-        if claims:
-            self._waiting_claims.update(claims)
-            self._waiting_frozen = None
+        claims = self._claims_waiting(view, spec) if gang else ()
         self.pods[key] = Seen(view.resource_version, gang, gated, not gang and view.gated, claims=claims)
         return (gang, view.uid, view.terminal) if gang else None
 

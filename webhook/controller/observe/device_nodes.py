@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from webhook.controller.decide import devices
 from webhook.controller.decide.devices import Inventory
-from webhook.controller.decide.pods import PodView
-from webhook.controller.decide.shapes import Node, Units
+from webhook.controller.decide.pods import PodView, Release
+from webhook.controller.decide.shapes import Node
+from webhook.controller.observe.holds import waiting_claims
 from webhook.gangs.model import Obj
 
 DEVICE_GENERATIONS = itertools.count(1)  # the devices' pictures, numbered across every index
@@ -19,7 +22,7 @@ DEVICE_GENERATIONS = itertools.count(1)  # the devices' pictures, numbered acros
 
 class DeviceNodes:
     devices: Inventory | None  # the cluster's devices (observe/devices.py), None: no DRA
-    _device_units: dict[str, Units]  # node -> its devices as resources
+    _device_units: dict[str, Mapping[str, int]]  # node -> its devices as resources (read only)
     _api_nodes: dict[str, Node]  # the nodes as the API has them, before their devices are added
     _devices_lost: set[str]  # bound gang pods whose allocated devices no slice has now
     _devices_unsure: set[str]  # nodes whose devices were counted while CEL could not answer
@@ -44,7 +47,7 @@ class DeviceNodes:
         def _set_pod(self, key: str, pod: Obj | None) -> None: ...
         def _touch(self, gang: str) -> None: ...
 
-    def _class_totals(self, inventory: Inventory, name: str, members: frozenset[str]) -> Units:
+    def _class_totals(self, inventory: Inventory, name: str, members: frozenset[str]) -> Mapping[str, int]:
         """The node's devices as resources; a node some of whose selectors no evaluator could answer (the
         CEL worker not started) is counted again at the next pass, not left short."""
         unanswered = inventory.memo.unanswered
@@ -54,6 +57,46 @@ class DeviceNodes:
         else:
             self._devices_unsure.discard(name)
         return units
+
+    def _member_view(self, key: str, pod: Obj, release: Release | None, group: str | None) -> PodView:
+        """A gang member as the start rules read it, its shape holding its devices."""
+        spec = pod.get("spec") or {}
+        inventory = self.devices if self.devices is not None and devices.claims_devices(spec) else None
+        demand = inventory.demand((pod.get("metadata") or {}).get("namespace", ""), spec) if inventory else None
+        view = PodView.from_api(pod, release, group, demand.shaped if demand is not None else None)
+        self._devices_lost.discard(key)
+        if demand is not None and view.node_name and self._lost(view, pod):
+            # bound, and a device of its claims is in no slice now (its driver gone, its node lost):
+            # no working member, so a gang that ran whole is short and recovers or is requeued whole
+            view = replace(view, terminal=True)
+            self._devices_lost.add(key)
+        return view
+
+    def _claims_waiting(self, view: PodView, spec: Obj) -> tuple[tuple[str, str, str], ...]:
+        """The templates and claims a gang member names while it waits (`waiting_claims`), counted in: gated,
+        or released to a node and not bound yet (kube-scheduler is binding it: what its shape holds stays
+        counted per node, else a pass in between read the node as overcommitted: start.py node_taken)."""
+        waits = view.gated or (view.pinned_node is not None and not view.node_name)
+        claims = waiting_claims(view.namespace, spec) if waits and not view.terminal and view.claims_devices else ()
+        if claims:
+            self._waiting_claims.update(claims)
+            self._waiting_frozen = None
+        return claims
+
+    def _nodes_class_totals(self, nodes: Sequence[Node]) -> dict[str, Mapping[str, int]]:
+        """`_class_totals` of nodes changed together (a cold start's 5,000), read only; when some selector
+        could not be answered, each of them is counted again at the next pass."""
+        inventory = self.devices
+        if inventory is None:
+            return {}
+        unanswered = inventory.memo.unanswered
+        members = self._member_uids()
+        found = {node.name: inventory.class_totals(node, members) for node in nodes}
+        if inventory.memo.unanswered != unanswered:
+            self._devices_unsure.update(found)
+        else:
+            self._devices_unsure.difference_update(found)
+        return found
 
     def use_devices(self, inventory: Inventory | None) -> None:
         """A new picture of the cluster's devices: each node's devices as resources again, and the gang
