@@ -22,7 +22,8 @@ def nodes_alike_key(inventory: Inventory, node: Node, counted_by_pods: Collectio
     resources the node has of its own. None where they depend on more: a pool reaching other nodes, a
     pool of several slices, a device claims share (each share's capacity is its claim's), a slice like
     no other (then so is the node)."""
-    taken, shares = inventory.taken, inventory.shares
+    parsed = inventory.parsed  # its fields, not Inventory's properties: 5,000 nodes at a cold start
+    taken, shares = parsed.taken, parsed.shares
     resources = inventory.extended_resources
     extended = tuple(bool(node.allocatable.get(r)) for r in resources) if resources else ()
     pools = inventory.pools_for(node)
