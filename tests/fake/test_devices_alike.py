@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from tests.fake.test_device_constraints import BIG, ONE_BIG_OR_TWO_SMALL, PCIE, gpu
 from tests.fake.test_devices import DRIVER, device_class, exactly, node_slice, template
 from webhook.controller.decide import devices
-from webhook.controller.decide.devices import inventory_from
+from webhook.controller.decide.device_alike import class_totals_of
+from webhook.controller.decide.devices import Memo, PoolBook, inventory_from
 from webhook.controller.decide.shapes import Node
 
 DEVICE = st.tuples(st.sampled_from(["big", "small"]), st.sampled_from([None, "a", "b"]), st.booleans())
@@ -81,6 +82,15 @@ def test_each_nodes_count_is_its_own_whatever_its_kind_shares(
     seen = Counter((repr(kind_slice("n", *kinds[kind % len(kinds)])["spec"]), extended) for kind, extended in nodes)
     if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
         assert sum(1 for n in seen.values() if n > 1) <= len(counting._totals_alike) <= len(seen)
+    # counted together, as a cold start's nodes are (the slices through a PoolBook, as the watch reads
+    # them; the classes without an extended resource too: then nodes are found by their kind directly)
+    book = PoolBook()
+    book.apply({f"/{i}": body for i, body in enumerate(slices)})
+    for served in (classes, classes[:1]):
+        together = inventory_from(served, (), list(claims.values()), TEMPLATES, Memo(), book.gathered())
+        alone = inventory_from(served, slices, list(claims.values()), TEMPLATES)
+        found = class_totals_of(together, api_nodes, counted)
+        assert found == {n.name: alone._class_totals(n, counted) for n in api_nodes}
 
 
 def test_an_inventory_narrowed_to_other_waiting_claims_counts_its_nodes_anew() -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from webhook.controller.decide import devices
+from webhook.controller.decide.device_alike import class_totals_of
 from webhook.controller.decide.devices import Inventory
 from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.shapes import Node
@@ -90,8 +91,7 @@ class DeviceNodes:
         if inventory is None:
             return {}
         unanswered = inventory.memo.unanswered
-        members = self._member_uids()
-        found = {node.name: inventory.class_totals(node, members) for node in nodes}
+        found = class_totals_of(inventory, nodes, self._member_uids())
         if inventory.memo.unanswered != unanswered:
             self._devices_unsure.update(found)
         else:
