@@ -48,7 +48,10 @@ def test_kubectl_get_gangs_shows_every_gang_and_tenants_only_read_them(stack: St
     assert header[:8] == ["NAMESPACE", "NAME", "BACKEND", "STATE", "MINMEMBER", "PRESENT", "RUNNING", "QUEUE"], table
     assert row(table, "job-fits")[2:7] == ["gate", "Running", "2", "2", "2"], table
     assert row(table, "job-huge")[2:7] == ["gate", "NeverFits", "3", "3", "0"], table
-    assert row(table, "job-done")[2:7] == ["gate", "Finished", "2", "0", "0"], table
+    # a Job's gang is min(parallelism, completions not yet succeeded) (gangs/batch.py): 2, or 1 once the Job
+    # counts a pod succeeded before the Gang was last written (CI saw both)
+    done = row(table, "job-done")
+    assert done[2:4] == ["gate", "Finished"] and done[4] in ("1", "2") and done[5:7] == ["0", "0"], table
     described = stack.plane.kubectl("describe", "gang", "job-huge", "-n", namespace).stdout
     assert "even if empty" in described and "Released" in described, described
 
