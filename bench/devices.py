@@ -43,7 +43,8 @@ from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import trim_node, trim_pod
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
-from webhook.informer import Informer
+from webhook.controller.run.process import TRIMS
+from webhook.informer import Informer, identity
 
 DRIVER = "gpu.example.com"
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
@@ -190,7 +191,10 @@ class Cluster:
             "spec": {"spec": {"devices": shaped_request()}},
         }
         self.served = Served({"deviceclasses": [device_class()], "resourceclaimtemplates": [template]})
-        self.informers = {(r.group_version, r.plural): Informer(self.served, r) for r in DRA_RESOURCES}  # type: ignore[arg-type]
+        self.informers = {
+            (r.group_version, r.plural): Informer(self.served, r, transform=TRIMS.get(r, identity))  # type: ignore[arg-type]
+            for r in DRA_RESOURCES
+        }  # each trimmed as the controller's caches keep it (run/process.py TRIMS)
         self.watch = DeviceWatch(self.informers, evaluator=device_cel.evaluate_all)  # CEL in process, as offline
         # the gang's pods as the API server gives them (through the webhook's admission): made before the
         # timing starts, as the controller gets them made

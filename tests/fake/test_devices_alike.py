@@ -18,6 +18,8 @@ from webhook.controller.decide import devices
 from webhook.controller.decide.device_alike import class_totals_of
 from webhook.controller.decide.devices import Memo, PoolBook, inventory_from
 from webhook.controller.decide.shapes import Node
+from webhook.controller.observe import informer
+from webhook.controller.observe.informer import trim_slice
 
 DEVICE = st.tuples(st.sampled_from(["big", "small"]), st.sampled_from([None, "a", "b"]), st.booleans())
 KIND = st.tuples(st.lists(DEVICE, min_size=1, max_size=5), st.booleans())  # devices, partitions of a counter
@@ -83,9 +85,10 @@ def test_each_nodes_count_is_its_own_whatever_its_kind_shares(
     if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
         assert sum(1 for n in seen.values() if n > 1) <= len(counting._totals_alike) <= len(seen)
     # counted together, as a cold start's nodes are (the slices through a PoolBook, as the watch reads
-    # them; the classes without an extended resource too: then nodes are found by their kind directly)
+    # them; the classes without an extended resource too: then nodes are found by their kind directly;
+    # them, trimmed as its cache keeps them: devices alike shared by identity, trim_slice)
     book = PoolBook()
-    book.apply({f"/{i}": body for i, body in enumerate(slices)})
+    book.apply({f"/{i}": trim_slice(body) for i, body in enumerate(slices)})
     for served in (classes, classes[:1]):
         together = inventory_from(served, (), list(claims.values()), TEMPLATES, Memo(), book.gathered())
         alone = inventory_from(served, slices, list(claims.values()), TEMPLATES)
@@ -157,3 +160,25 @@ def test_slices_kept_alike_stay_within_their_bound() -> None:
     buckets = list(device_slices._alike.values())
     assert sum(len(b) for b in buckets) == device_slices._alike_kept[0] <= device_slices.MAX_SLICES_ALIKE
     assert all(len(b) <= device_slices.MAX_KINDS_PER_BUCKET for b in buckets)
+
+
+def test_a_slice_trimmed_shares_the_devices_of_a_recent_slice_alike_and_nothing_else() -> None:
+    """The slices' cache (observe/informer.py trim_slice): a slice's devices and counters are a recent
+    slice's objects only when equal to them, the slice it is given is never changed, managedFields are
+    dropped, and at most MAX_SLICES_SHARED slices are kept."""
+    counters = {"sharedCounters": [{"name": "mem", "counters": {"gb": {"value": "80"}}}]}
+    first, alike = (node_slice(n, [gpu("g0", "big", "a"), gpu("g1", "small", "a")], **counters) for n in ("n0", "n1"))
+    other = node_slice("n2", [gpu("g0", "big", "a"), gpu("g1", "small", "b")], **counters)
+    alike["metadata"]["managedFields"] = [{"manager": "driver"}]
+    given = repr(alike)
+    kept = [trim_slice(s) for s in (first, other, alike)]
+    assert repr(alike) == given and kept[2]["metadata"] == {"name": alike["metadata"]["name"]}
+    assert kept[2]["spec"]["devices"] is kept[0]["spec"]["devices"] is first["spec"]["devices"]
+    assert kept[2]["spec"]["sharedCounters"] is first["spec"]["sharedCounters"]
+    assert kept[1]["spec"]["devices"] is other["spec"]["devices"] and kept[1]["spec"] == other["spec"]
+    assert kept[2]["spec"] == alike["spec"]
+    for at in range(informer.MAX_SLICES_SHARED * 3):
+        trim_slice(node_slice(f"u{at}", [gpu("g0", "big", f"uuid-{at}")]))
+    assert len(informer._recent_slices[0]) == informer.MAX_SLICES_SHARED
+    again = node_slice("n3", [gpu("g0", "big", "a"), gpu("g1", "small", "a")], **counters)
+    assert trim_slice(again)["spec"]["devices"] is again["spec"]["devices"]  # the first is no longer kept

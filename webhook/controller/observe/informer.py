@@ -135,6 +135,38 @@ def trim_node(node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+SLICE_META = ("name", "uid", "resourceVersion")  # a slice's name in problems; uid and version: parsed once
+MAX_SLICES_SHARED = 4  # the devices of this many slices kept, most recent first, for the next slices alike
+# the recent slices' (devices, sharedCounters), replaced whole (read and written by the slices' informer)
+_recent_slices: list[tuple[tuple[Any, Any], ...]] = [()]
+
+
+def trim_slice(resource_slice: dict[str, Any]) -> dict[str, Any]:
+    """A ResourceSlice without managedFields, its devices and shared counters those of a recent slice when
+    equal: a driver publishes the nodes of one model alike and the API lists them in a row, so 5,000 such
+    nodes hold one copy (8-9 KB each, as the API gives 8 GPUs), and the pools tell them alike by identity
+    (device_slices.alike_devices). Never modified: the informer holds what it is given."""
+    spec = resource_slice.get("spec")
+    trimmed = {"metadata": _keep(resource_slice.get("metadata") or {}, SLICE_META), "spec": spec}
+    if type(spec) is not dict:
+        return trimmed
+    devices, counters = spec.get("devices"), spec.get("sharedCounters")
+    if type(devices) is not list:
+        return trimmed
+    recent = _recent_slices[0]
+    for kept in recent:
+        if kept[0] == devices and kept[1] == counters:
+            shared = {**spec, "devices": kept[0]}
+            if "sharedCounters" in spec:
+                shared["sharedCounters"] = kept[1]
+            trimmed["spec"] = shared
+            if kept is not recent[0]:
+                _recent_slices[0] = (kept, *(k for k in recent if k is not kept))
+            return trimmed
+    _recent_slices[0] = ((devices, counters), *recent[: MAX_SLICES_SHARED - 1])
+    return trimmed
+
+
 def count_watch_error(status: int) -> None:
     metrics.API_ERRORS.labels("watch", str(status)).inc()
 

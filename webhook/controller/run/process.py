@@ -20,6 +20,7 @@ from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
 from webhook.controller.act.kueue_checks import WORKLOADS as KUEUE_WORKLOADS
 from webhook.controller.act.provisioning import PROVISIONING_REQUESTS, trim_request
+from webhook.controller.observe.devices import RESOURCE_SLICES
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import (
     InformerSource,
@@ -27,13 +28,14 @@ from webhook.controller.observe.informer import (
     trim_kueue_workload,
     trim_node,
     trim_pod,
+    trim_slice,
 )
 from webhook.controller.observe.workloads import all_workload_resources
 from webhook.controller.run import garbage
 from webhook.controller.run.bootstrap import ControllerSettings
 from webhook.controller.run.leader import LeaderElector
 from webhook.controller.run.reconciler import Controller
-from webhook.informer import Informer
+from webhook.informer import Informer, identity
 from webhook.kube import NAMESPACES, NODES, PODS, Api, ApiError, Resource
 
 log = logging.getLogger("gangkeeper.controller")
@@ -205,6 +207,14 @@ def left_gangkeeper(namespaces: Informer, name: str) -> bool:
     return found is not None and found["metadata"]["labels"].get(contract.NAMESPACE_ENABLED_LABEL) != "true"
 
 
+# what the cache keeps of each kind that trims (the others: as the API gives them)
+TRIMS: dict[Resource, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    KUEUE_WORKLOADS: trim_kueue_workload,  # what the check reads of each (a cluster's worth of pod templates)
+    PROVISIONING_REQUESTS: trim_request,
+    RESOURCE_SLICES: trim_slice,  # a cluster's devices, one copy per model
+}
+
+
 def watch_new(api: Api, controller: Controller, changed: threading.Event) -> list[Informer]:
     """Start informers for the workload and group resources served now and not watched yet."""
     started = []
@@ -212,12 +222,7 @@ def watch_new(api: Api, controller: Controller, changed: threading.Event) -> lis
     if controller.settings.autoscaler == "cluster-autoscaler":
         wanted.append(PROVISIONING_REQUESTS)
     for resource in served([r for r in wanted if (r.group_version, r.plural) not in controller.informers], api):
-        if resource == KUEUE_WORKLOADS:  # what the check reads of each (a cluster's worth of pod templates)
-            informer = controller_informer(api, resource, transform=trim_kueue_workload, changed=changed)
-        elif resource == PROVISIONING_REQUESTS:
-            informer = controller_informer(api, resource, transform=trim_request, changed=changed)
-        else:
-            informer = controller_informer(api, resource, changed=changed)
+        informer = controller_informer(api, resource, transform=TRIMS.get(resource, identity), changed=changed)
         controller.informers[(resource.group_version, resource.plural)] = informer
         informer.start()
         started.append(informer)
