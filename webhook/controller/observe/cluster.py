@@ -85,6 +85,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._promised: dict[str, tuple[PodView, Obj, str]] = {}
         self._devices_unsure: set[str] = set()
         self.devices_epoch, self._device_epochs = next(DEVICE_GENERATIONS), {}
+        self.device_generation = self.devices_epoch
         self._waiting_claims: Counter[tuple[str, str, str]] = Counter()
         self._waiting_frozen: frozenset[tuple[str, str, str]] | None = frozenset()
         self._member_uids_of: tuple[int, frozenset[str]] | None = None

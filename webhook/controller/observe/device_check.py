@@ -5,17 +5,17 @@ them pod by pod (decide/device_allocator.py).
 A gang that waits is decided again at every change of a node or a slice anywhere, and its check
 allocated every pod's claims each time (60 ms for a 1,000-pod gang with constraints, bench/devices.py).
 With the gang's record the check answers again from it:
-- as a whole, while nothing it read changed (`_read_by_check`);
+- as a whole, while nothing it read changed (`CheckRead`);
 - node by node, where every pool is one node's and no claim is shared between pods: then what is
   allocated on one node takes nothing another node could use, and each node's answer holds while its
   own devices, its pods and the pods released before onto it are the same (a slice republished is
-  one node's allocations again, not the gang's).
+  one node's allocations again, not the gang's: only that node's part is looked at).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from webhook.controller.decide.device_alike import nodes_alike_key
 from webhook.controller.decide.device_in_turn import allocate_in_turn
@@ -28,6 +28,58 @@ from webhook.gangs.model import Obj
 
 # (the place in the gang's order of the first group that failed; why): a node's answer, None where all fit
 NodeAnswer = tuple[int, str] | None
+# per node of a placement answered node by node: what its part read, and its answer
+NodeAnswers = dict[str, tuple[tuple[object, ...], NodeAnswer]]
+
+
+@dataclass(frozen=True, eq=False)
+class CheckRead:
+    """What a devices check read, and its answers node by node when it was answered so (`nodes`): the
+    devices' pictures (`devices_epoch`; the index's newest, `generation`: a node whose devices changed
+    since has a newer one), the placement and the gang's pods (by uid: a pod's claims never change, nor
+    the templates while `devices_epoch` is the same), the chosen nodes not in the index, the pods
+    released before that hold a node, and where a pool selects nodes by label, the nodes' epoch."""
+
+    devices_epoch: int
+    every_node: int | None
+    generation: int
+    chosen: Mapping[str, str]
+    uids: Mapping[str, str]
+    missing: frozenset[str]
+    promised: tuple[tuple[str, str, bool, int], ...]
+    on: frozenset[str]  # the chosen nodes
+    nodes: NodeAnswers | None = None
+
+    @staticmethod
+    def of(index: ClusterIndex, inventory: Inventory, uids: Mapping[str, str], chosen: Mapping[str, str]) -> CheckRead:
+        on = frozenset(chosen.values())
+        return CheckRead(
+            index.devices_epoch,
+            index.nodes_epoch if inventory.has_node_selecting_pools else None,
+            index.device_generation,
+            dict(chosen),
+            uids,
+            frozenset(node for node in on if node not in index.nodes),
+            tuple(
+                (view.uid, node, node in index.nodes, index.device_epoch(node))
+                for view, _, node in index.promised_device_pods()
+            ),
+            on,
+        )
+
+    def changed_nodes(self, index: ClusterIndex, now: CheckRead) -> set[str] | None:
+        """The chosen nodes whose devices changed since this was read, where nothing else it read did
+        (None where something did)."""
+        if (self.devices_epoch, self.every_node, self.missing, self.promised) != (
+            now.devices_epoch,
+            now.every_node,
+            now.missing,
+            now.promised,
+        ):
+            return None
+        if self.chosen != now.chosen or self.uids != now.uids:
+            return None
+        return index.devices_changed_since(self.generation, now.on)
 
 
 @dataclass
@@ -69,23 +121,26 @@ def devices_check(
             found.groups.setdefault(node, []).append((at, wanted, names))
         return found
 
-    def allocate(chosen: Mapping[str, str]) -> str | None:
-        todo = work(chosen)
-        if record is None or not _nodes_apart(inventory, todo):
-            answer = _allocate(index, inventory, todo.groups, todo.promised)
-            return answer[1] if answer is not None else None
-        return _node_by_node(index, inventory, todo, record, uid_of)
-
     def check(chosen: Mapping[str, str]) -> str | None:
-        read = _read_by_check(index, inventory, uid_of, chosen)
+        read = CheckRead.of(index, inventory, uid_of, chosen)
         known = record.device_check if record is not None else None
-        if known is not None and known[0] == read:
+        before = known[0] if known is not None and isinstance(known[0], CheckRead) else None
+        changed = before.changed_nodes(index, read) if before is not None else None
+        if known is not None and changed is not None and not changed:
             return known[1]
         unanswered = inventory.memo.unanswered
-        answer = allocate(chosen)
+        todo, nodes = work(chosen), None
+        if record is None or not _nodes_apart(inventory, todo):
+            found = _allocate(index, inventory, todo.groups, todo.promised)
+            answer = found[1] if found is not None else None
+        else:
+            last = before.nodes if before is not None and before.nodes is not None else {}
+            nodes = _node_by_node(index, inventory, todo, uid_of, last, changed)
+            failed = [answer for _, answer in nodes.values() if answer is not None]
+            answer = min(failed)[1] if failed else None
         # a selector no evaluator could answer now (the CEL worker not started) is asked again next time
         if record is not None and inventory.memo.unanswered == unanswered:
-            record.device_check = (read, answer)
+            record.device_check = (replace(read, nodes=nodes), answer)
         return answer
 
     return check
@@ -109,25 +164,39 @@ def _demands_of(inventory: Inventory) -> Callable[[str, Obj], Demand]:
 
 
 def _node_by_node(
-    index: ClusterIndex, inventory: Inventory, todo: _Work, record: GangRecord, uid_of: Mapping[str, str]
-) -> str | None:
-    """Each node's part answered again from the record while what it read is the same; a node alike in
-    its devices to one whose pods were all allocated in this check, with pods alike, is answered by it
-    (5,000 nodes of one model, a gang of 1,000: one allocation, not 250)."""
-    known, kept = record.device_nodes or {}, {}
+    index: ClusterIndex,
+    inventory: Inventory,
+    todo: _Work,
+    uid_of: Mapping[str, str],
+    known: NodeAnswers,
+    changed: set[str] | None,
+) -> NodeAnswers:
+    """Each node's part answered again from the last check (`known`) while what it read is the same; where
+    only the devices of the nodes `changed` did since (nothing else the check reads), the others' answers
+    as they were, their parts not read again; a node alike in its devices to one whose pods were all allocated in this
+    check, with pods alike, answered by it (5,000 nodes of one model, a gang of 1,000: one allocation,
+    not 250)."""
+    answers: NodeAnswers = {}
     fitted: set[tuple[object, ...]] = set()
+    promised_on: dict[str, list[tuple[str, str, Demand]]] = {}
+    for entry in todo.promised:  # in turn, per node
+        promised_on.setdefault(entry[0], []).append(entry)
     for node, groups in todo.groups.items():
+        mine = known.get(node) if changed is not None and node not in changed else None
+        if mine is not None:
+            answers[node] = mine
+            continue
+        promised = promised_on.get(node, [])
         # a pod's claims never change (its uid says which pod), nor do the templates while `devices_epoch`
         # is the same
         read = (
             index.devices_epoch,
             index.device_epoch(node),
             tuple((at, tuple((n, uid_of.get(n)) for n in names)) for at, _, names in groups),
-            tuple(uid for on, uid, _ in todo.promised if on == node),
+            tuple(uid for _, uid, _ in promised),
         )
         mine = known.get(node)
         if mine is None or mine[0] != read:
-            promised = [p for p in todo.promised if p[0] == node]
             kind = _kind_of(inventory, index.nodes[node], groups, promised)
             if kind is not None and kind in fitted:
                 mine = (read, None)
@@ -139,10 +208,8 @@ def _node_by_node(
                 mine = (read if answered else (), answer)
                 if kind is not None and answered and answer is None:
                     fitted.add(kind)
-        kept[node] = mine
-    record.device_nodes = kept  # the nodes of this placement only
-    failed = [answer for _, answer in kept.values() if answer is not None]
-    return min(failed)[1] if failed else None
+        answers[node] = mine
+    return answers  # the nodes of this placement only
 
 
 def _kind_of(
@@ -198,24 +265,3 @@ def _allocate(
             if why is not None:
                 return at, f"pod {name} on {node}: {why}"
     return None
-
-
-def _read_by_check(
-    index: ClusterIndex, inventory: Inventory, uid_of: Mapping[str, str], chosen: Mapping[str, str]
-) -> tuple[object, ...]:
-    """What a devices check reads: the chosen pods (by uid: a pod's claims never change) and their nodes,
-    the pods released before that hold a node, and of the devices and nodes, where every pool is one
-    node's, only those of the nodes these pods are on (the generation since which each node's devices
-    are as they are: a slice republished elsewhere changes nothing here), else all of them."""
-    promised = tuple(
-        (view.uid, node, node in index.nodes, index.device_epoch(node))
-        for view, _, node in index.promised_device_pods()
-    )
-    placed = tuple(
-        sorted(
-            (name, uid_of.get(name), node, node in index.nodes, index.device_epoch(node))
-            for name, node in chosen.items()
-        )
-    )
-    every_node = index.nodes_epoch if inventory.has_node_selecting_pools else None
-    return (index.devices_epoch, every_node, placed, promised)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ class DeviceNodes:
     # check read (observe/devices.py); from one count for all indexes, so no two pictures share a number
     devices_epoch: int
     _device_epochs: dict[str, int]
+    device_generation: int  # the newest of them: a node whose devices change after it gets a newer one
     _members: dict[str, dict[str, tuple[PodView, Obj]]]
     _promised: dict[str, tuple[PodView, Obj, str]]  # promised_device_pods, by pod key
     # ("template" | "claim", namespace, name) -> gang members naming it that wait (gated, or released and
@@ -106,7 +108,7 @@ class DeviceNodes:
         before = self.devices
         changed = inventory.changed_nodes(before) if inventory is not None else None
         self.devices = inventory
-        generation = next(DEVICE_GENERATIONS)
+        generation = self.device_generation = next(DEVICE_GENERATIONS)
         if changed is None or before is None or inventory is None or before.demand_basis != inventory.demand_basis:
             self.devices_epoch, self._device_epochs = generation, {}
         else:
@@ -138,6 +140,16 @@ class DeviceNodes:
     def device_epoch(self, node: str) -> int:
         """Since which generation the node's devices are as they are (`devices_epoch` at the latest)."""
         return self._device_epochs.get(node, self.devices_epoch)
+
+    def devices_changed_since(self, generation: int, nodes: AbstractSet[str]) -> set[str] | None:
+        """Those of `nodes` whose devices changed after `generation` (a `device_generation`); None when
+        any node's may have (a class, a template, a shared pool changed since)."""
+        if self.devices_epoch > generation:
+            return None
+        epochs = self._device_epochs  # only the nodes changed since `devices_epoch`: a few, or every node
+        if len(epochs) < len(nodes):
+            return {node for node, epoch in epochs.items() if epoch > generation and node in nodes}
+        return {node for node in nodes if epochs.get(node, 0) > generation}
 
     def promised_device_pods(self) -> Iterable[tuple[PodView, Obj, str]]:
         """Gang pods that claim devices and hold a node (released or bound): (view, pod, node). Kept as

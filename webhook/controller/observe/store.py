@@ -94,11 +94,9 @@ class GangRecord:
     written: tuple[float, Obj | None] | None = None
     # the pod holding its shared claim until its pods bind (act/claim_holders.py), (name, uid): deleted then
     claim_holder: tuple[str, str] | None = None
-    # its last devices check (observe/devices.py): what it read (generations, the placement) and its
-    # answer, the same while none of them changed
-    device_check: tuple[tuple[object, ...], str | None] | None = None
-    # ... and node by node, for the nodes of its last placement: what each node's part read, and its answer
-    device_nodes: dict[str, tuple[tuple[object, ...], tuple[int, str] | None]] | None = None
+    # its last devices check (observe/device_check.py CheckRead): what it read (generations, the placement;
+    # node by node, each node's part and its answer) and its answer, the same while none of them changed
+    device_check: tuple[object, str | None] | None = None
 
 
 class GangStore:
