@@ -171,11 +171,11 @@ def _node_by_node(
     known: NodeAnswers,
     changed: set[str] | None,
 ) -> NodeAnswers:
-    """Each node's part answered again from the last check (`known`) while what it read is the same; where
-    only the devices of the nodes `changed` did since (nothing else the check reads), the others' answers
-    as they were, their parts not read again; a node alike in its devices to one whose pods were all allocated in this
-    check, with pods alike, answered by it (5,000 nodes of one model, a gang of 1,000: one allocation,
-    not 250)."""
+    """Each node's part answered again from the last check (`known`) while what it read is the same;
+    where only the devices of the nodes `changed` did since (nothing else the check reads), the other
+    nodes' answers kept without reading their parts again; a node alike in its devices to one whose pods
+    were all allocated in this check, with pods alike, answered by it (5,000 nodes of one model, a gang
+    of 1,000: one allocation, not 250)."""
     answers: NodeAnswers = {}
     fitted: set[tuple[object, ...]] = set()
     promised_on: dict[str, list[tuple[str, str, Demand]]] = {}
