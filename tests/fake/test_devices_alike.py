@@ -145,6 +145,10 @@ def test_devices_found_by_id_are_those_of_every_pool(
     for found, expected in ((inventory._consuming, consuming), (inventory.shared_devices, sharing)):
         assert {i: found.get(i) for i in asked} == {i: expected.get(i) for i in asked}
         assert bool(found) == bool(expected) and dict(found) == expected
+    # what each consumes, read from its pool's shape (no device made for it), is what the device says
+    assert {i: inventory._consuming.consumes(i) for i in asked} == {
+        i: consuming[i].consumes if i in consuming else () for i in asked
+    }
 
 
 def test_slices_kept_alike_stay_within_their_bound() -> None:

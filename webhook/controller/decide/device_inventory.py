@@ -234,7 +234,7 @@ class Inventory:
         return device_counters.totals((p.driver, p.name, p.counters) for p in self.pools if p.counters)
 
     @functools.cached_property
-    def _consuming(self) -> Mapping[DeviceId, Device]:
+    def _consuming(self) -> DevicesById:
         """The devices that consume shared counters, by id (found in their pools when asked)."""
         return DevicesById(self._pools_by_key, self.pools, lambda d: bool(d.consumes), lambda p: p.any_consuming)
 

@@ -77,7 +77,7 @@ class SliceDevices:
     (device_alike.py). `shared` once a second slice is found alike: a node of a kind of its own (a driver
     that gives each device a UUID) is not worth a key."""
 
-    __slots__ = ("columns", "consumes", "counters", "devices", "names", "shared", "sharing")
+    __slots__ = ("_by_name", "columns", "consumes", "counters", "devices", "names", "shared", "sharing")
 
     def __init__(self, devices: tuple[Device, ...], counters: device_counters.Amounts) -> None:
         self.devices, self.counters, self.shared = devices, counters, False
@@ -85,6 +85,13 @@ class SliceDevices:
         # whether any device consumes shared counters, or allows multiple allocations (Pool.consuming, sharing)
         self.consumes, self.sharing = any(d.consumes for d in devices), any(d.shared for d in devices)
         self.columns: tuple[tuple[Any, ...], ...] | None = None  # the devices' fields after `id`, by field
+        self._by_name: dict[str, Device] | None = None
+
+    def by_name(self) -> dict[str, Device]:
+        """Its devices by name, as parsed (their ids those of the first slice alike: read their other fields)."""
+        if self._by_name is None:
+            self._by_name = {d.id[2]: d for d in self.devices}
+        return self._by_name
 
     def named(self, driver: str, pool: str) -> tuple[Device, ...]:
         """These devices as a slice alike publishes them, in its own pool."""
