@@ -253,7 +253,7 @@ class Inventory:
 
     @functools.cached_property
     def _usages(self) -> Usages:
-        return Usages(self.taken, self.shares, self.owners, self._consuming)
+        return Usages(self.taken, self.shares, self.owners, self._consuming, self.allocated_pods())
 
     @functools.cached_property
     def shared_devices(self) -> Mapping[DeviceId, Device]:

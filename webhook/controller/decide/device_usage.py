@@ -8,7 +8,6 @@ devices allocated: 50 s for one count of the nodes, 97 ms once kept)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -28,6 +27,7 @@ class Usages:
     shares: Mapping[DeviceId, list[tuple[str, device_capacity.Consumption]]]  # a shared device's claims
     owners: Mapping[str, str]  # claim -> uid of the pod it was made for
     consuming: DevicesById  # the devices that consume shared counters
+    holders: frozenset[str]  # the pods whose own claims hold devices (Claims.allocated_pods)
     # by the pods left out (the gang members' uids: the index makes a new set of them at each node's
     # count, so by content, not identity: a node relabelled worked out every allocated device's counters
     # again, 40 ms with 15,000 allocated in bench/devices.py --allocated 3 --shape counters)
@@ -35,10 +35,11 @@ class Usages:
 
     def of(self, left_out: Collection[str]) -> tuple[Counters, Capacity]:
         """(counters used, capacity used), read only: a caller that takes more writes over them
-        (device_counters.written_over). Kept by the pods left out that own a claim: leaving out the others
-        changes nothing, so a gang whose pods hold nothing yet (the nodes' count) and none (its devices
-        check) ask one (15,000 allocated devices walked once, not twice, at a cold start)."""
-        key = self._owner_uids.intersection(left_out) if left_out else frozenset()
+        (device_counters.written_over). Kept by those of the pods left out whose claims hold devices
+        (leaving out any other changes nothing): the nodes' count and the devices check of a gang whose
+        pods hold nothing yet ask one usage (15,000 allocated devices walked once, not twice, at a cold
+        start)."""
+        key = self.holders.intersection(left_out) if left_out else frozenset()
         kept = self._kept.get(key)
         if kept is not None:
             return kept
@@ -48,10 +49,6 @@ class Usages:
         while len(self._kept) > MAX_REMEMBERED:
             del self._kept[next(iter(self._kept))]  # the oldest
         return counters, capacity
-
-    @functools.cached_property
-    def _owner_uids(self) -> frozenset[str]:
-        return frozenset(self.owners.values())
 
     def _counters(self, left_out: Collection[str], capacity: Capacity) -> Counters:
         used: Counters = {}
