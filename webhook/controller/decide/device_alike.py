@@ -34,21 +34,20 @@ def nodes_alike_key(inventory: Inventory, node: Node, counted_by_pods: Collectio
         if shape is None or not shape.shared or pool.node_name != node.name or pool.slice_count != 1:
             return None
         return (shape, extended)
-    owners = inventory.owners
+    owners, held_in, shared = inventory.owners, parsed.held_in_pool, parsed.pools_shared
     parts: list[Any] = []
     for pool in pools:
         shape = pool.shape
         if shape is None or not shape.shared or pool.node_name != node.name or pool.slice_count != 1:
             return None
         parts.append(shape)
-        if taken or shares:  # by the devices' ids, not the devices: those of a pool counted alike are never made
-            for at, device in enumerate(shape.devices):
-                device_id = (pool.driver, pool.name, device.id[2])
-                if device_id in shares:
-                    return None
-                holder = taken.get(device_id)
-                if holder is not None:  # Inventory.counted
-                    parts.append((at, owners.get(holder) in counted_by_pods))
+        # by the devices' names (one shape, one set of names), not the devices: those of a pool counted
+        # alike are never made
+        if (pool.driver, pool.name) in shared:
+            return None
+        held = held_in.get((pool.driver, pool.name))
+        if held:  # Inventory.counted
+            parts.append(tuple(sorted((name, owners.get(claim) in counted_by_pods) for name, claim in held.items())))
     parts.append(extended)
     return tuple(parts)
 

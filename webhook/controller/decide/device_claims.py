@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from webhook.controller.decide import device_capacity
-from webhook.controller.decide.device_types import DeviceId, allocated_devices, shared_allocations
+from webhook.controller.decide.device_types import DeviceId, allocation_results
 from webhook.gangs.model import Obj
 
 
@@ -35,6 +35,19 @@ class Claims:
         """The uids of the pods whose own claims are allocated (kube-scheduler has placed them)."""
         holding = self.holding
         return frozenset({uid for claim, uid in self.owners.items() if claim in holding})
+
+    @functools.cached_property
+    def held_in_pool(self) -> dict[tuple[str, str], dict[str, str]]:
+        """Each pool's devices held whole (by driver and pool): device name -> the claim holding it."""
+        found: dict[tuple[str, str], dict[str, str]] = {}
+        for (driver, pool, device), claim in self.taken.items():
+            found.setdefault((driver, pool), {})[device] = claim
+        return found
+
+    @functools.cached_property
+    def pools_shared(self) -> frozenset[tuple[str, str]]:
+        """The pools (driver, pool) with a device that claims hold shares of."""
+        return frozenset((driver, pool) for driver, pool, _ in self.shares)
 
     @functools.cached_property
     def by_pod(self) -> dict[str, list[str]]:
@@ -63,8 +76,9 @@ def claims_of(claims: Iterable[Obj]) -> Claims:
         owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"), None)
         if owner is not None:
             found.owners[name] = str(owner.get("uid") or "")
-        for device in allocated_devices(claim):
-            found.taken[device] = name
-        for device, share in shared_allocations(claim):
-            found.shares.setdefault(device, []).append((name, share))
+        for device, share in allocation_results(claim):
+            if share is None:
+                found.taken[device] = name
+            else:
+                found.shares.setdefault(device, []).append((name, share))
     return found

@@ -341,20 +341,10 @@ def with_demand(shape: Shape, demand: Demand) -> Shape:
     return replace(shape, requests=tuple(sorted(units.items())), unmodelled=unmodelled)
 
 
-def allocated_devices(claim: Obj) -> list[DeviceId]:
-    """The devices an allocated claim holds whole: not those it holds for admin access, which hold
-    nothing, nor its shares of devices that allow multiple allocations (`shared_allocations`)."""
-    return [device for device, share in _results(claim) if share is None]
-
-
-def shared_allocations(claim: Obj) -> list[tuple[DeviceId, device_capacity.Consumption]]:
-    """The claim's shares of devices allowing multiple allocations (a `shareID`) and what each consumes."""
-    return [(device, share) for device, share in _results(claim) if share is not None]
-
-
-def _results(claim: Obj) -> list[tuple[DeviceId, device_capacity.Consumption | None]]:
-    """The scheduler plugin's foreachAllocatedDevice (allocateddevices.go): an adminAccess result is not
-    allocated; one with a shareID holds its consumedCapacity; any other its device."""
+def allocation_results(claim: Obj) -> list[tuple[DeviceId, device_capacity.Consumption | None]]:
+    """What an allocated claim holds, as the scheduler plugin's foreachAllocatedDevice reads it
+    (allocateddevices.go): an adminAccess result holds nothing; one with a shareID a share of a device
+    allowing multiple allocations (what its consumedCapacity says); any other its device whole (None)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
     found: list[tuple[DeviceId, device_capacity.Consumption | None]] = []
