@@ -76,9 +76,9 @@ LIST_ITEM_KINDS = {
 
 
 class Reject(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.details = code, reason, message, details
 
 
 # custom resources served with a status subresource: a write to the object ignores its status, a write
@@ -344,7 +344,9 @@ class Store:
         with self.lock:
             key = (gv, plural, ns if plural not in CLUSTER_SCOPED else "", name)
             if key not in self.objects:
-                raise Reject(404, "NotFound", f'{plural} "{name}" not found')
+                # as kube-apiserver names an object not found (apimachinery errors.go NewNotFound), unlike a
+                # resource not served
+                raise Reject(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
             return copy.deepcopy(self.objects[key])
 
     def list(
@@ -473,6 +475,7 @@ class Handler(BaseHTTPRequestHandler):
                 "message": error.message,
                 "reason": error.reason,
                 "code": error.code,
+                **({"details": error.details} if error.details else {}),
             },
         )
 

@@ -432,14 +432,14 @@ def test_a_pod_made_for_an_earlier_workload_of_its_name_is_refused(
     assert len(asked) == 1 and asked[0][:3] in (("Job", "team-a", "train"), ("JobSet", "team-a", "js")), asked
     if not allowed:
         assert outcome.code == 403 and "metadata.ownerReferences: Forbidden: it was made for" in outcome.message
-        assert "is now another object:" in outcome.message
+        assert "which is not the uid of a" in outcome.message
         assert now is not None and now not in outcome.message  # another object's uid is not the pod's to read
 
 
 def test_the_workloads_uid_is_read_once_and_a_contradicted_claim_at_most_once_a_second(
     apiserver: TestApiServer, api: Api
 ) -> None:
-    from webhook.admission.workloads import WorkloadUids
+    from webhook.admission.workloads import ABSENT, WorkloadUids
 
     store, now = apiserver.store, [0.0]
     uid = add_job(store, parallelism=2, cpu="1")["metadata"]["uid"]
@@ -457,7 +457,7 @@ def test_the_workloads_uid_is_read_once_and_a_contradicted_claim_at_most_once_a_
     assert uids("Job", "team-a", "train", uid) == uid  # the workload's own pods are still answered
     now[0] += 1.5
     assert uids("Job", "team-a", "train", "forged") == uid and reads() == 3
-    assert uids("Job", "team-a", "gone", "any") is None  # not found: nothing to hold the pod to
+    assert uids("Job", "team-a", "gone", "any") == ABSENT  # not found: refused as another object's would be
     assert [uids("Job", "team-a", "gone", "any") for _ in range(20)] == [None] * 20
     assert sum(1 for _, path in store.requests if path.endswith("/jobs/gone")) == 1
     assert uids("Widget", "team-a", "train", "any") is None  # a kind gangkeeper does not read
@@ -489,3 +489,30 @@ def test_a_workload_that_cannot_be_read_admits_the_pod(
     assert later("Job", "team-a", "train", "uid-1") is None
     # given up, not waited for: one deadline for every attempt (urllib3's own three retries made it 4x)
     assert time.monotonic() - started < 0.5
+
+
+def test_a_forged_review_learns_nothing_of_whether_another_namespace_has_a_workload(
+    apiserver: TestApiServer, api: Api
+) -> None:
+    """A review naming team-b's Job train (it exists) and one naming team-b's Job absent (it does not), each
+    for a pod claiming a made-up uid: the same refusal, word for word but the name; the answer once
+    differed (403 against 200) and told who has what. A 404 that does not name the object (a version not
+    served) still admits, as any read that cannot tell does."""
+    from webhook.admission.workloads import WorkloadUids
+
+    store = apiserver.store
+    add_job(store, "train", parallelism=2, cpu="1", namespace="team-b")
+    uids = WorkloadUids(api)
+
+    def forged(name: str) -> Any:
+        pod = copied(owner=("batch/v1", "Job", name))
+        pod["metadata"]["namespace"] = "team-b"
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = name
+        pod["metadata"]["labels"]["gangkeeper.io/group"] = f"job-{name}"
+        pod["metadata"]["annotations"]["gangkeeper.io/workload"] = f"Job/{name}"
+        pod["metadata"]["ownerReferences"][0]["uid"] = "made-up"
+        return admit(pod, "CREATE", make("gate"), "team-b", workload_uids=uids)
+
+    there, absent = forged("train"), forged("absent")
+    assert (there.allowed, there.code) == (absent.allowed, absent.code) == (False, 403), (there, absent)
+    assert there.message.replace("train", "NAME") == absent.message.replace("absent", "NAME")

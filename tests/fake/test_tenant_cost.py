@@ -324,7 +324,7 @@ def test_pods_naming_absent_workloads_cost_a_bounded_number_of_reads_and_the_cac
     def reads(namespace: str) -> int:
         return sum(1 for method, path in store.requests if method == "GET" and f"/namespaces/{namespace}/jobs/" in path)
 
-    assert all(uids("Job", "team-x", f"absent-{i}", "any") is None for i in range(500))
+    assert all(uids("Job", "team-x", f"absent-{i}", "any") in (None, workloads.ABSENT) for i in range(500))
     assert reads("team-x") == workloads.READ_BURST_PER_NAMESPACE
     assert uids("Job", "team-b", "train", uid) == uid  # another namespace still reads its own
     now[0] += 1.0
@@ -447,3 +447,143 @@ def test_the_sandbox_works_with_a_thousand_descriptors_open() -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def dear_selector(least_seconds: float) -> str:
+    """A selector that reads each device's own uuid (no two devices share its answer) and costs at least
+    `least_seconds` a device in cel-python (its `duration` backtracks on N letters and a "!"; N found
+    here, on this machine, so the test does not depend on its speed)."""
+    for letters in range(12, 40):
+        expression = f'device.attributes["{DRIVER}"].uuid != "" && duration("{"a" * letters}" + "!") > duration("1s")'
+        facts = (DRIVER, {"uuid": {"string": "calibrating"}}, {}, False)
+        device_cel.evaluate_all([(expression, facts)])  # compiled
+        started = time.process_time()
+        device_cel.evaluate_all([(expression, facts)])
+        if time.process_time() - started >= least_seconds:
+            return expression
+    raise AssertionError("no selector slow enough")
+
+
+def uuid_gpus(count: int, node: str) -> list[dict[str, Any]]:
+    return [
+        {"name": f"gpu-{i}", "attributes": {"model": {"string": "a100"}, "uuid": {"string": f"GPU-{node}-{i}"}}}
+        for i in range(count)
+    ]
+
+
+def test_a_namespace_pays_its_selectors_from_its_share_and_another_teams_gang_starts_in_the_same_pass(
+    apiserver: Any, api: Any
+) -> None:
+    """Team x's selector reads every device's uuid and costs ~40 ms a device (under the sandbox's
+    per-evaluation budget, under the `dear` mean): on 96 devices, ~4 s a pass if paid whole. Charged to
+    team x's share, the pass that releases team-a's DRA gang holds team x's to about its share, the rest
+    deferred to later passes with a Gang that says so; team x's gang is still counted over those passes."""
+    from tests.cluster import add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from webhook.controller.observe.cel_budget import TenantBudget
+
+    expression = dear_selector(0.04)
+    store = apiserver.store
+    for name in ("w0", "w1", "w2"):
+        store.create("v1", "nodes", "", api_node(name, cpu="64"))
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(name, uuid_gpus(32, name)))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    hostile = in_namespace(template("dear", exactly("gpu", 1, "gpu", expression)), "team-x")
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-x", hostile)
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("gpu", exactly()))
+    job = add_job(store, "hostile", parallelism=2, cpu="1", namespace="team-x")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "dear"}]
+    add_job_pods(store, job)
+    job_claiming(store, "train", 2, "gpu")
+    controller, _relist = dra_controller(apiserver, api)
+    memo = controller.device_watch.memo
+    ledger = memo.ledger
+    assert isinstance(ledger, TenantBudget)
+    ledger.dear_seconds = float("inf")  # its mean under a loaded machine's worker is no matter here
+    try:
+        decisions = controller.reconcile_once()
+        assert decisions["team-a/job-train"].state == "Release", decisions["team-a/job-train"].message
+        first = memo.evaluations
+        # team x's whole bill would be 96 evaluations (~4 s); its share is the pass's second (1 payer
+        # before it), so about 25 evaluations, and a chunk's growth past it at most one evaluation's cost
+        assert first < 60, first
+        assert ledger.spent["team-x"] < ledger.share + 0.5, ledger.spent
+        waiting = decisions["team-x/job-hostile"]
+        assert waiting.state != "Release"
+        assert "namespace team-x spent its share of this pass's CEL budget" in waiting.message, waiting.message
+        assert "team-x" in ledger.deferred_since
+        for _ in range(40):  # the rest over later passes, each within the share
+            controller.reconcile_once()
+            assert ledger.spent.get("team-x", 0.0) < ledger.share + 0.5, ledger.spent
+            if memo.evaluations >= 96:  # every device of team x's
+                break
+        assert memo.evaluations >= 96, memo.evaluations
+    finally:
+        sandbox = memo.evaluator
+        if isinstance(sandbox, CelSandbox):
+            sandbox.close()
+
+
+def test_a_selector_dear_on_average_is_taken_as_over_budget_after_a_few_devices() -> None:
+    """A selector of ~120 ms a device (under the sandbox's 0.5 s): after DEAR_AFTER devices its mean is
+    more than a fifth of the budget, so it is over budget for every device left, remembered as such, and
+    never paid for again."""
+    from webhook.controller.observe.cel_budget import DEAR_AFTER, TenantBudget
+
+    expression = dear_selector(0.12)
+    ledger = TenantBudget(pass_seconds=30.0)
+    memo = devices.Memo(ledger=ledger)
+    inventory = devices.inventory_from(
+        [device_class()],
+        [node_slice("n0", uuid_gpus(16, "n0"))],
+        [],
+        [in_namespace(template("dear", exactly("gpu", 1, "gpu", expression)), "team-x")],
+        memo,
+    )
+    memo.new_pass()
+    memo.prime(inventory.pools, [expression], inventory.payers)
+    assert memo.evaluations <= DEAR_AFTER + 1 + 1  # the class's own selector, once: its devices are alike
+    assert "taken as over its budget" in (memo.failed.get(expression) or "")
+    before = memo.evaluations
+    memo.new_pass()
+    memo.prime(inventory.pools, [expression], inventory.payers)
+    assert memo.evaluations == before
+
+
+def test_a_namespace_refused_for_its_own_share_takes_no_other_teams_placeholders(apiserver: Any, api: Any) -> None:
+    """Team x holds its namespace's share (3 of a cluster cap of 8) and asks for more with a second gang:
+    refused for its own share, which another team's giving back would not help. Team b, holding its own
+    for HOLD_SECONDS meanwhile, keeps them."""
+    from tests.cluster import Clock, add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from tests.fake.test_placeholders import karpenter
+    from tests.recorder import ListRecorder
+    from webhook.controller.act import placeholders as module
+    from webhook.controller.run.reconciler import Controller
+
+    def held(namespace: str) -> int:
+        every = apiserver.store.list("v1", "pods", namespace)[0]
+        return sum(1 for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {}))
+
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", api_node("small", cpu="1"))
+    add_job_pods(store, add_job(store, "held", parallelism=3, cpu="2", namespace="team-b"))
+    add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2", namespace="team-x"))
+    controller = Controller(
+        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=8, max_placeholder_pods_per_namespace=3
+    )
+    now = [1000.0]
+    assert controller.cycle.placeholders is not None
+    controller.cycle.placeholders.monotonic = lambda: now[0]
+    for _ in range(2):
+        controller.reconcile_once()
+    assert (held("team-b"), held("team-x")) == (3, 3)
+    add_job_pods(store, add_job(store, "second", parallelism=2, cpu="2", namespace="team-x"))
+    decisions = controller.reconcile_once()
+    assert "maxPlaceholderPodsPerNamespace" in decisions["team-x/job-second"].message
+    now[0] += module.HOLD_SECONDS + 1
+    for _ in range(3):
+        decisions = controller.reconcile_once()
+    assert "given back" not in decisions["team-b/job-held"].message, decisions["team-b/job-held"].message
+    assert (held("team-b"), held("team-x")) == (3, 3)

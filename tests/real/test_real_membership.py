@@ -182,6 +182,6 @@ def test_a_pod_copied_from_a_deleted_job_is_refused_by_its_namesake(stack: Stack
     result = stack.plane.kubectl("create", "-f", "-", stdin=__import__("json").dumps(saved), check=False)
     assert result.returncode != 0, result.stdout
     assert f"it was made for Job train with uid {old_uid}" in result.stderr, result.stderr
-    assert "is now another object:" in result.stderr and new_uid not in result.stderr, result.stderr
+    assert "which is not the uid of a" in result.stderr and new_uid not in result.stderr, result.stderr
     assert not stack.plane.get("pod", "train-copy", namespace=namespace)
     assert {p["metadata"]["ownerReferences"][0]["uid"] for p in job_pods(stack, namespace, "train")} == {new_uid}

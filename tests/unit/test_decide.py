@@ -209,7 +209,7 @@ ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
     "made_for_another": (
         False,
         403,
-        "is now another object",
+        "which is not the uid of a Job of that name now",
         {
             "obj": b.pod(
                 labels={"gangkeeper.io/group": "job-train", "batch.kubernetes.io/job-name": "train"},

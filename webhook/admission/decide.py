@@ -87,8 +87,9 @@ def impostor_member(a: Admission) -> Outcome | None:
 def made_for_another(a: Admission) -> Outcome | None:
     """A pod made for an earlier workload of its gang workload's name (deleted and made again while its
     pods wait for the garbage collector, or a pod copied from one): a gang is its own workload's pods,
-    by uid. When the workload's uid cannot be read now, the pod is admitted and the controller's count,
-    which holds the same rule, leaves it out."""
+    by uid. A workload of that name found with another uid and one found absent get the same answer (a
+    forged review learns nothing of another namespace's objects). When the workload's uid cannot be read
+    now, the pod is admitted and the controller's count, which holds the same rule, leaves it out."""
     gid = a.plan.pod_gang
     if a.operation != "CREATE" or gid is None or a.workload_uids is None or not a.namespace:
         return None
@@ -101,8 +102,8 @@ def made_for_another(a: Admission) -> Outcome | None:
     workload = f"{gid.workload_kind} {gid.workload_name}"
     message = (
         f"{describe(a.obj)} is forbidden: metadata.ownerReferences: Forbidden: it was made for {workload} "
-        f"with uid {claimed}, and {workload} is now another object: gang {gid.name} counts only the pods "
-        "of the workload that has its name now"
+        f"with uid {claimed}, which is not the uid of a {gid.workload_kind} of that name now: gang {gid.name} "
+        "counts only the pods of the workload that has its name now"
     )
     return a.refuse("a pod made for an earlier workload of its name", 403, message)
 

@@ -3,13 +3,14 @@ one made for an earlier workload of its name (deleted and made again).
 
 Mutating admission never sees the uid of the workload it stamps (the API server fills it in after
 mutation), so the pod's claim is checked when the pod comes: one GET per workload, cached. A read that
-fails, hangs or finds nothing answers None and the pod is admitted: the controller's count
+fails or hangs answers None and the pod is admitted: the controller's count
 (`observe/cluster.py GangView.made_for`) holds the same rule, so failing open never releases a pod in
 another workload's gang.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -39,6 +40,9 @@ MAX_CACHED = 4096  # workload names are tenant input: the cache is bounded, leas
 # each pod costs the API server at most this many GETs a second, not one per pod; past it the answer is
 # None (the pod is admitted, and the controller leaves it out of any gang whose workload it is not)
 READS_PER_SECOND_PER_NAMESPACE = 10.0
+# the answer for a workload read and found not to exist: a pod claiming it is refused as one claiming
+# another object's uid is, so a forged review learns nothing of whether another namespace has it
+ABSENT = ""
 READ_BURST_PER_NAMESPACE = 20.0
 
 
@@ -81,18 +85,31 @@ class WorkloadUids:
         return allowed
 
     def _fresh(self, kind: str, namespace: str, name: str) -> str | None:
-        until = time.monotonic() + READ_SECONDS
+        """The uid read now; ABSENT when a served version says no object has the name; None when not known."""
+        until, absent = time.monotonic() + READ_SECONDS, False
         for resource in RESOURCES.get(kind, ()):
             try:
                 left = until - time.monotonic()
                 workload = self._api.request("GET", resource.path(namespace, name), deadline=left)
             except ApiError as error:
                 if error.status == 404:  # no such workload, or this version is not served here
+                    absent = absent or _names_the_object(error.body, name)
                     continue
                 log.warning("cannot read %s %s/%s to check its pods' uid: %s", kind, namespace, name, error)
                 return None
             return uid_of(workload)
-        return None
+        return ABSENT if absent else None
+
+
+def _names_the_object(body: str, name: str) -> bool:
+    """Whether a 404 says the object is not there (a Status whose details name it: apimachinery
+    errors.go NewNotFound), not that the resource is not served (no details, or no Status at all)."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return False
+    details = status.get("details") if isinstance(status, dict) else None
+    return isinstance(details, dict) and details.get("name") == name
 
 
 def uid_of(workload: object) -> str | None:

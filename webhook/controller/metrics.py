@@ -70,6 +70,13 @@ CEL_OVER_BUDGET = Gauge(
 CEL_DEFERRED = Gauge(
     "gangkeeper_cel_deferred_evaluations", "Device selector evaluations left to a later pass for a pass's budget"
 )
+CEL_NAMESPACES_DEFERRED = Gauge(
+    "gangkeeper_cel_namespaces_deferred",
+    "Namespaces whose device selectors wait for later passes, past their share of a pass's CEL budget",
+)
+CEL_SECONDS = Gauge(
+    "gangkeeper_cel_pass_seconds", "Seconds of device selector evaluation charged to tenants in the current pass"
+)
 CACHE_ENTRIES = Gauge("gangkeeper_cache_entries", "Entries of the controller's bounded caches", ["cache"])
 CACHE_EVICTIONS = Gauge(
     "gangkeeper_cache_evictions", "Entries evicted from a bounded cache, least recently used first", ["cache"]

@@ -18,7 +18,12 @@ class Limits:
     # Longer than the API server keeps idle connections (client-go's transport: 90 s), so the server
     # never closes one the client is about to reuse: a POST on a closed connection is not retried.
     idle_seconds: float = 120.0
+    # Headers are held as Python objects (a tuple and two bytes objects, HEADER_OBJECT_BYTES each beside
+    # their text): 60,000 one-byte headers under the byte bound held 4.5 MiB in one connection. So a
+    # header is counted at its object cost, and at most `max_headers` are read, as gunicorn's
+    # limit_request_fields and Python's http.client (_MAXHEADERS) bound them, with 431.
     max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
     max_body_bytes: int = MAX_BODY_BYTES
     # Per process, handshakes under way included; beyond it the idlest is closed (or, none idle, the new
     # one). Each costs about 60-80 KiB: with the chart's 4 workers, 4,096 such connections and oversized

@@ -284,6 +284,9 @@ class Placeholders:
         elsewhere, in_namespace = self._held_besides(gang.key)
         wanted, more = len(keep) + len(make), len(make)
         if make and elsewhere + wanted > self.most:
+            # only the cluster-wide cap counts toward another team's give-back: a namespace past its own
+            # share is refused for what it holds itself, and others giving theirs back would help no one
+            self.store.refuse_placeholders(gang.namespace)
             refusal = (
                 f"the cluster holds {elsewhere} for other gangs, and this gang's {more} more would pass "
                 f"maxPlaceholderPods ({self.most}); waiting for them to go"
@@ -294,7 +297,6 @@ class Placeholders:
                 f"more would pass maxPlaceholderPodsPerNamespace ({self.most_per_namespace}); waiting for them to go"
             )
         if refusal:
-            self.store.refuse_placeholders(gang.namespace)
             return set(), [], refusal
         return keep, make, None
 

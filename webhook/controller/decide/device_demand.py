@@ -53,6 +53,18 @@ def _subrequest(name: str, raw: Mapping[str, Any], unmodelled: set[str]) -> Subr
     )
 
 
+def selector_payers(specs: Iterable[tuple[tuple[str, str], Mapping[str, Any]]]) -> dict[str, tuple[str, ...]]:
+    """Each selector of these claim specs ((namespace, name), spec) -> the namespaces that wrote it: who
+    its CEL is charged to (observe/cel_budget.py)."""
+    found: dict[str, dict[str, None]] = {}
+    for (namespace, _), spec in specs:
+        for request in claim_requests(spec, set()):
+            for sub in request.alternatives:
+                for expression in sub.selectors:
+                    found.setdefault(expression, {})[namespace] = None
+    return {expression: tuple(namespaces) for expression, namespaces in found.items()}
+
+
 def claim_requests(claim_spec: Mapping[str, Any], unmodelled: set[str]) -> tuple[Request, ...]:
     """A claim's requests (resource/v1 DeviceClaim): `exactly` or `firstAvailable` each."""
     devices = claim_spec.get("devices") or {}

@@ -14,7 +14,7 @@ from webhook.controller.decide.device_alike import MAX_KINDS_OF_NODE, nodes_alik
 from webhook.controller.decide.device_claims import Claims
 from webhook.controller.decide.device_constraints import constraints_of
 from webhook.controller.decide.device_count import MAX_CLAIMS_COUNTED_PER_NODE, claims_on
-from webhook.controller.decide.device_demand import claim_requests, distinct_shares, pod_demand
+from webhook.controller.decide.device_demand import claim_requests, distinct_shares, pod_demand, selector_payers
 from webhook.controller.decide.device_lookup import DevicesById, PoolsByKey
 from webhook.controller.decide.device_memo import Memo
 from webhook.controller.decide.device_pools import carry_worked_out, changed_nodes, replaced_pools
@@ -96,14 +96,14 @@ class Inventory:
         return self.pool_index or PoolIndex.of(self.pools)
 
     def selector_matches(self, device: Device, expression: str) -> bool:
-        """Remembered per device content and expression (Memo): cel-python takes about 2 ms an
-        evaluation here, so devices alike are evaluated once, and a slice that did not change is never
-        again."""
+        """Remembered per device content and expression (Memo): devices alike are evaluated once."""
         key = (device.content, expression)
         found = self.memo.matched.get(key)
         if found is None:
-            found = self.memo.evaluate({key: device})[key]
+            found = self.memo.evaluate({key: device}, self.payers)[key]
         if isinstance(found, device_cel.SelectorError):
+            if found.transient:  # not answered this pass (its payer's share spent): not selected, asked again
+                return False
             raise found
         return bool(found)
 
@@ -116,8 +116,8 @@ class Inventory:
         found = kept[1].get(sub)
         if found is not None:
             return found
-        device_class = self.classes[sub.device_class]
-        self.memo.prime((pool,), (*device_class.selectors, *sub.selectors))
+        device_class, unanswered = self.classes[sub.device_class], self.memo.unanswered
+        self.memo.prime((pool,), (*device_class.selectors, *sub.selectors), self.payers)
         found = tuple(
             device
             for device in pool.devices
@@ -129,7 +129,8 @@ class Inventory:
                 for k, v, effect in device.taints
             )
         )
-        kept[1][sub] = found
+        if self.memo.unanswered == unanswered:  # else asked again: some selectors were not answered now
+            kept[1][sub] = found
         return found
 
     def demand(self, namespace: str, spec: Mapping[str, Any]) -> Demand:
@@ -153,10 +154,8 @@ class Inventory:
         return found
 
     def remembering(self, before: Inventory | None) -> Inventory:
-        """This inventory, with what `before` worked out that still holds: the devices a request selects
-        in each pool still here (same classes), and pods' demands (same classes, templates and shared
-        claims). A slice republished or a claim allocated then costs its own pool, not all 40,000
-        devices again."""
+        """This inventory, with what `before` worked out that still holds (the devices a request selects in
+        each pool still here, pods' demands): a slice republished costs its own pool, not every device."""
         if before is None:
             return self
         gone, came = replaced_pools(before.pools, self.pools)
@@ -191,8 +190,7 @@ class Inventory:
         # whole per node (device_demand.distinct_shares), so devices published can change demands
         return (tuple(sorted(self.classes.items())), templates, versions(shared), bool(self.shared_devices))
 
-    def changed_nodes(self, before: Inventory | None) -> set[str] | None:
-        """The nodes whose devices may count differently than in `before` (device_pools.changed_nodes)."""
+    def changed_nodes(self, before: Inventory | None) -> set[str] | None:  # device_pools.changed_nodes
         return changed_nodes(before, self)
 
     @property
@@ -213,8 +211,7 @@ class Inventory:
         return self.parsed.shares
 
     def lost_devices(self, uid: str, namespace: str, spec: Mapping[str, Any]) -> list[DeviceId]:
-        """The devices allocated to a pod's claims (its own, and those it shares by name) that no slice
-        publishes now."""
+        """The devices allocated to a pod's claims (its own, those it shares by name) no slice publishes now."""
         claims = list(self.parsed.by_pod.get(uid, ()))
         claims += [
             f"{namespace}/{entry['resourceClaimName']}"
@@ -243,8 +240,7 @@ class Inventory:
         return PoolsByKey(self._index, self.pools)
 
     def counters_used(self, free_for: Collection[str] = ()) -> Mapping[device_counters.CounterKey, Decimal]:
-        """What the allocated devices consume of the shared counters (those of pods in `free_for` aside:
-        their shapes hold their devices); read only, worked out once per `free_for` (device_usage.py)."""
+        """What allocated devices consume of shared counters, pods in `free_for` aside (device_usage.py)."""
         return self._usages.of(free_for)[0]
 
     def capacity_used(self, free_for: Collection[str] = ()) -> Mapping[DeviceId, Mapping[str, Decimal]]:
@@ -284,6 +280,10 @@ class Inventory:
                     counted.add(entry)
                     found.setdefault(sub.device_class, set()).add(sub.selectors)
         return found
+
+    @functools.cached_property
+    def payers(self) -> Mapping[str, tuple[str, ...]]:  # who pays for each selector's CEL (cel_budget.py)
+        return selector_payers(self._waiting_specs())
 
     @functools.cached_property
     def counted_claims(self) -> dict[str, ClaimDemand]:
@@ -346,7 +346,7 @@ class Inventory:
         totals: dict[str, int] = {}
         expressions = [s for c in self.classes.values() for s in c.selectors]
         expressions += [s for sets in self.narrowed.values() for selectors in sets for s in selectors]
-        self.memo.prime(self.pools_for(node), expressions)
+        self.memo.prime(self.pools_for(node), expressions, self.payers)
         for device_class in self.classes.values():
             free = [
                 device
@@ -383,7 +383,7 @@ class Inventory:
         found = [
             f"selector {expression[:120]!r}: {failed}"
             for expression in (*(device_class.selectors if device_class else ()), *sub.selectors)
-            if (failed := self.memo.failed.get(expression)) is not None
+            if (failed := self.memo.failed.get(expression) or self.memo.postponed.get(expression)) is not None
         ]
         deferred = self.deferred.get(class_resource(sub.device_class, sub.selectors)) if sub.selectors else None
         return [*found, deferred] if deferred else found

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 from webhook.controller.decide import device_cel, device_reads
 from webhook.controller.decide.device_types import Device, Pool
@@ -16,6 +16,23 @@ MAX_REMEMBERED_MATCHES = 400_000  # selector results kept (device content, expre
 MAX_EVALUATIONS_PER_PASS = 50_000
 MAX_REMEMBERED_FAILURES = 4096  # selectors' last errors kept, for the Gangs that wait on them
 MAX_REMEMBERED_SLICES = 100_000  # slices kept parsed
+MAX_CHUNK = 1024  # pairs of one expression asked of the evaluator at once, when its payer has room
+CLUSTER_PAYER = ""  # DeviceClass selectors: the administrator's, charged to no tenant
+# an expression -> the namespaces whose waiting templates and claims name it (device_demand.selector_payers)
+Payers = Mapping[str, tuple[str, ...]]
+Asked = list[tuple[MatchKey, Device]]
+
+
+class Ledger(Protocol):
+    """What tenants' CEL costs a pass, by namespace (the controller's: observe/cel_budget.TenantBudget)."""
+
+    clock: Callable[[], float]
+
+    def new_pass(self) -> None: ...
+    def left(self, payer: str) -> float: ...
+    def charge(self, payer: str, expression: str, seconds: float, evaluations: int) -> None: ...
+    def dear(self, expression: str) -> str | None: ...
+    def defer(self, payer: str, evaluations: int) -> str: ...
 
 
 class Memo:
@@ -25,12 +42,15 @@ class Memo:
     `evaluator` (the controller's has a CPU budget per evaluation, out of process) and kept up to
     MAX_REMEMBERED_MATCHES, the least recently used evicted one by one."""
 
-    def __init__(self, evaluator: device_cel.Evaluator = device_cel.evaluate_all) -> None:
+    def __init__(self, evaluator: device_cel.Evaluator = device_cel.evaluate_all, ledger: Ledger | None = None) -> None:
         self.evaluator = evaluator
+        self.ledger = ledger  # None: no namespace is charged (tests, simulation, explain)
         self.matched: BoundedMap[MatchKey, bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
         self.slices: dict[tuple[str, str], Pool] = {}
         # expression -> why it is not evaluated (over its CEL budget): what a waiting gang's Gang says
         self.failed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
+        # expression -> why its evaluations wait for a later pass (its namespace's share spent)
+        self.postponed: BoundedMap[str, str] = BoundedMap(MAX_REMEMBERED_FAILURES)
         # (what an expression reads of a device, the expression) -> its result (device_reads.py)
         self.alike: BoundedMap[tuple[bytes, str], bool | device_cel.SelectorError] = BoundedMap(MAX_REMEMBERED_MATCHES)
         self.evaluations = 0  # selector evaluations asked of the evaluator (a metric: observe/devices.py)
@@ -44,8 +64,10 @@ class Memo:
     def new_pass(self) -> None:
         """A pass begins: its budget of evaluations is whole again."""
         self.budget = MAX_EVALUATIONS_PER_PASS
+        if self.ledger is not None:
+            self.ledger.new_pass()
 
-    def prime(self, pools: Iterable[Pool], expressions: Iterable[str]) -> None:
+    def prime(self, pools: Iterable[Pool], expressions: Iterable[str], payers: Payers | None = None) -> None:
         """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A
         pool already primed for these expressions (the same object: its slice unchanged) is skipped."""
         matched, primed = self.matched, self._primed
@@ -68,9 +90,11 @@ class Memo:
         while len(primed) > MAX_REMEMBERED_SLICES:
             del primed[next(iter(primed))]
         if missing:
-            self.evaluate(missing)
+            self.evaluate(missing, payers)
 
-    def evaluate(self, missing: Mapping[MatchKey, Device]) -> dict[MatchKey, bool | device_cel.SelectorError]:
+    def evaluate(
+        self, missing: Mapping[MatchKey, Device], payers: Payers | None = None
+    ) -> dict[MatchKey, bool | device_cel.SelectorError]:
         """Each (device content, expression) evaluated, remembered unless no evaluator could answer now.
         Devices alike in what the expression reads (device_reads.py) share one evaluation, in this batch
         and, through `alike`, in later ones."""
@@ -90,7 +114,7 @@ class Memo:
             if not group:
                 asked.append((key, device))
             group.append((key, device))
-        answered = self._ask(asked, found)
+        answered = self._ask(asked, found, payers or {})
         for shared_key, group in sharing.items():
             said = answered.get(group[0][0])
             if said is None:  # deferred to a later pass, or unanswered: the group waits with it
@@ -103,7 +127,7 @@ class Memo:
         return found
 
     def _ask(
-        self, asked: list[tuple[MatchKey, Device]], found: dict[MatchKey, bool | device_cel.SelectorError]
+        self, asked: Asked, found: dict[MatchKey, bool | device_cel.SelectorError], payers: Payers
     ) -> dict[MatchKey, bool | device_cel.SelectorError]:
         """The evaluator's answers, within this pass's budget, into `found`; those remembered, returned."""
         matched, remembered = self.matched, {}
@@ -115,23 +139,64 @@ class Memo:
             self.unanswered += len(asked) - self.budget
             asked = asked[: self.budget]
         self.budget -= len(asked)
-        pairs = [(expression, (d.id[0], d.attributes, d.capacity, d.shared)) for (_, expression), d in asked]
-        self.evaluations += len(pairs)
-        for (key, device), outcome in zip(asked, self.evaluator(pairs) if pairs else [], strict=True):
-            if isinstance(outcome, device_cel.SelectorError):
-                found[key] = outcome
-            elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too
-                found[key] = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
-            else:
-                found[key] = bool(outcome)
-            said = found[key]
-            if isinstance(said, device_cel.SelectorError) and said.transient:
-                self.unanswered += 1
-                continue
-            matched[key] = remembered[key] = said
-            if isinstance(said, device_cel.SelectorError) and said.over_budget:
-                self.failed[key[1]] = str(said)[-300:]
+        by_expression: dict[str, Asked] = {}
+        for item in asked:
+            by_expression.setdefault(item[0][1], []).append(item)
+        for expression, group in by_expression.items():
+            for (key, device), outcome in self._answer(expression, group, payers.get(expression, ())):
+                if isinstance(outcome, device_cel.SelectorError):
+                    found[key] = outcome
+                elif isinstance(outcome, Exception):  # an attribute of no known type: kube-scheduler errs too
+                    found[key] = device_cel.SelectorError(f"device {'/'.join(device.id)}: {outcome}")
+                else:
+                    found[key] = bool(outcome)
+                said = found[key]
+                if isinstance(said, device_cel.SelectorError) and said.transient:
+                    self.unanswered += 1
+                    continue
+                matched[key] = remembered[key] = said
+                if isinstance(said, device_cel.SelectorError) and said.over_budget:
+                    self.failed[key[1]] = str(said)[-300:]
         return remembered
+
+    def _answer(self, expression: str, group: Asked, owners: tuple[str, ...]) -> list[tuple[Any, device_cel.Outcome]]:
+        """One expression on the group's devices. With a ledger: charged to the owner with the most room
+        left, asked in chunks that grow while the owner's share holds them (1, 4, 16, ...: a dear selector
+        spends about its share, not a batch's worth), the rest deferred once the share is spent; an
+        expression dear on average (the ledger's `dear`) is over budget for the devices left."""
+        ledger = self.ledger
+        if ledger is None:
+            self.evaluations += len(group)
+            return list(zip(group, self.evaluator([_pair(expression, d) for _, d in group]), strict=True))
+        payer = max(owners, key=ledger.left) if owners else CLUSTER_PAYER
+        answered: list[tuple[Any, device_cel.Outcome]] = []
+        at, size = 0, 1
+        while at < len(group):
+            dear = ledger.dear(expression)
+            if dear is not None:
+                over = device_cel.SelectorError(f"CEL {expression[:200]!r} {dear}", over_budget=True)
+                return answered + [(item, over) for item in group[at:]]
+            if ledger.left(payer) <= 0:
+                later = device_cel.SelectorError(ledger.defer(payer, len(group) - at), transient=True)
+                self.postponed[expression] = str(later)
+                self.deferred += len(group) - at
+                return answered + [(item, later) for item in group[at:]]
+            chunk = group[at : at + size]
+            started = ledger.clock()
+            outcomes = self.evaluator([_pair(expression, d) for _, d in chunk])
+            self.evaluations += len(chunk)
+            took = ledger.clock() - started
+            ledger.charge(payer, expression, took, len(chunk))
+            answered += zip(chunk, outcomes, strict=True)
+            at += len(chunk)
+            room = ledger.left(payer) / max(took / len(chunk), 1e-6)
+            size = max(1, int(min(size * 4, MAX_CHUNK, room)))
+        self.postponed.pop(expression)
+        return answered
+
+
+def _pair(expression: str, device: Device) -> tuple[str, device_cel.DeviceFacts]:
+    return expression, (device.id[0], device.attributes, device.capacity, device.shared)
 
 
 K = TypeVar("K")

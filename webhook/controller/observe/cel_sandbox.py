@@ -58,6 +58,9 @@ class CelSandbox:
         self.wall_limit = wall_limit
         self.over_budget: BoundedMap[str, device_cel.SelectorError] = BoundedMap(MAX_OVER_BUDGET)
         self.stopped = 0  # workers stopped for an expression over budget (a metric)
+        # CPU seconds the workers spent evaluating, their starts not included: the clock tenants are charged
+        # by (cel_budget.TenantBudget)
+        self.cpu_spent = 0.0
         self._lock = threading.Lock()
         self._worker: subprocess.Popen[bytes] | None = None
         self._progress: mmap.mmap | None = None
@@ -107,7 +110,9 @@ class CelSandbox:
             return places
         reply = self._await(worker, worker.stdout.fileno())
         if isinstance(reply, list):
-            for place, outcome in zip(places, reply, strict=True):
+            answered, cpu = reply
+            self.cpu_spent += float(cpu)
+            for place, outcome in zip(places, answered, strict=True):
                 outcomes[place] = _decode(outcome)
             return []
         if reply is None:
@@ -120,6 +125,9 @@ class CelSandbox:
             f"CEL {expression[:200]!r} {why}: not evaluated again until it changes", over_budget=True
         )
         log.warning("a device selector %s and is not evaluated again: %.200r", why, expression)
+        # the next worker starts now (its imports take 1-2 s on a loaded node), beside the rest of the pass,
+        # not when the next payer asks and waits for it
+        self._ensure()
         return places
 
     def _await(self, worker: subprocess.Popen[bytes], fd: int) -> list[Any] | tuple[int, str] | None:
@@ -160,6 +168,7 @@ class CelSandbox:
                 continue
             used = _cpu_seconds(worker.pid) - cpu_since
             if used >= self.cpu_budget or now - since >= self.wall_limit:
+                self.cpu_spent += max(used, self.cpu_budget)  # charged whole, however little CPU it was given
                 self._stop()
                 return index, f"ran over its budget ({self.cpu_budget:g} s of CPU on one device)"
 

@@ -1,11 +1,11 @@
 """The process that evaluates tenants' CEL device selectors for the controller (cel_sandbox.py).
 
 It reads batches as JSON lines on stdin, `[batch, [[expression, [driver, attributes, capacity]], ...]]`,
-and answers each with one JSON line of outcomes in order: `true`, `false`, or `{"error": message,
-"unreadable": bool, "value": bool}`. Before each evaluation it writes `(batch, index)` into the
-progress memory it shares with the controller (a memfd), so the controller knows which pair is running
-when it stops it. Its memory is capped (RLIMIT_AS): an expression that builds a huge value fails here,
-with a MemoryError, not in the controller.
+and answers each with one JSON line, `[outcomes, cpu seconds the batch used]`, the outcomes in order:
+`true`, `false`, or `{"error": message, "unreadable": bool, "value": bool}`. Before each evaluation it
+writes `(batch, index)` into the progress memory it shares with the controller (a memfd), so the
+controller knows which pair is running when it stops it. Its memory is capped (RLIMIT_AS): an
+expression that builds a huge value fails here, with a MemoryError, not in the controller.
 
     python -m webhook.controller.observe.cel_worker PROGRESS_FD
 """
@@ -20,6 +20,7 @@ import resource
 import signal
 import struct
 import sys
+import time
 from typing import Any
 
 PROGRESS = struct.Struct("<qq")  # (batch, index of the pair being evaluated)
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         batch, pairs = json.loads(line)
-        outcomes = []
+        outcomes, started = [], time.process_time()
         for index, (expression, facts) in enumerate(pairs):
             PROGRESS.pack_into(progress, 0, batch, index)
             try:
@@ -53,7 +54,9 @@ def main(argv: list[str]) -> int:
                 outcome = device_cel.SelectorError(f"CEL {expression[:200]!r} nests too deep")
             outcomes.append(encode(outcome))
         PROGRESS.pack_into(progress, 0, batch, len(pairs))
-        out.write(json.dumps(outcomes).encode() + b"\n")
+        # with the CPU the batch used: what the controller charges the selectors' namespace (cel_budget.py),
+        # this process's start (its imports) not included
+        out.write(json.dumps([outcomes, time.process_time() - started]).encode() + b"\n")
         out.flush()
     return 0
 

@@ -15,7 +15,8 @@ from webhook.controller.decide.device_types import ClaimDemand
 from webhook.controller.decide.devices import Allocator, Inventory
 from webhook.controller.decide.shapes import term_matches
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.observe.cel_sandbox import CelSandbox
+from webhook.controller.observe.cel_budget import TenantBudget
+from webhook.controller.observe.cel_sandbox import CPU_BUDGET_SECONDS, CelSandbox
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.gangview import GangView
 from webhook.gangs.model import Obj
@@ -39,8 +40,14 @@ class DeviceWatch:
         self._all = informers  # the controller's: the four join it once discovery finds them served
         self._versions: tuple[str, ...] | None = None
         self._inventory: Inventory | None = None
-        # tenants' selectors out of process, each evaluation within a CPU budget (cel_sandbox.py)
-        self.memo = devices.Memo(evaluator or CelSandbox())
+        # tenants' selectors out of process, each evaluation within a CPU budget (cel_sandbox.py), and
+        # all of a namespace's within its share of the pass, in the workers' CPU time (cel_budget.py);
+        # another evaluator (the bench, in process) is charged to no one
+        if evaluator is None:
+            sandbox = CelSandbox()
+            self.memo = devices.Memo(sandbox, TenantBudget(CPU_BUDGET_SECONDS, lambda: sandbox.cpu_spent))
+        else:
+            self.memo = devices.Memo(evaluator)
         self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
         self._pools_of: Informer | None = None  # the slices' informer the book follows
         self._templates: tuple[str, dict[tuple[str, str], Obj]] | None = None
@@ -113,6 +120,10 @@ def watch_costs(watch: DeviceWatch) -> None:
     if isinstance(sandbox, CelSandbox):
         metrics.CEL_OVER_BUDGET.set_function(lambda: len(sandbox.over_budget))
     metrics.CEL_DEFERRED.set_function(lambda: memo.deferred)
+    ledger = memo.ledger
+    if isinstance(ledger, TenantBudget):
+        metrics.CEL_NAMESPACES_DEFERRED.set_function(lambda: len(ledger.deferred_since))
+        metrics.CEL_SECONDS.set_function(lambda: sum(ledger.spent.values()))
     metrics.CACHE_ENTRIES.labels("cel_results").set_function(lambda: len(memo.matched))
     metrics.CACHE_EVICTIONS.labels("cel_results").set_function(lambda: memo.matched.evicted)
 

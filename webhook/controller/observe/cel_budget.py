@@ -1,0 +1,119 @@
+"""What tenants' CEL device selectors may cost one pass, charged to the namespace that wrote them.
+
+The sandbox (cel_sandbox.py) bounds one evaluation; this bounds the sum. Each pass has PASS_SECONDS of
+CEL for all tenants together, shared equally among the namespaces whose selectors were asked for in the
+pass before (never less than MIN_SHARE_SECONDS each): one namespace's selectors, however many and
+however dear, cost another team's pass at most its share, and a namespace past its share has the rest
+of its evaluations deferred to later passes, while every other namespace's are answered in the same
+pass. DeviceClass selectors are the cluster administrator's, charged to no tenant and never deferred.
+
+kube-apiserver bounds a CEL expression before it runs (an estimated cost refused at admission) and
+counts its actual cost per call (k8s.io/apiserver/pkg/cel, `PerCallLimit`); kube-scheduler's and
+Kueue's fairness is by share. A selector here is bounded by what it costs in this process, which is
+what the other teams wait on, not by an estimate of what it would cost in Go.
+
+An expression whose evaluations cost on average more than DEAR_FRACTION of the sandbox's per-evaluation
+CPU budget, over at least DEAR_AFTER evaluations, is taken as over budget (`dear`): a selector that runs
+just under the limit on every device of a cluster would otherwise be paid for again at every pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PASS_SECONDS = 1.0  # of CEL evaluation per pass, every tenant together
+MIN_SHARE_SECONDS = 0.05  # a namespace's share is never less (a thousand namespaces: a pass is longer)
+CLUSTER = ""  # the payer of DeviceClass selectors: the administrator's, never deferred
+DEAR_FRACTION = 0.2  # of the sandbox's CPU budget per evaluation (cel_sandbox.CPU_BUDGET_SECONDS)
+DEAR_AFTER = 4  # evaluations of one expression before its mean cost can make it dear
+MAX_EXPRESSIONS_COSTED = 4096  # expressions whose cost is followed, least recent out
+MAX_DEFERRED_NAMESPACES = 4096
+
+
+@dataclass
+class Cost:
+    seconds: float = 0.0
+    evaluations: int = 0
+
+
+class TenantBudget:
+    """The devices Memo's ledger (decide/device_memo.Ledger): what each namespace spent this pass, who
+    is deferred since when, and each expression's mean cost."""
+
+    def __init__(
+        self,
+        evaluation_budget: float = 0.5,
+        clock: Callable[[], float] = time.thread_time,
+        pass_seconds: float = PASS_SECONDS,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock`: the CPU seconds that evaluations use (the sandbox's workers' own, their starts aside;
+        this thread's for an evaluator in process): a namespace pays what its selectors cost, not what a
+        loaded node made them wait."""
+        self.pass_seconds = pass_seconds
+        self.dear_seconds = DEAR_FRACTION * evaluation_budget
+        self.clock, self.wall = clock, wall
+        self.spent: dict[str, float] = {}  # this pass, by namespace
+        self._payers_before = 1  # namespaces charged in the pass before: this pass's shares
+        # namespace -> the wall time since which it has been deferred in every pass, least recent out
+        self.deferred_since: OrderedDict[str, float] = OrderedDict()
+        self._deferred_now: set[str] = set()
+        self.deferrals = 0  # evaluations deferred for a namespace's share (a metric)
+        self._costs: OrderedDict[str, Cost] = OrderedDict()
+
+    def new_pass(self) -> None:
+        """A pass begins: every share is whole again, divided among the namespaces of the pass before; a
+        namespace not deferred in the pass before is no longer deferred."""
+        tenants = [payer for payer in self.spent if payer != CLUSTER]
+        self._payers_before = max(1, len(tenants))
+        for namespace in [n for n in self.deferred_since if n not in self._deferred_now]:
+            del self.deferred_since[namespace]
+        self.spent, self._deferred_now = {}, set()
+
+    @property
+    def share(self) -> float:
+        return max(self.pass_seconds / self._payers_before, MIN_SHARE_SECONDS)
+
+    def left(self, payer: str) -> float:
+        """Seconds of CEL the payer may still spend in this pass."""
+        if payer == CLUSTER:
+            return float("inf")
+        return self.share - self.spent.setdefault(payer, 0.0)
+
+    def charge(self, payer: str, expression: str, seconds: float, evaluations: int) -> None:
+        self.spent[payer] = self.spent.get(payer, 0.0) + seconds
+        cost = self._costs.pop(expression, None) or Cost()
+        cost.seconds += seconds
+        cost.evaluations += evaluations
+        self._costs[expression] = cost
+        while len(self._costs) > MAX_EXPRESSIONS_COSTED:
+            self._costs.popitem(last=False)
+
+    def dear(self, expression: str) -> str | None:
+        """Why the expression is taken as over budget: its mean cost per evaluation; None when it is not."""
+        cost = self._costs.get(expression)
+        if cost is None or cost.evaluations < DEAR_AFTER:
+            return None
+        mean = cost.seconds / cost.evaluations
+        if mean < self.dear_seconds:
+            return None
+        return (
+            f"costs {mean * 1000:.0f} ms a device on average over {cost.evaluations} devices "
+            f"(more than {self.dear_seconds * 1000:.0f} ms): taken as over its budget"
+        )
+
+    def defer(self, payer: str, evaluations: int) -> str:
+        """The payer's evaluations left to a later pass: why, as its Gang says it."""
+        self.deferrals += evaluations
+        self._deferred_now.add(payer)
+        since = self.deferred_since.setdefault(payer, self.wall())
+        while len(self.deferred_since) > MAX_DEFERRED_NAMESPACES:
+            self.deferred_since.popitem(last=False)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+        return (
+            f"namespace {payer} spent its share of this pass's CEL budget ({self.share:.2f} s), deferred "
+            f"since {at}: its device selectors are evaluated over later passes"
+        )
