@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.cluster import gated_job_pods, node
-from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide import device_cel, device_cel_fast, devices
 from webhook.controller.decide.situation import GangSpec
 from webhook.controller.decide.state import decide
 from webhook.controller.observe.cluster import ClusterIndex
@@ -391,6 +391,36 @@ def unused_templates(nodes: int, gang: int, per_node: int, count: int, repeats: 
         )
 
 
+def runtimes(devices_each: int = 2000) -> None:
+    """One evaluation of a usual selector (a driver, a model, a `matches` on the uuid) on cel-cpp and on
+    cel-python, side by side in this run, on devices each with a UUID of its own."""
+    expression = (
+        f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "h100"'
+        f' && device.attributes["{DRIVER}"].uuid.matches("^GPU-[0-9a-f-]+$")'
+    )
+    facts = [
+        (DRIVER, {"model": {"string": "h100"}, "uuid": {"string": f"GPU-{i:08x}-{i * 7919:08x}"}}, {}, False)
+        for i in range(devices_each)
+    ]
+    fast = device_cel_fast.fast_selector(expression) if device_cel_fast.cel is not None else None
+    took: dict[str, float] = {}
+    for runtime in ("cel-cpp", "cel-python"):
+        if runtime == "cel-cpp" and fast is None:
+            continue
+        started = time.perf_counter()
+        for driver, attributes, capacity, shared in facts:
+            if runtime == "cel-cpp":
+                assert fast is not None
+                device = device_cel_fast.device_map(fast, driver, attributes, shared)
+                assert device is not None and device_cel_fast.evaluate(fast, device, expression) is True
+            else:
+                device_cel.matches(expression, device_cel.device_variable(driver, attributes, capacity, shared))
+        took[runtime] = (time.perf_counter() - started) / devices_each
+    shown = ", ".join(f"{name} {seconds * 1e6:.0f} us" for name, seconds in took.items())
+    ratio = f" ({took['cel-python'] / took['cel-cpp']:.0f}x)" if len(took) == 2 else ""
+    print(f"one selector on one device, {devices_each} devices each with its own UUID: {shown}{ratio}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5000)
@@ -405,7 +435,15 @@ def main() -> None:
     )
     parser.add_argument("--allocated", type=int, default=0, help="devices per node held by other teams' claims")
     parser.add_argument("--unique", action="store_true", help="each device with a UUID of its own, as drivers publish")
+    parser.add_argument(
+        "--cel",
+        choices=["cpp", "python"],
+        default="cpp",
+        help="plain selectors on cel-cpp (decide/device_cel_fast.py, the default) or all on cel-python",
+    )
     args = parser.parse_args()
+    device_cel_fast.ENABLED = args.cel == "cpp" and device_cel_fast.cel is not None
+    runtimes()
     global SHAPE, ALLOCATED, UNIQUE
     SHAPE, ALLOCATED, UNIQUE = args.shape, args.allocated, args.unique
     if ALLOCATED and (SHAPE == "capacity" or args.devices <= ALLOCATED):

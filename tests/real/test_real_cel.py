@@ -224,3 +224,35 @@ def test_generated_cases_evaluate_as_kube_scheduler_evaluates_them() -> None:
     assert refused <= len(cases) // 10, f"seed {SEED}: kube-scheduler refused {refused} of {len(cases)}"
     differ = disagreements(cases, theirs, [ours_value(e) for e in cases])
     assert not differ, f"seed {SEED} (GK_CEL_SEED={SEED} to run it again):\n" + "\n".join(differ[:10])
+
+
+# selectors of the plain kind real drivers' classes and users' claims write: evaluated on cel-cpp
+# (device_cel_fast.py), held here to kube-scheduler's answers as the cel-python path is above
+PLAIN = [
+    f'device.driver == "{DRIVER}"',
+    'device.attributes["gpu.example.com"].model == "a100" && device.attributes["gpu.example.com"].index >= 3',
+    'device.attributes["gpu.example.com"].endpoint.matches("^https://10\\\\.0\\\\.0\\\\.[0-9]+:8443/")',
+    'device.attributes["gpu.example.com"].model.startsWith("a1") && !device.attributes["gpu.example.com"].nvlink',
+    'device.attributes["other.example.com"].zone == "rack-1"',
+    'has(device.attributes["x.example.com"].zone) || size(device.attributes["gpu.example.com"].model) == 4',
+    'device.attributes["x.example.com"].zone == "rack-1"',
+    'device.attributes["gpu.example.com"].missing == "x"',
+    'device.attributes["gpu.example.com"].index',
+    '["a100", "h100"].exists(m, m == device.attributes["gpu.example.com"].model)',
+    'device.attributes["gpu.example.com"].index / 0 == 1',
+    'int(device.attributes["gpu.example.com"].index) + 9223372036854775807 > 0',
+    "device.allowMultipleAllocations == false",
+]
+
+
+def test_plain_selectors_on_cel_cpp_evaluate_as_kube_scheduler_evaluates_them() -> None:
+    from webhook.controller.decide import device_cel_fast
+
+    facts = (DEVICE["driver"], DEVICE["attributes"], DEVICE["capacity"], DEVICE["shared"])
+    for expression in PLAIN:  # each one really goes to cel-cpp
+        fast = device_cel_fast.fast_selector(expression)
+        assert fast is not None and device_cel_fast.device_map(fast, facts[0], facts[1], facts[3]), expression
+    selectors = oracle([{**DEVICE, "expression": e} for e in PLAIN])
+    assert not [e for e, kube in zip(PLAIN, selectors, strict=True) if kube.get("compile")]
+    differ = disagreements(PLAIN, selectors, [ours_selector(e) for e in PLAIN])
+    assert not differ, "\n".join(differ)

@@ -33,6 +33,7 @@ from celpy.evaluation import CELEvalError
 from webhook import resources
 from webhook.controller.decide import (
     device_cel_ext,
+    device_cel_fast,
     device_cel_format,
     device_cel_formats,
     device_cel_net,
@@ -308,6 +309,11 @@ def evaluate(expression: str, facts: DeviceFacts) -> Outcome:
     try:
         if len(expression) > MAX_EXPRESSION_LENGTH:
             raise SelectorError(f"CEL selector of {len(expression)} characters, over {MAX_EXPRESSION_LENGTH}")
+        fast = device_cel_fast.fast_selector(expression)
+        device = device_cel_fast.device_map(fast, facts[0], facts[1] or {}, facts[3]) if fast else None
+        if fast is not None and device is not None:  # a plain selector, on cel-cpp (device_cel_fast.py)
+            said = device_cel_fast.evaluate(fast, device, expression)
+            return said if isinstance(said, bool) else SelectorError(said)
         return matches(expression, device_variable(facts[0], facts[1] or {}, facts[2] or {}, facts[3]))
     except (SelectorError, ValueError) as error:
         return error
