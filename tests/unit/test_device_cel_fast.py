@@ -35,7 +35,7 @@ NOT_PLAIN = [
     f'device.attributes["{DRIVER}"].driverVersion.isGreaterThan(semver("1.0.0"))',
     f'"model" in device.attributes["{DRIVER}"]',
     f'device.attributes["{DRIVER}"].?model.orValue("") == "a100"',
-    f"device.attributes[{DRIVER!r} + \"\"].model == \"a100\"",
+    f'device.attributes[{DRIVER!r} + ""].model == "a100"',
     'string(device.attributes["gpu.example.com"].index) == "3"',
     f'r"x" == "x" && device.driver == "{DRIVER}"',
     'cel.bind(d, device.driver, d == "x")',
