@@ -587,3 +587,59 @@ def test_a_namespace_refused_for_its_own_share_takes_no_other_teams_placeholders
         decisions = controller.reconcile_once()
     assert "given back" not in decisions["team-b/job-held"].message, decisions["team-b/job-held"].message
     assert (held("team-b"), held("team-x")) == (3, 3)
+
+
+def test_a_namespaces_constraint_searches_are_paid_from_its_share_and_another_teams_gang_starts(
+    apiserver: Any, api: Any
+) -> None:
+    """Team x's pod names 16 templates, each 5 devices of distinct `group` where a node's 8 devices have 4
+    groups: every count of every node searches to MAX_SEARCH_STEPS and finds none, at each recount. Paid
+    from team x's share (with its CEL), the pass that releases team-a's DRA gang holds team x's searches to
+    about its share, the rest of its nodes counted over later passes, its Gang saying so."""
+    from tests.cluster import add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from webhook.controller.observe.cel_budget import TenantBudget
+
+    store = apiserver.store
+    for i in range(24):  # each device its own uuid: no two nodes alike, each counted on its own
+        grouped = [
+            {"name": f"gpu-{d}", "attributes": {"group": {"int": d % 8}, "uuid": {"string": f"GPU-{i}-{d}"}}}
+            for d in range(16)
+        ]
+        store.create("v1", "nodes", "", api_node(f"w{i}", cpu="64"))
+        store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(f"w{i}", grouped))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    distinct = [{"distinctAttribute": f"{DRIVER}/group"}]
+    for t in range(16):
+        hostile = in_namespace(template(f"c{t}", exactly(f"r{t}", 9, "gpu"), constraints=distinct), "team-x")
+        store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-x", hostile)
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("gpu", exactly()))
+    job = add_job(store, "searching", parallelism=1, cpu="1", namespace="team-x")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": f"g{t}", "resourceClaimTemplateName": f"c{t}"} for t in range(16)
+    ]
+    add_job_pods(store, job)
+    job_claiming(store, "train", 2, "gpu")
+    controller, _relist = dra_controller(apiserver, api)
+    memo = controller.device_watch.memo
+    ledger = memo.ledger
+    assert isinstance(ledger, TenantBudget)
+    try:
+        started = time.thread_time()
+        decisions = controller.reconcile_once()
+        took = time.thread_time() - started
+        assert decisions["team-a/job-train"].state == "Release", decisions["team-a/job-train"].message
+        assert ledger.spent["team-x"] < ledger.share + 0.5, ledger.spent
+        waiting = decisions["team-x/job-searching"]
+        assert waiting.state != "Release"
+        assert "namespace team-x spent its share of this pass's CEL budget" in waiting.message, waiting.message
+        # CPU of the whole pass: unbounded, team x's searches alone took 4.9 s of it here (24 nodes; 200 s
+        # at 1,000)
+        assert took < 3.0, took
+        for _ in range(6):
+            controller.reconcile_once()
+            assert ledger.spent.get("team-x", 0.0) < ledger.share + 0.5, ledger.spent
+    finally:
+        sandbox = memo.evaluator
+        if isinstance(sandbox, CelSandbox):
+            sandbox.close()

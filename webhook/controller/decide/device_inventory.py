@@ -372,7 +372,7 @@ class Inventory:
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
         for resource, claim in self.counted_claims.items():
-            count = claims_on(self, node, claim, counted_by_pods)
+            count = self.memo.charged_count(claim.key, functools.partial(claims_on, self, node, claim, counted_by_pods))
             if count:
                 totals[resource] = count
         return totals

@@ -26,7 +26,8 @@ Asked = list[tuple[MatchKey, Device]]
 class Ledger(Protocol):
     """What tenants' CEL costs a pass, by namespace (the controller's: observe/cel_budget.TenantBudget)."""
 
-    clock: Callable[[], float]
+    clock: Callable[[], float]  # the CPU seconds the evaluator's evaluations used
+    cpu: Callable[[], float]  # this thread's CPU seconds: what a constraint search uses
 
     def new_pass(self) -> None: ...
     def left(self, payer: str) -> float: ...
@@ -66,6 +67,25 @@ class Memo:
         self.budget = MAX_EVALUATIONS_PER_PASS
         if self.ledger is not None:
             self.ledger.new_pass()
+
+    def charged_count(self, claim_key: str, count: Callable[[], int]) -> int | None:
+        """A claim's count on one node (device_count.claims_on: the constraint searches), charged to the
+        claim's namespace as its CEL is; None, with the claim postponed, once the namespace's share of the
+        pass is spent (the node is counted again at a later pass)."""
+        ledger = self.ledger
+        if ledger is None:
+            return count()
+        payer = claim_key.partition(" ")[2].partition("/")[0] or CLUSTER_PAYER
+        if ledger.left(payer) <= 0:
+            self.postponed[claim_key] = ledger.defer(payer, 1)
+            self.unanswered += 1
+            return None
+        started = ledger.cpu()
+        try:
+            return count()
+        finally:
+            ledger.charge(payer, "", ledger.cpu() - started, 0)
+            self.postponed.pop(claim_key)
 
     def prime(self, pools: Iterable[Pool], expressions: Iterable[str], payers: Payers | None = None) -> None:
         """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A

@@ -1,4 +1,5 @@
-"""What tenants' CEL device selectors may cost one pass, charged to the namespace that wrote them.
+"""What tenants' device objects may cost one pass (CEL selectors, constraint searches), charged to the
+namespace that wrote them.
 
 The sandbox (cel_sandbox.py) bounds one evaluation; this bounds the sum. Each pass has PASS_SECONDS of
 CEL for all tenants together, shared equally among the namespaces whose selectors were asked for in the
@@ -56,6 +57,7 @@ class TenantBudget:
         self.pass_seconds = pass_seconds
         self.dear_seconds = DEAR_FRACTION * evaluation_budget
         self.clock, self.wall = clock, wall
+        self.cpu = time.thread_time  # the controller's own work for a tenant: its constraint searches
         self.spent: dict[str, float] = {}  # this pass, by namespace
         self._payers_before = 1  # namespaces charged in the pass before: this pass's shares
         # namespace -> the wall time since which it has been deferred in every pass, least recent out
@@ -84,7 +86,10 @@ class TenantBudget:
         return self.share - self.spent.setdefault(payer, 0.0)
 
     def charge(self, payer: str, expression: str, seconds: float, evaluations: int) -> None:
+        """Seconds spent for the payer: on `evaluations` of an expression, or (none) on its searches."""
         self.spent[payer] = self.spent.get(payer, 0.0) + seconds
+        if not evaluations:
+            return
         cost = self._costs.pop(expression, None) or Cost()
         cost.seconds += seconds
         cost.evaluations += evaluations

@@ -138,6 +138,8 @@ def with_selector_problems(index: ClusterIndex, gang: GangView, decision: Decisi
     demands = {id(d): d for d in (inventory.demand(gang.namespace, raw.get("spec") or {}) for raw in gang.raw)}
     for demand in demands.values():
         for claim in demand.claims:
+            if (postponed := inventory.memo.postponed.get(claim.key)) is not None:  # its searches' share spent
+                problems[f"{claim.key}: {postponed}"] = None
             for request in claim.requests:
                 for sub in request.alternatives:
                     for problem in inventory.selector_problems(sub):
