@@ -372,9 +372,9 @@ class Inventory:
                 if count:
                     totals[class_resource(device_class.name, selectors)] = count
         for resource, claim in self.counted_claims.items():
-            count = self.memo.charged_count(claim.key, functools.partial(claims_on, self, node, claim, counted_by_pods))
-            if count:
-                totals[resource] = count
+            held = self.memo.charged_count(claim.key, functools.partial(claims_on, self, node, claim, counted_by_pods))
+            if held:
+                totals[resource] = held
         return totals
 
     def selector_problems(self, sub: Subrequest) -> list[str]:
