@@ -3,6 +3,7 @@ counted only for what waits, caches bounded and evicted per entry."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -643,3 +644,58 @@ def test_a_namespaces_constraint_searches_are_paid_from_its_share_and_another_te
         sandbox = memo.evaluator
         if isinstance(sandbox, CelSandbox):
             sandbox.close()
+
+
+def test_a_selector_found_over_budget_is_not_paid_for_again_by_the_next_leader(apiserver: Any, api: Any) -> None:
+    """Leader a's sandbox stops team x's selector (over its CPU budget) and writes so on the Lease; a is
+    gone, b takes the Lease and reads it: b's first pass never evaluates the selector (no worker stopped),
+    and team x's Gang still says why it waits. What is kept names the expression by a digest only."""
+    from tests.cluster import add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from webhook.controller.observe.cel_budget import OVER_BUDGET_KEY, TenantBudget, digest
+    from webhook.controller.run.leader import LeaderElector
+    from webhook.kube import LEASES
+
+    store = apiserver.store
+    store.create("v1", "nodes", "", api_node("w0", cpu="64"))
+    store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
+    store.create("resource.k8s.io/v1", "resourceslices", "", node_slice("w0", gpus(4)))
+    hostile = in_namespace(template("slow", exactly("gpu", 1, "gpu", SLOW)), "team-x")
+    store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-x", hostile)
+    job = add_job(store, "hostile", parallelism=1, cpu="1", namespace="team-x")
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "slow"}]
+    add_job_pods(store, job)
+
+    def leader(identity: str) -> tuple[Any, TenantBudget, LeaderElector]:
+        controller, _ = dra_controller(apiserver, api)
+        ledger = controller.device_watch.memo.ledger
+        assert isinstance(ledger, TenantBudget)
+        elector = LeaderElector(
+            api, "gangkeeper-system", "gangkeeper-controller", identity, remembered=lambda: ledger.remembered
+        )
+        elector.recall = ledger.recall
+        assert elector.try_acquire_or_renew()
+        return controller, ledger, elector
+
+    first, _, elector_a = leader("a")
+    try:
+        waiting = first.reconcile_once()["team-x/job-hostile"]
+        assert "ran over its budget" in waiting.message, waiting.message
+        first.reconcile_once()  # the pass that writes down what the one before found
+        assert elector_a.try_acquire_or_renew()
+        lease = api.get(LEASES.path("gangkeeper-system", "gangkeeper-controller"))
+        kept = lease["metadata"]["annotations"][OVER_BUDGET_KEY]
+        assert kept == digest(SLOW) and SLOW not in json.dumps(lease)
+        assert elector_a.release()
+    finally:
+        first.device_watch.memo.evaluator.close()
+    second, ledger_b, _ = leader("b")
+    sandbox = second.device_watch.memo.evaluator
+    try:
+        waiting = second.reconcile_once()["team-x/job-hostile"]
+        # the class's own selector, once (its devices are alike); team x's, never
+        assert sandbox.stopped == 0 and second.device_watch.memo.evaluations == 1
+        assert "over its budget" in waiting.message, waiting.message
+        assert ledger_b.dear(SLOW) is not None
+    finally:
+        sandbox.close()

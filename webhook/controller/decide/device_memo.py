@@ -34,6 +34,7 @@ class Ledger(Protocol):
     def charge(self, payer: str, expression: str, seconds: float, evaluations: int) -> None: ...
     def dear(self, expression: str) -> str | None: ...
     def defer(self, payer: str, evaluations: int) -> str: ...
+    def over_budget(self, expression: str) -> None: ...
 
 
 class Memo:
@@ -177,6 +178,8 @@ class Memo:
                 matched[key] = remembered[key] = said
                 if isinstance(said, device_cel.SelectorError) and said.over_budget:
                     self.failed[key[1]] = str(said)[-300:]
+                    if self.ledger is not None:
+                        self.ledger.over_budget(key[1])
         return remembered
 
     def _answer(self, expression: str, group: Asked, owners: tuple[str, ...]) -> list[tuple[Any, device_cel.Outcome]]:

@@ -20,9 +20,12 @@ just under the limit on every device of a cluster would otherwise be paid for ag
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 PASS_SECONDS = 1.0  # of CEL evaluation per pass, every tenant together
@@ -32,6 +35,12 @@ DEAR_FRACTION = 0.2  # of the sandbox's CPU budget per evaluation (cel_sandbox.C
 DEAR_AFTER = 4  # evaluations of one expression before its mean cost can make it dear
 MAX_EXPRESSIONS_COSTED = 4096  # expressions whose cost is followed, least recent out
 MAX_DEFERRED_NAMESPACES = 4096
+# what outlives this process, on the controller's Lease (run/leader.py): a restart or a new leader does
+# not pay again for an expression already found over budget, nor forget since when a namespace waits
+OVER_BUDGET_KEY = "gangkeeper.io/over-budget-selectors"  # sha256 prefixes of the expressions, comma-separated
+DEFERRED_KEY = "gangkeeper.io/deferred-namespaces"  # {namespace: since (epoch seconds)}, JSON
+MAX_REMEMBERED_OVER = 512  # 25 characters each: 13 KiB of the Lease's annotations at most
+MAX_REMEMBERED_DEFERRED = 256
 
 
 @dataclass
@@ -65,15 +74,52 @@ class TenantBudget:
         self._deferred_now: set[str] = set()
         self.deferrals = 0  # evaluations deferred for a namespace's share (a metric)
         self._costs: OrderedDict[str, Cost] = OrderedDict()
+        self._over: OrderedDict[str, None] = OrderedDict()  # digests of expressions found over budget
+        self._recalled: Mapping[str, str] | None = None  # the Lease's annotations, taken at the next pass
+        self.remembered: dict[str, str] = {}  # what the leader writes on its Lease, replaced whole each pass
 
     def new_pass(self) -> None:
         """A pass begins: every share is whole again, divided among the namespaces of the pass before; a
         namespace not deferred in the pass before is no longer deferred."""
+        recalled, self._recalled = self._recalled, None
+        if recalled is not None:
+            self._take_back(recalled)
         tenants = [payer for payer in self.spent if payer != CLUSTER]
         self._payers_before = max(1, len(tenants))
         for namespace in [n for n in self.deferred_since if n not in self._deferred_now]:
             del self.deferred_since[namespace]
         self.spent, self._deferred_now = {}, set()
+        since = dict(list(self.deferred_since.items())[-MAX_REMEMBERED_DEFERRED:])
+        self.remembered = {
+            OVER_BUDGET_KEY: ",".join(list(self._over)[-MAX_REMEMBERED_OVER:]),
+            DEFERRED_KEY: json.dumps({n: round(t) for n, t in since.items()}, sort_keys=True),
+        }
+
+    def recall(self, annotations: Mapping[str, str]) -> None:
+        """What an earlier leader wrote on the Lease, taken at the next pass (called from the elector's
+        thread: only this one reference is written there)."""
+        self._recalled = dict(annotations)
+
+    def _take_back(self, annotations: Mapping[str, str]) -> None:
+        for digest in str(annotations.get(OVER_BUDGET_KEY) or "").split(",")[-MAX_REMEMBERED_OVER:]:
+            if _DIGEST.fullmatch(digest):
+                self._over[digest] = None
+        try:
+            since = json.loads(str(annotations.get(DEFERRED_KEY) or "{}"))
+        except ValueError:
+            since = {}
+        if isinstance(since, dict):
+            for namespace, at in list(since.items())[-MAX_REMEMBERED_DEFERRED:]:
+                if isinstance(namespace, str) and isinstance(at, int | float):
+                    self.deferred_since.setdefault(namespace, float(at))
+                    self._deferred_now.add(namespace)  # still deferred until a pass says otherwise
+
+    def over_budget(self, expression: str) -> None:
+        """The expression ran over its budget (the sandbox stopped it, or it is `dear`): remembered."""
+        self._over[digest(expression)] = None
+        self._over.move_to_end(digest(expression))
+        while len(self._over) > MAX_REMEMBERED_OVER:
+            self._over.popitem(last=False)
 
     @property
     def share(self) -> float:
@@ -98,7 +144,10 @@ class TenantBudget:
             self._costs.popitem(last=False)
 
     def dear(self, expression: str) -> str | None:
-        """Why the expression is taken as over budget: its mean cost per evaluation; None when it is not."""
+        """Why the expression is taken as over budget: its mean cost per evaluation, or that it was found
+        over budget before (by this process or, on the Lease, an earlier leader); None when it is not."""
+        if digest(expression) in self._over:
+            return "was found over its budget before: not evaluated again while its text is the same"
         cost = self._costs.get(expression)
         if cost is None or cost.evaluations < DEAR_AFTER:
             return None
@@ -122,3 +171,11 @@ class TenantBudget:
             f"namespace {payer} spent its share of this pass's CEL budget ({self.share:.2f} s), deferred "
             f"since {at}: its device selectors are evaluated over later passes"
         )
+
+
+_DIGEST = re.compile(r"[0-9a-f]{24}")
+
+
+def digest(expression: str) -> str:
+    """An expression's name on the Lease: its text is a tenant's, and up to 10 KiB."""
+    return hashlib.sha256(expression.encode()).hexdigest()[:24]

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.controller import metrics
@@ -44,7 +44,12 @@ class LeaderElector:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         monotonic: Callable[[], float] = time.monotonic,
         changed: threading.Event | None = None,
+        remembered: Callable[[], Mapping[str, str]] = dict,
+        recall: Callable[[Mapping[str, str]], None] = lambda annotations: None,
     ) -> None:
+        """`remembered`: annotations the leader keeps on the Lease, written with a renewal when they
+        changed; `recall`: given the Lease's annotations when this process becomes the leader (what the
+        leader before it remembered: controller/observe/cel_budget.py)."""
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.lease_seconds, self.renew_deadline, self.retry = lease_seconds, renew_deadline_seconds, retry_seconds
         self.clock, self.monotonic = clock, monotonic
@@ -54,6 +59,7 @@ class LeaderElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changed = changed or threading.Event()  # set when leadership is gained or lost
+        self.remembered, self.recall = remembered, recall
 
     def leading(self) -> bool:
         """True while the last renewal is within the renew deadline: checked before every batch of writes."""
@@ -98,12 +104,19 @@ class LeaderElector:
         if holder != self.identity:
             spec["acquireTime"] = format_time(now)
             spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        metadata: dict[str, Any] = {"resourceVersion": lease["metadata"]["resourceVersion"]}
+        leading = self._renewed_at is not None
+        if leading:  # a new leader writes nothing before it has taken what the one before remembered
+            kept = {k: v for k, v in self.remembered().items() if annotations.get(k) != v}
+            if kept:
+                metadata["annotations"] = kept
         try:
-            self.api.merge_patch(
-                path, {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": spec}
-            )
+            self.api.merge_patch(path, {"metadata": metadata, "spec": spec})
         except ApiError:
             return self._failed()
+        if not leading:
+            self.recall(annotations)
         return self._succeeded(observed_now)
 
     def _succeeded(self, at: float) -> bool:

@@ -20,6 +20,7 @@ from webhook.controller.act.gangobject import GANGS
 from webhook.controller.act.kueue_checks import KUEUE_RESOURCES
 from webhook.controller.act.kueue_checks import WORKLOADS as KUEUE_WORKLOADS
 from webhook.controller.act.provisioning import PROVISIONING_REQUESTS, trim_request
+from webhook.controller.observe.cel_budget import TenantBudget
 from webhook.controller.observe.devices import RESOURCE_SLICES
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import (
@@ -140,6 +141,9 @@ def run(
         opted_out=lambda name: left_gangkeeper(namespaces, name),
         monotonic=time.monotonic,
     )
+    ledger = controller.device_watch.memo.ledger
+    if isinstance(ledger, TenantBudget):  # what tenants' objects cost, remembered across leaders on the Lease
+        elector.remembered, elector.recall = (lambda: ledger.remembered), ledger.recall
     probes = Probes(lambda: pods.synced.is_set() and nodes.synced.is_set())
     if metrics_port:
         probes.serve(metrics_port)
