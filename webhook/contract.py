@@ -37,6 +37,14 @@ TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/topology-preferred"
 WORKLOAD_TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-required"
 WORKLOAD_TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{PREFIX}/workload-topology-preferred"
 GATE: Final = f"{PREFIX}/gang-gate"
+# who made a workload's member pod, as the mutating webhook saw the review's user at its creation:
+# "controller" (a system identity, or a service account of another namespace: the workload's controller or
+# an operator) or "tenant" (anyone else: a user, or an account of the pod's own namespace). Written only by
+# the webhook at CREATE, never changed after (admission refuses it): supervision takes only a pod made by a
+# controller as a member that started (act/supervise.py)
+MADE_BY_ANNOTATION: Final = f"{PREFIX}/made-by"
+MADE_BY_CONTROLLER: Final = "controller"
+MADE_BY_TENANT: Final = "tenant"
 # a placeholder pod the gate controller makes for a gang that waits on capacity on an autoscaled cluster
 # (an autoscaler adds nodes only for Unschedulable pods, never for gated ones): the gang it stands for
 PLACEHOLDER_LABEL: Final = f"{PREFIX}/placeholder-for"

@@ -18,6 +18,7 @@ from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, gang_
 from tests.fake.test_controller import events, timed_out_and_suspended
 from tests.recorder import ListRecorder
 from webhook.admission.decide import admit
+from webhook.admission.under_review import json_copy
 from webhook.backends import make
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.decide.pods import PodView
@@ -565,3 +566,59 @@ def test_explain_gives_a_gang_another_mechanism_places_the_models_verdict_node_b
         "    worker2: 0 of 4 pods fit (needs 2 cpu each, 0 cpu free)",
         "    worker1: 2 of 4 pods fit (needs 2 cpu each, 4 cpu free)",
     ]
+
+
+@pytest.mark.parametrize("backend", ["volcano", "coscheduling", "native-1.36"])
+def test_a_tenants_copy_of_a_member_pod_never_has_a_workload_requeued(
+    server: TestApiServer, api: Api, backend: str
+) -> None:
+    """Issue 97: a principal that may only create pods copies a member pod of a waiting gang (its
+    ownerReference kept, `spec.nodeName` set). The webhook writes who made it (a tenant), so supervision
+    takes it for no member that started: past the gang's timeout the Job, which that principal could not
+    touch, is not suspended. The Job controller's own pods are marked as a controller's."""
+    clock = Clock()
+    server.store.create("v1", "nodes", "", node("worker1", cpu="1"))  # room for none of the gang
+    timeout = {"gangkeeper.io/timeout-seconds": "60"}
+    job = add_job(server.store, parallelism=4, cpu="2", annotations=timeout)
+    name, _, version = backend.partition("-")
+    mechanism = make(name, kubernetes_version=version or "1.37")
+    members = []
+    for _ in range(4):  # as the Job controller makes them: kube-controller-manager's account
+        pod = b.pod("", labels={"batch.kubernetes.io/job-name": "train"}, spec=dict(job["spec"]["template"]["spec"]))
+        pod["metadata"]["generateName"] = "train-"
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train",
+                "uid": job["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+        made = admit(pod, "CREATE", mechanism, "team-a", user="system:serviceaccount:kube-system:job-controller")
+        assert made.mutated is not None and made.mutated["metadata"]["annotations"]["gangkeeper.io/made-by"] == (
+            "controller"
+        )
+        members.append(server.store.create("v1", "pods", "team-a", made.mutated))
+    forged = json_copy(members[0])  # `kubectl get -o yaml`, renamed, bound by hand
+    for server_set in ("uid", "resourceVersion", "creationTimestamp", "generateName"):
+        forged["metadata"].pop(server_set, None)
+    forged["metadata"]["name"] = "train-copy"
+    forged["spec"]["nodeName"] = "worker1"
+    copied = admit(forged, "CREATE", mechanism, "team-a", user="system:serviceaccount:team-a:ci-bot")
+    assert copied.mutated is not None and copied.mutated["metadata"]["annotations"]["gangkeeper.io/made-by"] == (
+        "tenant"
+    )
+    server.store.create("v1", "pods", "team-a", copied.mutated)
+    controller = Controller(api, recorder=ListRecorder(), clock=clock, resync_seconds=0)
+    controller.reconcile_once()
+    clock.advance(61)
+    controller.reconcile_once()
+    assert not server.store.get("batch/v1", "jobs", "team-a", "train")["spec"].get("suspend")
+    assert "started partly" not in gang_status(server.store, "job-train").get("message", "")
+    assert not events(controller, "GangRequeued")
+    # and who made it cannot be rewritten afterwards: the tenant's copy stays a tenant's
+    relabelled = json_copy(copied.mutated)
+    relabelled["metadata"]["annotations"].pop("gangkeeper.io/made-by")
+    refused = admit(relabelled, "UPDATE", mechanism, "team-a", old=copied.mutated, user="alice")
+    assert not refused.allowed and refused.code == 422 and "gangkeeper.io/made-by" in refused.message

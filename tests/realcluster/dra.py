@@ -23,13 +23,24 @@ def device_class() -> dict[str, Any]:
     }
 
 
-def node_slice(stack: Stack | None, node: str, count: int, model: str = "a100") -> dict[str, Any]:
+def node_slice(stack: Stack | None, node: str, count: int, model: str = "a100", unique: bool = False) -> dict[str, Any]:
     """One node's slice; owned by the node (read from `stack`) so it goes with it, or by nothing (None:
-    a benchmark's thousands of nodes, each read once would take minutes)."""
+    a benchmark's thousands of nodes, each read once would take minutes). `unique`: each device with a
+    UUID of its own (as real drivers publish) and one of eight `group`s."""
     meta: dict[str, Any] = {"name": f"{node}-gpus"}
     if stack is not None:
         uid = stack.plane.get("node", node)["metadata"]["uid"]
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]
+    devices: list[dict[str, Any]] = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"model": {"string": model}, "index": {"int": i}},
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(count)
+    ]
+    for i, device in enumerate(devices if unique else ()):
+        device["attributes"] |= {"uuid": {"string": f"GPU-{node}-{i}"}, "group": {"int": i % 8}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -38,14 +49,7 @@ def node_slice(stack: Stack | None, node: str, count: int, model: str = "a100") 
             "driver": DRIVER,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"model": {"string": model}, "index": {"int": i}},
-                    "capacity": {"memory": {"value": "80Gi"}},
-                }
-                for i in range(count)
-            ],
+            "devices": devices,
         },
     }
 
@@ -55,16 +59,25 @@ def publish(stack: Stack, nodes: list[str], per_node: int) -> None:
 
 
 def claim_template(
-    namespace: str, name: str = "one-gpu", count: int = 1, selector: str | None = None
+    namespace: str,
+    name: str = "one-gpu",
+    count: int = 1,
+    selector: str | None = None,
+    distinct: str | None = None,
+    request: str = "gpu",
 ) -> dict[str, Any]:
+    """`distinct`: an attribute the claim's devices must each have a value of their own of."""
     exactly: dict[str, Any] = {"deviceClassName": CLASS, "allocationMode": "ExactCount", "count": count}
     if selector:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
+    devices: dict[str, Any] = {"requests": [{"name": request, "exactly": exactly}]}
+    if distinct:
+        devices["constraints"] = [{"distinctAttribute": distinct}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        "spec": {"spec": {"devices": devices}},
     }
 
 

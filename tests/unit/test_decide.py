@@ -199,6 +199,17 @@ ADMISSION_CASES: dict[str, tuple[bool, int, str, dict[str, Any]]] = {
             "old": b.pod(labels={"gangkeeper.io/group": "job-a"}),
         },
     ),
+    "made_by_rewritten": (
+        False,
+        422,
+        "gangkeeper.io/made-by]: Invalid value: field is immutable",
+        {
+            "obj": b.pod(annotations={"gangkeeper.io/made-by": "controller"}),
+            "operation": "UPDATE",
+            "old": b.pod(annotations={"gangkeeper.io/made-by": "tenant"}),
+            "user": "alice",
+        },
+    ),
     "state_forged": (
         False,
         403,

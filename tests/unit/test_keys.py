@@ -203,3 +203,21 @@ def test_taking_the_suspended_mark_off_is_allowed() -> None:
         "validate", json.dumps(b.review(after, operation="UPDATE", old=before)).encode()
     )
     assert document["response"]["allowed"]
+
+
+@pytest.mark.parametrize(
+    ("user", "made_by"),
+    [
+        ("system:serviceaccount:kube-system:job-controller", "controller"),  # --use-service-account-credentials
+        ("system:kube-controller-manager", "controller"),  # without it
+        ("system:serviceaccount:jobset-system:jobset-controller-manager", "controller"),  # an operator
+        ("system:serviceaccount:team-a:ci-bot", "tenant"),  # an account of the pod's own namespace
+        ("alice", "tenant"),
+        ("system:serviceaccount:team-a", "tenant"),  # malformed: no account name, the namespace read as given
+        (None, None),  # offline: nothing written
+    ],
+)
+def test_who_made_a_pod_is_read_from_the_reviews_user(user: str | None, made_by: str | None) -> None:
+    from webhook.admission import forgery
+
+    assert forgery.made_by(user, "team-a") == made_by

@@ -27,6 +27,7 @@ from webhook.backends.base import marks_of, remove_marks, remove_stamp
 from webhook.backends.discovery import Unavailable
 from webhook.backends.native import Native
 from webhook.backends.volcano import Volcano
+from webhook.gangs.common import controller_of
 from webhook.gangs.model import Obj, get_path
 from webhook.gangs.pod import unowned_member, workload_uid
 from webhook.gangs.topology import DEFAULT_LEVELS
@@ -52,6 +53,18 @@ def membership_moved(a: Admission) -> Outcome | None:
     fields = ", ".join(f"{path}: Invalid value: field is immutable" for path in moved)
     message = f"{describe(a.obj)} is invalid: {fields} (a pod's gang is set when it is created)"
     return a.refuse("gang membership changed", 422, message)
+
+
+def made_by_rewritten(a: Admission) -> Outcome | None:
+    """Who made a pod is written once, by the webhook at its creation: an update that adds, changes or
+    removes it is refused (a tenant's copy of a member pod would pass for the controller's)."""
+    if a.operation != "UPDATE" or a.old is None or a.obj.get("kind") != "Pod" or forgery.is_controller(a.user):
+        return None
+    if not forgery.made_by_changed(a.obj, a.old):
+        return None
+    path = f"metadata.annotations[{contract.MADE_BY_ANNOTATION}]"
+    message = f"{describe(a.obj)} is invalid: {path}: Invalid value: field is immutable (the webhook writes it)"
+    return a.refuse("who made a pod changed", 422, message)
 
 
 def state_forged(a: Admission) -> Outcome | None:
@@ -260,6 +273,7 @@ def stamped(a: Admission) -> Outcome:
     mutated: Obj = json_copy(a.obj)
     if plan.pod_gang is not None:
         backend.stamp(Target(mutated, "pod"), plan.pod_gang, is_pod=True)
+        stamp_made_by(mutated, a)
         if a.disruption_mark is not None:
             mark_not_disrupted(mutated, a.disruption_mark)
     for stamp in plan.templates:
@@ -278,9 +292,23 @@ def stamped(a: Admission) -> Outcome:
     return outcome
 
 
+def stamp_made_by(pod: Obj, a: Admission) -> None:
+    """A workload's member pod, at its creation: who made it, from the review's user, over whatever the
+    pod itself said (a copy of a member carries its annotations)."""
+    made_by = forgery.made_by(a.user, a.namespace or str((pod.get("metadata") or {}).get("namespace") or ""))
+    if a.operation != "CREATE" or made_by is None or controller_of(pod) is None:
+        return
+    meta = pod.setdefault("metadata", {})
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = meta["annotations"] = {}
+    annotations[contract.MADE_BY_ANNOTATION] = made_by
+
+
 # The admission rules, in order: the first that returns an outcome decides.
 ADMISSION_RULES: tuple[Callable[[Admission], Outcome | None], ...] = (
     membership_moved,
+    made_by_rewritten,
     state_forged,
     impostor_member,
     made_for_another,

@@ -100,6 +100,27 @@ def forged_on_update(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str
     return found[:MAX_REPORTED]
 
 
+def made_by(user: str | None, namespace: str | None) -> str | None:
+    """What a pod's creator is, from the review's user: a controller (a system identity, or a service
+    account of another namespace, as kube-controller-manager's and operators' are) or a tenant (a user, or
+    an account of the pod's own namespace: what a principal that may create pods there has). None when
+    the user is not known (offline)."""
+    if not user:
+        return None
+    if user.startswith("system:serviceaccount:"):
+        parts = user.split(":")  # system:serviceaccount:NAMESPACE:NAME; anything else is no controller's
+        foreign = len(parts) == 4 and all(parts[2:]) and parts[2] != namespace
+        return contract.MADE_BY_CONTROLLER if foreign else contract.MADE_BY_TENANT
+    return contract.MADE_BY_CONTROLLER if user.startswith("system:") else contract.MADE_BY_TENANT
+
+
+def made_by_changed(pod: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether an update adds, changes or removes who made the pod (only the webhook writes it, once)."""
+    now = ((pod.get("metadata") or {}).get("annotations") or {}).get(contract.MADE_BY_ANNOTATION)
+    before = ((old.get("metadata") or {}).get("annotations") or {}).get(contract.MADE_BY_ANNOTATION)
+    return bool(now != before)
+
+
 def membership_changed(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
     """Field paths where a pod update adds or changes its gang membership."""
     meta, before = pod.get("metadata") or {}, old.get("metadata") or {}

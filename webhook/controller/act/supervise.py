@@ -20,6 +20,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import replace
 
+from webhook import contract
 from webhook.controller.act.gangobject import GangObjects
 from webhook.controller.act.report import Reporter
 from webhook.controller.act.requeue import Requeuer
@@ -66,6 +67,21 @@ def started_partly(
     return requeued_whole(f"{said} for {elapsed:.0f}s (timeout {spec.timeout_seconds}s)", live, spec)
 
 
+def made_by_controllers(gang: GangView) -> GangView:
+    """The gang's pods its workload's controllers made: a pod the webhook saw made by a tenant (a copy
+    of a member, its ownerReference kept and `spec.nodeName` written by the copier) is no evidence that
+    the gang started or lost anyone, so a workload is never requeued on its word. Pods from before the
+    webhook wrote who made them carry no mark and count as before."""
+    kept = [
+        i
+        for i, pod in enumerate(gang.pods)
+        if pod.annotations.get(contract.MADE_BY_ANNOTATION) != contract.MADE_BY_TENANT
+    ]
+    if len(kept) == len(gang.pods):
+        return gang
+    return GangView(gang.namespace, gang.name, [gang.pods[i] for i in kept], [gang.raw[i] for i in kept])
+
+
 class Supervisor:
     def __init__(
         self,
@@ -93,6 +109,7 @@ class Supervisor:
             self.reporter.report_other(gang, resolved, backend, now, autoscaled, placeholders)
             return None
         books = self.gang_objects.books(gang.namespace, gang.name)
+        gang = made_by_controllers(gang)
         running = sum(1 for p in gang.pods if not p.terminal and p.node_name)
         state = GangState.RUNNING if running >= spec.min_member else GangState.WAITING_FOR_CAPACITY
         verdict = recover(Decision(state, ""), gang.pods, spec, books.history, now)

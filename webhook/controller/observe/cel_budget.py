@@ -147,7 +147,7 @@ class TenantBudget:
         """Why the expression is taken as over budget: its mean cost per evaluation, or that it was found
         over budget before (by this process or, on the Lease, an earlier leader); None when it is not."""
         if digest(expression) in self._over:
-            return "was found over its budget before: not evaluated again while its text is the same"
+            return "ran over its budget before (in this controller or the leader before it): not evaluated again"
         cost = self._costs.get(expression)
         if cost is None or cost.evaluations < DEAR_AFTER:
             return None
