@@ -11,8 +11,11 @@ leader Lease. Here the controller waits on a pipe (the GIL free for its other th
 (or WALL_LIMIT_SECONDS of wall time). That expression is then over budget: an error for the gangs that
 use it (the devices check names it), never evaluated again while its text is the same.
 
-The bound a pass can be held by one tenant's expression is CPU_BUDGET_SECONDS, once per distinct
-expression, plus a worker's start (about a second); cel-python takes 0.3-2 ms for a usual selector.
+A stopped worker's place is taken by a spare started beside the pass that stopped one (no evaluation
+waits 1-2 s for a worker's imports), and the stop is charged to the expression's namespace as its
+budget and KILL_CHARGE_SECONDS more: with its share of a pass (cel_budget.py), a namespace stops at
+most one worker a pass, however many distinct expressions over budget it has. cel-python takes 0.3-2
+ms for a usual selector, cel-cpp (device_cel_fast.py) about 20 us for a plain one.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ START_LIMIT_SECONDS = 60.0  # for a new worker's first answer (its imports) on a
 POLL_SECONDS = 0.02
 MAX_OVER_BUDGET = 4096  # expressions remembered as over budget, least recent out
 RETRY_AFTER_SECONDS = 5.0  # a worker that could not start is tried again after this
+# what stopping a worker costs beyond its budget, charged to the expression's namespace (cel_budget.py):
+# the spare's start (about a second of CPU, beside the pass); so a namespace stops at most one a pass
+KILL_CHARGE_SECONDS = 0.5
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 Pair = tuple[str, device_cel.DeviceFacts]
@@ -64,6 +70,7 @@ class CelSandbox:
         self._lock = threading.Lock()
         self._worker: subprocess.Popen[bytes] | None = None
         self._progress: mmap.mmap | None = None
+        self._spare: tuple[subprocess.Popen[bytes], mmap.mmap] | None = None  # `_start_spare`
         self._batch = 0
         self._down_until = 0.0
 
@@ -85,6 +92,9 @@ class CelSandbox:
     def close(self) -> None:
         with self._lock:
             self._stop()
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                _end(*spare)
 
     def _known(self, pair: Pair, outcomes: list[device_cel.Outcome | None], at: int) -> bool:
         over = self.over_budget.get(pair[0])
@@ -125,9 +135,8 @@ class CelSandbox:
             f"CEL {expression[:200]!r} {why}: not evaluated again until it changes", over_budget=True
         )
         log.warning("a device selector %s and is not evaluated again: %.200r", why, expression)
-        # the next worker starts now (its imports take 1-2 s on a loaded node), beside the rest of the pass,
-        # not when the next payer asks and waits for it
-        self._ensure()
+        self._ensure()  # the spare, when there is one: its imports done beside the last pass
+        self._start_spare()
         return places
 
     def _await(self, worker: subprocess.Popen[bytes], fd: int) -> list[Any] | tuple[int, str] | None:
@@ -168,7 +177,8 @@ class CelSandbox:
                 continue
             used = _cpu_seconds(worker.pid) - cpu_since
             if used >= self.cpu_budget or now - since >= self.wall_limit:
-                self.cpu_spent += max(used, self.cpu_budget)  # charged whole, however little CPU it was given
+                # charged whole however little CPU it was given, and again for the worker that takes its place
+                self.cpu_spent += max(used, self.cpu_budget) + KILL_CHARGE_SECONDS
                 self._stop()
                 return index, f"ran over its budget ({self.cpu_budget:g} s of CPU on one device)"
 
@@ -176,13 +186,27 @@ class CelSandbox:
         if self._worker is not None and self._worker.poll() is None:
             return self._worker
         self._stop()
-        # the progress the worker writes, in memory shared by fd (no file system needed: the image's is
-        # read-only)
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].poll() is None:  # started beside the last pass: its imports done
+            self._worker, self._progress = spare
+            return self._worker
+        if spare is not None:
+            _end(*spare)
+        started = self._spawn()
+        if started is None:
+            return None
+        self._worker, self._progress = started
+        return self._worker
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], mmap.mmap] | None:
+        """A worker started, with the progress memory it shares (by fd: the image's file system is
+        read only); None when it could not be."""
         fd = os.memfd_create("gangkeeper-cel-progress")
+        progress: mmap.mmap | None = None
         try:
             os.write(fd, PROGRESS.pack(-1, -1))
-            self._progress = mmap.mmap(fd, PROGRESS.size)
-            self._worker = subprocess.Popen(
+            progress = mmap.mmap(fd, PROGRESS.size)
+            worker = subprocess.Popen(
                 [_interpreter(), "-m", "webhook.controller.observe.cel_worker", str(fd)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -193,24 +217,37 @@ class CelSandbox:
             )
         except OSError as error:
             log.warning("cannot start the CEL worker: %s", error)
-            self._stop()
+            if progress is not None:
+                progress.close()
             return None
         finally:
             os.close(fd)
-        weakref.finalize(self, self._worker.kill)  # a controller dropped (tests, a restart) takes it along
-        return self._worker
+        weakref.finalize(self, worker.kill)  # a controller dropped (tests, a restart) takes it along
+        return worker, progress
+
+    def _start_spare(self) -> None:
+        """A worker started now, beside the pass, to take the place of one stopped for an expression over
+        budget: the next evaluation, another team's perhaps, does not wait 1-2 s for a worker's imports.
+        Only once a worker was stopped: a controller whose tenants never run over budget runs one."""
+        if self._spare is None or self._spare[0].poll() is not None:
+            if self._spare is not None:
+                _end(*self._spare)
+            self._spare = self._spawn()
 
     def _stop(self) -> None:
         worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.kill()
-            worker.wait()
-            for stream in (worker.stdin, worker.stdout, worker.stderr):
-                if stream is not None:
-                    stream.close()
-        if self._progress is not None:
-            self._progress.close()
-            self._progress = None
+        progress, self._progress = self._progress, None
+        if worker is not None and progress is not None:
+            _end(worker, progress)
+
+
+def _end(worker: subprocess.Popen[bytes], progress: mmap.mmap) -> None:
+    worker.kill()
+    worker.wait()
+    for stream in (worker.stdin, worker.stdout, worker.stderr):
+        if stream is not None:
+            stream.close()
+    progress.close()
 
 
 def _last_words(worker: subprocess.Popen[bytes]) -> str:
