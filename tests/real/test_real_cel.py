@@ -231,7 +231,7 @@ def test_generated_cases_evaluate_as_kube_scheduler_evaluates_them() -> None:
 PLAIN = [
     f'device.driver == "{DRIVER}"',
     'device.attributes["gpu.example.com"].model == "a100" && device.attributes["gpu.example.com"].index >= 3',
-    'device.attributes["gpu.example.com"].endpoint.matches("^https://10\\\\.0\\\\.0\\\\.[0-9]+:8443/")',
+    'device.attributes["gpu.example.com"].endpoint.matches("^https://10[.]0[.]0[.][0-9]+:8443/")',
     'device.attributes["gpu.example.com"].model.startsWith("a1") && !device.attributes["gpu.example.com"].nvlink',
     'device.attributes["other.example.com"].zone == "rack-1"',
     'has(device.attributes["x.example.com"].zone) || size(device.attributes["gpu.example.com"].model) == 4',
