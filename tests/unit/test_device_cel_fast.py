@@ -81,3 +81,18 @@ def test_matches_is_linear_in_its_input() -> None:
     started = time.process_time()
     assert device_cel.evaluate(f'device.attributes["{DRIVER}"].uuid.matches("^(a+)+$")', facts) is False
     assert time.process_time() - started < 0.5
+
+
+def test_a_protobuf_too_old_for_cel_cpp_sends_every_selector_to_cel_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian 12's python3-protobuf (4.21) has no message_factory.GetMessageClass, and cel-cpp's wrapper
+    aborts the process that reads one through it (the real tier's controller did, run on the host's
+    Python as another user): such a protobuf turns the fast path off; the locked one keeps it on."""
+    import types
+
+    from google.protobuf import message_factory
+
+    assert hasattr(message_factory, "GetMessageClass") and device_cel_fast._protobuf_usable()
+    old = types.ModuleType("google.protobuf.message_factory")
+    monkeypatch.setitem(__import__("sys").modules, "google.protobuf.message_factory", old)
+    monkeypatch.setattr(__import__("google.protobuf").protobuf, "message_factory", old, raising=False)
+    assert not device_cel_fast._protobuf_usable()

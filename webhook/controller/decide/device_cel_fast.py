@@ -22,6 +22,7 @@ extensions, URLs, IPs, formats) held to kube-scheduler's by the Go oracle (tests
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 from collections.abc import Mapping
@@ -33,8 +34,21 @@ try:  # the image has it (requirements.lock); without it every selector goes to 
 except ImportError:  # pragma: no cover - a platform without its wheel
     cel = None
 
+
+def _protobuf_usable() -> bool:
+    """cel-cpp's wrapper reads message classes through google.protobuf when it can import it, and aborts
+    the process when that protobuf has no `message_factory.GetMessageClass` (before 4.22; Debian 12's
+    python3-protobuf is 4.21): then every selector goes to cel-python. No protobuf at all is fine."""
+    if importlib.util.find_spec("google") is None or importlib.util.find_spec("google.protobuf") is None:
+        return True
+    from google.protobuf import message_factory
+
+    return hasattr(message_factory, "GetMessageClass")
+
+
 MAX_FAST = 4096  # expressions kept compiled (tenant input: bounded)
-ENABLED = cel is not None  # bench/devices.py --cel python turns it off, to measure cel-python beside it
+# bench/devices.py --cel python turns it off, to measure cel-python beside it
+ENABLED = cel is not None and _protobuf_usable()
 GLOBAL_FUNCTIONS = frozenset({"has", "size", "int"})
 MEMBER_FUNCTIONS = frozenset({"matches", "startsWith", "endsWith", "contains", "size"})
 MACROS = frozenset({"exists", "all", "exists_one", "map", "filter"})
