@@ -61,12 +61,18 @@ class SelectorError(Exception):
     selectorsMatch, "CEL runtime error"), or a selector this evaluator cannot read (`unreadable`)."""
 
     def __init__(
-        self, message: str, unreadable: bool = False, over_budget: bool = False, transient: bool = False
+        self,
+        message: str,
+        unreadable: bool = False,
+        over_budget: bool = False,
+        transient: bool = False,
+        ended: bool = False,
     ) -> None:
         super().__init__(message)
         self.unreadable = unreadable
         self.over_budget = over_budget  # it ran over its CPU budget (observe/cel_sandbox.py)
         self.transient = transient  # no evaluator could answer now: asked again, never remembered
+        self.ended = ended  # its worker ended on it (over budget in this process only: cel_budget.py)
 
 
 @functools.total_ordering

@@ -178,7 +178,7 @@ class Memo:
                 matched[key] = remembered[key] = said
                 if isinstance(said, device_cel.SelectorError) and said.over_budget:
                     self.failed[key[1]] = str(said)[-300:]
-                    if self.ledger is not None:
+                    if self.ledger is not None and not said.ended:
                         self.ledger.over_budget(key[1])
         return remembered
 

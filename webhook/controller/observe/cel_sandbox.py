@@ -53,6 +53,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 Pair = tuple[str, device_cel.DeviceFacts]
 NOT_STARTED = "cannot evaluate CEL now: its worker did not start"
+ENDED = "ended its worker"
 
 
 class CelSandbox:
@@ -132,7 +133,11 @@ class CelSandbox:
         expression = batch[index][0]
         self.stopped += 1
         self.over_budget[expression] = device_cel.SelectorError(
-            f"CEL {expression[:200]!r} {why}: not evaluated again until it changes", over_budget=True
+            f"CEL {expression[:200]!r} {why}: not evaluated again until it changes",
+            over_budget=True,
+            # a worker that ended (a crash, its memory) may be this process's fault, not the expression's:
+            # kept by this process only, never handed to the next leader (cel_budget.py)
+            ended=why == ENDED,
         )
         log.warning("a device selector %s and is not evaluated again: %.200r", why, expression)
         self._ensure()  # the spare, when there is one: its imports done beside the last pass
@@ -165,7 +170,7 @@ class CelSandbox:
                 code = worker.wait()
                 log.warning("the CEL worker ended (exit %s): %s", code, _last_words(worker))
                 self._stop()
-                return (index, "ended its worker") if batch_now == self._batch and index >= 0 else None
+                return (index, ENDED) if batch_now == self._batch and index >= 0 else None
             if batch_now != self._batch:  # still starting (its imports)
                 if now - since > START_LIMIT_SECONDS:
                     log.warning("the CEL worker did not start in %s s", START_LIMIT_SECONDS)
