@@ -177,7 +177,8 @@ class Memo:
                     continue
                 matched[key] = remembered[key] = said
                 if isinstance(said, device_cel.SelectorError) and said.over_budget:
-                    self.failed[key[1]] = str(said)[-300:]
+                    if key[1] not in self.failed:  # the first reason found stays what the Gang says
+                        self.failed[key[1]] = str(said)[-300:]
                     if self.ledger is not None and not said.ended:
                         self.ledger.over_budget(key[1])
         return remembered
