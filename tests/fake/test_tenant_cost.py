@@ -699,3 +699,20 @@ def test_a_selector_found_over_budget_is_not_paid_for_again_by_the_next_leader(a
         assert ledger_b.dear(SLOW) is not None
     finally:
         sandbox.close()
+
+
+def test_a_selector_that_builds_a_huge_value_fails_within_the_workers_share_of_memory() -> None:
+    """A list of 50 million ints is past the worker's address space (cel_worker.MEMORY_LIMIT, 192 MiB:
+    two workers and the controller fit the chart's 768Mi): that selector errs, the worker answers on."""
+    from webhook.controller.observe import cel_worker
+
+    sandbox = CelSandbox()
+    try:
+        huge, fine = sandbox([("lists.range(50000000).size() > 0", FACTS), (FAST, FACTS)])
+        assert isinstance(huge, device_cel.SelectorError) and fine is True
+        assert sandbox.stopped == 0
+        assert sandbox._worker is not None
+        with open(f"/proc/{sandbox._worker.pid}/limits") as limits:
+            assert str(cel_worker.MEMORY_LIMIT) in next(line for line in limits if "address space" in line)
+    finally:
+        sandbox.close()

@@ -96,6 +96,7 @@ class Memo:
         if not wanted:
             return
         missing: dict[MatchKey, Device] = {}
+        now_primed: list[tuple[int, tuple[Pool, frozenset[str]]]] = []
         for pool in pools:
             done = primed.get(id(pool))
             if done is not None and done[0] is pool and wanted <= done[1]:
@@ -107,11 +108,15 @@ class Memo:
                     key = (device.content, expression)
                     if key not in matched and key not in missing:
                         missing[key] = device
-            primed[id(pool)] = (pool, wanted | done[1] if done is not None and done[0] is pool else wanted)
-        while len(primed) > MAX_REMEMBERED_SLICES:
-            del primed[next(iter(primed))]
+            now_primed.append((id(pool), (pool, wanted | done[1] if done is not None and done[0] is pool else wanted)))
+        unanswered = self.unanswered
         if missing:
             self.evaluate(missing, payers)
+        if self.unanswered != unanswered:  # some pairs deferred (a share spent): primed at a later pass, whole
+            return
+        primed.update(now_primed)
+        while len(primed) > MAX_REMEMBERED_SLICES:
+            del primed[next(iter(primed))]
 
     def evaluate(
         self, missing: Mapping[MatchKey, Device], payers: Payers | None = None

@@ -54,6 +54,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 Pair = tuple[str, device_cel.DeviceFacts]
 NOT_STARTED = "cannot evaluate CEL now: its worker did not start"
 ENDED = "ended its worker"
+MAX_BATCH_PAIRS = 1024  # pairs sent to the worker at once: a line of at most a few MiB
 
 
 class CelSandbox:
@@ -87,7 +88,8 @@ class CelSandbox:
                     for i in todo:
                         outcomes[i] = device_cel.SelectorError(NOT_STARTED, transient=True)
                     break
-                todo = self._run([pairs[i] for i in todo], todo, outcomes)
+                now, todo = todo[:MAX_BATCH_PAIRS], todo[MAX_BATCH_PAIRS:]
+                todo = self._run([pairs[i] for i in now], now, outcomes) + todo
             return [o if o is not None else False for o in outcomes]
 
     def close(self) -> None:
@@ -113,7 +115,10 @@ class CelSandbox:
         self._batch += 1
         assert worker.stdin is not None and worker.stdout is not None
         try:
-            worker.stdin.write(json.dumps([self._batch, batch]).encode() + b"\n")
+            # each expression's text once (up to 10 KiB), each pair an index into that table
+            table: dict[str, int] = {}
+            sent = [[table.setdefault(expression, len(table)), facts] for expression, facts in batch]
+            worker.stdin.write(json.dumps([self._batch, list(table), sent]).encode() + b"\n")
             worker.stdin.flush()
         except OSError:
             self._stop()

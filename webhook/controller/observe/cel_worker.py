@@ -1,7 +1,8 @@
 """The process that evaluates tenants' CEL device selectors for the controller (cel_sandbox.py).
 
-It reads batches as JSON lines on stdin, `[batch, [[expression, [driver, attributes, capacity]], ...]]`,
-and answers each with one JSON line, `[outcomes, cpu seconds the batch used]`, the outcomes in order:
+It reads batches as JSON lines on stdin, `[batch, [expression, ...], [[at, [driver, attributes,
+capacity]], ...]]` (each pair's expression by its place in the table, its text sent once), and answers
+each with one JSON line, `[outcomes, cpu seconds the batch used]`, the outcomes in order:
 `true`, `false`, or `{"error": message, "unreadable": bool, "value": bool}`. Before each evaluation it
 writes `(batch, index)` into the progress memory it shares with the controller (a memfd), so the
 controller knows which pair is running when it stops it. Its memory is capped (RLIMIT_AS): an
@@ -24,7 +25,9 @@ import time
 from typing import Any
 
 PROGRESS = struct.Struct("<qq")  # (batch, index of the pair being evaluated)
-MEMORY_LIMIT = 1 << 30  # bytes of address space
+# bytes of address space: a worker takes about 90 MiB of it started (its imports, cel-cpp's too), and two
+# may run at once (one and its spare, cel_sandbox.py) beside the controller, all within the chart's 768Mi
+MEMORY_LIMIT = 192 << 20
 
 
 def encode(outcome: object) -> Any:
@@ -41,9 +44,10 @@ def main(argv: list[str]) -> int:
     progress = mmap.mmap(int(argv[1]), PROGRESS.size)
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
-        batch, pairs = json.loads(line)
+        batch, table, pairs = json.loads(line)
         outcomes, started = [], time.process_time()
-        for index, (expression, facts) in enumerate(pairs):
+        for index, (at, facts) in enumerate(pairs):
+            expression = table[at]
             PROGRESS.pack_into(progress, 0, batch, index)
             try:
                 shared = len(facts) > 3 and facts[3] is True
