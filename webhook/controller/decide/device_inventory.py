@@ -117,7 +117,7 @@ class Inventory:
         if found is not None:
             return found
         device_class, unanswered = self.classes[sub.device_class], self.memo.unanswered
-        self.memo.prime((pool,), (*device_class.selectors, *sub.selectors), self.payers)
+        self.memo.prime_within((pool,), device_class.selectors, sub.selectors, self.payers)
         found = tuple(
             device
             for device in pool.devices
@@ -344,9 +344,9 @@ class Inventory:
 
     def _class_totals(self, node: Node, counted_by_pods: Collection[str]) -> dict[str, int]:
         totals: dict[str, int] = {}
-        expressions = [s for c in self.classes.values() for s in c.selectors]
-        expressions += [s for sets in self.narrowed.values() for selectors in sets for s in selectors]
-        self.memo.prime(self.pools_for(node), expressions, self.payers)
+        for device_class in self.classes.values():  # a request's selectors only where its class selects
+            sets = [s for selectors in self.narrowed.get(device_class.name, ()) for s in selectors]
+            self.memo.prime_within(self.pools_for(node), device_class.selectors, sets, self.payers)
         for device_class in self.classes.values():
             free = [
                 device

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from webhook.controller.decide import device_cel, device_reads
@@ -87,6 +87,26 @@ class Memo:
         finally:
             ledger.charge(payer, "", ledger.cpu() - started, 0)
             self.postponed.pop(claim_key)
+
+    def prime_within(
+        self, pools: Sequence[Pool], class_selectors: Sequence[str], selectors: Sequence[str], payers: Payers
+    ) -> None:
+        """A class's selectors on the pools' devices, then a request's `selectors` only on the devices the
+        class selects, as kube-scheduler's allocator asks them in that order (allocator_stable.go
+        isSelectable: the class's first): a tenant's selectors never cost devices of other classes."""
+        self.prime(pools, class_selectors, payers)
+        if not selectors:
+            return
+        matched = self.matched
+        chosen = [
+            device
+            for pool in pools
+            for device in pool.devices
+            if not device.unmodelled and all(matched.get((device.content, s)) is True for s in class_selectors)
+        ]
+        missing = {(d.content, s): d for d in chosen for s in selectors if (d.content, s) not in matched}
+        if missing:
+            self.evaluate(missing, payers)
 
     def prime(self, pools: Iterable[Pool], expressions: Iterable[str], payers: Payers | None = None) -> None:
         """Every (device content, expression) of these pools not remembered yet, evaluated in one batch. A
