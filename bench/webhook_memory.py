@@ -11,7 +11,7 @@ kernel charges the pod's cgroup for, within a few MiB; and the largest worker's 
 peak, and after both stop, next to the pod's limit (768Mi, charts/gangkeeper/values.yaml). Raises the
 open-files limit for the client; run as root for the full figure.
 
-    python bench/webhook_memory.py [--workers 4] [--silent 4096] [--chunked 64] [--seconds 30]
+    python bench/webhook_memory.py [--workers 4] [--silent 4096] [--chunked 64] [--headers 0] [--seconds 30]
 """
 
 from __future__ import annotations
@@ -88,6 +88,23 @@ async def chunked_client(host: str, port: int, context: ssl.SSLContext, stop: fl
             counts["reset"] = counts.get("reset", 0) + 1
 
 
+async def headers_client(host: str, port: int, context: ssl.SSLContext, stop: float, counts: dict[str, int]) -> None:
+    """60,000 one-byte headers (under the 64 KiB of header text), then nothing: each once held 4.5 MiB of
+    a worker's memory until its 408 (issue 97); now refused at its 101st header."""
+    head = b"POST /mutate HTTP/1.1\r\nHost: x\r\n" + b"".join(b"%x: a\r\n" % i for i in range(60_000))
+    while time.monotonic() < stop:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, ssl=context)
+            writer.write(head)
+            await writer.drain()
+            status = await asyncio.wait_for(reader.readline(), 10)
+            answer = status.split(b" ")[1].decode() if status else "closed"
+            counts[answer] = counts.get(answer, 0) + 1
+            writer.close()
+        except (TimeoutError, OSError, ssl.SSLError, IndexError):
+            counts["reset"] = counts.get("reset", 0) + 1
+
+
 async def silent_connection(
     host: str, port: int, context: ssl.SSLContext, hold: float, held: list[int], opening: asyncio.Semaphore
 ) -> None:
@@ -135,6 +152,9 @@ async def attack(url: str, ca: str, pid: int, args: argparse.Namespace) -> dict[
         for _ in range(args.silent * args.workers)
     ]
     chunked = [asyncio.create_task(chunked_client(host, int(port), context, stop, counts)) for _ in range(args.chunked)]
+    chunked += [
+        asyncio.create_task(headers_client(host, int(port), context, stop, counts)) for _ in range(args.headers)
+    ]
     peak: dict[str, float] = {"pss_mib": 0.0, "largest_rss_mib": 0.0}
     held_most = open_most = 0
     while time.monotonic() < stop:
@@ -163,6 +183,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="the chart's webhook.workers")
     parser.add_argument("--silent", type=int, default=4096, help="silent connections per worker")
     parser.add_argument("--chunked", type=int, default=64, help="clients sending oversized chunked bodies")
+    parser.add_argument("--headers", type=int, default=0, help="clients sending 60,000 one-byte headers each")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--json", default=None)
     parser.add_argument("serve_args", nargs="*", help="extra `gangkeeper serve` flags (after --)")
