@@ -38,7 +38,21 @@ def namespace(store: Store, name: str, **labels: str) -> None:
 
 
 def bare_pod(store: Store, ns: str, name: str) -> dict[str, Any]:
+    """A pod of Job train as its Job controller makes it: owned by that Job, which exists (a pod claiming a
+    workload that does not exist is refused as one claiming another's uid is)."""
+    try:
+        job = store.get("batch/v1", "jobs", ns, "train")
+    except Reject:
+        made = b.job("train", parallelism=2)
+        made["metadata"]["namespace"] = ns
+        try:
+            job = store.create("batch/v1", "jobs", ns, made)
+        except Reject as error:  # made meanwhile by another thread's pod
+            if error.code != 409:
+                raise
+            job = store.get("batch/v1", "jobs", ns, "train")
     pod = b.pod(name or "worker", labels={JOB_LABEL: "train"}, namespace=ns, owner=("batch/v1", "Job", "train"))
+    pod["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
     if not name:
         del pod["metadata"]["name"]
         pod["metadata"]["generateName"] = "worker-"
