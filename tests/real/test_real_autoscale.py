@@ -232,7 +232,9 @@ def test_gangs_competing_for_the_room_a_limit_allows_start_whole_one_at_a_time(
         f"\ncompeting gangs, a limit for one: the second bound {(second_bound - first_done).total_seconds():.1f} s "
         f"after the first finished; {time.monotonic() - started:.0f} s for both"
     )
-    assert second_bound >= first_done, (str(second_bound), str(first_done))
+    # both are whole seconds from different writers (the scheduler's condition, KWOK's container end): the
+    # same second either way (CI once: bound 16:26:25, finished 16:26:26)
+    assert second_bound >= first_done - dt.timedelta(seconds=1), (str(second_bound), str(first_done))
     wait_until(lambda: not placeholders(stack, namespace), "no placeholder left", 60)
 
 
