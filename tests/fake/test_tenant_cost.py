@@ -3,6 +3,7 @@ counted only for what waits, caches bounded and evicted per entry."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -362,31 +363,41 @@ def test_a_node_counted_while_cel_could_not_answer_is_counted_again() -> None:
     assert index.nodes["n0"].allocatable[devices.class_resource("gpu")] == 4
 
 
-def test_a_gang_that_held_placeholders_long_gives_them_back_to_another_teams(apiserver: Any, api: Any) -> None:
-    """The first team to fill maxPlaceholderPods does not keep it: once its gang has held placeholders
-    for HOLD_SECONDS while another namespace's gang got none for the caps, it gives them back, and the
-    other team's gang gets its own."""
-    from tests.cluster import Clock, add_job, add_job_pods
-    from tests.cluster import node as api_node
-    from tests.fake.test_placeholders import karpenter
+def placeholders_held(apiserver: Any, namespace: str) -> int:
+    every = apiserver.store.list("v1", "pods", namespace)[0]
+    return sum(1 for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {}))
+
+
+def placeholder_controller(api: Any, cap: int) -> tuple[Any, list[float]]:
+    """A controller with the placeholder caps (`cap` in all, 3 a namespace) and its placeholders' clock."""
+    from tests.cluster import Clock
     from tests.recorder import ListRecorder
-    from webhook.controller.act import placeholders as module
     from webhook.controller.run.reconciler import Controller
 
-    def held(namespace: str) -> int:
-        every = apiserver.store.list("v1", "pods", namespace)[0]
-        return sum(1 for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {}))
-
-    store = apiserver.store
-    karpenter(store)
-    store.create("v1", "nodes", "", api_node("small", cpu="1"))
-    add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2"))
     controller = Controller(
-        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=3, max_placeholder_pods_per_namespace=3
+        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=cap, max_placeholder_pods_per_namespace=3
     )
     now = [1000.0]
     assert controller.cycle.placeholders is not None
     controller.cycle.placeholders.monotonic = lambda: now[0]
+    return controller, now
+
+
+def test_a_gang_that_held_placeholders_long_gives_them_back_to_another_teams(apiserver: Any, api: Any) -> None:
+    """The first team to fill maxPlaceholderPods does not keep it: once its gang has held placeholders
+    for HOLD_SECONDS while another namespace's gang got none for the caps, it gives them back, and the
+    other team's gang gets its own."""
+    from tests.cluster import add_job, add_job_pods
+    from tests.cluster import node as api_node
+    from tests.fake.test_placeholders import karpenter
+    from webhook.controller.act import placeholders as module
+
+    held = functools.partial(placeholders_held, apiserver)
+    store = apiserver.store
+    karpenter(store)
+    store.create("v1", "nodes", "", api_node("small", cpu="1"))
+    add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2"))
+    controller, now = placeholder_controller(api, 3)
     for _ in range(2):
         controller.reconcile_once()
     assert held("team-a") == 3
@@ -555,28 +566,18 @@ def test_a_namespace_refused_for_its_own_share_takes_no_other_teams_placeholders
     """Team x holds its namespace's share (3 of a cluster cap of 8) and asks for more with a second gang:
     refused for its own share, which another team's giving back would not help. Team b, holding its own
     for HOLD_SECONDS meanwhile, keeps them."""
-    from tests.cluster import Clock, add_job, add_job_pods
+    from tests.cluster import add_job, add_job_pods
     from tests.cluster import node as api_node
     from tests.fake.test_placeholders import karpenter
-    from tests.recorder import ListRecorder
     from webhook.controller.act import placeholders as module
-    from webhook.controller.run.reconciler import Controller
 
-    def held(namespace: str) -> int:
-        every = apiserver.store.list("v1", "pods", namespace)[0]
-        return sum(1 for p in every if "gangkeeper.io/placeholder-for" in p["metadata"].get("labels", {}))
-
+    held = functools.partial(placeholders_held, apiserver)
     store = apiserver.store
     karpenter(store)
     store.create("v1", "nodes", "", api_node("small", cpu="1"))
     add_job_pods(store, add_job(store, "held", parallelism=3, cpu="2", namespace="team-b"))
     add_job_pods(store, add_job(store, "first", parallelism=3, cpu="2", namespace="team-x"))
-    controller = Controller(
-        api, recorder=ListRecorder(), clock=Clock(), max_placeholder_pods=8, max_placeholder_pods_per_namespace=3
-    )
-    now = [1000.0]
-    assert controller.cycle.placeholders is not None
-    controller.cycle.placeholders.monotonic = lambda: now[0]
+    controller, now = placeholder_controller(api, 8)
     for _ in range(2):
         controller.reconcile_once()
     assert (held("team-b"), held("team-x")) == (3, 3)
