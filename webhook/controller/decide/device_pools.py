@@ -62,7 +62,7 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
     return pools
 
 
-def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str]) -> list[Pool]:
+def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str], read: frozenset[str] | None = None) -> list[Pool]:
     """gather_pools of a pool published in one slice (`key` its driver and pool name), without the
     grouping: the slice is its pool's newest generation, complete when the pool says it has one slice."""
     name = (obj.get("metadata") or {}).get("name")
@@ -72,7 +72,7 @@ def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str]) -> list[Pool]:
         problems.append(f"ResourceSlice {name}: unreadable pool")
         return []
     try:
-        parsed = pool_of_slice(obj, key[0], key[1], generation)
+        parsed = pool_of_slice(obj, key[0], key[1], generation, read)
     except (TypeError, ValueError, AttributeError) as error:
         problems.append(f"ResourceSlice {name}: {error}")
         return []
@@ -81,7 +81,7 @@ def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str]) -> list[Pool]:
     return [view if view.complete == complete else replace(view, complete=complete) for view in views]
 
 
-def _node_pool(obj: Obj, key: PoolKey) -> Pool | None:
+def _node_pool(obj: Obj, key: PoolKey, read: frozenset[str] | None) -> Pool | None:
     """A slice as `_one_slice_pools` reads it where it is simply a node's own (its spec's fields of the API's
     types, no per-device node selection); None for any other, which `_gather` reads."""
     spec = obj.get("spec")
@@ -98,7 +98,7 @@ def _node_pool(obj: Obj, key: PoolKey) -> Pool | None:
     if type(generation) is not int or type(count) is not int or type(node_name) is not str or not node_name:
         return None
     try:
-        shape = alike_devices(key[0], key[1], spec)
+        shape = alike_devices(key[0], key[1], spec, read)
     except (TypeError, ValueError, AttributeError):
         return None  # `_gather` names it
     return Pool.of_shape(key[0], key[1], generation, count, node_name, spec, shape)
@@ -151,6 +151,20 @@ class PoolBook:
     _start: dict[PoolKey, int] = field(default_factory=dict)  # where each pool's Pools are in `pools`
     _unreadable: set[PoolKey] = field(default_factory=set)  # the pools with a slice that could not be read
     _now: Gathered = field(default_factory=lambda: Gathered([], [], PoolIndex({}, [], {}, {})))
+    # the attributes some selector or constraint reads (device_reads.attributes_read), None for all: a
+    # node's own slice is parsed without the others, and slices alike but for them share one parsing
+    _read: frozenset[str] | None = None
+
+    def reading(self, read: frozenset[str] | None) -> bool:
+        """What selectors and constraints read now; every slice parsed again when that changed (a
+        selector reading an attribute no one read before). Whether it did."""
+        if read == self._read:
+            return False
+        self._read = read
+        if self._gathered:
+            self._gathered.clear()
+            self._load()
+        return True
 
     def apply(self, changes: Mapping[str, Obj | None]) -> None:
         """Slices now (by key), None for one deleted."""
@@ -183,7 +197,7 @@ class PoolBook:
             return []
         problems: list[str] = []
         if len(members) == 1:  # most pools: a node's own slice
-            gathered = _one_slice_pools(self._slices[next(iter(members))], key, problems)
+            gathered = _one_slice_pools(self._slices[next(iter(members))], key, problems, self._read)
         else:
             gathered = gather_pools([self._slices[k] for k in sorted(members)], problems)
         self._gathered[key] = (gathered, problems)
@@ -203,7 +217,7 @@ class PoolBook:
         for key in sorted(members_of):
             start[key] = len(pools)
             members = members_of[key]
-            own = _node_pool(slices[next(iter(members))], key) if len(members) == 1 else None
+            own = _node_pool(slices[next(iter(members))], key, self._read) if len(members) == 1 else None
             if own is not None and own.shape is not None and own.node_name is not None:
                 gathered[key] = ([own], [])
                 pools.append(own)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import functools
 import marshal
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.controller.decide import device_cel
+from webhook.controller.decide.device_types import cel_selectors
 
 # a read: ("attributes" | "capacity", domain, name, or None for the whole domain)
 Read = tuple[str, str, str | None]
@@ -100,3 +101,64 @@ def alike_key(expression: str, driver: str, attributes: Any, capacity: Any, shar
         return marshal.dumps(seen, 2)
     except ValueError:
         return None
+
+
+# what `attributes_read` tells apart before it says "everything": a tenant's selectors each naming another
+# attribute would otherwise keep every device's own attributes (its UUID) in what the slices are compared by
+MAX_ATTRIBUTES_READ = 64
+
+
+def attributes_read(classes: Iterable[Mapping[str, Any]], specs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The attributes, as "domain/name", that the DeviceClasses' selectors and the claim specs' request
+    selectors and constraints (`matchAttribute`, `distinctAttribute`) read of any device; None when one
+    reads more than can be told (`reads`), a whole domain, or more than MAX_ATTRIBUTES_READ of them. An
+    attribute no one reads is in no answer: slices that differ only in such (each device's UUID) count
+    alike (device_slices.projected)."""
+    found: set[str] = set()
+    expressions: list[str] = []
+    for device_class in classes:
+        expressions.extend(cel_selectors(_get(device_class, "spec", "selectors")))
+    for spec in specs:
+        devices = _get(spec, "devices")
+        for request in _list(_get(devices, "requests")):
+            for sub in [_get(request, "exactly"), *_list(_get(request, "firstAvailable"))]:
+                expressions.extend(cel_selectors(_get(sub, "selectors")))
+        for constraint in _list(_get(devices, "constraints")):
+            for field in ("matchAttribute", "distinctAttribute"):
+                if isinstance(name := _get(constraint, field), str) and name:
+                    found.add(name if "/" in name else f"/{name}")  # a bare name: no domain, read as the driver's
+    for expression in dict.fromkeys(expressions):
+        read = reads(expression)
+        if read is None:
+            return None
+        for kind, domain, name in read:
+            if kind != "attributes":
+                continue  # a device's capacity is compared whole
+            if name is None:
+                return None
+            found.add(f"{domain}/{name}")
+        if len(found) > MAX_ATTRIBUTES_READ:
+            return None
+    return frozenset(found) if len(found) <= MAX_ATTRIBUTES_READ else None
+
+
+@functools.lru_cache(maxsize=64)  # per driver and set read: a handful in a cluster
+def kept_names(driver: str, read: frozenset[str]) -> frozenset[str]:
+    """The attribute keys a slice of `driver` may write that `read` names: "domain/name", and the bare
+    name where the domain is the driver's (compile.go parseQualifiedName, device_cel.qualified)."""
+    kept = set(read)
+    for qualified_name in read:
+        domain, _, name = qualified_name.partition("/")
+        if domain in (driver, ""):
+            kept.update((name, f"{driver}/{name}"))
+    return frozenset(kept)
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for step in path:
+        obj = obj.get(step) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

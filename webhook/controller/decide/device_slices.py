@@ -10,21 +10,23 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.controller.decide import device_capacity, device_counters
+from webhook.controller.decide import device_capacity, device_counters, device_reads
 from webhook.controller.decide.device_parsed import ParsedOnce
 from webhook.controller.decide.device_types import Device, Pool, SliceDevices
 from webhook.gangs.model import Obj
 
 
-def pool_of_slice(obj: Obj, driver: str, name: str, generation: int) -> Pool:
+def pool_of_slice(obj: Obj, driver: str, name: str, generation: int, read: frozenset[str] | None = None) -> Pool:
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
     are what matters, each slice keeps its own node selection). A slice whose devices each say which
-    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`."""
+    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`. `read`:
+    the attributes any selector or constraint reads (device_reads.attributes_read), None for all."""
     spec = obj.get("spec") or {}
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
     if not spec.get("perDeviceNodeSelection"):
-        return Pool.of_shape(driver, name, generation, count, node_name, spec, alike_devices(driver, name, spec))
+        shape = alike_devices(driver, name, spec, read)
+        return Pool.of_shape(driver, name, generation, count, node_name, spec, shape)
     selector = spec.get("nodeSelector")
     node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
     devices: list[Device] = []
@@ -90,13 +92,17 @@ _alike_writing = threading.Lock()  # slices may be read on more than one thread 
 _alike_last: list[tuple[str, Any, Any, SliceDevices] | None] = [None]
 
 
-def alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevices:
+def alike_devices(driver: str, name: str, spec: Mapping[str, Any], read: frozenset[str] | None = None) -> SliceDevices:
     """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
     parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
     whole (0.7 us for 8 devices) only when their drivers, first devices and counts are alike: a driver that
     gives each device a UUID makes every slice unlike the others, and then this costs the first device's
-    bytes. The devices of the first such slice keep its pool's name."""
+    bytes. The devices of the first such slice keep its pool's name. With `read` (the attributes some
+    selector or constraint reads), the slices are compared, and their devices made, without the
+    attributes none reads (`projected`): a driver's UUIDs then make no slice unlike another."""
     raw, counters = spec.get("devices") or [], spec.get("sharedCounters")
+    if read is not None and type(raw) is list:
+        raw = projected(driver, raw, read)
     last = _alike_last[0]
     # the slice before's, first: a cold start reads 5,000 slices of one model in a row (no key made)
     if last is not None and last[0] == driver and last[1] == raw and last[2] == counters:
@@ -129,6 +135,43 @@ def alike_devices(driver: str, name: str, spec: Mapping[str, Any]) -> SliceDevic
                 _alike_kept[0] -= len(_alike.popitem(last=False)[1])
             _alike[key] = bucket
     return known
+
+
+def projected(driver: str, raw: list[Any], read: frozenset[str]) -> list[Any]:
+    """The slice's devices without the attributes `read` does not name (a copy of each device that had
+    one; the informer's objects are never changed). Only attributes that convert whatever their value
+    are left out (a string, a bool, an int of 64 bits): one that does not makes every selector on its
+    device fail (compile.go DeviceMatches converts all), and stays."""
+    kept = device_reads.kept_names(driver, read)
+    found = raw
+    for at, device in enumerate(raw):
+        attributes = device.get("attributes") if type(device) is dict else None
+        if type(attributes) is not dict:
+            continue
+        unread = attributes.keys() - kept
+        if not unread:
+            continue
+        dropped = [k for k in unread if _convertible(attributes[k])]
+        if dropped:
+            left = dict(attributes)
+            for name in dropped:
+                del left[name]
+            if found is raw:
+                found = list(raw)
+            found[at] = {**device, "attributes": left}
+    return found
+
+
+def _convertible(value: Any) -> bool:
+    if type(value) is not dict or len(value) != 1:
+        return False
+    string = value.get("string")
+    if type(string) is str:
+        return True
+    number = value.get("int")
+    if type(number) is int:
+        return -(2**63) <= number < 2**63
+    return type(value.get("bool")) is bool
 
 
 _CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map

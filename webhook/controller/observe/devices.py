@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from webhook.controller import metrics
-from webhook.controller.decide import device_cel, devices
+from webhook.controller.decide import device_cel, device_reads, devices
 from webhook.controller.decide.device_types import ClaimDemand
 from webhook.controller.decide.devices import Allocator, Inventory
 from webhook.controller.decide.shapes import term_matches
@@ -52,6 +52,11 @@ class DeviceWatch:
         self._pools_of: Informer | None = None  # the slices' informer the book follows
         self._templates: tuple[str, dict[tuple[str, str], Obj]] | None = None
         self._claims: tuple[str, devices.Claims] | None = None  # parsed for the claims' list version
+        # the attributes any selector or constraint has read since the start (device_reads.attributes_read):
+        # it only grows, and None (all) stays, so every slice is parsed again at most MAX_ATTRIBUTES_READ
+        # times however a tenant's selectors come and go
+        self._read: frozenset[str] | None = frozenset()
+        self._read_of: tuple[str, ...] | None = None  # the lists' versions it was read from
 
     @property
     def _informers(self) -> list[Informer | None]:
@@ -73,6 +78,21 @@ class DeviceWatch:
             self._claims = (version, devices.claims_of(informer.items()))
         return self._claims[1]
 
+    def _attributes_read(
+        self, classes: Informer, claims: Informer, templates: Informer, versions: tuple[str, ...]
+    ) -> frozenset[str] | None:
+        if versions == self._read_of and all(versions):
+            return self._read
+        self._read_of = versions
+        if self._read is None:
+            return None
+        specs = [*((t.get("spec") or {}).get("spec") or {} for t in templates.items())]
+        specs.extend(c.get("spec") or {} for c in claims.items())
+        now = device_reads.attributes_read(classes.items(), specs)
+        grown = None if now is None else self._read | now
+        self._read = grown if grown is not None and len(grown) <= device_reads.MAX_ATTRIBUTES_READ else None
+        return self._read
+
     def inventory(self, waiting: frozenset[tuple[str, str, str]] = frozenset()) -> Inventory | None:
         """None until all four are watched and listed (the API may not serve them: DRA off, or before
         1.34). `waiting`: the templates and claims waiting gang members name (ClusterIndex.waiting_claims),
@@ -84,7 +104,8 @@ class DeviceWatch:
         versions = tuple(informer.resource_version for informer in (classes, claims, templates))
         if slices is not self._pools_of:  # a new informer (discovery again): its first changes are all
             self._pools, self._pools_of = devices.PoolBook(), slices
-        changed = slices.follow("devices")
+        self._pools.reading(self._attributes_read(classes, claims, templates, versions))  # before the changes:
+        changed = slices.follow("devices")  # a cold start's slices parsed once, as what is read says
         if changed:
             self._pools.apply(changed)
         if changed or versions != self._versions:
