@@ -72,6 +72,41 @@ def test_a_selector_over_its_cpu_budget_is_stopped_never_holds_the_gil_and_is_no
         sandbox.close()
 
 
+def test_what_a_stopped_worker_answered_before_is_kept_and_not_asked_again() -> None:
+    """The worker hands its outcomes over in pieces (cel_worker.PIECE_SECONDS), and writes each true or
+    false as a byte the controller reads when it stops it: a batch whose pair runs over budget after 20
+    others (answered in a few ms, before any piece), and after 20 errors (each handed over at once), loses
+    none of theirs, and only the pairs after it are sent again."""
+    bound = f'cel.bind(m, device.attributes["{DRIVER}"].model, m.matches("^(a+)+$"))'  # cel-python: a bool
+    overflow = 'duration("' + "a" * 15 + '" + "!") > duration("1s")'  # cel-python: an error, in ~10 ms
+    sandbox = CelSandbox(cpu_budget=0.3)
+    sent: list[int] = []
+    run = sandbox._run
+
+    def counted(batch: list[Any], places: list[int], outcomes: list[Any]) -> list[int]:
+        sent.append(len(batch))
+        return run(batch, places, outcomes)
+
+    sandbox._run = counted  # type: ignore[method-assign]
+    try:
+        assert sandbox([(FAST, FACTS)]) == [True]
+        sent.clear()
+        devices = [(DRIVER, {"model": {"string": f"m{i}"}}, {}, False) for i in range(20)]
+        for medium, answered in ((bound, lambda o: o is False), (overflow, _not_over_budget)):
+            sent.clear()
+            slow = SLOW.replace("1s", f"{len(medium)}s")  # one the sandbox has not stopped on yet
+            outcomes = sandbox([(medium, d) for d in devices] + [(slow, FACTS)] + [(FAST, FACTS)] * 3)
+            assert all(answered(o) for o in outcomes[:20]), outcomes[:20]
+            assert "ran over its budget" in str(outcomes[20]) and outcomes[21:] == [True] * 3
+            assert sent == [24, 3], sent  # the 20 answered before the stop were not sent again
+    finally:
+        sandbox.close()
+
+
+def _not_over_budget(outcome: Any) -> bool:
+    return isinstance(outcome, device_cel.SelectorError) and "budget" not in str(outcome)
+
+
 def test_the_sandbox_answers_as_the_in_process_evaluator_does() -> None:
     pairs: list[tuple[str, device_cel.DeviceFacts]] = [
         (FAST, FACTS),
@@ -612,8 +647,11 @@ def test_a_namespaces_constraint_searches_are_paid_from_its_share_and_another_te
         store.create("resource.k8s.io/v1", "resourceslices", "", node_slice(f"w{i}", grouped))
     store.create("resource.k8s.io/v1", "deviceclasses", "", device_class())
     distinct = [{"distinctAttribute": f"{DRIVER}/group"}]
+    # a selector reading each device's uuid: the nodes are then alike in nothing any reading sees
+    # (device_slices.projected), and each is searched on its own
+    own = f'device.attributes["{DRIVER}"].uuid.startsWith("GPU-")'
     for t in range(16):
-        hostile = in_namespace(template(f"c{t}", exactly(f"r{t}", 9, "gpu"), constraints=distinct), "team-x")
+        hostile = in_namespace(template(f"c{t}", exactly(f"r{t}", 9, "gpu", own), constraints=distinct), "team-x")
         store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-x", hostile)
     store.create("resource.k8s.io/v1", "resourceclaimtemplates", "team-a", template("gpu", exactly()))
     job = add_job(store, "searching", parallelism=1, cpu="1", namespace="team-x")

@@ -36,7 +36,7 @@ from typing import Any
 
 from webhook.controller.decide import device_cel
 from webhook.controller.decide.devices import BoundedMap
-from webhook.controller.observe.cel_worker import PROGRESS
+from webhook.controller.observe.cel_worker import MAX_BATCH_PAIRS, OUTCOMES, PROGRESS, SHARED_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 Pair = tuple[str, device_cel.DeviceFacts]
 NOT_STARTED = "cannot evaluate CEL now: its worker did not start"
 ENDED = "ended its worker"
-MAX_BATCH_PAIRS = 1024  # pairs sent to the worker at once: a line of at most a few MiB
 
 
 class CelSandbox:
@@ -124,16 +123,15 @@ class CelSandbox:
             self._stop()
             self._down_until = time.monotonic() + RETRY_AFTER_SECONDS
             return places
-        reply = self._await(worker, worker.stdout.fileno())
-        if isinstance(reply, list):
-            answered, cpu = reply
-            self.cpu_spent += float(cpu)
-            for place, outcome in zip(places, answered, strict=True):
-                outcomes[place] = _decode(outcome)
+        answered: list[Any] = []  # the outcomes handed over so far, in the batch's order
+        reply = self._await(worker, worker.stdout.fileno(), answered)
+        for place, outcome in zip(places, answered, strict=False):
+            outcomes[place] = _decode(outcome)
+        if isinstance(reply, bool):  # answered whole
             return []
         if reply is None:
             self._down_until = time.monotonic() + RETRY_AFTER_SECONDS
-            return places
+            return places[len(answered) :]
         index, why = reply  # the pair that ran over budget, or that the worker ended on
         expression = batch[index][0]
         self.stopped += 1
@@ -147,10 +145,11 @@ class CelSandbox:
         log.warning("a device selector %s and is not evaluated again: %.200r", why, expression)
         self._ensure()  # the spare, when there is one: its imports done beside the last pass
         self._start_spare()
-        return places
+        return places[len(answered) :]  # what it answered before is kept, not asked again
 
-    def _await(self, worker: subprocess.Popen[bytes], fd: int) -> list[Any] | tuple[int, str] | None:
-        """The batch's outcomes; else (the index of the pair it was stopped on, why), or None when the
+    def _await(self, worker: subprocess.Popen[bytes], fd: int, answered: list[Any]) -> bool | tuple[int, str] | None:
+        """True once the batch is answered (its outcomes appended to `answered` piece by piece, as the
+        worker hands them over); else (the index of the pair it was stopped on, why), or None when the
         worker did not start."""
         buffer = bytearray()
         current, since, cpu_since = -1, time.monotonic(), 0.0
@@ -164,9 +163,8 @@ class CelSandbox:
                 chunk = os.read(fd, 1 << 20)
                 if chunk:
                     buffer += chunk
-                    if buffer.endswith(b"\n"):
-                        answer: list[Any] = json.loads(buffer)
-                        return answer
+                    if self._pieces(buffer, answered):
+                        return True
                     continue
             assert self._progress is not None
             batch_now, index = PROGRESS.unpack_from(self._progress, 0)
@@ -174,6 +172,8 @@ class CelSandbox:
             if ready:  # the worker ended: on the pair it was evaluating, or before its first one
                 code = worker.wait()
                 log.warning("the CEL worker ended (exit %s): %s", code, _last_words(worker))
+                if batch_now == self._batch:
+                    self._answered_before(index, answered)
                 self._stop()
                 return (index, ENDED) if batch_now == self._batch and index >= 0 else None
             if batch_now != self._batch:  # still starting (its imports)
@@ -189,8 +189,42 @@ class CelSandbox:
             if used >= self.cpu_budget or now - since >= self.wall_limit:
                 # charged whole however little CPU it was given, and again for the worker that takes its place
                 self.cpu_spent += max(used, self.cpu_budget) + KILL_CHARGE_SECONDS
+                self._drain(waiting, fd, buffer, answered)  # pieces it handed over before it was stopped
+                self._answered_before(index, answered)
                 self._stop()
                 return index, f"ran over its budget ({self.cpu_budget:g} s of CPU on one device)"
+
+    def _pieces(self, buffer: bytearray, answered: list[Any]) -> bool:
+        """The whole lines in `buffer` taken out of it, their outcomes appended to `answered` and their CPU
+        charged; whether the batch's last one was among them."""
+        *lines, rest = buffer.split(b"\n")
+        buffer[:] = rest
+        last = False
+        for line in lines:
+            piece, cpu, last = json.loads(line)
+            answered.extend(piece)
+            self.cpu_spent += float(cpu)
+        return bool(last)
+
+    def _drain(self, waiting: select.poll, fd: int, buffer: bytearray, answered: list[Any]) -> None:
+        """What a worker about to be stopped has written and not been read (it evaluates on meanwhile)."""
+        while waiting.poll(0):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return
+            buffer += chunk
+            self._pieces(buffer, answered)
+
+    def _answered_before(self, index: int, answered: list[Any]) -> None:
+        """The outcomes of the pairs before `index` not handed over yet, from the bytes the worker wrote
+        for them (an error is handed over at once, so each of these is true or false)."""
+        assert self._progress is not None
+        told = {byte: outcome for outcome, byte in OUTCOMES.items()}
+        for at in range(len(answered), index):
+            byte = self._progress[PROGRESS.size + at]
+            if byte not in told:
+                return
+            answered.append(told[byte])
 
     def _ensure(self) -> subprocess.Popen[bytes] | None:
         if self._worker is not None and self._worker.poll() is None:
@@ -214,8 +248,8 @@ class CelSandbox:
         fd = os.memfd_create("gangkeeper-cel-progress")
         progress: mmap.mmap | None = None
         try:
-            os.write(fd, PROGRESS.pack(-1, -1))
-            progress = mmap.mmap(fd, PROGRESS.size)
+            os.write(fd, PROGRESS.pack(-1, -1) + bytes(SHARED_BYTES - PROGRESS.size))
+            progress = mmap.mmap(fd, SHARED_BYTES)
             worker = subprocess.Popen(
                 [_interpreter(), "-m", "webhook.controller.observe.cel_worker", str(fd)],
                 stdin=subprocess.PIPE,
