@@ -32,3 +32,13 @@ def test_equal_containers_different_constraints_get_different_shapes() -> None:
     assert selected.node_selector == (("pool", "gpu"),) and plain.node_selector == ()
     assert tolerant.tolerations != plain.tolerations
     assert shape_of(spec()) is plain  # and the cache still serves equal pods
+
+
+def test_shapes_of_pods_each_with_its_own_volumes_are_kept_up_to_a_bound() -> None:
+    """A StatefulSet's pods each name their own PVC: each a shape of its own, never all kept."""
+    from webhook.controller.decide import pods
+
+    for i in range(pods.MAX_SHAPES + 1000):
+        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-web-{i}"}}]
+        assert shape_of(spec(volumes=volumes)) is shape_of(spec(volumes=volumes))
+    assert len(pods._SHAPES) <= pods.MAX_SHAPES

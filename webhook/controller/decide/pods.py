@@ -57,6 +57,9 @@ EMPTY_RECORDS: Mapping[str, Release] = MappingProxyType({})
 # (id of canonical containers (interning), the other fields placement reads: a canonical one by its id,
 # any other as JSON) -> their shape
 _SHAPES: dict[tuple[int, tuple[tuple[str, int | str], ...]], Shape] = {}
+# distinct shapes kept, the oldest out first: each pod's own PVC names (a StatefulSet's volumes) make a
+# shape of its own, and 5,000 such pods left 5,000 entries with nothing to let them go
+MAX_SHAPES = 4096
 
 
 # besides the containers, what Shape.from_pod_spec reads: two pods with the same containers and
@@ -88,6 +91,8 @@ def shape_of(spec: Mapping[str, Any]) -> Shape:
         )
         shape = _SHAPES.get(key)
         if shape is None:
+            if len(_SHAPES) >= MAX_SHAPES:
+                del _SHAPES[next(iter(_SHAPES))]
             shape = _SHAPES[key] = Shape.from_pod_spec(spec)
         return shape
     return Shape.from_pod_spec(spec)
