@@ -101,6 +101,13 @@ def mutate_stream(
                 for gang in outcome.gangs
                 if gang.topology is not None
             )
+            result.notes.extend(
+                f"{describe(doc)}: gang {gang.name}: the gate controller releases each {role} replica's "
+                f"{size} pods together or none of them (by their {gang.whole_groups.label} label)"
+                for gang in outcome.gangs
+                if gang.whole_groups is not None
+                for role, size in gang.whole_groups.sizes
+            )
         for group in outcome.group_objects:
             meta = group["metadata"]
             groups.setdefault((group["apiVersion"], group["kind"], meta.get("namespace", ""), meta["name"]), group)

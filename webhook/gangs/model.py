@@ -58,6 +58,23 @@ class Members:
 
 
 @dataclass(frozen=True)
+class WholeGroups:
+    """Pods of the gang that are useful only together: those with one value of the pod label `label`
+    (a KubeRay multi-host replica's name) make a group of the size `sizes` gives for their value of the
+    label `by` (their worker group's numOfHosts). The gate releases such a group whole or not at all."""
+
+    label: str
+    by: str
+    sizes: tuple[tuple[str, int], ...]  # (value of `by`, pods in each of its groups), only sizes above 1
+
+    def size_of(self, labels: Mapping[str, str]) -> tuple[str, int] | None:
+        """(the group, its size) of a pod with these labels; None for a pod in no group of several."""
+        group = labels.get(self.label)
+        size = dict(self.sizes).get(labels.get(self.by, "")) if group else None
+        return (f"{labels.get(self.by, '')}/{group}", size) if group and size else None
+
+
+@dataclass(frozen=True)
 class Topology:
     """All of the gang's pods on nodes sharing one value of the label `key`: always (required), or as far
     as capacity allows, in the fewest domains (preferred). `field` is where the user said so."""
@@ -96,6 +113,7 @@ class Gang:
     # pods in the smallest group the workload starts later (a Job's last wave, when completions exceed
     # parallelism): a gang that cannot lower minCount for it would wait for ever
     smallest_wave: int | None = None
+    whole_groups: WholeGroups | None = None  # pods released only together, group by group (ray.py)
 
     @property
     def name(self) -> str:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from webhook.gangs import common
 from webhook.gangs.kinds import Kind, derived_name, register
-from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp
+from webhook.gangs.model import GangId, Members, Obj, Path, Plan, TemplateStamp, WholeGroups
 
 CLUSTER_LABEL = "ray.io/cluster"
+GROUP_LABEL = "ray.io/group"  # the worker group's name on each of its pods
+# a multi-host replica's name on each of its numOfHosts pods (KubeRay 1.5, feature gate RayMultiHostIndexing,
+# beta and on from 1.6: ray-operator controllers/ray/utils/constant.go RayWorkerReplicaNameKey); KubeRay
+# creates and deletes a replica's pods together (reconcileMultiHostWorkerGroup)
+REPLICA_LABEL = "ray.io/worker-group-replica-name"
 BATCH_SCHEDULER_LABEL = "ray.io/scheduler-name"  # KubeRay's own gang integration (--batch-scheduler), older
 # KubeRay's opt-in to gang scheduling by its batch scheduler integration (kuberay#4305 retired the label above)
 GANG_SCHEDULING_KEY = "ray.io/gang-scheduling-enabled"
@@ -62,10 +68,13 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     members: list[Members] = [common.members_of(head, 1, "head", head_path, plan.errors)]
     plan.templates.append(TemplateStamp(path=head_path, gang=gid, shape="crd"))
     autoscaling = cluster_spec.get("enableInTreeAutoscaling") is True
+    hosts: list[tuple[str, int]] = []
     for index, group in enumerate(cluster_spec.get("workerGroupSpecs") or []):
         path = (*prefix, "workerGroupSpecs", index, "template")
         count = group_pods(group, autoscaling)
         role = str(group.get("groupName") or f"workers-{index}")
+        if (each := common.as_int(group.get("numOfHosts"), 1)) > 1:
+            hosts.append((role, each))
         members.append(common.members_of(group.get("template") or {}, count, role, path, plan.errors))
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     if gid is not None:
@@ -73,6 +82,8 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
         gang = common.build_gang(
             obj, gid, members, size, _SIZE_REASON[autoscaling].format(kind=kind), plan, head.get("spec") or {}
         )
+        if hosts:
+            gang = replace(gang, whole_groups=WholeGroups(REPLICA_LABEL, GROUP_LABEL, tuple(hosts)))
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan

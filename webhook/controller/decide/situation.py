@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
-from webhook.controller.decide import placement
+from webhook.controller.decide import placement, whole_groups
 from webhook.controller.decide.eligibility import Domains, Eligibility
 from webhook.controller.decide.placement import Member, Placement
 from webhook.controller.decide.pods import DEFAULT_RECOVERY_SECONDS, DEFAULT_TIMEOUT_SECONDS, PodView, Release
 from webhook.controller.decide.shapes import HostPort, Node, Shape
-from webhook.gangs.model import Topology
+from webhook.gangs.model import Topology, WholeGroups
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class GangSpec:
     topology: Topology | None = None  # all its pods in one domain of a node label (required or preferred)
     workload_topology: Topology | None = None  # all its workload's gangs in one domain of a broader label
     restarts_whole: str = ""  # its workload's own policy that recreates it whole (gangs/model.py Gang), said
+    whole_groups: WholeGroups | None = None  # pods released only together, group by group (whole_groups.py)
 
     def domains(self, near: Iterable[str] = (), workload_near: Iterable[str] = ()) -> Domains | None:
         """The topology for a placement of this gang, with the nodes its running members hold and those
@@ -147,7 +148,7 @@ class Situation:
 
     @cached_property
     def members(self) -> list[Member]:
-        return [Member(p.name, p.shape) for p in self.gated]
+        return [Member(p.name, p.shape) for p in whole_groups.grouped(self.gated, self.spec.whole_groups)]
 
     @cached_property
     def phantoms(self) -> list[Member]:

@@ -8,7 +8,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from webhook import contract
-from webhook.controller.decide import placement
+from webhook.controller.decide import placement, whole_groups
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.placement import Member, Placement
 from webhook.controller.decide.pods import EMPTY_RECORDS, PodView, Release, format_time, gang_priority
@@ -187,11 +187,13 @@ def fits(s: Situation) -> Decision | None:
     to come fit beside them: Release, keeping room for those to come."""
     result, phantoms = s.placed, s.phantoms
     later_fit = all(m.name in result.assignments for m in phantoms)
-    enough = result.complete or len(result.assignments) - len(phantoms) + len(s.released) >= s.spec.min_member
-    if not (later_fit and enough):
-        return None
     phantom_names = {m.name for m in phantoms}  # not a valid pod name: no clash with a real one
-    chosen = {name: node for name, node in result.assignments.items() if name not in phantom_names}
+    placed = {name: node for name, node in result.assignments.items() if name not in phantom_names}
+    chosen = whole_groups.whole(placed, s.live, s.spec.whole_groups)  # a group of several whole, or not at all
+    complete = result.complete and len(chosen) == len(placed)
+    enough = complete or len(chosen) + len(s.released) >= s.spec.min_member
+    if not (later_fit and enough) or (placed and not chosen):
+        return None
     reserve: dict[str, dict[str, int]] = {}
     for phantom in phantoms:
         node_units = reserve.setdefault(result.assignments[phantom.name], {})

@@ -155,4 +155,5 @@ class Workloads:
             gang.topology,
             gang.workload_topology,
             gang.restarts_whole,
+            gang.whole_groups,
         )

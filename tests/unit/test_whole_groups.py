@@ -1,0 +1,110 @@
+"""Groups released whole or not at all (decide/whole_groups.py): a RayCluster's multi-host replicas above
+its minimum, and one recreated after a node loss, where the release would otherwise take any pods that
+fit; the Ray record says which pods make a group (gangs/ray.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit.test_decide import NOW, cluster, member, released
+from webhook import offline
+from webhook.controller.decide.situation import GangSpec, GangState
+from webhook.controller.decide.start import start_decision
+from webhook.gangs import ray
+from webhook.gangs.model import WholeGroups
+
+RULE = WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 2),))
+HEAD = {ray.GROUP_LABEL: "headgroup"}
+
+
+def host(replica: str, index: int, **changes: Any) -> Any:
+    labels = {ray.GROUP_LABEL: "tpu", ray.REPLICA_LABEL: f"tpu-{replica}"}
+    return member(f"tpu-{replica}-{index}", labels=labels, **changes)
+
+
+def running(name: str, node: str, labels: dict[str, str]) -> Any:
+    return replace(released(name, 30, node, bound=True), labels=labels)
+
+
+def test_replicas_above_the_minimum_start_whole_where_the_room_holds_only_part_of_them() -> None:
+    """The head and one 2-host replica run (the minimum, 3); the autoscaler adds replicas b and c; room for
+    3 more pods: b starts whole and c waits whole, never one of its hosts bound alone."""
+    pods = [
+        running("head", "n0", HEAD),
+        running("tpu-a-0", "n0", {ray.GROUP_LABEL: "tpu", ray.REPLICA_LABEL: "tpu-a"}),
+        running("tpu-a-1", "n0", {ray.GROUP_LABEL: "tpu", ray.REPLICA_LABEL: "tpu-a"}),
+        host("b", 0),
+        host("c", 0),
+        host("b", 1),
+        host("c", 1),
+    ]
+    nodes, free = cluster(0, 1, 1, 1)
+    decision = start_decision(pods, GangSpec(3, whole_groups=RULE), nodes, free, NOW)
+    assert decision.state == GangState.RELEASE
+    assert sorted(decision.release) == ["tpu-b-0", "tpu-b-1"]
+    # without the rule, what fits goes: one of c's hosts with b's
+    flat = start_decision(pods, GangSpec(3), nodes, free, NOW)
+    assert len(flat.release) == 3
+
+
+def test_a_replica_waits_until_all_its_hosts_exist() -> None:
+    pods = [running("head", "n0", HEAD), host("b", 0)]
+    nodes, free = cluster(4, 4)
+    decision = start_decision(pods, GangSpec(1, whole_groups=RULE), nodes, free, NOW)
+    assert decision.state != GangState.RELEASE and not decision.release
+    decision = start_decision([*pods, host("b", 1)], GangSpec(1, whole_groups=RULE), nodes, free, NOW)
+    assert sorted(decision.release) == ["tpu-b-0", "tpu-b-1"]
+
+
+def test_a_replica_recreated_whole_after_a_node_loss_is_released_whole() -> None:
+    """KubeRay deleted replica a (a host's node was lost) and made it again: 2 new gated pods beside the
+    running head and replica b, room for one: neither is released alone."""
+    pods = [
+        running("head", "n0", HEAD),
+        running("tpu-b-0", "n0", {ray.GROUP_LABEL: "tpu", ray.REPLICA_LABEL: "tpu-b"}),
+        running("tpu-b-1", "n0", {ray.GROUP_LABEL: "tpu", ray.REPLICA_LABEL: "tpu-b"}),
+        host("a", 0),
+        host("a", 1),
+    ]
+    nodes, free = cluster(0, 1)
+    assert not start_decision(pods, GangSpec(3, whole_groups=RULE), nodes, free, NOW).release
+    nodes, free = cluster(0, 1, 1)
+    assert sorted(start_decision(pods, GangSpec(3, whole_groups=RULE), nodes, free, NOW).release) == [
+        "tpu-a-0",
+        "tpu-a-1",
+    ]
+
+
+@given(room=st.lists(st.integers(0, 3), min_size=1, max_size=5), replicas=st.integers(1, 4), hosts=st.integers(2, 3))
+def test_no_release_ever_leaves_a_replica_in_part(room: list[int], replicas: int, hosts: int) -> None:
+    rule = WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", hosts),))
+    pods = [running("head", "h", HEAD)] + [host(str(r), i) for r in range(replicas) for i in range(hosts)]
+    nodes, free = cluster(*room)
+    decision = start_decision(pods, GangSpec(1, whole_groups=rule), nodes, free, NOW)
+    for r in range(replicas):
+        taken = sum(f"tpu-{r}-{i}" in decision.release for i in range(hosts))
+        assert taken in (0, hosts), (r, decision.release)
+
+
+def test_the_ray_record_names_multi_host_groups() -> None:
+    cluster_obj = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "team-a", "uid": "u"},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "x"}]}}},
+            "workerGroupSpecs": [
+                {"groupName": "tpu", "replicas": 2, "numOfHosts": 4, "template": {"spec": {"containers": []}}},
+                {"groupName": "cpu", "replicas": 1, "template": {"spec": {"containers": []}}},
+            ],
+        },
+    }
+    (gang,) = ray.analyze_cluster(cluster_obj).gangs
+    assert gang.min_member == 10
+    assert gang.whole_groups == WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 4),))
+    notes = offline.mutate_stream([cluster_obj], "gate", namespace="team-a").notes
+    assert any("each tpu replica's 4 pods together or none of them" in note for note in notes), notes

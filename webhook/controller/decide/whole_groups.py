@@ -1,0 +1,47 @@
+"""Groups of a gang's pods that are useful only whole (a KubeRay multi-host replica: numOfHosts pods, one
+slice of TPUs or GPUs each; gangs/model.py WholeGroups): the gate releases a group's pods together or
+none of them, above the gang's minimum too, where a release would otherwise take any pods that fit.
+
+A group is releasable when all its pods exist (KubeRay creates a replica's pods in one reconcile, but a
+pass may see part of them) and every one of them not released yet is in the release. Pure: values in,
+the release kept out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from webhook.controller.decide.pods import PodView
+from webhook.gangs.model import WholeGroups
+
+
+def grouped(pods: Sequence[PodView], rule: WholeGroups | None) -> list[PodView]:
+    """The pods with each group's together, in the order of each group's first pod: placement fills a
+    shape's members in order (placement.place), so at most one group of a shape is placed in part."""
+    if rule is None:
+        return list(pods)
+    order: dict[str, list[PodView]] = {}
+    for pod in pods:
+        found = rule.size_of(pod.labels)
+        order.setdefault(found[0] if found else f"\x00{pod.name}", []).append(pod)
+    return [pod for members in order.values() for pod in members]
+
+
+def whole(chosen: Mapping[str, str], live: Sequence[PodView], rule: WholeGroups | None) -> dict[str, str]:
+    """`chosen` (pod name -> node) without the pods of any group not released whole by it: a group some
+    of whose pods do not exist yet, or whose pods not released yet are not all chosen."""
+    if rule is None:
+        return dict(chosen)
+    members: dict[str, list[PodView]] = {}
+    sizes: dict[str, int] = {}
+    for pod in live:
+        found = rule.size_of(pod.labels)
+        if found is not None:
+            members.setdefault(found[0], []).append(pod)
+            sizes[found[0]] = found[1]
+    held = {
+        pod.name
+        for group, pods in members.items()
+        if len(pods) < sizes[group] or not all(p.name in chosen for p in pods if p.gated)
+        for pod in pods
+    }
+    return {name: node for name, node in chosen.items() if name not in held}
