@@ -348,7 +348,9 @@ def back_in_service(fleet: Fleet, name: str) -> None:
         180,
         every=1,
     )
-    probe = member.namespace("probe", None, opted_in=False)
+    # its kube-controller-manager lost the API server too: its informers come back after their backoff,
+    # on a loaded machine once more than a minute after the server (a whole run's one failure, 2026-12-07)
+    probe = member.namespace("probe", None, opted_in=False, settle=300)
     anywhere = blocker(probe, "probe", member.workers[0], "10m")
     del anywhere["spec"]["nodeSelector"]  # the lost gang may still fill a node: any node with room
     member.plane.apply(anywhere)

@@ -211,15 +211,23 @@ class Stack:
         return extra
 
     def namespace(
-        self, name: str, backend: str | None, opted_in: bool = True, more_labels: dict[str, str] | None = None
+        self,
+        name: str,
+        backend: str | None,
+        opted_in: bool = True,
+        more_labels: dict[str, str] | None = None,
+        settle: float = 60,
     ) -> str:
+        """A namespace made anew, once kube-controller-manager has given it its default ServiceAccount
+        (pods are refused without it). `settle`: how long that may take (after an API server came back,
+        the controller manager's informers find it again only after their backoff)."""
         labels = ({"gangkeeper.io/enabled": "true"} if opted_in else {}) | (more_labels or {})
         if backend:
             labels["gangkeeper.io/backend"] = backend
         self.plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", timeout=130)
         self.namespaces.append(name)
         self.plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-        wait_until(lambda: self.plane.get("serviceaccount", "default", namespace=name), "the namespace's SA", 60)
+        wait_until(lambda: self.plane.get("serviceaccount", "default", namespace=name), "the namespace's SA", settle)
         return name
 
     def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
