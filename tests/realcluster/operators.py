@@ -261,10 +261,13 @@ def training_operator(gang_scheduler: str = "volcano") -> Operator:
     )
 
 
-def kuberay(batch_scheduler: str = "volcano") -> Operator:
+def kuberay(batch_scheduler: str | None = "volcano", feature_gates: str = "") -> Operator:
     """KubeRay's operator with `--batch-scheduler`: with Volcano it makes a PodGroup `ray-<cluster>-pg`
     for every RayCluster, controlled by it, and annotates each pod with it (kuberay ray-operator
-    controllers/ray/batchscheduler/volcano/volcano_scheduler.go). Its webhook is off by default."""
+    controllers/ray/batchscheduler/volcano/volcano_scheduler.go); None: no batch scheduler, its pods left
+    to kube-scheduler (and gangkeeper). `feature_gates`: its `--feature-gates` (main.go), such as
+    RayMultiHostIndexing=true (alpha and off in 1.5: a multi-host replica's pods then carry its name,
+    ray.io/worker-group-replica-name). Its webhook is off by default."""
     return Operator(
         "kuberay",
         "github.com/ray-project/kuberay/ray-operator",
@@ -272,7 +275,8 @@ def kuberay(batch_scheduler: str = "volcano") -> Operator:
         "default",
         "ray-operator",
         flags=lambda _port, health: [
-            f"--batch-scheduler={batch_scheduler}",
+            *([f"--batch-scheduler={batch_scheduler}"] if batch_scheduler else []),
+            *([f"--feature-gates={feature_gates}"] if feature_gates else []),
             f"--health-probe-bind-address=127.0.0.1:{health}",
             "--metrics-addr=0",
             "--enable-leader-election=false",

@@ -22,16 +22,26 @@ ANY_MECHANISM_LIMIT_SECONDS = 330.0
 EVERY_SECONDS = 3.0
 
 
+# a KubeRay multi-host replica's name on its pods (RayMultiHostIndexing): a whole group of the gang, which
+# may wait gated while the gang's minimum runs, and must never be bound in part
+REPLICA_LABEL = "ray.io/worker-group-replica-name"
+
+
 def partly_bound(pods: list[dict[str, Any]]) -> dict[str, float]:
     """namespace/group of the gangs partly bound, each with how long it may stay so: live members both
-    bound and gated (the gate's), or bound and pending with none gated (any mechanism's)."""
+    bound and gated (the gate's), or bound and pending with none gated (any mechanism's). A multi-host
+    replica is a group of its own: it is partly bound when some of its pods are bound and others not, and
+    a gang whose replicas wait whole beside its running minimum is not."""
     seen: dict[str, tuple[int, int, int]] = {}
     for pod in pods:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
-        group = (meta.get("labels") or {}).get("gangkeeper.io/group")
+        labels = meta.get("labels") or {}
+        group = labels.get("gangkeeper.io/group")
         if not group or meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
             continue
         key = f"{meta['namespace']}/{group}"
+        if labels.get(REPLICA_LABEL):
+            key += f" replica {labels[REPLICA_LABEL]}"
         is_gated = any(g.get("name") == GATE for g in spec.get("schedulingGates") or [])
         bound_count, gated_count, pending_count = seen.get(key, (0, 0, 0))
         bound_now = bool(spec.get("nodeName"))

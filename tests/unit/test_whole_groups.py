@@ -108,3 +108,19 @@ def test_the_ray_record_names_multi_host_groups() -> None:
     assert gang.whole_groups == WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 4),))
     notes = offline.mutate_stream([cluster_obj], "gate", namespace="team-a").notes
     assert any("each tpu replica's 4 pods together or none of them" in note for note in notes), notes
+
+
+def test_the_real_tiers_watch_tells_a_replica_partly_bound_from_replicas_waiting_whole() -> None:
+    """tests/realcluster/partial.py, which fails any real-tier test after which a gang stayed partly bound:
+    a replica waiting gated whole beside the running minimum is not partly bound, one bound in part is."""
+    from tests.realcluster.partial import GATE, partly_bound
+
+    def pod(name: str, replica: str | None, node: str | None) -> dict[str, Any]:
+        labels = {"gangkeeper.io/group": "raycluster-rc"} | ({ray.REPLICA_LABEL: replica} if replica else {})
+        spec: dict[str, Any] = {"nodeName": node} if node else {"schedulingGates": [{"name": GATE}]}
+        return {"metadata": {"name": name, "namespace": "team-a", "labels": labels}, "spec": spec}
+
+    running_minimum = [pod("head", None, "n0"), pod("a-0", "a", "n1"), pod("a-1", "a", "n2")]
+    assert partly_bound([*running_minimum, pod("b-0", "b", None), pod("b-1", "b", None)]) == {}
+    found = partly_bound([*running_minimum, pod("b-0", "b", "n3"), pod("b-1", "b", None)])
+    assert list(found) == ["team-a/raycluster-rc replica b"]
