@@ -622,3 +622,31 @@ def test_a_tenants_copy_of_a_member_pod_never_has_a_workload_requeued(
     relabelled["metadata"]["annotations"].pop("gangkeeper.io/made-by")
     refused = admit(relabelled, "UPDATE", mechanism, "team-a", old=copied.mutated, user="alice")
     assert not refused.allowed and refused.code == 422 and "gangkeeper.io/made-by" in refused.message
+
+
+def minimum_available(server: TestApiServer) -> tuple[str, str, str]:
+    status = gang_status(server.store, "job-train")
+    found = next(c for c in status["conditions"] if c["type"] == "MinimumAvailable")
+    return found["status"], found["reason"], found["message"]
+
+
+def test_the_gang_says_when_it_falls_below_its_minimum_and_when_it_is_back(server: TestApiServer, api: Api) -> None:
+    """Issue 99's health both ways: the Gang's MinimumAvailable condition, False NotStarted before it ran,
+    True once its 4 run, False BelowMinimum when one is preempted, True again once its replacement runs."""
+    clock = Clock()
+    server.store.create("v1", "nodes", "", node("worker1", cpu="8"))
+    add_job_pods(server.store, add_job(server.store, parallelism=4, cpu="2", annotations=RECOVERY))
+    controller = Controller(api, recorder=ListRecorder(), clock=clock)
+    controller.reconcile_once()
+    assert minimum_available(server) == ("False", "NotStarted", "0 of its minimum 4 running")
+    default_scheduler(server.store)
+    controller.reconcile_once()
+    assert minimum_available(server) == ("True", "MinimumRunning", "4 of its minimum 4 running")
+    preempt_one(server)
+    controller.reconcile_once()
+    assert minimum_available(server) == ("False", "BelowMinimum", "3 of its minimum 4 running")
+    server.store.delete("v1", "pods", "vip", "urgent")  # the room is back: the replacement is released
+    assert controller.reconcile_once()["team-a/job-train"].state == "Release"
+    assert default_scheduler(server.store) == 1
+    controller.reconcile_once()
+    assert minimum_available(server)[:2] == ("True", "MinimumRunning")

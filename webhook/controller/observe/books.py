@@ -143,7 +143,7 @@ def desired_status(
     previous: Mapping[str, Any],
     now: dt.datetime,
 ) -> Obj:
-    """What the Gang's status should say: the decision, the pods counted, the books, two conditions."""
+    """What the Gang's status should say: the decision, the pods counted, the books, three conditions."""
     present, running, gated = counts
     old_conditions = list(previous.get("conditions") or [])
     released = gated == 0 and present > 0
@@ -165,8 +165,28 @@ def desired_status(
                 now,
                 old_conditions,
             ),
+            minimum_available(running, min_member, books, old_conditions, now),
         ],
     }
+
+
+def minimum_available(running: int, min_member: int, books: Books, previous: list[Obj], now: dt.datetime) -> Obj:
+    """Whether the gang has its minimum running, both ways (kubernetes/kubernetes#136334; Grove's
+    MinAvailableBreached): False BelowMinimum once a gang that ran whole has fewer running (lost,
+    evicted, preempted), True again once it is back; False NotStarted before it first ran whole. The
+    members running above the minimum (replicas an autoscaler added) are counted apart."""
+    before = next((c for c in previous if isinstance(c, dict) and c.get("type") == "MinimumAvailable"), None)
+    ran = books.ran_with > 0 or (before is not None and before.get("reason") in ("MinimumRunning", "BelowMinimum"))
+    if running >= min_member:
+        above = running - min_member
+        reason, message = (
+            "MinimumRunning",
+            f"{min_member} of its minimum {min_member} running" + (f", and {above} above it" if above else ""),
+        )
+    else:
+        reason = "BelowMinimum" if ran else "NotStarted"
+        message = f"{running} of its minimum {min_member} running"
+    return condition("MinimumAvailable", running >= min_member, reason, message, now, previous)
 
 
 # what a gang's progress changes on every pass while a big gang binds: written at most every
