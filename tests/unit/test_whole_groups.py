@@ -124,3 +124,31 @@ def test_the_real_tiers_watch_tells_a_replica_partly_bound_from_replicas_waiting
     assert partly_bound([*running_minimum, pod("b-0", "b", None), pod("b-1", "b", None)]) == {}
     found = partly_bound([*running_minimum, pod("b-0", "b", "n3"), pod("b-1", "b", None)])
     assert list(found) == ["team-a/raycluster-rc replica b"]
+
+
+def test_groups_are_counted_by_state_for_the_gauge() -> None:
+    """gangkeeper_gang_groups{mechanism,state}: a replica waiting, one running, one partly bound."""
+    from prometheus_client import REGISTRY
+
+    from webhook.controller.act.report import Reporter
+    from webhook.controller.decide.whole_groups import group_states
+    from webhook.controller.observe.store import GangStore
+
+    minimum = [running("head", "n0", HEAD)]
+    pods = [
+        *minimum,
+        replace(host("a", 0), gated=False, node_name="n1"),
+        replace(host("a", 1), gated=False, node_name="n2"),
+        replace(host("b", 0), gated=False, node_name="n3"),
+        host("b", 1, gated=False),
+        host("c", 0),
+        host("c", 1),
+    ]
+    counts = group_states([("native", pods, RULE), ("gate", minimum, None)])
+    assert counts == {("native", "running"): 1, ("native", "partly_bound"): 1, ("native", "waiting"): 1}
+    reporter = Reporter(None, None, lambda: True, store=GangStore())  # type: ignore[arg-type]
+    reporter.publish({}, 0, groups=counts)
+    sample = REGISTRY.get_sample_value
+    assert sample("gangkeeper_gang_groups", {"mechanism": "native", "state": "partly_bound"}) == 1
+    reporter.publish({}, 0, groups={})
+    assert sample("gangkeeper_gang_groups", {"mechanism": "native", "state": "partly_bound"}) == 0

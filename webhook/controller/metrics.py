@@ -81,6 +81,12 @@ CACHE_ENTRIES = Gauge("gangkeeper_cache_entries", "Entries of the controller's b
 CACHE_EVICTIONS = Gauge(
     "gangkeeper_cache_evictions", "Entries evicted from a bounded cache, least recently used first", ["cache"]
 )
+GROUPS = Gauge(
+    "gangkeeper_gang_groups",
+    "Groups of gangs that are useful only whole (a KubeRay multi-host replica), by mechanism and state: "
+    "waiting (none bound), running (all bound), partly_bound (some bound, which the gate never does)",
+    ["mechanism", "state"],
+)
 PARTLY_HELD = Gauge(
     "gangkeeper_partly_running_requests",
     "What the bound members of gangs partly running hold now (fewer than their minimum bound), by mechanism",

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from webhook.backends import MECHANISMS
 from webhook.controller import metrics
 from webhook.controller.act.events import Recorder
 from webhook.controller.act.gangobject import GangObjects
@@ -14,6 +15,7 @@ from webhook.controller.decide import reasons
 from webhook.controller.decide.autoscaling import unseen_by_autoscalers
 from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.decide.whole_groups import GROUP_STATES
 from webhook.controller.observe.books import (
     COUNTS_SECONDS,
     Books,
@@ -228,9 +230,14 @@ class Reporter:
         gated: int,
         partly: Mapping[tuple[str, str], int] | None = None,
         now: dt.datetime | None = None,
+        groups: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         if partly is not None and now is not None:
             self._publish_partly(partly, now)
+        if groups is not None:  # every mechanism, each state: 0 when none is in it now
+            for mechanism in (m.name for m in MECHANISMS):
+                for state in GROUP_STATES:
+                    metrics.GROUPS.labels(mechanism, state).set(groups.get((mechanism, state), 0))
         counts: dict[str, int] = {}
         for decision in decisions.values():
             counts[decision.state] = counts.get(decision.state, 0) + 1

@@ -8,7 +8,7 @@ the release kept out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from webhook.controller.decide.pods import PodView
 from webhook.gangs.model import WholeGroups
@@ -45,3 +45,26 @@ def whole(chosen: Mapping[str, str], live: Sequence[PodView], rule: WholeGroups 
         for pod in pods
     }
     return {name: node for name, node in chosen.items() if name not in held}
+
+
+GROUP_STATES = ("waiting", "running", "partly_bound")
+
+
+def group_states(gangs: Iterable[tuple[str, Sequence[PodView], WholeGroups | None]]) -> dict[tuple[str, str], int]:
+    """(mechanism, state) -> the groups of these gangs in it: waiting (none of its live pods bound),
+    running (all its pods there and bound), partly_bound (some bound, not all)."""
+    found: dict[tuple[str, str], int] = {}
+    for mechanism, pods, rule in gangs:
+        if rule is None:
+            continue
+        members: dict[str, list[PodView]] = {}
+        sizes: dict[str, int] = {}
+        for pod in pods:
+            if not pod.terminal and (found_in := rule.size_of(pod.labels)) is not None:
+                members.setdefault(found_in[0], []).append(pod)
+                sizes[found_in[0]] = found_in[1]
+        for name, live in members.items():
+            bound = sum(1 for p in live if p.node_name)
+            state = "waiting" if not bound else "running" if bound >= sizes[name] else "partly_bound"
+            found[(mechanism, state)] = found.get((mechanism, state), 0) + 1
+    return found

@@ -29,6 +29,7 @@ from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.queue import Ending, Policy, QueuePass
 from webhook.controller.decide.recovery import held_partly, may_hold_partly
 from webhook.controller.decide.situation import Decision, GangState
+from webhook.controller.decide.whole_groups import group_states
 from webhook.controller.observe.devices import DeviceWatch, watch_costs
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.related import RelatedObjects, drained, watch_keys
@@ -201,7 +202,12 @@ class Controller:
             for g in visited
             if may_hold_partly(decisions.get(g.key)) and (r := self.resolved(g.key)) is not None and r.spec is not None
         )
-        self.reporter.publish(decisions, self.index.gated, partly, now)
+        groups = group_states(
+            (min(g.mechanisms or {"gate"}), g.pods, r.spec.whole_groups)
+            for g in visited
+            if (r := self.resolved(g.key)) is not None and r.spec is not None
+        )
+        self.reporter.publish(decisions, self.index.gated, partly, now, groups)
         self.passes += 1
         if stamp >= self._orphans_at and self.may_write():
             self._orphans_at = stamp + self.orphan_seconds
