@@ -152,3 +152,14 @@ def test_groups_are_counted_by_state_for_the_gauge() -> None:
     assert sample("gangkeeper_gang_groups", {"mechanism": "native", "state": "partly_bound"}) == 1
     reporter.publish({}, 0, groups={})
     assert sample("gangkeeper_gang_groups", {"mechanism": "native", "state": "partly_bound"}) == 0
+
+
+def test_explain_shows_the_groups_released_whole_by_state() -> None:
+    from webhook.controller.run.explain import group_lines
+
+    pods = [running("head", "n0", HEAD), replace(host("a", 0), gated=False, node_name="n1")]
+    pods += [replace(host("a", 1), gated=False, node_name="n2"), host("b", 0), host("b", 1)]
+    assert group_lines(GangSpec(3), pods) == []
+    assert group_lines(GangSpec(3, whole_groups=RULE), pods) == [
+        f"  groups released whole (tpu 2 pods each, by {ray.REPLICA_LABEL}): 1 waiting, 1 running, 0 partly bound"
+    ]

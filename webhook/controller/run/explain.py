@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.controller.act.gangobject import GANGS
@@ -12,6 +12,7 @@ from webhook.controller.decide.pods import PodView, gang_priority
 from webhook.controller.decide.queue import DEFAULT_POLICY, Policy
 from webhook.controller.decide.situation import Decision, GangSpec
 from webhook.controller.decide.verdict import model_verdict
+from webhook.controller.decide.whole_groups import GROUP_STATES, group_states
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.source import Listing
@@ -95,6 +96,7 @@ def explain(
     if decision.preempt_nodes:  # named here only: explain's reader may list nodes
         lines.append(f"  preemption would free: {', '.join(decision.preempt_nodes)}")
     lines += topology_lines(resolved.spec, decision.placement)
+    lines += group_lines(resolved.spec, live)
     lines += queue_lines(decision, decisions, gated, controller.queue_policy)
     if gated:
         needs = gated[0].shape.describe_requests()
@@ -155,6 +157,17 @@ def placement_lines(found: placement.Placement | None) -> list[str]:
         lines.append("  what blocks the rest:")
         lines += [f"    {line}" for line in reasons.summarize(found.why)]
     return lines
+
+
+def group_lines(spec: GangSpec, live: Sequence[PodView]) -> list[str]:
+    """The gang's groups released only whole (a KubeRay multi-host replica), by state, beside its minimum."""
+    rule = spec.whole_groups
+    if rule is None:
+        return []
+    states = group_states([("", live, rule)])
+    sizes = ", ".join(f"{role} {size} pods each" for role, size in rule.sizes)
+    counted = ", ".join(f"{states.get(('', state), 0)} {state.replace('_', ' ')}" for state in GROUP_STATES)
+    return [f"  groups released whole ({sizes}, by {rule.label}): {counted}"]
 
 
 def topology_lines(spec: GangSpec, found: placement.Placement | None) -> list[str]:
