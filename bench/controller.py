@@ -36,6 +36,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import http.client
 import json
@@ -57,12 +58,18 @@ import urllib3
 from tests import builders as b
 from tests.cluster import Clock, add_job, add_job_pods, free_capacity, node
 from tests.conftest import free_port
+from tests.unit.test_decide import member
 from webhook.controller.decide import placement, shapes
 from webhook.controller.decide.eligibility import Domains, Eligibility
 from webhook.controller.decide.pods import PodView
 from webhook.controller.decide.preemption import Victim, choose_victims
+from webhook.controller.decide.situation import GangSpec
+from webhook.controller.decide.start import start_decision
 from webhook.controller.observe.informer import trim_node, trim_pod
 from webhook.controller.run.reconciler import Controller
+from webhook.gangs.model import WholeGroups
+from webhook.gangs.ray import GROUP_LABEL as RAY_ROLE
+from webhook.gangs.ray import REPLICA_LABEL as RAY_REPLICA
 from webhook.kube import NODES as NODES_RESOURCE
 from webhook.kube import PODS, Api, ApiError, Resource, client_from
 
@@ -633,6 +640,57 @@ def bench_topology(gangs: int = 100) -> None:
     print(f"  ratio {required / packed:.2f}x (target 1.5x)")
 
 
+def role_set(name: str, shape: shapes.Shape, roles: int = 4, groups: int = 16, hosts: int = 4) -> list[PodView]:
+    """A waiting set of `roles` roles of `groups` whole groups of `hosts` pods each, and its head, as the
+    gate sees a RayCluster's pods (gangs/ray.py labels): every pod gated."""
+    pods = [member(f"{name}-head", shape=shape, labels={RAY_ROLE: "head"})]
+    for role in range(roles):
+        for group in range(groups):
+            labels = {RAY_ROLE: f"role{role}", RAY_REPLICA: f"{name}-r{role}-g{group}"}
+            pods += [member(f"{name}-r{role}-g{group}-{host}", shape=shape, labels=labels) for host in range(hosts)]
+    return pods
+
+
+def bench_roles(sets: int = 500, roles: int = 4, groups: int = 16, hosts: int = 4) -> None:
+    """Issue 100: the decision for a set of `roles` roles x `groups` whole groups (each role's minimum half
+    its groups) on 5,000 nodes, and a pass over `sets` such sets waiting on a cluster with room for none,
+    against flat gangs of the same pods and minimum in the same run."""
+    nodes = [shapes.Node.from_api(trim_node(node(f"node-{i:04d}", cpu="8"))) for i in range(NODES)]
+    eligibility = Eligibility(nodes)
+    shape = shapes.Shape.from_pod_spec(b.pod_spec(b.container("2", "1Gi")))
+    rule = WholeGroups(RAY_REPLICA, RAY_ROLE, tuple((f"role{r}", hosts) for r in range(roles)),
+                       tuple((f"role{r}", groups // 2) for r in range(roles)))  # fmt: skip
+    minimum = 1 + roles * (groups // 2) * hosts
+    specs = {"roles": GangSpec(minimum, whole_groups=rule), "flat": GangSpec(minimum)}
+    now = dt.datetime.now(dt.UTC)
+    roomy = {n.name: dict(n.allocatable) for n in nodes}
+    full = {n.name: {**n.allocatable, "cpu": 1000} for n in nodes}  # no node holds a 2-CPU pod
+    one = role_set("s0", shape, roles, groups, hosts)
+    waiting = [role_set(f"s{i}", shape, roles, groups, hosts) for i in range(sets)]
+
+    def once(kind: str) -> float:
+        started = time.perf_counter()
+        decision = start_decision(one, specs[kind], nodes, roomy, now, eligibility=eligibility)
+        assert decision.release, decision.message
+        return time.perf_counter() - started
+
+    def a_pass(kind: str) -> float:
+        started = time.perf_counter()
+        for pods in waiting:
+            assert not start_decision(pods, specs[kind], nodes, full, now, eligibility=eligibility).release
+        return time.perf_counter() - started
+
+    once("roles"), once("flat")  # nodes grouped by shape once, as the controller keeps them
+    print(f"roles: {roles} roles x {groups} groups of {hosts} pods (minimum {groups // 2} each), {NODES} nodes")
+    for label, measure in (("one set released", once), (f"a pass over {sets} sets waiting", a_pass)):
+        rounds = [(measure("roles"), measure("flat")) for _ in range(3)]
+        with_roles, flat = sorted(r[0] for r in rounds)[1], sorted(r[1] for r in rounds)[1]
+        print(
+            f"  {label:<34} roles {with_roles * 1000:8.1f} ms  flat {flat * 1000:8.1f} ms  "
+            f"ratio {with_roles / flat:.2f}x"
+        )
+
+
 def bench_pass(seconds: float) -> None:
     print(
         f"steady-state pass: {NODES} nodes, {NODES * PODS_PER_NODE} pods, {RUNNING_GANGS} running and "
@@ -646,7 +704,7 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("memory", "placement", "release", "pass", "topology"))
+    parser.add_argument("--only", choices=("memory", "placement", "release", "pass", "topology", "roles"))
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the steady-state pass is measured")
     parser.add_argument("--serve-busy", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--measure-pass", help=argparse.SUPPRESS)
@@ -672,3 +730,5 @@ if __name__ == "__main__":
             bench_start_memory()
         if args.only in (None, "topology"):
             bench_topology()
+        if args.only in (None, "roles"):
+            bench_roles()

@@ -108,6 +108,13 @@ def mutate_stream(
                 if gang.whole_groups is not None
                 for role, size in gang.whole_groups.sizes
             )
+            result.notes.extend(
+                f"{describe(doc)}: gang {gang.name}: nothing binds until every role's minimum fits at once "
+                f"({', '.join(f'{role} {groups} whole' for role, groups in gang.whole_groups.minimums)}); "
+                "groups above a minimum start whole when they fit, never on the room a minimum needs"
+                for gang in outcome.gangs
+                if gang.whole_groups is not None and gang.whole_groups.minimums
+            )
         for group in outcome.group_objects:
             meta = group["metadata"]
             groups.setdefault((group["apiVersion"], group["kind"], meta.get("namespace", ""), meta["name"]), group)

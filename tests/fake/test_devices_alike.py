@@ -170,6 +170,7 @@ def test_a_slice_trimmed_shares_the_devices_of_a_recent_slice_alike_and_nothing_
     """The slices' cache (observe/informer.py trim_slice): a slice's devices and counters are a recent
     slice's objects only when equal to them, the slice it is given is never changed, managedFields are
     dropped, and at most MAX_SLICES_SHARED slices are kept."""
+    informer._recent_slices[0] = ()  # slices other tests of this process trimmed are not this test's
     counters = {"sharedCounters": [{"name": "mem", "counters": {"gb": {"value": "80"}}}]}
     first, alike = (node_slice(n, [gpu("g0", "big", "a"), gpu("g1", "small", "a")], **counters) for n in ("n0", "n1"))
     other = node_slice("n2", [gpu("g0", "big", "a"), gpu("g1", "small", "b")], **counters)

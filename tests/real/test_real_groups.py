@@ -19,6 +19,7 @@ from tests.realcluster import operators
 from tests.realcluster.stack import Stack, running, wait_until
 
 REPLICA = "ray.io/worker-group-replica-name"
+ROLE = "ray.io/group"
 HOSTS = 2
 
 
@@ -33,7 +34,9 @@ def kuberay_indexing(stack: Stack) -> Iterator[Stack]:
     operator.uninstall(stack.plane)
 
 
-def ray_cluster(namespace: str, replicas: int) -> dict[str, Any]:
+def ray_cluster(namespace: str, replicas: int, roles: dict[str, tuple[int, int, int]] | None = None) -> dict[str, Any]:
+    """A RayCluster of 2-host worker replicas, one worker group per role: (replicas, minReplicas, maxReplicas)."""
+
     def template(name: str, cpu: str) -> dict[str, Any]:
         container = {"name": name, "image": "rayproject/ray:2.46.0", "resources": {"requests": {"cpu": cpu}}}
         return {"spec": {"containers": [container]}}
@@ -47,25 +50,30 @@ def ray_cluster(namespace: str, replicas: int) -> dict[str, Any]:
             "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head", "500m")},
             "workerGroupSpecs": [
                 {
-                    "groupName": "tpu",
-                    "replicas": replicas,
-                    "minReplicas": 1,
-                    "maxReplicas": 4,
+                    "groupName": role,
+                    "replicas": count,
+                    "minReplicas": least,
+                    "maxReplicas": most,
                     "numOfHosts": HOSTS,
                     "rayStartParams": {},
                     "template": template("ray-worker", "2"),
                 }
+                for role, (count, least, most) in (roles or {"tpu": (replicas, 1, 4)}).items()
             ],
         },
     }
 
 
 class Sampler:
-    """Every second, each replica's pods as the API server has them: how many are bound of how many."""
+    """Every second, each replica's pods as the API server has them: how many are bound of how many, and,
+    with `minimums` (role -> whole replicas), whether a role is below its minimum while workers of
+    another are bound. A replica bound in part for a moment is a release binding: only what two samples
+    in a row see (a second or more) is recorded."""
 
-    def __init__(self, stack: Stack, namespace: str) -> None:
-        self.stack, self.namespace = stack, namespace
+    def __init__(self, stack: Stack, namespace: str, minimums: dict[str, int] | None = None) -> None:
+        self.stack, self.namespace, self.minimums = stack, namespace, minimums or {}
         self.partial: list[str] = []
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -78,15 +86,30 @@ class Sampler:
         self._thread.join()
 
     def _run(self) -> None:
+        before: set[str] = set()
         while not self._stop.wait(1.0):
             try:
                 pods = self.stack.pods(self.namespace)
             except Exception:  # the API answering slowly: the next second decides
                 continue
-            for replica, members in replicas(pods).items():
-                placed = sum(1 for p in members if p["spec"].get("nodeName"))
-                if 0 < placed < HOSTS or (placed and len(members) < HOSTS):
-                    self.partial.append(f"{time.strftime('%X')} {replica}: {placed} of {len(members)} bound")
+            self.samples += 1
+            seen = self._wrong(pods)
+            self.partial += [f"{time.strftime('%X')} {key}: {what}" for key, what in seen.items() if key in before]
+            before = set(seen)
+
+    def _wrong(self, pods: list[dict[str, Any]]) -> dict[str, str]:
+        wrong: dict[str, str] = {}
+        whole: dict[str, int] = {}
+        for replica, members in replicas(pods).items():
+            placed = sum(1 for p in members if p["spec"].get("nodeName"))
+            if 0 < placed < HOSTS or (placed and len(members) < HOSTS):
+                wrong[replica] = f"{placed} of {len(members)} bound"
+            elif placed:
+                role = members[0]["metadata"]["labels"].get(ROLE, "")
+                whole[role] = whole.get(role, 0) + 1
+        if whole and (short := [r for r, least in self.minimums.items() if whole.get(r, 0) < least]):
+            wrong[f"roles {short}"] = f"below their minimums while {whole} whole replicas are bound"
+        return wrong
 
 
 def replicas(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -142,3 +165,40 @@ def test_replicas_the_autoscaler_adds_start_whole_beside_the_running_minimum(kub
     assert sampler.partial == [], sampler.partial
     assert uids <= {p["metadata"]["uid"] for p in grown}, "a running member was replaced"
     assert uids <= {p["metadata"]["uid"] for p in stack.pods(namespace)}
+
+
+def test_prefill_and_decode_minimums_start_together_each_replica_whole(kuberay_indexing: Stack) -> None:
+    """Issue 100's shape: prefill (minReplicas 2 of 4) and decode (1 of 2) worker groups of 2-host
+    replicas, in-tree autoscaling on (the gang's minimum: the head and those 3 replicas, 7 pods). With room
+    for the head and 3 hosts nothing binds; with room for exactly the minimums, 2 prefill and 1 decode
+    replicas bind, each whole, never one role without the other, and the replicas above the minimums
+    wait gated (a flat release of any 7 pods that fit takes 3 prefill replicas in KubeRay's order)."""
+    stack = kuberay_indexing
+    minimums = {"prefill": 2, "decode": 1}
+    stack.replace_workers(4, cpu="2")  # a host asks 2 CPUs: one per node; the head's node holds no host
+    namespace = stack.namespace("ray-roles", "gate")
+    roles = {"prefill": (4, 2, 4), "decode": (2, 1, 2)}
+    with Sampler(stack, namespace, minimums) as sampler:
+        stack.plane.apply(ray_cluster(namespace, 0, roles))
+        wait_until(lambda: len(replicas(stack.pods(namespace))) == 6, "KubeRay's 6 replicas made", 180, every=1)
+        time.sleep(15)  # passes of the controller with room for 3 of the 6 hosts the minimums need
+        assert not [p for p in stack.pods(namespace) if p["spec"].get("nodeName")], "part of the minimum bound"
+        for index in range(3):
+            add_worker(stack, f"{stack.workers[0]}-room{index}", "2")  # exactly the minimums' room now
+        started = wait_until(
+            lambda: (p := stack.pods(namespace)) and len(running(p)) == 1 + 3 * HOSTS and p,
+            "the head and the 3 minimum replicas Running",
+            180,
+            every=1,
+            explain=lambda: stack.describe(namespace),
+        )
+        time.sleep(10)  # more passes: the replicas above the minimums have no room and stay gated whole
+    bound = {
+        name: members[0]["metadata"]["labels"][ROLE]
+        for name, members in replicas(stack.pods(namespace)).items()
+        if all(p["spec"].get("nodeName") for p in members)
+    }
+    assert sorted(bound.values()) == ["decode", "prefill", "prefill"], bound
+    assert len(running(stack.pods(namespace))) == 1 + 3 * HOSTS
+    assert {p["metadata"]["uid"] for p in running(started)} <= {p["metadata"]["uid"] for p in stack.pods(namespace)}
+    assert sampler.samples > 20 and sampler.partial == [], sampler.partial

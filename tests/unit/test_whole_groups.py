@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_decide import NOW, cluster, member, released
+from tests.unit.test_decide import CPU, NOW, cluster, member, released
 from webhook import offline
 from webhook.controller.decide.situation import GangSpec, GangState
 from webhook.controller.decide.start import start_decision
@@ -105,7 +105,8 @@ def test_the_ray_record_names_multi_host_groups() -> None:
     }
     (gang,) = ray.analyze_cluster(cluster_obj).gangs
     assert gang.min_member == 10
-    assert gang.whole_groups == WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 4),))
+    # two worker groups: two roles, each with its minimum of whole replicas (all desired, autoscaling off)
+    assert gang.whole_groups == WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 4),), (("tpu", 2), ("cpu", 1)))
     notes = offline.mutate_stream([cluster_obj], "gate", namespace="team-a").notes
     assert any("each tpu replica's 4 pods together or none of them" in note for note in notes), notes
 
@@ -163,3 +164,116 @@ def test_explain_shows_the_groups_released_whole_by_state() -> None:
     assert group_lines(GangSpec(3, whole_groups=RULE), pods) == [
         f"  groups released whole (tpu 2 pods each, by {ray.REPLICA_LABEL}): 1 waiting, 1 running, 0 partly bound"
     ]
+
+
+# Roles (issue 100): a RayCluster's worker groups prefill (minReplicas 2 of 4) and decode (1 of 2), each
+# replica 2 hosts; the gang's minimum is the head and 2 prefill and 1 decode replicas, every one whole
+ROLES = WholeGroups(
+    ray.REPLICA_LABEL, ray.GROUP_LABEL, (("prefill", 2), ("decode", 2)), (("prefill", 2), ("decode", 1))
+)
+
+
+def in_role(role: str, replica: str, index: int, **changes: Any) -> Any:
+    labels = {ray.GROUP_LABEL: role, ray.REPLICA_LABEL: f"{role}-{replica}"}
+    return member(f"{role}-{replica}-{index}", labels=labels, **changes)
+
+
+def serving(**changes: Any) -> list[Any]:
+    """KubeRay's creation order: the head, the 4 prefill replicas, then the 2 decode replicas."""
+    pods = [member("head", labels=HEAD)]
+    pods += [in_role("prefill", r, i, **changes) for r in "abcd" for i in range(2)]
+    pods += [in_role("decode", r, i, **changes) for r in "ab" for i in range(2)]
+    return pods
+
+
+def test_every_roles_minimum_starts_together_where_the_room_holds_exactly_the_minimums() -> None:
+    """Room for 7 pods: the head, 2 prefill replicas and 1 decode replica start, each whole; the flat
+    release of any 7 pods that fit (the trap) takes 3 prefill replicas and no decode replica."""
+    nodes, free = cluster(1, 1, 1, 1, 1, 1, 1)
+    decision = start_decision(serving(), GangSpec(7, whole_groups=ROLES), nodes, free, NOW)
+    assert decision.state == GangState.RELEASE
+    assert sorted(decision.release) == [
+        "decode-a-0", "decode-a-1", "head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1",
+    ]  # fmt: skip
+    flat = replace(ROLES, minimums=())
+    trapped = start_decision(serving(), GangSpec(7, whole_groups=flat), nodes, free, NOW)
+    assert not [name for name in trapped.release if name.startswith("decode")]
+    assert len(trapped.release) == 7
+
+
+def test_nothing_starts_while_one_roles_minimum_does_not_fit_and_the_message_names_it() -> None:
+    nodes, free = cluster(1, 1, 1, 1, 1, 1)  # room for 6: the head and 5 workers, not 3 whole replicas
+    decision = start_decision(serving(), GangSpec(7, whole_groups=ROLES), nodes, free, NOW)
+    assert decision.state == GangState.WAITING_FOR_CAPACITY and not decision.release
+    assert "every role's minimum binds at once" in decision.message, decision.message
+
+
+def test_a_group_above_its_roles_minimum_never_takes_the_room_another_roles_minimum_needs() -> None:
+    """Prefill hosts ask 2 CPUs, decode hosts 1: one placement of all 13 pods places the biggest shape
+    first, and prefill replica c would take a node the decode replica needs (no role's minimum whole:
+    nothing starts). Placed in turn, the minimums bind, each whole."""
+    pods = [member("head", labels=HEAD)]
+    pods += [
+        in_role("prefill", r, i, shape=replace(CPU, requests=(("cpu", 2000), ("pods", 1))))
+        for r in "abcd"
+        for i in range(2)
+    ]
+    pods += [in_role("decode", r, i) for r in "ab" for i in range(2)]
+    nodes, free = cluster(2, 2, 2, 2, 2, 1)  # 11 CPUs: exactly the minimums, if prefill takes only 4 nodes
+    decision = start_decision(pods, GangSpec(7, whole_groups=ROLES), nodes, free, NOW)
+    assert decision.state == GangState.RELEASE
+    assert sorted(decision.release) == [
+        "decode-a-0", "decode-a-1", "head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1",
+    ]  # fmt: skip
+
+
+def test_groups_above_the_minimums_start_whole_once_the_minimums_run() -> None:
+    """The minimums run; room for 3 more pods: one further replica starts whole, never 3 hosts."""
+    pods = serving()
+    ran = {"head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1", "decode-a-0", "decode-a-1"}
+    pods = [replace(running(p.name, "n0", dict(p.labels))) if p.name in ran else p for p in pods]
+    nodes, free = cluster(0, 1, 1, 1)
+    decision = start_decision(pods, GangSpec(7, whole_groups=ROLES), nodes, free, NOW)
+    assert decision.state == GangState.RELEASE
+    assert sorted(decision.release) == ["prefill-c-0", "prefill-c-1"]
+
+
+def test_a_role_below_its_minimum_is_made_whole_before_any_group_above_another_roles() -> None:
+    """The decode replica was lost and KubeRay made it again: room for 2 pods goes to it, not to the
+    prefill replicas above their minimum that were created first."""
+    pods = serving()
+    ran = {"head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1"}
+    pods = [running(p.name, "n0", dict(p.labels)) if p.name in ran else p for p in pods]
+    nodes, free = cluster(0, 1, 1)
+    decision = start_decision(pods, GangSpec(7, whole_groups=ROLES), nodes, free, NOW)
+    assert sorted(decision.release) == ["decode-a-0", "decode-a-1"]
+
+
+def test_explain_and_mutate_show_each_roles_minimum() -> None:
+    from webhook.controller.run.explain import group_lines
+
+    pods = serving()
+    ran = {"head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1", "decode-a-0"}
+    pods = [running(p.name, "n0", dict(p.labels)) if p.name in ran else p for p in pods]
+    lines = group_lines(GangSpec(7, whole_groups=ROLES), pods)
+    assert "  role prefill: minimum 2 whole groups, 4 present, 2 bound whole" in lines, lines
+    assert "  role decode: minimum 1 whole groups, 2 present, 0 bound whole (below its minimum)" in lines, lines
+    worker = {"template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}, "numOfHosts": 2}
+    cluster_obj = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "team-a", "uid": "u"},
+        "spec": {
+            "enableInTreeAutoscaling": True,
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "x"}]}}},
+            "workerGroupSpecs": [
+                {"groupName": "prefill", "replicas": 4, "minReplicas": 2, "maxReplicas": 4, **worker},
+                {"groupName": "decode", "replicas": 2, "minReplicas": 1, "maxReplicas": 2, **worker},
+            ],
+        },
+    }
+    (gang,) = ray.analyze_cluster(cluster_obj).gangs
+    assert gang.min_member == 7 and gang.whole_groups is not None
+    assert gang.whole_groups.minimums == (("prefill", 2), ("decode", 1))
+    notes = offline.mutate_stream([cluster_obj], "gate", namespace="team-a").notes
+    assert any("every role's minimum fits at once (prefill 2 whole, decode 1 whole)" in note for note in notes), notes

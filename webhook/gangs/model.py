@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from webhook import resources
@@ -66,12 +67,33 @@ class WholeGroups:
     label: str
     by: str
     sizes: tuple[tuple[str, int], ...]  # (value of `by`, pods in each of its groups), only sizes above 1
+    # (value of `by`: a role, the whole groups of it the gang's minimum holds): every role's minimum binds
+    # at once, before any group above a minimum (a RayCluster's worker groups, each its minReplicas);
+    # empty: the gang's minimum is any minMember pods, as for a flat gang
+    minimums: tuple[tuple[str, int], ...] = ()
+
+    @cached_property
+    def _size_by(self) -> dict[str, int]:
+        return dict(self.sizes)
+
+    @cached_property
+    def _minimum_by(self) -> dict[str, int]:
+        return dict(self.minimums)
 
     def size_of(self, labels: Mapping[str, str]) -> tuple[str, int] | None:
         """(the group, its size) of a pod with these labels; None for a pod in no group of several."""
         group = labels.get(self.label)
-        size = dict(self.sizes).get(labels.get(self.by, "")) if group else None
+        size = self._size_by.get(labels.get(self.by, "")) if group else None
         return (f"{labels.get(self.by, '')}/{group}", size) if group and size else None
+
+    def unit_of(self, name: str, labels: Mapping[str, str]) -> tuple[str, str, int] | None:
+        """(its role, its group, the group's size) for a pod of a role with a minimum (a pod alone is a
+        group of one where its role's groups are single pods); None for a pod of no role (the head)."""
+        role = labels.get(self.by, "")
+        if role not in self._minimum_by:
+            return None
+        found = self.size_of(labels)
+        return (role, *found) if found is not None else (role, f"{role}/\x00{name}", 1)
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,15 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
     plan.templates.append(TemplateStamp(path=head_path, gang=gid, shape="crd"))
     autoscaling = cluster_spec.get("enableInTreeAutoscaling") is True
     hosts: list[tuple[str, int]] = []
+    minimums: list[tuple[str, int]] = []  # each worker group: the whole replicas of it the gang's minimum holds
     for index, group in enumerate(cluster_spec.get("workerGroupSpecs") or []):
         path = (*prefix, "workerGroupSpecs", index, "template")
         count = group_pods(group, autoscaling)
         role = str(group.get("groupName") or f"workers-{index}")
-        if (each := common.as_int(group.get("numOfHosts"), 1)) > 1:
+        each = max(common.as_int(group.get("numOfHosts"), 1), 1)
+        if each > 1:
             hosts.append((role, each))
+        minimums.append((role, count // each))
         members.append(common.members_of(group.get("template") or {}, count, role, path, plan.errors))
         plan.templates.append(TemplateStamp(path=path, gang=gid, shape="crd"))
     if gid is not None:
@@ -82,8 +85,9 @@ def _cluster_plan(obj: Obj, cluster_spec: dict[str, Any], prefix: Path, kind: st
         gang = common.build_gang(
             obj, gid, members, size, _SIZE_REASON[autoscaling].format(kind=kind), plan, head.get("spec") or {}
         )
-        if hosts:
-            gang = replace(gang, whole_groups=WholeGroups(REPLICA_LABEL, GROUP_LABEL, tuple(hosts)))
+        if hosts or len(minimums) > 1:  # whole replicas, or roles whose minimums bind together (no stealing)
+            rule = WholeGroups(REPLICA_LABEL, GROUP_LABEL, tuple(hosts), tuple(minimums) if len(minimums) > 1 else ())
+            gang = replace(gang, whole_groups=rule)
         plan.gangs.append(gang)
         common.warn_missing_requests(plan, gang)
     return plan

@@ -23,11 +23,17 @@ class Placing:
         self.taken_ports: dict[str, set[HostPort]] = {}
         self.assignments: dict[str, str] = {}
         self.reasons: dict[str, Why] = {}
+        # each shape's last scan: a later turn of the same shape (the groups above the roles' minimums,
+        # placed after them) rescans only the nodes this placement took room of; room only shrinks here
+        self._scans: dict[Shape, tuple[list[tuple[int, str]], dict[str, Mapping[str, int]]]] = {}
 
     def candidates(
         self, shape: Shape, wanted: int, eligible: Iterable[Node]
     ) -> tuple[list[tuple[int, str]], dict[str, Mapping[str, int]]]:
         """(how many of the shape fit, node) for every eligible node with room, and each one's room."""
+        scanned = self._scans.get(shape)
+        if scanned is not None:
+            return self._rescan(shape, *scanned)
         candidates: list[tuple[int, str]] = []
         base: dict[str, Mapping[str, int]] = {}
         for node in eligible:
@@ -46,7 +52,26 @@ class Placing:
                 base[node.name] = node_free
             elif node.name not in self.reasons:
                 self.reasons[node.name] = (shape, node_free, 0, wanted)
+        self._scans[shape] = (candidates, base)
         return candidates, base
+
+    def _rescan(
+        self, shape: Shape, before: list[tuple[int, str]], base: Mapping[str, Mapping[str, int]]
+    ) -> tuple[list[tuple[int, str]], dict[str, Mapping[str, int]]]:
+        """The last scan of the shape, with the nodes taken from since counted again."""
+        changed = {name for name in self.remaining if name in base}
+        candidates = [(fits, name) for fits, name in before if name not in changed]
+        rooms = {name: room for name, room in base.items() if name not in changed}
+        for name in sorted(changed):
+            room = self.remaining[name]
+            fits = fit_count(shape, room)
+            if fits > 0 and shape.host_ports and ports_clash(shape.host_ports, self.taken_ports.get(name) or ()):
+                fits = 0
+            if fits > 0:
+                candidates.append((fits, name))
+                rooms[name] = room
+        self._scans[shape] = (candidates, rooms)
+        return candidates, rooms
 
     def take(
         self,

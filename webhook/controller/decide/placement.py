@@ -61,19 +61,61 @@ def place(
     spread: bool = False,
     eligibility: Eligibility | None = None,
     domains: Domains | None = None,
+    then: Sequence[Member] = (),
 ) -> Placement:
     """Nodes for every member, or the reasons why the whole gang does not fit now.
 
     `free` is each node's allocatable minus the requests of the pods bound or promised to it, and
     `used_ports` the host ports those pods take. `spread` puts one pod per node in turn instead of packing;
-    `domains` keeps the gang inside one domain of a node label (topology).
+    `domains` keeps the gang inside one domain of a node label (topology). `then`: members placed only
+    once all of `members` fit, on the room they leave (groups above their roles' minimums, which one
+    placement of both could give room a minimum needs: it places the biggest shapes first).
     """
     eligibility = eligibility or Eligibility(nodes)
+    if then and members and domains is not None:
+        return _in_turn(members, then, nodes, free, used_ports, spread, eligibility, domains)
     if domains is None:
-        return _place(members, free, used_ports, spread, eligibility)
+        return _place(members, free, used_ports, spread, eligibility, then=then)
+    members = [*members, *then]
     if domains.within is not None:
         return _place_within(members, free, used_ports, spread, eligibility, domains)
     return _place_in_domains(members, free, used_ports, spread, eligibility, domains)
+
+
+def _in_turn(
+    first: Sequence[Member],
+    then: Sequence[Member],
+    nodes: Sequence[Node],
+    free: Mapping[str, Mapping[str, int]],
+    used_ports: Mapping[str, Iterable[HostPort]] | None,
+    spread: bool,
+    eligibility: Eligibility,
+    domains: Domains,
+) -> Placement:
+    """place() with `then` and a topology: `first` placed alone, then, only if it all fits, `then` on
+    what it leaves, joining the domain `first` went to."""
+    before = place(first, nodes, free, used_ports, spread, eligibility, domains)
+    if not before.complete:
+        return before
+    left: dict[str, Mapping[str, int]] = dict(free)  # the room of the nodes `first` took, less what it took
+    ports: dict[str, Iterable[HostPort]] = dict(used_ports or {})
+    empty = {node.name: node.allocatable for node in nodes} if set(before.assignments.values()) - free.keys() else {}
+    for member in first:
+        node = before.assignments[member.name]
+        room = dict(left.get(node) or empty[node])
+        for resource, amount in member.shape.requests:
+            room[resource] = room.get(resource, 0) - amount
+        left[node], ports[node] = room, {*ports.get(node, ()), *member.shape.host_ports}
+    domains = replace(domains, near=domains.near | frozenset(before.assignments.values()))
+    after = place(then, nodes, left, ports, spread, eligibility, domains)
+    return Placement(
+        {**before.assignments, **after.assignments},
+        after.complete,
+        after.why,
+        tuple(sorted({*before.unmodelled, *after.unmodelled})),
+        domain=before.domain,
+        domain_note=after.domain_note,
+    )
 
 
 def on_empty_cluster(
@@ -305,14 +347,30 @@ def _place(
     spread: bool,
     eligibility: Eligibility,
     candidates_of: Candidates | None = None,
+    then: Sequence[Member] = (),
 ) -> Placement:
+    """`members` placed; then, if they all fit, `then` on the room they leave (place with `then`)."""
+    placing = Placing(free, used_ports or {})
+    unmodelled: set[str] = set()
+    complete = _place_turn(members, placing, unmodelled, eligibility, candidates_of, spread)
+    if complete and then:
+        complete = _place_turn(then, placing, unmodelled, eligibility, candidates_of, spread)
+    return Placement(placing.assignments, complete, {} if complete else placing.reasons, tuple(sorted(unmodelled)))
+
+
+def _place_turn(
+    members: Sequence[Member],
+    placing: Placing,
+    unmodelled: set[str],
+    eligibility: Eligibility,
+    candidates_of: Candidates | None,
+    spread: bool,
+) -> bool:
     by_shape: dict[Shape, list[str]] = {}
     for member in members:
         by_shape.setdefault(member.shape, []).append(member.name)
     # biggest shapes first: they have the fewest places to go
     order = sorted(by_shape, key=lambda s: sorted((-a for n, a in s.requests if n != PODS)), reverse=False)
-    placing = Placing(free, used_ports or {})
-    unmodelled: set[str] = set()
     complete = True
     for shape in order:
         names = by_shape[shape]
@@ -326,7 +384,7 @@ def _place(
             complete = False
             for fits, node_name in candidates:
                 placing.reasons.setdefault(node_name, (shape, base[node_name], fits, len(names)))
-    return Placement(placing.assignments, complete, {} if complete else placing.reasons, tuple(sorted(unmodelled)))
+    return complete
 
 
 def _needs(shape: Shape, free: Mapping[str, int], fits: int) -> str:

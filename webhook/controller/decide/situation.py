@@ -148,7 +148,10 @@ class Situation:
 
     @cached_property
     def members(self) -> list[Member]:
-        return [Member(p.name, p.shape) for p in whole_groups.grouped(self.gated, self.spec.whole_groups)]
+        return self._as_members(self.gated)
+
+    def _as_members(self, pods: Sequence[PodView]) -> list[Member]:
+        return [Member(p.name, p.shape) for p in whole_groups.grouped(pods, self.spec.whole_groups)]
 
     @cached_property
     def phantoms(self) -> list[Member]:
@@ -165,13 +168,16 @@ class Situation:
 
     @cached_property
     def placed(self) -> Placement:
-        """Where the gated members (and those to come) go on the capacity the queue lets this gang use."""
+        """Where the gated members (and those to come) go on the capacity the queue lets this gang use:
+        with roles, every role's minimum first and alone, then the groups above it (whole_groups.py)."""
+        first, then = whole_groups.minimum_first(self.live, self.spec.whole_groups)
         return placement.place(
-            self.members + self.phantoms,
+            [*self._as_members(first), *self.phantoms],
             self.nodes,
             self.free if self.room is None else self.room,
             used_ports=self.used_ports,
             spread=self.spec.spread,
             eligibility=self.eligibility,
             domains=self.domains,
+            then=self._as_members(then),
         )

@@ -192,6 +192,7 @@ def fits(s: Situation) -> Decision | None:
     chosen = whole_groups.whole(placed, s.live, s.spec.whole_groups)  # a group of several whole, or not at all
     complete = result.complete and len(chosen) == len(placed)
     enough = complete or len(chosen) + len(s.released) >= s.spec.min_member
+    enough = enough and not whole_groups.roles_short(chosen, s.live, s.spec.whole_groups)  # every role's minimum
     if not (later_fit and enough) or (placed and not chosen):
         return None
     reserve: dict[str, dict[str, int]] = {}
@@ -247,6 +248,11 @@ def waits_for_capacity(s: Situation) -> Decision:
     message = f"{len(result.assignments) + len(s.released)} of {spec.min_member} pods fit on free capacity"
     if result.domain_note and spec.topology is not None and spec.topology.required:
         message = f"{spec.topology.word} topology: {result.domain_note}"
+    short = whole_groups.roles_short(
+        whole_groups.whole(result.assignments, s.live, spec.whole_groups), s.live, spec.whole_groups
+    )
+    if short:  # the roles' minimums bind together or not at all
+        message += f"; every role's minimum binds at once, in whole groups that fit: {', '.join(short)}"
     priority = gang_priority(p.priority for p in s.live)
     preempt = _preemption_nodes(s, priority)
     if preempt is not None:

@@ -47,6 +47,69 @@ def whole(chosen: Mapping[str, str], live: Sequence[PodView], rule: WholeGroups 
     return {name: node for name, node in chosen.items() if name not in held}
 
 
+def _units(pods: Sequence[PodView], rule: WholeGroups) -> dict[tuple[str, str], tuple[int, list[PodView]]]:
+    """(role, group) -> (its size, its pods here), in the order of each group's first pod."""
+    units: dict[tuple[str, str], tuple[int, list[PodView]]] = {}
+    for pod in pods:
+        if (found := rule.unit_of(pod.name, pod.labels)) is not None:
+            units.setdefault((found[0], found[1]), (found[2], []))[1].append(pod)
+    return units
+
+
+def minimum_first(live: Sequence[PodView], rule: WholeGroups | None) -> tuple[list[PodView], list[PodView]]:
+    """The gated pods split in two: those that complete every role's minimum (the pods of no role, and
+    for each role as many whole groups as its minimum lacks beyond the groups already released, in
+    order), and the rest (groups above the minimums). Placed in that order, a group above a role's
+    minimum never takes room another role's minimum needs (start.py places the first part alone)."""
+    gated = [p for p in live if p.gated]
+    if rule is None or not rule.minimums:
+        return gated, []
+    units = _units([p for p in live if not p.terminal], rule)
+    held: dict[str, int] = {}
+    for (role, _), (size, pods) in units.items():
+        if len(pods) >= size and not any(p.gated for p in pods):
+            held[role] = held.get(role, 0) + 1
+    lacking = {role: max(minimum - held.get(role, 0), 0) for role, minimum in rule.minimums}
+    in_roles = {p.name for _, pods in units.values() for p in pods}
+    first: list[PodView] = [p for p in gated if p.name not in in_roles]
+    rest: list[PodView] = []
+    for (role, _), (size, pods) in units.items():
+        waiting = [p for p in pods if p.gated]
+        if not waiting:
+            continue
+        if lacking[role] and len(pods) >= size:
+            lacking[role] -= 1
+            first += waiting
+        else:
+            rest += waiting
+    return first, rest
+
+
+def roles_short(chosen: Mapping[str, str], live: Sequence[PodView], rule: WholeGroups | None) -> list[str]:
+    """Each role whose whole groups, counting those released and those `chosen` releases, are fewer than
+    its minimum: "prefill 1 of 2" (none: every role's minimum holds)."""
+    if rule is None or not rule.minimums:
+        return []
+    whole: dict[str, int] = {}
+    for (role, _), (size, pods) in _units([p for p in live if not p.terminal], rule).items():
+        if len(pods) >= size and all(not p.gated or p.name in chosen for p in pods):
+            whole[role] = whole.get(role, 0) + 1
+    return [
+        f"{role} {whole.get(role, 0)} of {minimum}" for role, minimum in rule.minimums if whole.get(role, 0) < minimum
+    ]
+
+
+def role_counts(live: Sequence[PodView], rule: WholeGroups) -> list[tuple[str, int, int, int]]:
+    """(role, its minimum, its groups present, those bound whole) for every role, in the rule's order."""
+    present: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    for (role, _), (size, pods) in _units([p for p in live if not p.terminal], rule).items():
+        present[role] = present.get(role, 0) + 1
+        if len(pods) >= size and all(p.node_name for p in pods):
+            bound[role] = bound.get(role, 0) + 1
+    return [(role, minimum, present.get(role, 0), bound.get(role, 0)) for role, minimum in rule.minimums]
+
+
 GROUP_STATES = ("waiting", "running", "partly_bound")
 
 

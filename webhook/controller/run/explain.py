@@ -12,7 +12,7 @@ from webhook.controller.decide.pods import PodView, gang_priority
 from webhook.controller.decide.queue import DEFAULT_POLICY, Policy
 from webhook.controller.decide.situation import Decision, GangSpec
 from webhook.controller.decide.verdict import model_verdict
-from webhook.controller.decide.whole_groups import GROUP_STATES, group_states
+from webhook.controller.decide.whole_groups import GROUP_STATES, group_states, role_counts
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.gangview import GangView
 from webhook.controller.observe.source import Listing
@@ -164,10 +164,18 @@ def group_lines(spec: GangSpec, live: Sequence[PodView]) -> list[str]:
     rule = spec.whole_groups
     if rule is None:
         return []
-    states = group_states([("", live, rule)])
-    sizes = ", ".join(f"{role} {size} pods each" for role, size in rule.sizes)
-    counted = ", ".join(f"{states.get(('', state), 0)} {state.replace('_', ' ')}" for state in GROUP_STATES)
-    return [f"  groups released whole ({sizes}, by {rule.label}): {counted}"]
+    lines = []
+    if rule.sizes:
+        states = group_states([("", live, rule)])
+        sizes = ", ".join(f"{role} {size} pods each" for role, size in rule.sizes)
+        counted = ", ".join(f"{states.get(('', state), 0)} {state.replace('_', ' ')}" for state in GROUP_STATES)
+        lines.append(f"  groups released whole ({sizes}, by {rule.label}): {counted}")
+    for role, minimum, groups, bound in role_counts(live, rule):
+        lines.append(
+            f"  role {role}: minimum {minimum} whole groups, {groups} present, {bound} bound whole"
+            + (" (below its minimum)" if bound < minimum else "")
+        )
+    return lines
 
 
 def topology_lines(spec: GangSpec, found: placement.Placement | None) -> list[str]:
