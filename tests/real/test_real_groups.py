@@ -202,3 +202,14 @@ def test_prefill_and_decode_minimums_start_together_each_replica_whole(kuberay_i
     assert len(running(stack.pods(namespace))) == 1 + 3 * HOSTS
     assert {p["metadata"]["uid"] for p in running(started)} <= {p["metadata"]["uid"] for p in stack.pods(namespace)}
     assert sampler.samples > 20 and sampler.partial == [], sampler.partial
+
+    def roles_written() -> Any:  # the Gang's status as the controller writes it (its counts within 5 s)
+        status = (stack.plane.get("gang", "raycluster-slices", namespace=namespace) or {}).get("status") or {}
+        return [(r["name"], r.get("boundWhole")) for r in status.get("roles") or []] == [
+            ("prefill", 2),
+            ("decode", 1),
+        ] and status
+
+    status = wait_until(roles_written, "the Gang's roles: prefill 2 and decode 1 bound whole", 60, every=1)
+    health = next(c for c in status["conditions"] if c["type"] == "MinimumAvailable")
+    assert (health["status"], health["reason"]) == ("True", "MinimumRunning"), health

@@ -14,6 +14,7 @@ from tests.unit.test_decide import CPU, NOW, cluster, member, released
 from webhook import offline
 from webhook.controller.decide.situation import GangSpec, GangState
 from webhook.controller.decide.start import start_decision
+from webhook.controller.decide.whole_groups import role_counts
 from webhook.gangs import ray
 from webhook.gangs.model import WholeGroups
 
@@ -277,3 +278,31 @@ def test_explain_and_mutate_show_each_roles_minimum() -> None:
     assert gang.whole_groups.minimums == (("prefill", 2), ("decode", 1))
     notes = offline.mutate_stream([cluster_obj], "gate", namespace="team-a").notes
     assert any("every role's minimum fits at once (prefill 2 whole, decode 1 whole)" in note for note in notes), notes
+
+
+def test_the_gang_object_shows_each_role_and_falls_below_its_minimum_when_a_role_does() -> None:
+    """The Gang's status.roles (valid for the Gang CRD) and its MinimumAvailable condition: 9 pods run
+    (above the minimum of 7) but the decode role has no whole replica bound: below its minimum, both ways."""
+    from tests.schemas import validate
+    from webhook.controller.observe.books import Books, desired_object, desired_status
+
+    pods = serving()
+    ran = {"head", "prefill-a-0", "prefill-a-1", "prefill-b-0", "prefill-b-1", "prefill-c-0", "prefill-c-1"}
+    ran |= {"prefill-d-0", "decode-a-0"}
+    pods = [running(p.name, "n0", dict(p.labels)) if p.name in ran else p for p in pods]
+    roles = role_counts(pods, ROLES)
+    status = desired_status("Running", "m", (13, 9, 4), 7, 0, Books(ran_with=7), {}, NOW, roles)
+    assert status["roles"] == [
+        {"name": "prefill", "minimum": 2, "present": 4, "boundWhole": 3},
+        {"name": "decode", "minimum": 1, "present": 2, "boundWhole": 0},
+    ]
+    condition = next(c for c in status["conditions"] if c["type"] == "MinimumAvailable")
+    assert (condition["status"], condition["reason"]) == ("False", "BelowMinimum")
+    assert "decode 0 of 1" in condition["message"]
+    written = {key: value for key, value in status.items() if value is not None}  # a merge patch: None deletes
+    validate({**desired_object("team-a", "raycluster-rc", "gate", 7, None), "status": written})
+    ran |= {"decode-a-1"}
+    pods = [running(p.name, "n0", dict(p.labels)) if p.name in ran else p for p in pods]
+    status = desired_status("Running", "m", (13, 10, 3), 7, 0, Books(ran_with=7), status, NOW, role_counts(pods, ROLES))
+    condition = next(c for c in status["conditions"] if c["type"] == "MinimumAvailable")
+    assert (condition["status"], condition["reason"]) == ("True", "MinimumRunning")

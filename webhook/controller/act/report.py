@@ -15,7 +15,7 @@ from webhook.controller.decide import reasons
 from webhook.controller.decide.autoscaling import unseen_by_autoscalers
 from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.situation import Decision, GangState
-from webhook.controller.decide.whole_groups import GROUP_STATES
+from webhook.controller.decide.whole_groups import GROUP_STATES, role_counts
 from webhook.controller.observe.books import (
     COUNTS_SECONDS,
     Books,
@@ -94,8 +94,10 @@ class Reporter:
         current = self.gang_objects.get(gang.namespace, gang.name)
         live = [p for p in gang.pods if not p.terminal]
         counts = (len(live), sum(1 for p in live if p.node_name), sum(1 for p in live if p.gated))
+        rule = resolved.spec.whole_groups if resolved.spec is not None else None
+        roles = role_counts(live, rule) if rule is not None and rule.minimums else ()
         status = desired_status(
-            state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now
+            state, message, counts, min_member, position, books, (current or {}).get("status") or {}, now, roles
         )
         records = self._records_to_write(gang, current, live, released or {})
         if records:

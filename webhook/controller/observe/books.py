@@ -6,7 +6,7 @@ writes on a workload never becomes the controller's state."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +142,10 @@ def desired_status(
     books: Books,
     previous: Mapping[str, Any],
     now: dt.datetime,
+    roles: Sequence[tuple[str, int, int, int]] = (),
 ) -> Obj:
-    """What the Gang's status should say: the decision, the pods counted, the books, three conditions."""
+    """What the Gang's status should say: the decision, the pods counted, the books, three conditions;
+    with roles (whole_groups.role_counts: name, minimum, groups present, bound whole), each of them."""
     present, running, gated = counts
     old_conditions = list(previous.get("conditions") or [])
     released = gated == 0 and present > 0
@@ -155,6 +157,11 @@ def desired_status(
         "gated": gated,
         "queuePosition": position or None,
         **books_status(books),
+        **(
+            {"roles": [{"name": n, "minimum": m, "present": p, "boundWhole": b} for n, m, p, b in roles]}
+            if roles
+            else {}
+        ),
         "conditions": [
             condition("Released", released, state, message, now, old_conditions),
             condition(
@@ -165,18 +172,36 @@ def desired_status(
                 now,
                 old_conditions,
             ),
-            minimum_available(running, min_member, books, old_conditions, now),
+            minimum_available(running, min_member, books, old_conditions, now, roles),
         ],
     }
 
 
-def minimum_available(running: int, min_member: int, books: Books, previous: list[Obj], now: dt.datetime) -> Obj:
+def minimum_available(
+    running: int,
+    min_member: int,
+    books: Books,
+    previous: list[Obj],
+    now: dt.datetime,
+    roles: Sequence[tuple[str, int, int, int]] = (),
+) -> Obj:
     """Whether the gang has its minimum running, both ways (kubernetes/kubernetes#136334; Grove's
     MinAvailableBreached): False BelowMinimum once a gang that ran whole has fewer running (lost,
     evicted, preempted), True again once it is back; False NotStarted before it first ran whole. The
-    members running above the minimum (replicas an autoscaler added) are counted apart."""
+    members running above the minimum (replicas an autoscaler added) are counted apart. With roles, the
+    minimum is every role's whole groups bound: enough pods running with a role short is below it."""
     before = next((c for c in previous if isinstance(c, dict) and c.get("type") == "MinimumAvailable"), None)
     ran = books.ran_with > 0 or (before is not None and before.get("reason") in ("MinimumRunning", "BelowMinimum"))
+    short = [f"{name} {bound} of {minimum}" for name, minimum, _, bound in roles if bound < minimum]
+    if running >= min_member and short:
+        return condition(
+            "MinimumAvailable",
+            False,
+            "BelowMinimum" if ran else "NotStarted",
+            f"{running} running, but roles below their minimum of whole groups bound: {', '.join(short)}",
+            now,
+            previous,
+        )
     if running >= min_member:
         above = running - min_member
         reason, message = (
@@ -194,7 +219,7 @@ def minimum_available(running: int, min_member: int, books: Books, previous: lis
 # of its CPU for a Gang holding 1,000 release records against 17 ms for 10 (measured on the real tier),
 # and a 1,000-pod release wrote its Gang 59 times, half the API server's CPU of the release. The place
 # in the queue too: each release moves every gang behind it up one, a PATCH per waiting gang per release.
-COUNTED = frozenset({"present", "running", "gated", "message", "queuePosition"})
+COUNTED = frozenset({"present", "running", "gated", "message", "queuePosition", "roles"})
 
 
 COUNTS_SECONDS = 5.0
