@@ -199,3 +199,66 @@ def test_a_holder_an_earlier_start_left_is_deleted_once_the_gang_is_bound_again(
     allocate_first(bound, release, allocated=True, holders=Holders(), store=GangStore())
     allocate_first(bound, release, allocated=True, holders=holders, store=GangStore())
     assert holders.deleted == ["claimholder-x"]
+
+
+def replicas_gang(age_seconds: float) -> GangView:
+    """A RayCluster's head and replica a running, replicas b and c (2 hosts each) held by gangkeeper's gate."""
+    from webhook.gangs import ray
+
+    made = (NOW - dt.timedelta(seconds=age_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    views, raws = [], []
+    for name, replica, bound in [
+        ("head", None, True), ("a-0", "a", True), ("a-1", "a", True),
+        ("b-0", "b", False), ("b-1", "b", False), ("c-0", "c", False), ("c-1", "c", False),
+    ]:  # fmt: skip
+        labels = {ray.GROUP_LABEL: "tpu" if replica else "headgroup"} | (
+            {ray.REPLICA_LABEL: replica} if replica else {}
+        )
+        spec: dict[str, Any] = {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}
+        spec |= {"nodeName": "n0"} if bound else {"schedulingGates": [{"name": "gangkeeper.io/gang-gate"}]}
+        meta = {"name": name, "namespace": "team-a", "uid": name, "creationTimestamp": made, "labels": labels}
+        raw = {"metadata": meta, "spec": spec}
+        views.append(PodView.from_api(raw, group="train"))
+        raws.append(raw)
+    return GangView("team-a", "raycluster-slices", views, raws)
+
+
+def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_the_rest_stay_held() -> None:
+    """Native binds a gang's pods above its minimum one by one: the model's release (replica b whole,
+    pinned) is lifted, replica c stays held and is looked at again, and it is never let go unplaced,
+    however long it waits."""
+    from webhook.gangs import ray
+    from webhook.gangs.model import WholeGroups
+
+    rule = WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 2),))
+    resolved = Resolved(GangSpec(min_member=3, timeout_seconds=300, whole_groups=rule), None, None)
+
+    def hand_over(decision: Decision, age: float) -> tuple[Written, float]:
+        written, work = Written(), GangQueue()
+        view = replicas_gang(age)
+        Steering(Placing(decision), written, work).turn(view, resolved, Snap(), NOW)  # type: ignore[arg-type]
+        return written, work._due.get(view.key, float("inf"))
+
+    pins = {"b-0": "n1", "b-1": "n2"}
+    written, due = hand_over(Decision(GangState.RELEASE, "releasing 2 pods", release=pins), 5)
+    ((names, said_pins, why),) = written.calls
+    assert names == ["b-0", "b-1"] and said_pins == pins and "useful only whole" in why
+    assert due < NOW.timestamp() + 2  # replica c: looked at again soon
+    for age in (5, 3600):  # no room: held, never let go as it is
+        written, due = hand_over(Decision(GangState.WAITING_FOR_CAPACITY, "2 of 4 fit"), age)
+        assert written.calls == [] and due == NOW.timestamp() + steer.STEER_RETRY_SECONDS
+
+
+def test_native_and_coscheduling_hold_a_multi_host_replicas_pods_and_no_other() -> None:
+    from webhook.backends import make
+    from webhook.backends.base import Target
+    from webhook.gangs import ray
+    from webhook.gangs.ray import cluster_identity
+
+    for name in ("native", "coscheduling"):
+        backend = make(name)
+        for labels, held in (({ray.REPLICA_LABEL: "slices-tpu-0"}, True), ({ray.GROUP_LABEL: "headgroup"}, False)):
+            pod = {"metadata": {"name": "p", "labels": dict(labels)}, "spec": {"containers": []}}
+            backend.stamp(Target(pod, "pod"), cluster_identity("slices"), True)
+            gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+            assert (gates == ["gangkeeper.io/gang-gate"]) is held, (name, labels, gates)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook import contract
+from webhook.gangs import kinds
 from webhook.gangs.common import shared_claims_of
 from webhook.gangs.model import Gang, GangId, Obj, Topology
 from webhook.gangs.pod import workload_stamp
@@ -183,12 +184,14 @@ def stamp_common(target: Target, gang: GangId | None) -> None:
     target.annotations()[contract.WORKLOAD_ANNOTATION] = workload_stamp(gang)
 
 
-def hold_for_steering(spec: Obj | None, is_pod: bool) -> None:
+def hold_for_steering(spec: Obj | None, is_pod: bool, labels: Mapping[str, str] | None = None) -> None:
     """Gangkeeper's gate on a pod that names a shared ResourceClaim, for a mechanism that `steers_shared_claims`:
     held until the controller pins it where one allocation of that claim holds the whole gang
-    (controller/run/steer.py); a pod's only, never a template's (a gate on a template would be copied to
-    pods the controller does not steer, see gate.py)."""
-    if spec is None or not is_pod or not shared_claims_of(spec):
+    (controller/run/steer.py); and on a pod of a group useful only whole (a KubeRay multi-host replica,
+    gangs/kinds.py `in_whole_group`), which that mechanism binds pod by pod above a gang's minimum: held
+    until the controller hands its group over whole, pinned where it fits. A pod's only, never a
+    template's (a gate on a template would be copied to pods the controller does not steer, see gate.py)."""
+    if spec is None or not is_pod or not (shared_claims_of(spec) or kinds.in_whole_group(labels or {})):
         return
     gates = spec.setdefault("schedulingGates", [])
     if not any(g.get("name") == contract.GATE for g in gates):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from webhook.gangs.model import GangId, Obj, Plan, get_path
@@ -68,6 +68,10 @@ class Kind:
     # children are never grouped again
     gang_parent: bool = False
     tag: str = ""  # the short tag in its gangs' names (a Job and a StatefulSet may share a name)
+    # a pod label naming the group of several pods the pod is useful only with (a KubeRay multi-host
+    # replica): mechanisms that bind pods above a gang's minimum one by one get such pods handed over a
+    # whole group at a time (backends/base.py hold_for_steering, controller/run/steer.py)
+    whole_group_label: str = ""
 
     @property
     def api_version(self) -> str:
@@ -146,3 +150,8 @@ def spreads(kind: str) -> bool:
 def volcano_groups_by_operator(kind: str) -> bool:
     """Whether the operator of this kind makes its gangs' Volcano PodGroups (`Kind.volcano_groups_by_operator`)."""
     return any(k.volcano_groups_by_operator for k in REGISTRY.values() if k.kind == kind)
+
+
+def in_whole_group(labels: Mapping[str, str]) -> bool:
+    """Whether a pod with these labels belongs to a group useful only whole (`Kind.whole_group_label`)."""
+    return any(k.whole_group_label and k.whole_group_label in labels for k in REGISTRY.values())

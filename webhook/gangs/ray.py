@@ -142,6 +142,7 @@ register(
         plural="rayclusters",
         managed_by_path=("spec", "managedBy"),  # KubeRay: ray.io/kuberay-operator or MultiKueue's
         gang_parent=True,
+        whole_group_label=REPLICA_LABEL,
         tag="raycluster",
     )
 )

@@ -82,6 +82,10 @@ class Steering:
         if live < spec.min_member and waited < spec.timeout_seconds:
             self.work.add_at(gang.key, since.timestamp() + spec.timeout_seconds + 0.001)
             return  # its other members are still being made: each arrival looks again
+        rule = spec.whole_groups
+        if rule is not None and any(rule.size_of(view.labels) for view, _ in gated):
+            self._hand_over_whole(gang, resolved, snap, now, gated, this_pass)
+            return
         reaches = shared_reaches(snap.index, gang)
         if not reaches:
             self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
@@ -115,6 +119,41 @@ class Steering:
             self._lift(gang, now, gated, None, why)
             return
         self.work.add_at(gang.key, now.timestamp() + STEER_RETRY_SECONDS)
+
+    def _hand_over_whole(
+        self,
+        gang: GangView,
+        resolved: Resolved,
+        snap: Snapshot,
+        now: dt.datetime,
+        gated: list[tuple[PodView, Obj]],
+        this_pass: int,
+    ) -> None:
+        """The gang's groups useful only whole (KubeRay multi-host replicas), which its scheduler would
+        bind pod by pod above the gang's minimum: the gate's own decision (whole groups, every role's
+        minimum first) picks those that fit now, and their gates are lifted together, each pod pinned
+        where it was placed; the rest stay held and are looked at again. Never let go unplaced: a
+        group partly bound is what holding them prevents."""
+        spent = self._placed[1] if self._placed[0] == this_pass else 0
+        if spent >= MAX_STEERS_PER_PASS:
+            self.work.add_at(gang.key, now.timestamp() + 1.0)
+            return
+        self._placed = (this_pass, spent + 1)
+        decision = self.cycle.decide_for(gang, resolved, snap, now)
+        chosen = [(view, raw) for view, raw in gated if view.name in decision.release]
+        if decision.state == GangState.RELEASE and chosen:
+            pins = dict(decision.release)
+            for view, _ in chosen:  # promised, as a release is: no gate gang of this pass takes it
+                adjust(snap.free, {pins[view.name]: view.units}, -1)
+            why = (
+                f"gang {gang.name}: {len(chosen)} pods of groups useful only whole handed over together, "
+                f"pinned where they fit ({decision.message}); its scheduler checks and binds them there"
+            )
+            written = self.releaser.steer(chosen, None if decision.unmodelled else pins, why)
+            log.info("handed over whole", extra={"gang": gang.key, "pods": written})
+            if written == len(gated):
+                return
+        self.work.add_at(gang.key, now.timestamp() + (1.0 if chosen else STEER_RETRY_SECONDS))
 
     def _claim_allocated(
         self, gang: GangView, snap: Snapshot, gated: list[tuple[PodView, Obj]], pins: dict[str, str]
