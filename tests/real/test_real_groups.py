@@ -18,6 +18,8 @@ from tests.real.test_real_dra import add_worker
 from tests.realcluster import operators
 from tests.realcluster.stack import Stack, running, wait_until
 
+pytestmark = pytest.mark.cluster  # the real tier, after kuberay is built (tests/conftest.py NEED_THE_REST)
+
 REPLICA = "ray.io/worker-group-replica-name"
 ROLE = "ray.io/group"
 HOSTS = 2
@@ -134,7 +136,8 @@ def test_replicas_the_autoscaler_adds_start_whole_beside_the_running_minimum(
         request.getfixturevalue("cosched")  # scheduler-plugins' scheduler beside the stack
     stack.replace_workers(3, cpu="2")  # the head on one, the first replica's 2 hosts on the other two
     namespace = stack.namespace(f"ray-slices-{backend}", backend)
-    stack.plane.apply(ray_cluster(namespace, 1))
+    # the webhook's API discovery refreshes each minute: a scheduler just started is refused until then
+    wait_until(lambda: stack.plane.apply(ray_cluster(namespace, 1)), "the RayCluster admitted", 90, every=5)
     first = wait_until(
         lambda: (p := stack.pods(namespace)) and len(running(p)) == 1 + HOSTS and p,
         "the head and one 2-host replica Running",

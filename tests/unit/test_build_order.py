@@ -43,3 +43,14 @@ def test_each_module_is_staged_after_the_last_component_it_uses() -> None:
         if used:
             found[path.stem] = max(used, key=REST_BUILD_ORDER.index)
     assert found == NEED_THE_REST
+
+
+def test_every_real_tier_module_is_staged_as_the_real_tier() -> None:
+    """Unmarked, a module runs among the unit tests, before the build beside them has made what it uses,
+    and skips (test_real_groups did until 2026-12-07: KubeRay is built late)."""
+    unmarked = [
+        path.name
+        for path in sorted((ROOT / "tests/real").glob("test_real_*.py"))
+        if not re.search(r"^pytestmark = pytest\.mark\.cluster\b", path.read_text(), re.M)
+    ]
+    assert unmarked == []

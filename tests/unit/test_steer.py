@@ -236,7 +236,9 @@ def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_th
     def hand_over(decision: Decision, age: float) -> tuple[Written, float]:
         written, work = Written(), GangQueue()
         view = replicas_gang(age)
-        Steering(Placing(decision), written, work).turn(view, resolved, Snap(), NOW)  # type: ignore[arg-type]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(steer, "shared_reaches", lambda index, g: None)  # no claim shared
+            Steering(Placing(decision), written, work).turn(view, resolved, Snap(), NOW)  # type: ignore[arg-type]
         return written, work._due.get(view.key, float("inf"))
 
     pins = {"b-0": "n1", "b-1": "n2"}
@@ -249,16 +251,26 @@ def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_th
         assert written.calls == [] and due == NOW.timestamp() + steer.STEER_RETRY_SECONDS
 
 
-def test_native_and_coscheduling_hold_a_multi_host_replicas_pods_and_no_other() -> None:
+def test_native_and_coscheduling_hold_the_pods_of_steps_and_of_multi_host_replicas_and_no_other() -> None:
+    """A multi-host replica's hosts and a Deployment's or StatefulSet's pods are held (handed over whole);
+    a RayCluster's head, a Job's pods, and templates are not."""
     from webhook.backends import make
     from webhook.backends.base import Target
-    from webhook.gangs import ray
-    from webhook.gangs.ray import cluster_identity
+    from webhook.gangs import apps, batch, ray
 
+    cases = [
+        (ray.cluster_identity("slices"), {ray.REPLICA_LABEL: "slices-tpu-0"}, "pod", True),
+        (ray.cluster_identity("slices"), {ray.GROUP_LABEL: "headgroup"}, "pod", False),
+        (apps.sts_identity("db"), {}, "pod", True),
+        (apps.deployment_identity("web"), {}, "pod", True),
+        (apps.deployment_identity("web"), {}, "template", False),
+        (batch.identity("train"), {}, "pod", False),
+    ]
     for name in ("native", "coscheduling"):
         backend = make(name)
-        for labels, held in (({ray.REPLICA_LABEL: "slices-tpu-0"}, True), ({ray.GROUP_LABEL: "headgroup"}, False)):
+        for gang, labels, shape, held in cases:
             pod = {"metadata": {"name": "p", "labels": dict(labels)}, "spec": {"containers": []}}
-            backend.stamp(Target(pod, "pod"), cluster_identity("slices"), True)
+            target = Target(pod if shape == "pod" else {"metadata": {}, "spec": pod["spec"]}, "template")
+            backend.stamp(Target(pod, "pod") if shape == "pod" else target, gang, shape == "pod")
             gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
-            assert (gates == ["gangkeeper.io/gang-gate"]) is held, (name, labels, gates)
+            assert (gates == ["gangkeeper.io/gang-gate"]) is held, (name, gang.workload_kind, labels, gates)

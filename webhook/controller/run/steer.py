@@ -35,6 +35,7 @@ from webhook.controller.observe.reuse import Snapshot
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run.cycle import ReleaseCycle
 from webhook.controller.run.workqueue import GangQueue
+from webhook.gangs import kinds
 from webhook.gangs.model import Obj
 
 log = logging.getLogger("gangkeeper.controller")
@@ -82,11 +83,11 @@ class Steering:
         if live < spec.min_member and waited < spec.timeout_seconds:
             self.work.add_at(gang.key, since.timestamp() + spec.timeout_seconds + 0.001)
             return  # its other members are still being made: each arrival looks again
-        rule = spec.whole_groups
-        if rule is not None and any(rule.size_of(view.labels) for view, _ in gated):
-            self._hand_over_whole(gang, resolved, snap, now, gated, this_pass)
-            return
         reaches = shared_reaches(snap.index, gang)
+        kind = resolved.gang.id.workload_kind if resolved.gang is not None else ""
+        if not reaches and any(kinds.handed_over_whole(kind, view.labels) for view, _ in gated):
+            self._hand_over_whole(gang, resolved, snap, now, gated, this_pass)  # held by the webhook for it
+            return
         if not reaches:
             self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
             return
@@ -129,11 +130,11 @@ class Steering:
         gated: list[tuple[PodView, Obj]],
         this_pass: int,
     ) -> None:
-        """The gang's groups useful only whole (KubeRay multi-host replicas), which its scheduler would
-        bind pod by pod above the gang's minimum: the gate's own decision (whole groups, every role's
-        minimum first) picks those that fit now, and their gates are lifted together, each pod pinned
-        where it was placed; the rest stay held and are looked at again. Never let go unplaced: a
-        group partly bound is what holding them prevents."""
+        """A gang's steps (a Deployment's or StatefulSet's scale-up) and groups useful only whole (KubeRay
+        multi-host replicas), which its scheduler would bind pod by pod above the gang's minimum: the
+        gate's own decision (a step whole, whole groups, every role's minimum first) picks what fits
+        now, and those pods' gates are lifted together, each pinned where it was placed; the rest stay
+        held and are looked at again. Never let go unplaced: a step partly bound is what holding prevents."""
         spent = self._placed[1] if self._placed[0] == this_pass else 0
         if spent >= MAX_STEERS_PER_PASS:
             self.work.add_at(gang.key, now.timestamp() + 1.0)
@@ -146,7 +147,7 @@ class Steering:
             for view, _ in chosen:  # promised, as a release is: no gate gang of this pass takes it
                 adjust(snap.free, {pins[view.name]: view.units}, -1)
             why = (
-                f"gang {gang.name}: {len(chosen)} pods of groups useful only whole handed over together, "
+                f"gang {gang.name}: {len(chosen)} pods handed over together, a step or groups useful only whole, "
                 f"pinned where they fit ({decision.message}); its scheduler checks and binds them there"
             )
             written = self.releaser.steer(chosen, None if decision.unmodelled else pins, why)

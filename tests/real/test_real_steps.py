@@ -1,0 +1,123 @@
+"""Gangs that grow by steps (issue 99) on the real tier: a Parallel StatefulSet and an opted-in Deployment
+scaled past their room while they run. The step (the pods the scale-up adds) binds whole or not at all
+and the running members keep their uids, under the gate (its own releases) and under native and
+coscheduling, whose schedulers bind pods above a gang's minimum one by one (native 1.36 bound 1 of 2
+new StatefulSet pods and 2 of 3 new Deployment pods with room for part of the step): there the webhook
+holds the pods and the controller hands a step over whole (controller/run/steer.py). Sampled every
+second from what the API server reports."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.real.test_real_dra import add_worker
+from tests.realcluster import workloads
+from tests.realcluster.stack import Stack, running, wait_until
+from webhook import contract
+
+pytestmark = pytest.mark.cluster
+
+
+class StepSampler:
+    """Every second, how many of the step's pods (those not among `kept`) are bound; a step bound in
+    part in two samples in a row (a second or more: not a release binding) is recorded."""
+
+    def __init__(self, stack: Stack, namespace: str, kept: set[str], step: int) -> None:
+        self.stack, self.namespace, self.kept, self.step = stack, namespace, kept, step
+        self.partial: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StepSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        before = False
+        while not self._stop.wait(1.0):
+            try:
+                pods = self.stack.pods(self.namespace)
+            except Exception:  # the API answering slowly: the next second decides
+                continue
+            self.samples += 1
+            meta = [(p["metadata"], p["spec"]) for p in pods]
+            new = [spec for m, spec in meta if m["uid"] not in self.kept and not m.get("deletionTimestamp")]
+            bound = sum(1 for spec in new if spec.get("nodeName"))
+            now = 0 < bound < self.step
+            if now and before:
+                self.partial.append(f"{time.strftime('%X')}: {bound} of the step's {self.step} pods bound")
+            before = now
+
+
+def deployment(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, Any]:
+    labels = {"app": name}
+    annotations = {contract.DEPLOYMENT_GANG_ANNOTATION: "true"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [workloads.container(cpu)]}},
+        },
+    }
+
+
+def a_step_binds_whole_beside_the_running_members(stack: Stack, backend: str, kind: str) -> None:
+    """2 running (one per node); scaled to 4 with room for one more pod: nothing of the step binds for
+    15 s; room for the second: both bind, the first 2 untouched."""
+    stack.replace_workers(2, cpu="2")  # a pod asks 2 CPUs: one per node
+    namespace = stack.namespace(f"steps-{kind}-{backend}", backend)
+    make = workloads.statefulset if kind == "statefulset" else deployment
+    # the webhook's API discovery refreshes each minute: a scheduler just started is refused until then
+    wait_until(lambda: stack.plane.apply(make("web", namespace, 2, "2")), f"the {kind} admitted", 90, every=5)
+    first = wait_until(
+        lambda: (p := stack.pods(namespace)) and len(running(p)) == 2 and p,
+        "the first 2 pods Running",
+        120,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    kept = {p["metadata"]["uid"] for p in first}
+    add_worker(stack, f"{stack.workers[0]}-room", "2")  # room for one of the step's 2 pods
+    with StepSampler(stack, namespace, kept, 2) as sampler:
+        stack.plane.kubectl("-n", namespace, "scale", f"{kind}/web", "--replicas=4")
+        wait_until(lambda: len(stack.pods(namespace)) == 4, "the step's 2 pods made", 60, every=1)
+        time.sleep(15)  # passes with room for one of the two: neither may bind
+        waiting = stack.pods(namespace)
+        assert not [p for p in waiting if p["metadata"]["uid"] not in kept and p["spec"].get("nodeName")]
+        add_worker(stack, f"{stack.workers[0]}-more", "2")  # room for the whole step
+        wait_until(
+            lambda: len(running(stack.pods(namespace))) == 4,
+            "the step Running whole",
+            120,
+            every=1,
+            explain=lambda: stack.describe(namespace),
+        )
+    assert sampler.samples > 10 and sampler.partial == [], sampler.partial
+    assert kept <= {p["metadata"]["uid"] for p in stack.pods(namespace)}, "a running member was replaced"
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_statefulset_step_binds_whole(stack: Stack, backend: str) -> None:
+    a_step_binds_whole_beside_the_running_members(stack, backend, "statefulset")
+
+
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_deployment_step_binds_whole(stack: Stack, backend: str) -> None:
+    a_step_binds_whole_beside_the_running_members(stack, backend, "deployment")
+
+
+def test_coscheduling_a_statefulset_step_binds_whole(cosched: Stack) -> None:
+    a_step_binds_whole_beside_the_running_members(cosched, "coscheduling", "statefulset")
