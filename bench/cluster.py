@@ -11,7 +11,9 @@ namespace of one cluster:
 - volcano: Volcano's scheduler, controller manager and admission (when built);
 - coscheduling: scheduler-plugins' Coscheduling as a second scheduler, its PodGroups (when built).
 
-Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `many`, 50 Jobs of 20 pods at once; `pinch`,
+Scenarios: `one`, a Job of --pods one-CPU pods as one gang; `step`, a Parallel StatefulSet of --pods
+one-CPU pods, scaled by 64 once it runs (the step's time from the scale to its last pod Running);
+`many`, 50 Jobs of 20 pods at once; `pinch`,
 the --pods gang into a pool of unused nodes that holds 90% of it, the rest of the pool added once every
 pod exists (bound before the capacity came: a partial start; then capacity -> all bound); `autoscale`, the
 --pods gang into a pool of unused nodes holding a quarter of it, the rest brought by Karpenter (its KWOK
@@ -32,7 +34,7 @@ Times come from one watch of the namespace's pods (local receive time of each po
 first event with a node, of the first Running), not from the API's one-second timestamps.
 
     python bench/cluster.py [--nodes 1000] [--pods 1000] [--backends floor,gate,native,volcano,coscheduling]
-                            [--scenarios one,many,pinch,autoscale,crowded,dra] [--crowd 100000] [--json out.json]
+                            [--scenarios one,many,pinch,autoscale,crowded,dra,step] [--crowd 100000] [--json out.json]
                             [--repeat N] [--apiserver-profiles DIR] [--gangkeeper-profiles DIR] [--gangkeeper-logs DIR]
 
 --repeat runs every backend N times per scenario, interleaved (floor, gate, native, floor, ...), and
@@ -521,6 +523,7 @@ def settle_cpu(stack: Stack, component: str, cores: float, limit: float) -> None
 
 POOL_LABEL = "bench.gangkeeper.io/pool"
 CROWDED_GANG = 64  # the issue's: a 64-pod gang into a cluster already running 100,000 pods
+STEP_PODS = 64  # issue 99: the step a scale-up adds to a running 1,000-pod gang
 # the pinch: the pool first holds this share of the gang, then the rest of what it needs is added
 PINCH_SHARE = 0.9
 AUTOSCALE_SHARE = 0.25  # the autoscale scenario's pool starts with a quarter of the gang's need
@@ -551,6 +554,8 @@ def scenario_jobs(scenario: str, namespace: str, pods: int) -> list[dict[str, An
         return [workloads.job("gang", namespace, CROWDED_GANG, "1")]
     if scenario == "dra":  # each pod claims one device from the namespace's template (publish_devices)
         return [dra.claiming(workloads.job("gang", namespace, pods, "1"))]
+    if scenario == "step":  # a Parallel StatefulSet of --pods, then STEP_PODS more (run_one scales it)
+        return [workloads.statefulset("gang", namespace, pods, "1")]
     if scenario in ("pinch", "autoscale"):
         job = workloads.job("gang", namespace, pods, "1")
         job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: namespace}
@@ -649,6 +654,19 @@ class Autoscaled:
         wait_until(lambda: not self.nodes(), "Karpenter's nodes of the run removed", 600, every=3)
 
 
+def take_step(stack: Stack, namespace: str, timeline: Timeline, running: int) -> float | None:
+    """The step scenario, once its gang runs: the StatefulSet scaled by STEP_PODS; when (monotonic) it was
+    scaled, returning once the step runs (or 600 s passed); None when the gang never ran."""
+    if len(timeline.running) < running:
+        return None
+    time.sleep(5.0)  # the controller's books settled on the running gang
+    stepped = time.monotonic()
+    stack.plane.kubectl("-n", namespace, "scale", "statefulset/gang", f"--replicas={running + STEP_PODS}")
+    while len(timeline.running) < running + STEP_PODS and time.monotonic() < stepped + 600:
+        time.sleep(0.25)
+    return stepped
+
+
 def run_one(
     stack: Stack,
     backend: str,
@@ -670,7 +688,7 @@ def run_one(
         stack.plane.apply(dra.claim_template(namespace))
     pinch = Pinch.take(stack, namespace, pods, node_cpu, used or [0]) if scenario == "pinch" else None
     autoscaled = Autoscaled.start(stack, namespace, pods, node_cpu, used or [0]) if scenario == "autoscale" else None
-    expected = sum(j["spec"]["parallelism"] for j in jobs)
+    expected = sum(j["spec"].get("parallelism", j["spec"].get("replicas", 0)) for j in jobs)
     core = client.CoreV1Api(config.new_client_from_config(str(stack.plane.kubeconfig)))
     timeline, stop = Timeline(), threading.Event()
     watcher = threading.Thread(target=watch_pods, args=(core, namespace, timeline, stop), daemon=True)
@@ -707,6 +725,8 @@ def run_one(
         if pinch is not None and widened is None and settled:
             bound_before_capacity = len(timeline.bound)
             widened = pinch.widen()
+    stepped = take_step(stack, namespace, timeline, expected) if scenario == "step" else None
+    expected += STEP_PODS if stepped is not None else 0
     after = Snapshot.take(stack)
     stop.set()
     for spy in spies:
@@ -733,6 +753,8 @@ def run_one(
         "all_created_s": round(created[-1] - applied, 2) if len(created) >= expected else None,
         "created_to_all_bound_s": round(bound[-1] - created[-1], 2) if len(bound) >= expected else None,
         "all_running_s": round(running[-1] - applied, 2) if complete else None,
+        # the step: from the scale to its last pod Running, the pods already running untouched
+        **({"step_running_s": round(running[-1] - stepped, 2) if complete else None} if stepped else {}),
         "binding_spread_s": round(bound[-1] - bound[0], 2) if len(bound) >= expected else None,
         # a gang's first binding before all its pods exist would be a partial start (the floor's is)
         "pods_existing_at_first_binding": sum(1 for t in created if bound and t <= bound[0]),
@@ -845,6 +867,13 @@ def print_table(results: list[dict[str, Any]]) -> None:
                 print(
                     f"{'':<9} autoscale: {r['bound_before_room']} of {r['pods']} bound before the room for the "
                     f"whole gang was there; Karpenter made {r['nodes_made']} nodes (needed {r['nodes_needed']})"
+                )
+            if "step_running_s" in r:
+                floor_step = floor.get("step_running_s") if floor else None
+                print(
+                    f"{'':<9} step: {STEP_PODS} pods added to the running gang, all Running {r['step_running_s']} s "
+                    f"after the scale"
+                    + (f" ({r['step_running_s'] / floor_step:.2f}x the floor's)" if floor_step else "")
                 )
             if "capacity_to_all_bound_s" in r:
                 print(

@@ -403,4 +403,5 @@ def test_a_native_pod_naming_a_shared_claim_waits_to_be_steered_and_no_other_doe
     assert gates("volcano", shared) == []
     assert make("native").steers_shared_claims and not make("native").shared_claims_allocated_first
     assert make("coscheduling").steers_shared_claims and make("coscheduling").shared_claims_allocated_first
+    assert make("coscheduling").hands_over_all_at_once and not make("native").hands_over_all_at_once
     assert not make("volcano").steers_shared_claims

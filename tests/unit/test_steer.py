@@ -233,12 +233,13 @@ def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_th
     rule = WholeGroups(ray.REPLICA_LABEL, ray.GROUP_LABEL, (("tpu", 2),))
     resolved = Resolved(GangSpec(min_member=3, timeout_seconds=300, whole_groups=rule), None, None)
 
-    def hand_over(decision: Decision, age: float) -> tuple[Written, float]:
+    def hand_over(decision: Decision, age: float, at_once: bool = False) -> tuple[Written, float]:
         written, work = Written(), GangQueue()
         view = replicas_gang(age)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(steer, "shared_reaches", lambda index, g: None)  # no claim shared
-            Steering(Placing(decision), written, work).turn(view, resolved, Snap(), NOW)  # type: ignore[arg-type]
+            steering = Steering(Placing(decision), written, work)  # type: ignore[arg-type]
+            steering.turn(view, resolved, Snap(), NOW, all_at_once=at_once)  # type: ignore[arg-type]
         return written, work._due.get(view.key, float("inf"))
 
     pins = {"b-0": "n1", "b-1": "n2"}
@@ -246,6 +247,12 @@ def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_th
     ((names, said_pins, why),) = written.calls
     assert names == ["b-0", "b-1"] and said_pins == pins and "useful only whole" in why
     assert due < NOW.timestamp() + 2  # replica c: looked at again soon
+    # coscheduling refuses a group while any of its pods is gated: b waits with c, handed over with it
+    written, _ = hand_over(Decision(GangState.RELEASE, "releasing 2 pods", release=pins), 5, at_once=True)
+    assert written.calls == []
+    every = pins | {"c-0": "n3", "c-1": "n4"}
+    written, _ = hand_over(Decision(GangState.RELEASE, "releasing 4 pods", release=every), 5, at_once=True)
+    assert [names for names, _, _ in written.calls] == [["b-0", "b-1", "c-0", "c-1"]]
     for age in (5, 3600):  # no room: held, never let go as it is
         written, due = hand_over(Decision(GangState.WAITING_FOR_CAPACITY, "2 of 4 fit"), age)
         assert written.calls == [] and due == NOW.timestamp() + steer.STEER_RETRY_SECONDS

@@ -142,6 +142,12 @@ class Backend(Protocol):
         that holds the first pod at Permit while its DynamicResources plugin refuses the others a claim "in
         the process of being allocated" never starts such a gang (controller/act/claim_holders.py)."""
 
+    @property
+    def hands_over_all_at_once(self) -> bool:
+        """Whether its scheduler refuses a gang while any pod of it is gated, so the steps and groups
+        gangkeeper holds for it are handed over all at once, never part of what is held
+        (controller/run/steer.py)."""
+
     def stamp(self, target: Target, gang: GangId | None, is_pod: bool) -> None:
         """Put the mechanism's membership on a pod or a template (gang None: per-pod, not known yet)."""
 

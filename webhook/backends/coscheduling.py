@@ -41,6 +41,10 @@ class Coscheduling:
     # ... and it holds the first pod at Permit while refusing the rest the claim that pod is allocated:
     # the claim is allocated first, by a holder pod (controller/act/claim_holders.py)
     shared_claims_allocated_first: ClassVar[bool] = True
+    # its PreFilter refuses a PodGroup any of whose pods is gated ("cannot proceed due to gated pods in
+    # the same PodGroup", scheduler-plugins 0.34 pkg/coscheduling/core/core.go): nothing held is handed
+    # over apart
+    hands_over_all_at_once: ClassVar[bool] = True
 
     scheduler_name: str = DEFAULT_SCHEDULER
 

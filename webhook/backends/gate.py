@@ -23,6 +23,7 @@ class Gate:
     stops_retrying: ClassVar[bool] = False
     steers_shared_claims: ClassVar[bool] = False
     shared_claims_allocated_first: ClassVar[bool] = False
+    hands_over_all_at_once: ClassVar[bool] = False
 
     @classmethod
     def configured(cls, settings: Settings) -> Gate:

@@ -99,6 +99,7 @@ class Native:
     # DynamicResources plugin, pod by pod; kubernetes/kubernetes#140053): the gang is steered
     steers_shared_claims: ClassVar[bool] = True
     shared_claims_allocated_first: ClassVar[bool] = False
+    hands_over_all_at_once: ClassVar[bool] = False
     group_versions: ClassVar[tuple[str, ...]] = (
         *(f"{GROUP}/{version}" for version in VERSIONS_BEST_FIRST),
         COMPOSITE_GROUP_VERSION,

@@ -38,6 +38,7 @@ class Volcano:
     stops_retrying: ClassVar[bool] = False
     steers_shared_claims: ClassVar[bool] = False
     shared_claims_allocated_first: ClassVar[bool] = False
+    hands_over_all_at_once: ClassVar[bool] = False
 
     scheduler_name: str = "volcano"
     network_topology: bool = False  # HyperNodes served: a gang's domain becomes its PodGroup's networkTopology

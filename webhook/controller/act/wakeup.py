@@ -39,11 +39,18 @@ CHECK_INTERVAL_SECONDS = 5.0
 
 def waiting_gang_fits(pods: Sequence[PodView], min_member: int, snapshot: Snapshot) -> bool:
     """Whether a coscheduling gang, none of it bound and at least `min_member` pods refused by the
-    scheduler, now fits whole on the free capacity gangkeeper models (kube-scheduler's filters)."""
+    scheduler, now fits whole on the free capacity gangkeeper models (kube-scheduler's filters); or,
+    part of it running, whether the step handed over to it (run/steer.py), every pod of it refused, now
+    fits whole. Coscheduling's PreFilter refuses a group any of whose pods is still gated ("cannot
+    proceed due to gated pods in the same PodGroup"), which it is for the moment between the first and
+    the last gate lifted; the step is then retried by nothing but the unschedulable flush."""
     live = [p for p in pods if not p.finished]
-    if any(p.node_name for p in live):
-        return False  # partly running: Coscheduling's Permit counts the bound ones and retries the rest
-    refused = [p for p in live if p.unschedulable and not p.gated]
+    refused = [p for p in live if p.unschedulable and not p.gated and not p.node_name]
+    if any(p.node_name for p in live):  # partly running: only a step all of whose pods were refused
+        waiting = [p for p in live if not p.node_name]
+        if not refused or len(refused) < len(waiting):  # one still gated: its group is refused anyway
+            return False
+        min_member = len(refused)
     if len(refused) < min_member:
         return False
     result = placement.place(

@@ -64,6 +64,7 @@ class Steering:
         now: dt.datetime,
         this_pass: int = 0,
         allocate_first: bool = False,
+        all_at_once: bool = False,
     ) -> None:
         """The gang's gated pods pinned where its shared claim holds it whole and lifted, or lifted as they
         are when nothing can be steered; nothing while it waits for members or for room. With
@@ -86,7 +87,7 @@ class Steering:
         reaches = shared_reaches(snap.index, gang)
         kind = resolved.gang.id.workload_kind if resolved.gang is not None else ""
         if not reaches and any(kinds.handed_over_whole(kind, view.labels) for view, _ in gated):
-            self._hand_over_whole(gang, resolved, snap, now, gated, this_pass)  # held by the webhook for it
+            self._hand_over_whole(gang, resolved, snap, now, gated, this_pass, all_at_once)  # the webhook held them
             return
         if not reaches:
             self._lift(gang, now, gated, None, "its pods share no one claim whose allocation could be placed")
@@ -129,12 +130,14 @@ class Steering:
         now: dt.datetime,
         gated: list[tuple[PodView, Obj]],
         this_pass: int,
+        all_at_once: bool = False,
     ) -> None:
         """A gang's steps (a Deployment's or StatefulSet's scale-up) and groups useful only whole (KubeRay
         multi-host replicas), which its scheduler would bind pod by pod above the gang's minimum: the
         gate's own decision (a step whole, whole groups, every role's minimum first) picks what fits
         now, and those pods' gates are lifted together, each pinned where it was placed; the rest stay
-        held and are looked at again. Never let go unplaced: a step partly bound is what holding prevents."""
+        held and are looked at again (`all_at_once`: all of it or nothing, for a scheduler that refuses a
+        gang with a pod gated). Never let go unplaced: a step partly bound is what holding prevents."""
         spent = self._placed[1] if self._placed[0] == this_pass else 0
         if spent >= MAX_STEERS_PER_PASS:
             self.work.add_at(gang.key, now.timestamp() + 1.0)
@@ -142,6 +145,8 @@ class Steering:
         self._placed = (this_pass, spent + 1)
         decision = self.cycle.decide_for(gang, resolved, snap, now)
         chosen = [(view, raw) for view, raw in gated if view.name in decision.release]
+        if all_at_once and len(chosen) < len(gated):
+            chosen = []  # its scheduler would refuse what is handed over while the rest is held
         if decision.state == GangState.RELEASE and chosen:
             pins = dict(decision.release)
             for view, _ in chosen:  # promised, as a release is: no gate gang of this pass takes it

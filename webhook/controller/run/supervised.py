@@ -56,7 +56,8 @@ class SupervisedTurn:
         supervision, when that, what placeholders say of it, or what the model says of it changed."""
         if mechanism.steers_shared_claims and self.may_write():
             first = mechanism.shared_claims_allocated_first
-            self.steering.turn(gang, resolved, snap, now, self.store.pass_number, first)
+            at_once = mechanism.hands_over_all_at_once
+            self.steering.turn(gang, resolved, snap, now, self.store.pass_number, first, at_once)
         shown = mechanism.autoscaler_sees_part
         said = self.cycle.hand_over(gang, mechanism.name, snap) if shown else None
         record = self.store.record(gang.key)
