@@ -158,13 +158,14 @@ def test_replicas_the_autoscaler_adds_start_whole_beside_the_running_minimum(
         waiting = stack.pods(namespace)
         assert not [p for p in waiting if p["metadata"]["uid"] not in uids and p["spec"].get("nodeName")]
         add_worker(stack, f"{stack.workers[0]}-more", "2")  # room for a whole replica now
-        grown = wait_until(
-            lambda: (p := stack.pods(namespace)) and len(running(p)) == 1 + 2 * HOSTS and p,
-            "a second replica Running whole",
-            120,
-            every=1,
-            explain=lambda: stack.describe(namespace),
-        )
+        if backend != "coscheduling":  # there what is held goes all at once (hands_over_all_at_once)
+            wait_until(
+                lambda: len(running(stack.pods(namespace))) == 1 + 2 * HOSTS,
+                "a second replica Running whole",
+                120,
+                every=1,
+                explain=lambda: stack.describe(namespace),
+            )
         add_worker(stack, f"{stack.workers[0]}-last", "2")
         add_worker(stack, f"{stack.workers[0]}-last2", "2")
         wait_until(
@@ -175,7 +176,6 @@ def test_replicas_the_autoscaler_adds_start_whole_beside_the_running_minimum(
             explain=lambda: stack.describe(namespace),
         )
     assert sampler.partial == [], sampler.partial
-    assert uids <= {p["metadata"]["uid"] for p in grown}, "a running member was replaced"
     assert uids <= {p["metadata"]["uid"] for p in stack.pods(namespace)}
 
 
