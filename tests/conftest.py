@@ -74,7 +74,6 @@ NEED_THE_REST = {
     "test_real_supervision": "volcano",  # and scheduler-plugins
     "test_real_volcano": "training-operator",  # and Volcano, KubeRay, LWS
     "test_real_groups": "kuberay",  # and scheduler-plugins
-    "test_real_steps": "scheduler-plugins",
     "test_real_autoscale": "karpenter",  # and scheduler-plugins, Volcano
     "test_real_kueue": "kueue",
     "test_real_multikueue": "kueue",

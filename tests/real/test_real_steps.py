@@ -1,10 +1,9 @@
 """Gangs that grow by steps (issue 99) on the real tier: a Parallel StatefulSet and an opted-in Deployment
-scaled past their room while they run. The step (the pods the scale-up adds) binds whole or not at all
-and the running members keep their uids, under the gate (its own releases) and under native and
-coscheduling, whose schedulers bind pods above a gang's minimum one by one (native 1.36 bound 1 of 2
-new StatefulSet pods and 2 of 3 new Deployment pods with room for part of the step): there the webhook
-holds the pods and the controller hands a step over whole (controller/run/steer.py). Sampled every
-second from what the API server reports."""
+scaled past their room while they run, under the gate. The step (the pods the scale-up adds) binds
+whole or not at all and the running members keep their uids, sampled every second from what the API
+server reports. (Native and coscheduling bind such a step pod by pod; holding their pods behind
+gangkeeper's gate to hand steps over whole passed these tests there, but made a 1,000-pod StatefulSet
+start in 106 s against 52 s on 5,000 nodes, so it is not done: docs/concepts.md.)"""
 
 from __future__ import annotations
 
@@ -109,15 +108,9 @@ def a_step_binds_whole_beside_the_running_members(stack: Stack, backend: str, ki
     assert kept <= {p["metadata"]["uid"] for p in stack.pods(namespace)}, "a running member was replaced"
 
 
-@pytest.mark.parametrize("backend", ["gate", "native"])
-def test_a_statefulset_step_binds_whole(stack: Stack, backend: str) -> None:
-    a_step_binds_whole_beside_the_running_members(stack, backend, "statefulset")
+def test_a_statefulset_step_binds_whole(stack: Stack) -> None:
+    a_step_binds_whole_beside_the_running_members(stack, "gate", "statefulset")
 
 
-@pytest.mark.parametrize("backend", ["gate", "native"])
-def test_a_deployment_step_binds_whole(stack: Stack, backend: str) -> None:
-    a_step_binds_whole_beside_the_running_members(stack, backend, "deployment")
-
-
-def test_coscheduling_a_statefulset_step_binds_whole(cosched: Stack) -> None:
-    a_step_binds_whole_beside_the_running_members(cosched, "coscheduling", "statefulset")
+def test_a_deployment_step_binds_whole(stack: Stack) -> None:
+    a_step_binds_whole_beside_the_running_members(stack, "gate", "deployment")

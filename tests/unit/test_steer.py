@@ -258,9 +258,10 @@ def test_groups_useful_only_whole_are_handed_over_a_whole_group_at_a_time_and_th
         assert written.calls == [] and due == NOW.timestamp() + steer.STEER_RETRY_SECONDS
 
 
-def test_native_and_coscheduling_hold_the_pods_of_steps_and_of_multi_host_replicas_and_no_other() -> None:
-    """A multi-host replica's hosts and a Deployment's or StatefulSet's pods are held (handed over whole);
-    a RayCluster's head, a Job's pods, and templates are not."""
+def test_native_and_coscheduling_hold_a_multi_host_replicas_pods_and_no_other() -> None:
+    """A multi-host replica's hosts are held (handed over whole); a RayCluster's head, a StatefulSet's and
+    a Deployment's pods (held, a 1,000-pod set started in 106 s against 52 s on 5,000 nodes), a Job's
+    pods and templates are not."""
     from webhook.backends import make
     from webhook.backends.base import Target
     from webhook.gangs import apps, batch, ray
@@ -268,8 +269,8 @@ def test_native_and_coscheduling_hold_the_pods_of_steps_and_of_multi_host_replic
     cases = [
         (ray.cluster_identity("slices"), {ray.REPLICA_LABEL: "slices-tpu-0"}, "pod", True),
         (ray.cluster_identity("slices"), {ray.GROUP_LABEL: "headgroup"}, "pod", False),
-        (apps.sts_identity("db"), {}, "pod", True),
-        (apps.deployment_identity("web"), {}, "pod", True),
+        (apps.sts_identity("db"), {}, "pod", False),
+        (apps.deployment_identity("web"), {}, "pod", False),
         (apps.deployment_identity("web"), {}, "template", False),
         (batch.identity("train"), {}, "pod", False),
     ]

@@ -190,18 +190,14 @@ def stamp_common(target: Target, gang: GangId | None) -> None:
     target.annotations()[contract.WORKLOAD_ANNOTATION] = workload_stamp(gang)
 
 
-def hold_for_steering(
-    spec: Obj | None, is_pod: bool, labels: Mapping[str, str] | None = None, gang: GangId | None = None
-) -> None:
+def hold_for_steering(spec: Obj | None, is_pod: bool, labels: Mapping[str, str] | None = None) -> None:
     """Gangkeeper's gate on a pod that names a shared ResourceClaim, for a mechanism that `steers_shared_claims`:
     held until the controller pins it where one allocation of that claim holds the whole gang
-    (controller/run/steer.py); and on a pod of a gang that grows by steps or of a group useful only whole
-    (a Deployment's or StatefulSet's pods, a KubeRay multi-host replica: gangs/kinds.py
-    `handed_over_whole`), which that mechanism binds pod by pod above a gang's minimum: held until the
-    controller hands its step or group over whole, pinned where it fits. A pod's only, never a
+    (controller/run/steer.py); and on a pod of a group useful only whole (a KubeRay multi-host replica,
+    gangs/kinds.py `in_whole_group`), which that mechanism binds pod by pod above a gang's minimum: held
+    until the controller hands its group over whole, pinned where it fits. A pod's only, never a
     template's (a gate on a template would be copied to pods the controller does not steer, see gate.py)."""
-    whole = gang is not None and kinds.handed_over_whole(gang.workload_kind, labels or {})
-    if spec is None or not is_pod or not (shared_claims_of(spec) or whole):
+    if spec is None or not is_pod or not (shared_claims_of(spec) or kinds.in_whole_group(labels or {})):
         return
     gates = spec.setdefault("schedulingGates", [])
     if not any(g.get("name") == contract.GATE for g in gates):

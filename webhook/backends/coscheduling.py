@@ -61,7 +61,7 @@ class Coscheduling:
         stamp_common(target, gang)
         if gang is not None:
             target.labels()[contract.COSCHEDULING_GROUP_LABEL] = gang.name
-            hold_for_steering(target.pod_spec(), is_pod, target.labels(), gang)
+            hold_for_steering(target.pod_spec(), is_pod, target.labels())
 
     def group_kinds(self) -> list[tuple[str, str]]:
         return [(API_VERSION, "PodGroup")]

@@ -154,7 +154,7 @@ class Native:
             spec["workloadRef"] = ref
         else:
             spec["schedulingGroup"] = {"podGroupName": gang.name}
-        hold_for_steering(spec, is_pod, target.labels(), gang)
+        hold_for_steering(spec, is_pod, target.labels())
 
     def group_kinds(self) -> list[tuple[str, str]]:
         kinds = [(self.api_version, "PodGroup"), (self.api_version, "Workload")]

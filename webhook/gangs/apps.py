@@ -90,7 +90,6 @@ register(
         version="v1",
         plural="statefulsets",
         tag="sts",
-        steps_whole=True,  # scaled while it runs (Parallel sets only are gangs)
     )
 )
 register(
@@ -106,6 +105,5 @@ register(
         version="v1",
         plural="deployments",
         tag="deploy",
-        steps_whole=True,  # an HPA's scale-up is a step (KEP-6276: existing pods run while new pods wait)
     )
 )

@@ -85,8 +85,7 @@ class Steering:
             self.work.add_at(gang.key, since.timestamp() + spec.timeout_seconds + 0.001)
             return  # its other members are still being made: each arrival looks again
         reaches = shared_reaches(snap.index, gang)
-        kind = resolved.gang.id.workload_kind if resolved.gang is not None else ""
-        if not reaches and any(kinds.handed_over_whole(kind, view.labels) for view, _ in gated):
+        if not reaches and any(kinds.in_whole_group(view.labels) for view, _ in gated):
             self._hand_over_whole(gang, resolved, snap, now, gated, this_pass, all_at_once)  # the webhook held them
             return
         if not reaches:
@@ -132,12 +131,12 @@ class Steering:
         this_pass: int,
         all_at_once: bool = False,
     ) -> None:
-        """A gang's steps (a Deployment's or StatefulSet's scale-up) and groups useful only whole (KubeRay
-        multi-host replicas), which its scheduler would bind pod by pod above the gang's minimum: the
-        gate's own decision (a step whole, whole groups, every role's minimum first) picks what fits
-        now, and those pods' gates are lifted together, each pinned where it was placed; the rest stay
-        held and are looked at again (`all_at_once`: all of it or nothing, for a scheduler that refuses a
-        gang with a pod gated). Never let go unplaced: a step partly bound is what holding prevents."""
+        """A gang's groups useful only whole (KubeRay multi-host replicas), which its scheduler would bind
+        pod by pod above the gang's minimum: the gate's own decision (whole groups, every role's minimum
+        first) picks what fits now, and those pods' gates are lifted together, each pinned where it was
+        placed; the rest stay held and are looked at again (`all_at_once`: all of it or nothing, for a
+        scheduler that refuses a gang with a pod gated). Never let go unplaced: a group partly bound is
+        what holding prevents."""
         spent = self._placed[1] if self._placed[0] == this_pass else 0
         if spent >= MAX_STEERS_PER_PASS:
             self.work.add_at(gang.key, now.timestamp() + 1.0)
@@ -152,7 +151,7 @@ class Steering:
             for view, _ in chosen:  # promised, as a release is: no gate gang of this pass takes it
                 adjust(snap.free, {pins[view.name]: view.units}, -1)
             why = (
-                f"gang {gang.name}: {len(chosen)} pods handed over together, a step or groups useful only whole, "
+                f"gang {gang.name}: {len(chosen)} pods of groups useful only whole handed over together, "
                 f"pinned where they fit ({decision.message}); its scheduler checks and binds them there"
             )
             written = self.releaser.steer(chosen, None if decision.unmodelled else pins, why)
