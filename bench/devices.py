@@ -263,6 +263,7 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
     untouched: list[float] = []
     inventory_cold: list[float] = []
     inventory_steady: list[float] = []
+    listing: list[float] = []
 
     def timed(into: list[float], step: Callable[..., tuple[str, int]], *args: Any) -> None:
         started = time.perf_counter()
@@ -273,7 +274,9 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
 
     for repeat in range(repeats):
         plain, with_devices = Cluster(raw_nodes, gang, False), Cluster(raw_nodes, gang, True)
+        started = time.perf_counter()
         with_devices.listed(slices, allocated)
+        listing.append(time.perf_counter() - started)
         between_passes()
         timed(plain_runs, plain.cold)
         timed(cold, with_devices.cold)
@@ -294,6 +297,8 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
         f"{repeats} cold runs, "
         f"{STEADY_PASSES} steady passes each"
     )
+    print("  runs:", [round(x * 1000) for x in plain_runs], [round(x * 1000) for x in cold])
+    print(show("  the informers' first lists, trimmed (their threads)    ", listing))
     print(show("  first pass without devices (index built, gang decided)", plain_runs))
     print(show("  first pass with devices (every device's CEL, cold)     ", cold))
     print(show("     of which the devices' picture, pods and nodes      ", inventory_cold))

@@ -167,3 +167,27 @@ def test_the_watch_parses_the_slices_again_when_a_selector_reads_what_none_read_
     informers[("resource.k8s.io/v1", "resourceclaimtemplates")].relist()
     inventory = watch.inventory()
     assert inventory is not None and len({id(p.shape) for p in inventory.pools}) == 3
+
+
+def test_slices_alike_but_in_a_version_no_selector_reads_are_each_counted_with_it() -> None:
+    """Trimmed slices are told alike by their Skeleton (device_slices.skeleton_of), which keeps a version's
+    value: a version that does not parse fails every selector on its device, so two nodes alike but in it
+    are not one parsing."""
+    slices = []
+    for i, firmware in enumerate(["1.2.3", "not-a-version", "1.2.3"]):
+        made = unique_slice(f"n{i}", [("big", "a")], odd=False)
+        made["spec"]["devices"][0]["attributes"]["firmware"] = {"version": firmware}
+        slices.append(made)
+    classes = [device_class()]
+    templates = [template("t", exactly("gpu", 1, "gpu", SELECTORS[0]))]
+    read = device_reads.attributes_read(classes, [t["spec"]["spec"] for t in templates])
+    book = PoolBook()
+    book.reading(read)
+    book.apply({f"/{i}": trim_slice(body) for i, body in enumerate(slices)})
+    kept = inventory_from(classes, (), [], templates, Memo(), book.gathered())
+    whole = inventory_from(classes, slices, [], templates)
+    for i in range(3):
+        node = Node(f"n{i}", {"cpu": 8000, "pods": 110}, {})
+        assert _outcome(kept.class_totals, node) == _outcome(lambda n: whole._class_totals(n, ()), node)
+    shapes = [id(pool.shape) for pool in book.gathered().pools]
+    assert shapes[0] != shapes[1] and len(set(shapes)) == 2  # n0 and n2 one parsing, each UUID left out

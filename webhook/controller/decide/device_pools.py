@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
-from webhook.controller.decide.device_slices import alike_devices, pool_of_slice
+from webhook.controller.decide.device_slices import COLUMNS, SKELETON, alike_devices, pool_of_slice
 from webhook.controller.decide.device_types import DeviceId, Pool, PoolIndex, PoolKey
 from webhook.gangs.model import Obj
 
@@ -98,7 +98,7 @@ def _node_pool(obj: Obj, key: PoolKey, read: frozenset[str] | None) -> Pool | No
     if type(generation) is not int or type(count) is not int or type(node_name) is not str or not node_name:
         return None
     try:
-        shape = alike_devices(key[0], key[1], spec, read)
+        shape = alike_devices(key[0], key[1], spec, read, obj.get(SKELETON), obj.get(COLUMNS))
     except (TypeError, ValueError, AttributeError):
         return None  # `_gather` names it
     return Pool.of_shape(key[0], key[1], generation, count, node_name, spec, shape)

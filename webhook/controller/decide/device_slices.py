@@ -8,6 +8,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
+from operator import itemgetter
 from typing import Any
 
 from webhook.controller.decide import device_capacity, device_counters, device_reads
@@ -25,7 +26,7 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int, read: froze
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
     if not spec.get("perDeviceNodeSelection"):
-        shape = alike_devices(driver, name, spec, read)
+        shape = alike_devices(driver, name, spec, read, obj.get(SKELETON), obj.get(COLUMNS))
         return Pool.of_shape(driver, name, generation, count, node_name, spec, shape)
     selector = spec.get("nodeSelector")
     node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
@@ -88,33 +89,69 @@ MAX_KINDS_PER_BUCKET = 4  # slices unlike each other kept under one key, the old
 _alike: OrderedDict[bytes, list[list[Any]]] = OrderedDict()  # popitem(last=False): no scan past the evicted
 _alike_kept = [0]  # slices in all buckets
 _alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
-# the last slice's (driver, devices as given, counters, SliceDevices, what was read, its devices as compared):
-# one entry, replaced whole (no lock needed)
-_alike_last: list[tuple[str, Any, Any, SliceDevices, frozenset[str] | None, Any] | None] = [None]
 
 
-def alike_devices(driver: str, name: str, spec: Mapping[str, Any], read: frozenset[str] | None = None) -> SliceDevices:
+class _Last:
+    """The last slice's driver, devices as given, counters, SliceDevices, what was read, its Skeleton and
+    the values of what was read: one entry, replaced whole (no lock needed)."""
+
+    __slots__ = ("counters", "driver", "given", "known", "read", "skeleton", "values")
+
+    def __init__(
+        self,
+        driver: str,
+        given: Any,
+        counters: Any,
+        known: SliceDevices,
+        read: frozenset[str] | None,
+        skeleton: Skeleton | None,
+        values: tuple[Any, ...] | None,
+    ) -> None:
+        self.driver, self.given, self.counters, self.known, self.read = driver, given, counters, known, read
+        self.skeleton, self.values = skeleton, values
+
+
+_alike_last: list[_Last | None] = [None]
+
+
+def alike_devices(
+    driver: str,
+    name: str,
+    spec: Mapping[str, Any],
+    read: frozenset[str] | None = None,
+    skeleton: Skeleton | None = None,
+    columns: Mapping[str, tuple[Any, ...]] | None = None,
+) -> SliceDevices:
     """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
     parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
     whole (0.7 us for 8 devices) only when their drivers, first devices and counts are alike: a driver that
     gives each device a UUID makes every slice unlike the others, and then this costs the first device's
     bytes. The devices of the first such slice keep its pool's name. With `read` (the attributes some
     selector or constraint reads), the slices are compared, and their devices made, without the
-    attributes none reads (`projected`): a driver's UUIDs then make no slice unlike another."""
+    attributes none reads (`projected`; by `skeleton` and the values read, where the slice came with
+    one): a driver's UUIDs then make no slice unlike another."""
     given, counters = spec.get("devices") or [], spec.get("sharedCounters")
     last = _alike_last[0]
-    # the slice before's, first, as given: a cold start reads 5,000 slices of one model in a row (no key
-    # made, nothing left out)
-    if last is not None and last[0] == driver and last[4] == read and last[1] == given and last[2] == counters:
-        last[3].shared = True
-        return last[3]
+    alike = last is not None and last.driver == driver and last.read == read and last.counters == counters
+    if alike and last is not None and last.given is given:  # the same list: trim_slice shares equal ones
+        last.known.shared = True
+        return last.known
+    # alike the slice before in what is read (each device's own UUID left out), by its skeleton's identity
+    # and the values read: slices that came with one are not compared whole (1.6 us each, 5,000 at a cold
+    # start, and unlike when every GPU has its UUID)
+    if skeleton is not None and columns is not None and read is not None:
+        values = read_values(columns, skeleton, read, driver)
+        if alike and last is not None and last.skeleton is skeleton and last.values == values:
+            last.known.shared = True  # kept as it is: the next slice alike is alike this one
+            return last.known
+    else:
+        values = None
+        # the slice before's as given: a cold start reads 5,000 slices of one model in a row (no key
+        # made, nothing left out)
+        if alike and last is not None and last.given == given:
+            last.known.shared = True
+            return last.known
     raw = projected(driver, given, read) if read is not None and type(given) is list else given
-    # alike the slice before in what is read (each device's own UUID left out)
-    alike = last is not None and last[0] == driver and last[4] == read and last[2] == counters
-    if raw is not given and last is not None and alike and last[5] == raw:
-        last[3].shared = True
-        _alike_last[0] = (driver, given, counters, last[3], read, raw)
-        return last[3]
     key: bytes | None = None
     if isinstance(raw, list):
         try:
@@ -125,11 +162,11 @@ def alike_devices(driver: str, name: str, spec: Mapping[str, Any], read: frozens
             if entry[0] == raw and entry[1] == counters:
                 known: SliceDevices = entry[2]
                 known.shared = True
-                _alike_last[0] = (driver, given, counters, known, read, raw)
+                _alike_last[0] = _Last(driver, given, counters, known, read, skeleton, values)
                 return known
     devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
     known = SliceDevices(devices, device_counters.offered(spec))
-    _alike_last[0] = (driver, given, counters, known, read, raw)
+    _alike_last[0] = _Last(driver, given, counters, known, read, skeleton, values)
     if key is not None:
         with _alike_writing:
             bucket = _alike.pop(key, [])
@@ -142,6 +179,90 @@ def alike_devices(driver: str, name: str, spec: Mapping[str, Any], read: frozens
                 _alike_kept[0] -= len(_alike.popitem(last=False)[1])
             _alike[key] = bucket
     return known
+
+
+class Skeleton:
+    """A slice's devices with the value of each string, int or bool attribute left out (its kind kept), and
+    the attribute names every one of its devices has (None when they differ). Made once per slice as it
+    arrives (observe/informer.py trim_slice), the same object for slices alike in it: two slices alike in
+    it and in the values of what is read are alike after `projected`, told by identity and those values
+    (a copy of 40,000 devices without their UUIDs in the pass was 100 ms of a cold start's 250:
+    bench/devices.py --unique)."""
+
+    __slots__ = ("_getters", "devices", "names")
+
+    def __init__(self, devices: list[Any], names: frozenset[str] | None) -> None:
+        self.devices, self.names = devices, names
+        # per (driver, what is read): the names read (few: a cluster's selectors)
+        self._getters: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Skeleton) and other.names == self.names and other.devices == self.devices
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# where a trimmed slice carries its Skeleton and columns (`columns_of`), beside metadata and spec
+SKELETON, COLUMNS = "gangkeeper/skeleton", "gangkeeper/columns"
+
+
+def skeleton_of(devices: Any) -> Skeleton | None:
+    """The slice's Skeleton, or None for devices not as the API gives them (parsed as given)."""
+    if type(devices) is not list:
+        return None
+    kept: list[Any] = []
+    names: Any = None
+    same_names = True
+    for device in devices:
+        attributes = device.get("attributes") if type(device) is dict else None
+        if type(attributes) is not dict:
+            return None
+        # inline, not a call per attribute (`_left_out`): 40,000 devices each with a UUID and an index
+        kinds = {
+            k: next(iter(v)) if type(v) is dict and len(v) == 1 and ("string" in v or "int" in v or "bool" in v) else v
+            for k, v in attributes.items()
+        }
+        kept.append({**device, "attributes": kinds})
+        if names is None:
+            names = attributes.keys()
+        elif same_names and attributes.keys() != names:
+            same_names = False
+    return Skeleton(kept, frozenset(names or ()) if same_names else None)
+
+
+def _left_out(value: Any) -> bool:
+    """An attribute's value `projected` leaves out where no selector reads it."""
+    return type(value) is dict and len(value) == 1 and ("string" in value or "int" in value or "bool" in value)
+
+
+def _kind(value: dict[str, Any]) -> str:
+    return next(iter(value))
+
+
+def columns_of(devices: list[Any], skeleton: Skeleton) -> dict[str, tuple[Any, ...]] | None:
+    """Each attribute's values, one per device in order, where every device has the same names (None
+    where they differ): made with the Skeleton, as the slice arrives, so a pass reads what is read of a
+    slice by name, not device by device."""
+    if skeleton.names is None:
+        return None
+    attributes = list(map(_ATTRIBUTES, devices))
+    return {name: tuple(map(itemgetter(name), attributes)) for name in skeleton.names}
+
+
+def read_values(
+    columns: Mapping[str, tuple[Any, ...]], skeleton: Skeleton, read: frozenset[str], driver: str
+) -> tuple[Any, ...]:
+    """The values of what `read` names of a slice's devices, from its columns (`columns_of`)."""
+    try:
+        names = skeleton._getters[driver, read]
+    except KeyError:
+        names = skeleton._getters[driver, read] = tuple(
+            sorted((skeleton.names or frozenset()) & device_reads.kept_names(driver, read))
+        )
+    return tuple(map(columns.__getitem__, names))
+
+
+_ATTRIBUTES = itemgetter("attributes")
 
 
 def projected(driver: str, raw: list[Any], read: frozenset[str]) -> list[Any]:

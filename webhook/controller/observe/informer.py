@@ -10,6 +10,7 @@ from typing import Any
 
 from webhook import contract
 from webhook.controller import interning, metrics
+from webhook.controller.decide.device_slices import COLUMNS, SKELETON, Skeleton, columns_of, skeleton_of
 from webhook.controller.decide.pods import CLAIM_IN_FLIGHT
 from webhook.informer import Informer, identity
 from webhook.kube import Api, Resource
@@ -137,15 +138,18 @@ def trim_node(node: dict[str, Any]) -> dict[str, Any]:
 
 SLICE_META = ("name", "uid", "resourceVersion")  # a slice's name in problems; uid and version: parsed once
 MAX_SLICES_SHARED = 4  # the devices of this many slices kept, most recent first, for the next slices alike
-# the recent slices' (devices, sharedCounters), replaced whole (read and written by the slices' informer)
-_recent_slices: list[tuple[tuple[Any, Any], ...]] = [()]
+# the recent slices' (devices, sharedCounters, Skeleton, columns), replaced whole (read and written by the slices'
+# informer)
+_recent_slices: list[tuple[tuple[Any, Any, Skeleton | None, Any], ...]] = [()]
 
 
 def trim_slice(resource_slice: dict[str, Any]) -> dict[str, Any]:
     """A ResourceSlice without managedFields, its devices and shared counters those of a recent slice when
     equal: a driver publishes the nodes of one model alike and the API lists them in a row, so 5,000 such
     nodes hold one copy (8-9 KB each, as the API gives 8 GPUs), and the pools tell them alike by identity
-    (device_slices.alike_devices). Never modified: the informer holds what it is given."""
+    (device_slices.alike_devices). With its devices' Skeleton, the same object for slices alike but in
+    their attributes' values (each GPU's UUID): made here, once per slice as it arrives, not in every
+    pass's reading. Never modified: the informer holds what it is given."""
     spec = resource_slice.get("spec")
     trimmed = {"metadata": _keep(resource_slice.get("metadata") or {}, SLICE_META), "spec": spec}
     if type(spec) is not dict:
@@ -160,10 +164,15 @@ def trim_slice(resource_slice: dict[str, Any]) -> dict[str, Any]:
             if "sharedCounters" in spec:
                 shared["sharedCounters"] = kept[1]
             trimmed["spec"] = shared
+            trimmed[SKELETON], trimmed[COLUMNS] = kept[2], kept[3]
             if kept is not recent[0]:
                 _recent_slices[0] = (kept, *(k for k in recent if k is not kept))
             return trimmed
-    _recent_slices[0] = ((devices, counters), *recent[: MAX_SLICES_SHARED - 1])
+    skeleton = skeleton_of(devices)
+    if skeleton is not None:
+        skeleton = next((k[2] for k in recent if k[2] is not None and k[2] == skeleton), skeleton)
+        trimmed[SKELETON], trimmed[COLUMNS] = skeleton, columns_of(devices, skeleton)
+    _recent_slices[0] = ((devices, counters, skeleton, trimmed.get(COLUMNS)), *recent[: MAX_SLICES_SHARED - 1])
     return trimmed
 
 
