@@ -41,6 +41,7 @@ from webhook.controller.observe.device_check import devices_check
 from webhook.controller.observe.devices import RESOURCE_SLICES, DeviceWatch
 from webhook.controller.observe.devices import RESOURCES as DRA_RESOURCES
 from webhook.controller.observe.informer import trim_node, trim_pod
+from webhook.controller.observe.pool_book import PoolBook
 from webhook.controller.observe.store import GangStore
 from webhook.controller.run import garbage
 from webhook.controller.run.process import TRIMS
@@ -355,7 +356,7 @@ def unused_templates(nodes: int, gang: int, per_node: int, count: int, repeats: 
     timings: dict[int, tuple[list[float], list[float]]] = {0: ([], []), count: ([], [])}
     for _ in range(repeats):
         for extra in (0, count):
-            memo, book = devices.Memo(), devices.PoolBook()
+            memo, book = devices.Memo(), PoolBook()
             started = time.perf_counter()
             book.apply({f"/{s['metadata']['name']}": s for s in slices})
             # as the controller's watch gives it: the templates' list version, unchanged between passes

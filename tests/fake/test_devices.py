@@ -18,6 +18,7 @@ from webhook.controller.decide.devices import Allocator, inventory_from, pod_dem
 from webhook.controller.decide.shapes import Node
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.informer import trim_node
+from webhook.controller.observe.pool_book import PoolBook
 
 DRIVER = "gpu.example.com"
 
@@ -907,7 +908,7 @@ def test_the_pools_kept_from_changes_are_the_pools_gathered_whole(batches: list[
     """PoolBook (the controller's, fed by the slices' informer changes) against gather_pools over every
     slice there, after each batch of changes: the same pools in the same order, the same index; and a
     Gathered handed out before is never changed by a later batch."""
-    book, now = devices.PoolBook(), {}
+    book, now = PoolBook(), {}
     handed: list[tuple[devices.Gathered, list[Any]]] = []
     for batch in batches:
         changes: dict[str, Any] = {}
@@ -940,7 +941,7 @@ def test_the_pools_kept_from_changes_are_the_pools_gathered_whole(batches: list[
 def test_an_inventory_remembers_what_still_holds_and_forgets_the_pools_gone() -> None:
     """A slice republished: the request's selection is worked out again for that pool only, and the
     pods' demands are kept (no class, template or shared claim changed); a class changed: nothing kept."""
-    book = devices.PoolBook()
+    book = PoolBook()
     book.apply({"n1": node_slice("n1", gpus(2)), "n2": node_slice("n2", gpus(2))})
     first = inventory_from([device_class()], (), [], [template("one", exactly())], gathered=book.gathered())
     spec = pod_spec("one")
@@ -1016,7 +1017,7 @@ def test_claims_parsed_once_are_shared_while_their_list_holds_and_a_claim_moved_
         meta = {"name": f"held-{node_name}", "namespace": "team-b", "ownerReferences": [{"kind": "Pod", "uid": "b"}]}
         return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
 
-    book = devices.PoolBook()
+    book = PoolBook()
     book.apply({name: node_slice(name, gpus(2)) for name in ("n1", "n2", "n3")})
     claims = devices.claims_of([held("gpu-0", "n1")])
     first = inventory_from([device_class()], (), claims, [template("one", exactly())], gathered=book.gathered())
@@ -1048,7 +1049,7 @@ def test_a_remembered_devices_check_answers_as_one_worked_out_anew(steps: list[t
     from webhook.controller.observe.device_check import devices_check
     from webhook.controller.observe.store import GangStore
 
-    book, memo, record = devices.PoolBook(), devices.Memo(), GangStore().record("team-a/job-train")
+    book, memo, record = PoolBook(), devices.Memo(), GangStore().record("team-a/job-train")
     classes, templates = [device_class()], [template("one", exactly())]
     index = ClusterIndex()
     racks = ["r0"] * 4
@@ -1116,7 +1117,7 @@ def test_what_an_inventory_carries_from_the_one_before_is_what_it_would_work_out
             "status": {"allocation": {"devices": {"results": [result]}}},
         }
 
-    book, memo, classes = devices.PoolBook(), devices.Memo(), [device_class()]
+    book, memo, classes = PoolBook(), devices.Memo(), [device_class()]
     claims = devices.claims_of([held(n, d) for n in range(4) for d in range(2)])  # parsed once, as the watch does
     book.apply({f"/w{i}": published(f"w{i}", 2, True, 1) for i in range(4)})
     before = inventory_from(classes, (), claims, [], memo, book.gathered())
@@ -1148,7 +1149,7 @@ def test_a_devices_check_counts_first_the_pods_another_gang_was_released_onto_an
     from webhook.controller.observe.device_check import devices_check
     from webhook.controller.observe.store import GangStore
 
-    book, memo = devices.PoolBook(), devices.Memo()
+    book, memo = PoolBook(), devices.Memo()
     index = ClusterIndex()
     index.apply_nodes({f"/w{i}": trim_node(api_node(f"w{i}")) for i in range(2)})
     book.apply({f"/w{i}": node_slice(f"w{i}", gpus(2)) for i in range(2)})
@@ -1183,7 +1184,7 @@ def test_a_devices_check_counts_the_pods_released_before_once_when_their_claims_
     from webhook.controller.observe.device_check import devices_check
     from webhook.controller.observe.store import GangStore
 
-    book, memo = devices.PoolBook(), devices.Memo()
+    book, memo = PoolBook(), devices.Memo()
     index = ClusterIndex()
     index.apply_nodes({"/w0": trim_node(api_node("w0"))})
     book.apply({"/w0": node_slice("w0", gpus(4))})

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from tests.fake.test_device_constraints import BIG, ONE_BIG_OR_TWO_SMALL, PCIE, gpu
 from tests.fake.test_devices import DRIVER, device_class, exactly, node_slice, template
-from webhook.controller.decide import devices
 from webhook.controller.decide.device_alike import class_totals_of
-from webhook.controller.decide.devices import Memo, PoolBook, inventory_from
+from webhook.controller.decide.devices import Memo, inventory_from
 from webhook.controller.decide.shapes import Node
 from webhook.controller.observe import informer
 from webhook.controller.observe.informer import trim_slice
+from webhook.controller.observe.pool_book import PoolBook
 
 DEVICE = st.tuples(st.sampled_from(["big", "small"]), st.sampled_from([None, "a", "b"]), st.booleans())
 KIND = st.tuples(st.lists(DEVICE, min_size=1, max_size=5), st.booleans())  # devices, partitions of a counter
@@ -80,15 +80,17 @@ def test_each_nodes_count_is_its_own_whatever_its_kind_shares(
     for n, found in zip(api_nodes, totals, strict=True):
         alone = inventory_from(classes, slices, list(claims.values()), TEMPLATES)
         assert found == alone._class_totals(n, counted), n.name
-    # kinds by the content of their slices (a device marked to consume counters no slice publishes is alike)
-    seen = Counter((repr(kind_slice("n", *kinds[kind % len(kinds)])["spec"]), extended) for kind, extended in nodes)
-    if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
-        assert sum(1 for n in seen.values() if n > 1) <= len(counting._totals_alike) <= len(seen)
     # counted together, as a cold start's nodes are (the slices through a PoolBook, as the watch reads
     # them; the classes without an extended resource too: then nodes are found by their kind directly;
     # them, trimmed as its cache keeps them: devices alike shared by identity, trim_slice)
     book = PoolBook()
     book.apply({f"/{i}": trim_slice(body) for i, body in enumerate(slices)})
+    # kinds by the content of their slices (a device marked to consume counters no slice publishes is alike)
+    seen = Counter((repr(kind_slice("n", *kinds[kind % len(kinds)])["spec"]), extended) for kind, extended in nodes)
+    if not claims:  # nodes of one kind, none holding anything, are counted once (a kind seen before, too)
+        booked = inventory_from(classes, (), [], TEMPLATES, Memo(), book.gathered())
+        assert [booked.class_totals(n, counted) for n in api_nodes] == totals
+        assert sum(1 for n in seen.values() if n > 1) <= len(booked._totals_alike) <= len(seen)
     for served in (classes, classes[:1]):
         together = inventory_from(served, (), list(claims.values()), TEMPLATES, Memo(), book.gathered())
         alone = inventory_from(served, slices, list(claims.values()), TEMPLATES)
@@ -152,18 +154,21 @@ def test_devices_found_by_id_are_those_of_every_pool(
 
 
 def test_slices_kept_alike_stay_within_their_bound() -> None:
-    """The map of slices parsed (device_slices.py) holds at most MAX_SLICES_ALIKE, at most
+    """A PoolBook's slices parsed (observe/pool_book.py SlicesAlike) are at most MAX_SLICES_ALIKE, at most
     MAX_KINDS_PER_BUCKET under one key, however many kinds share a first device."""
-    from webhook.controller.decide import device_slices
+    from webhook.controller.observe import pool_book
 
-    for at in range(device_slices.MAX_SLICES_ALIKE + 200):
+    alike = pool_book.SlicesAlike()
+    for at in range(pool_book.MAX_SLICES_ALIKE + 200):
         # kinds alike in their first device and count, unlike after it: all under one key
         same_first = node_slice(f"s{at}", [gpu("g0", "big", None), gpu("g1", "big", f"root-{at}")])
         own_first = node_slice(f"u{at}", [gpu("g0", "big", f"uuid-{at}")])
-        devices.gather_pools([same_first, own_first])
-    buckets = list(device_slices._alike.values())
-    assert sum(len(b) for b in buckets) == device_slices._alike_kept[0] <= device_slices.MAX_SLICES_ALIKE
-    assert all(len(b) <= device_slices.MAX_KINDS_PER_BUCKET for b in buckets)
+        for made in (same_first, own_first):
+            alike.devices(DRIVER, made["spec"]["pool"]["name"], made["spec"])
+    buckets = alike.kept()
+    assert sum(len(b) for b in buckets) == alike._kept <= pool_book.MAX_SLICES_ALIKE
+    assert all(len(b) <= pool_book.MAX_KINDS_PER_BUCKET for b in buckets)
+    assert len(buckets) > 1  # not one bucket: the bound was reached by many
 
 
 def test_a_slice_trimmed_shares_the_devices_of_a_recent_slice_alike_and_nothing_else() -> None:

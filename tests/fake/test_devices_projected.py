@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from tests.fake.test_devices import DRIVER, device_class, exactly, node_slice, template
 from webhook.controller.decide import device_cel, device_reads, device_slices
 from webhook.controller.decide.device_alike import class_totals_of
-from webhook.controller.decide.devices import Memo, PoolBook, class_resource, inventory_from
+from webhook.controller.decide.devices import Memo, class_resource, inventory_from
 from webhook.controller.decide.shapes import Node
 from webhook.controller.observe.devices import RESOURCES, DeviceWatch
 from webhook.controller.observe.informer import trim_slice
+from webhook.controller.observe.pool_book import PoolBook
 from webhook.informer import Informer
 
 UUID = f'device.attributes["{DRIVER}"].uuid'

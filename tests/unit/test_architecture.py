@@ -145,3 +145,73 @@ def test_the_layout_names_every_module() -> None:
     }
     assert sorted(modules - listed) == [], "modules docs/development.md does not list"
     assert sorted(listed - modules) == [], "listed in docs/development.md, not in webhook/"
+
+
+# functions of decide/ whose answers functools keeps (pure functions of their arguments: the same
+# arguments, the same answer). None may be added; each moved to the observe side comes off.
+MEMOS_LEFT = {
+    "device_capacity.py": {"consumption"},
+    "device_cel.py": {"compiled"},
+    "device_cel_fast.py": {"_environment", "fast_selector"},
+    "device_cel_optional.py": {"_parser"},
+    "device_reads.py": {"kept_names", "reads"},
+}
+MUTATORS = {"append", "extend", "insert", "pop", "popitem", "clear", "update", "setdefault", "add", "discard", "remove"}
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Subscript | ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _memo_decorator(text: str) -> bool:
+    """functools' process-wide memos (`lru_cache`, `cache`), not an instance's `cached_property`."""
+    return "lru_cache" in text or text.rpartition(".")[2] == "cache"
+
+
+def _module_memory(tree: ast.Module) -> set[str]:
+    """A module's globals written after it is loaded (an item or attribute set or deleted, a mutating
+    method called, `global`), its locks, and its memo decorators."""
+    names = {
+        target.id
+        for statement in tree.body
+        if isinstance(statement, ast.Assign | ast.AnnAssign)
+        for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+        if isinstance(target, ast.Name)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.update(node.names)
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            found.update(
+                root
+                for target in targets
+                if isinstance(target, ast.Subscript | ast.Attribute) and (root := _root_name(target)) in names
+            )
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            if (root := _root_name(node.func.value)) in names:
+                found.add(root)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found.update("threading" for m in modules if m.split(".")[0] == "threading")
+        elif isinstance(node, ast.FunctionDef):
+            found.update(f"@{node.name}" for d in node.decorator_list if _memo_decorator(ast.unparse(d)))
+    return found
+
+
+def test_decide_keeps_no_memory_of_its_own() -> None:
+    """decide/ is values in, decisions out (issue 98): no module global written after the module is
+    loaded, no lock. What outlives a call is the observe side's (the slices parsed: observe/pool_book.py;
+    the pods' shapes: observe/holds.py ShapesSeen). Only the memos of pure functions are left, listed."""
+    found = {}
+    for path in sorted((ROOT / "webhook" / "controller" / "decide").glob("*.py")):
+        memory = _module_memory(ast.parse(path.read_text()))
+        memos = {name[1:] for name in memory if name.startswith("@")}
+        if memory - {f"@{m}" for m in memos}:
+            found[path.name] = sorted(memory - {f"@{m}" for m in memos})
+        if memos != MEMOS_LEFT.get(path.name, set()):
+            found[path.name + " memos"] = sorted(memos)
+    assert found == {}, "decide/ keeps memory: move it to observe/ (or take a memo off MEMOS_LEFT)"

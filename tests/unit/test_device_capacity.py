@@ -283,7 +283,7 @@ def test_a_device_allowing_multiple_allocations_published_later_changes_the_dema
     """A request of two devices is counted per node by its class while no device allows multiple
     allocations, and as a claim of its own once one does (distinct_shares): the demands an inventory
     remembers from the one before it are read again then, and pods are given the new shape (demand_basis)."""
-    from webhook.controller.decide.devices import PoolBook
+    from webhook.controller.observe.pool_book import PoolBook
 
     book = PoolBook()
     book.apply({"n1": node_slice("n1", gpus(2))})

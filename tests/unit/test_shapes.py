@@ -1,13 +1,14 @@
-"""A pod's scheduling shape is cached per interned container list; the cache must still tell apart pods
-whose containers are equal and whose constraints are not (found on the real cluster: a Job with
-required pod anti-affinity took the shape of an earlier plain pod and was pinned to one node)."""
+"""A pod's scheduling shape is kept per interned container list (observe/holds.py ShapesSeen, the index's);
+the memory must still tell apart pods whose containers are equal and whose constraints are not (found on
+the real cluster: a Job with required pod anti-affinity took the shape of an earlier plain pod and was
+pinned to one node)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from webhook.controller import interning
-from webhook.controller.decide.pods import shape_of
+from webhook.controller.observe.holds import MAX_SHAPES, ShapesSeen
 
 CONTAINERS = [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]
 ANTI_AFFINITY = {
@@ -24,6 +25,7 @@ def spec(**extra: Any) -> dict[str, Any]:
 
 
 def test_equal_containers_different_constraints_get_different_shapes() -> None:
+    shape_of = ShapesSeen().of
     plain = shape_of(spec())
     spread = shape_of(spec(affinity=ANTI_AFFINITY))
     selected = shape_of(spec(nodeSelector={"pool": "gpu"}))
@@ -36,9 +38,8 @@ def test_equal_containers_different_constraints_get_different_shapes() -> None:
 
 def test_shapes_of_pods_each_with_its_own_volumes_are_kept_up_to_a_bound() -> None:
     """A StatefulSet's pods each name their own PVC: each a shape of its own, never all kept."""
-    from webhook.controller.decide import pods
-
-    for i in range(pods.MAX_SHAPES + 1000):
+    seen = ShapesSeen()
+    for i in range(MAX_SHAPES + 1000):
         volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-web-{i}"}}]
-        assert shape_of(spec(volumes=volumes)) is shape_of(spec(volumes=volumes))
-    assert len(pods._SHAPES) <= pods.MAX_SHAPES
+        assert seen.of(spec(volumes=volumes)) is seen.of(spec(volumes=volumes))
+    assert len(seen) == MAX_SHAPES

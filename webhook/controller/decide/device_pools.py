@@ -1,22 +1,28 @@
-"""ResourceSlices gathered into pools as kube-scheduler gathers them (pools_stable.go GatherPools), and
-the PoolBook that keeps them up to date from the slices' changes."""
+"""ResourceSlices gathered into pools as kube-scheduler gathers them (pools_stable.go GatherPools); what an
+inventory carries to the next (its pool maps, the nodes whose devices changed). The PoolBook that keeps
+the pools from the slices' changes is the observe side's (observe/pool_book.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_SLICES, Memo
-from webhook.controller.decide.device_slices import COLUMNS, SKELETON, alike_devices, pool_of_slice
-from webhook.controller.decide.device_types import DeviceId, Pool, PoolIndex, PoolKey
+from webhook.controller.decide.device_slices import EACH_TIME, DeviceParts, pool_of_slice
+from webhook.controller.decide.device_types import DeviceId, Pool, PoolIndex
 from webhook.gangs.model import Obj
 
 if TYPE_CHECKING:
     from webhook.controller.decide.device_inventory import Inventory
 
 
-def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo: Memo | None = None) -> list[Pool]:
+def gather_pools(
+    slices: Iterable[Obj],
+    problems: list[str] | None = None,
+    memo: Memo | None = None,
+    parts: DeviceParts = EACH_TIME,
+) -> list[Pool]:
     """Slices grouped by (driver, pool), the newest generation only, each complete when all its pool's
     `resourceSliceCount` slices of that generation are there (pools_stable.go GatherPools). A slice
     parsed before (same uid and resourceVersion, Memo) is not read again."""
@@ -48,7 +54,7 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
         for seen, obj, parsed in group:
             if parsed is None:
                 try:
-                    parsed = pool_of_slice(obj, driver, name, generation)
+                    parsed = pool_of_slice(obj, driver, name, generation, parts=parts)
                 except (TypeError, ValueError, AttributeError) as error:
                     if problems is not None:
                         problems.append(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: {error}")
@@ -62,73 +68,6 @@ def gather_pools(slices: Iterable[Obj], problems: list[str] | None = None, memo:
     return pools
 
 
-def _one_slice_pools(obj: Obj, key: PoolKey, problems: list[str], read: frozenset[str] | None = None) -> list[Pool]:
-    """gather_pools of a pool published in one slice (`key` its driver and pool name), without the
-    grouping: the slice is its pool's newest generation, complete when the pool says it has one slice."""
-    name = (obj.get("metadata") or {}).get("name")
-    try:
-        generation = int(((obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
-    except (TypeError, ValueError):
-        problems.append(f"ResourceSlice {name}: unreadable pool")
-        return []
-    try:
-        parsed = pool_of_slice(obj, key[0], key[1], generation, read)
-    except (TypeError, ValueError, AttributeError) as error:
-        problems.append(f"ResourceSlice {name}: {error}")
-        return []
-    complete = parsed.slice_count == 1
-    views = parsed.views or (parsed,)
-    return [view if view.complete == complete else replace(view, complete=complete) for view in views]
-
-
-def _node_pool(obj: Obj, key: PoolKey, read: frozenset[str] | None) -> Pool | None:
-    """A slice as `_one_slice_pools` reads it where it is simply a node's own (its spec's fields of the API's
-    types, no per-device node selection); None for any other, which `_gather` reads."""
-    spec = obj.get("spec")
-    if type(spec) is not dict:
-        return None
-    pool = spec.get("pool")
-    if type(pool) is not dict or spec.get("perDeviceNodeSelection"):
-        return None
-    generation, count, node_name = (
-        pool.get("generation") or 0,
-        pool.get("resourceSliceCount") or 1,
-        spec.get("nodeName"),
-    )
-    if type(generation) is not int or type(count) is not int or type(node_name) is not str or not node_name:
-        return None
-    try:
-        shape = alike_devices(key[0], key[1], spec, read, obj.get(SKELETON), obj.get(COLUMNS))
-    except (TypeError, ValueError, AttributeError):
-        return None  # `_gather` names it
-    return Pool.of_shape(key[0], key[1], generation, count, node_name, spec, shape)
-
-
-def _index_entries(
-    key: PoolKey, pools: list[Pool], nodes: dict[PoolKey, str | None], names: dict[PoolKey, frozenset[str]]
-) -> None:
-    """A pool's entries of PoolIndex.nodes and .names (its Pools `pools`, none when it is gone)."""
-    if len(pools) == 1 and pools[0].shape is not None:  # its device names found once per slice alike
-        nodes[key], names[key] = pools[0].node_name, pools[0].shape.names
-    elif pools:
-        found = PoolIndex.of(pools)
-        nodes.update(found.nodes)
-        names.update(found.names)
-
-
-def _pool_key(obj: Obj) -> PoolKey:
-    spec = obj.get("spec")
-    if type(spec) is dict:  # as the API gives it: no conversions (5,000 slices at a cold start)
-        driver, pool = spec.get("driver"), spec.get("pool")
-        name = pool.get("name") if type(pool) is dict else None
-        if type(driver) is str and type(name) is str:
-            return driver, name
-    spec = spec or {}
-    pool = (spec.get("pool") if isinstance(spec, dict) else None) or {}
-    driver = spec.get("driver") if isinstance(spec, dict) else ""
-    return str(driver or ""), str(pool.get("name") or "") if isinstance(pool, dict) else ""
-
-
 @dataclass(frozen=True)
 class Gathered:
     """A PoolBook's pools, in gather_pools' order, what could not be read, and their index."""
@@ -136,145 +75,6 @@ class Gathered:
     pools: list[Pool]
     problems: list[str]
     index: PoolIndex
-
-
-@dataclass
-class PoolBook:
-    """The pools of the cluster's slices kept between passes, from the slices' changes: a change
-    gathers its own pool again (generations and completeness are each pool's, pools_stable.go); the
-    other pools stay the same objects, and what an earlier Gathered holds is never changed."""
-
-    _slices: dict[str, Obj] = field(default_factory=dict)  # by the informer's key
-    _members: dict[PoolKey, set[str]] = field(default_factory=dict)
-    _pool_of: dict[str, PoolKey] = field(default_factory=dict)
-    _gathered: dict[PoolKey, tuple[list[Pool], list[str]]] = field(default_factory=dict)
-    _start: dict[PoolKey, int] = field(default_factory=dict)  # where each pool's Pools are in `pools`
-    _unreadable: set[PoolKey] = field(default_factory=set)  # the pools with a slice that could not be read
-    _now: Gathered = field(default_factory=lambda: Gathered([], [], PoolIndex({}, [], {}, {})))
-    # the attributes some selector or constraint reads (device_reads.attributes_read), None for all: a
-    # node's own slice is parsed without the others, and slices alike but for them share one parsing
-    _read: frozenset[str] | None = None
-
-    def reading(self, read: frozenset[str] | None) -> bool:
-        """What selectors and constraints read now; every slice parsed again when that changed (a
-        selector reading an attribute no one read before). Whether it did."""
-        if read == self._read:
-            return False
-        self._read = read
-        if self._gathered:
-            self._gathered.clear()
-            self._load()
-        return True
-
-    def apply(self, changes: Mapping[str, Obj | None]) -> None:
-        """Slices now (by key), None for one deleted."""
-        dirty: set[PoolKey] = set()
-        pool_of, slices, members = self._pool_of, self._slices, self._members
-        for key, obj in changes.items():
-            old = pool_of.pop(key, None)
-            if old is not None:
-                members[old].discard(key)
-                dirty.add(old)
-            if obj is None:
-                slices.pop(key, None)
-                continue
-            slices[key] = obj
-            pool_of[key] = pool = _pool_key(obj)
-            members.setdefault(pool, set()).add(key)
-            dirty.add(pool)
-        if dirty and self._gathered:
-            self._regather(dirty)
-        elif dirty:
-            self._load()
-
-    def _gather(self, key: PoolKey) -> list[Pool]:
-        """The pool's slices gathered again (`_gathered`, `_unreadable`): its Pools now."""
-        members = self._members.get(key)
-        self._unreadable.discard(key)
-        if not members:
-            self._members.pop(key, None)
-            self._gathered.pop(key, None)
-            return []
-        problems: list[str] = []
-        if len(members) == 1:  # most pools: a node's own slice
-            gathered = _one_slice_pools(self._slices[next(iter(members))], key, problems, self._read)
-        else:
-            gathered = gather_pools([self._slices[k] for k in sorted(members)], problems)
-        self._gathered[key] = (gathered, problems)
-        if problems:
-            self._unreadable.add(key)
-        return gathered
-
-    def _load(self) -> None:
-        """The first slices (a cold start: 5,000 nodes' own), gathered and indexed in one sweep; a node's
-        own slice, its pool's only one, without the layers of `_gather` (5 us a slice of a cold start)."""
-        pools: list[Pool] = []
-        nodes: dict[PoolKey, str | None] = {}
-        names: dict[PoolKey, frozenset[str]] = {}
-        local: dict[str, list[Pool]] = {}
-        start, gathered, slices, members_of = {}, self._gathered, self._slices, self._members
-        self._unreadable.clear()  # none gathered yet
-        for key in sorted(members_of):
-            start[key] = len(pools)
-            members = members_of[key]
-            own = _node_pool(slices[next(iter(members))], key, self._read) if len(members) == 1 else None
-            if own is not None and own.shape is not None and own.node_name is not None:
-                gathered[key] = ([own], [])
-                pools.append(own)
-                nodes[key], names[key] = own.node_name, own.shape.names
-                local[own.node_name] = [*local.get(own.node_name, ()), own]
-                continue
-            new = self._gather(key)
-            pools.extend(new)
-            _index_entries(key, new, nodes, names)
-            for pool in new:
-                if pool.node_name:
-                    local.setdefault(pool.node_name, []).append(pool)
-        self._start = start
-        problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
-        shared = [p for p in pools if not p.node_name]
-        self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))
-
-    def _regather(self, dirty: set[PoolKey]) -> None:
-        before = self._now
-        pools: list[Pool] | None = list(before.pools)
-        local = dict(before.index.local)
-        nodes, names = dict(before.index.nodes), dict(before.index.names)
-        shared_changed = False
-        for key in dirty:
-            old = self._gathered.get(key, ([], []))[0]
-            new = self._gather(key)
-            for pool in old:
-                if pool.node_name:
-                    local[pool.node_name] = [p for p in local.get(pool.node_name, ()) if p is not pool]
-                    if not local[pool.node_name]:
-                        del local[pool.node_name]
-                else:
-                    shared_changed = True
-            for pool in new:
-                if pool.node_name:
-                    local[pool.node_name] = [*local.get(pool.node_name, ()), pool]
-                else:
-                    shared_changed = True
-            nodes.pop(key, None)
-            names.pop(key, None)
-            _index_entries(key, new, nodes, names)
-            at = self._start.get(key)
-            if pools is not None and at is not None and len(old) == len(new) and new:
-                pools[at : at + len(new)] = new  # a pool republished in place: the rest stay where they are
-            else:
-                pools = None
-        problems = [p for key in sorted(self._unreadable) for p in self._gathered[key][1]]
-        if pools is None:
-            pools, self._start = [], {}
-            for key in sorted(self._gathered):
-                self._start[key] = len(pools)
-                pools.extend(self._gathered[key][0])
-        shared = [p for p in pools if not p.node_name] if shared_changed else before.index.shared
-        self._now = Gathered(pools, problems, PoolIndex(local, shared, nodes, names))
-
-    def gathered(self) -> Gathered:
-        return self._now
 
 
 def replaced_pools(before: Sequence[Pool], after: Sequence[Pool]) -> tuple[list[Pool], list[Pool]]:

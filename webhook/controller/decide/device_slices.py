@@ -1,32 +1,59 @@
-"""One ResourceSlice parsed into a Pool: its devices made once for every slice that publishes the same ones
-(nodes of one model), each device's parts parsed once per distinct content."""
+"""One ResourceSlice parsed into a Pool, and what tells slices alike in what selectors read: values in,
+values out. Which slices were parsed before, and sharing their devices, is the observe side's
+(observe/pool_book.py SlicesAlike), as is parsing a device's parts once per distinct content
+(observe/pool_book.py PartsParsedOnce, reached here through `DeviceParts`)."""
 
 from __future__ import annotations
 
 import marshal
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.controller.decide import device_capacity, device_counters, device_reads
-from webhook.controller.decide.device_parsed import ParsedOnce
 from webhook.controller.decide.device_types import Device, Pool, SliceDevices
 from webhook.gangs.model import Obj
 
 
-def pool_of_slice(obj: Obj, driver: str, name: str, generation: int, read: frozenset[str] | None = None) -> Pool:
+class DeviceParts(Protocol):
+    """How a device's capacity map and consumed counters are parsed: each time (`EACH_TIME`), or once per
+    distinct content by the observe side's memory."""
+
+    def capacities(self, raw: Any) -> tuple[device_capacity.Capacity, ...]: ...
+
+    def consumed(self, raw: Any) -> device_counters.Amounts: ...
+
+
+class _EachTime:
+    def capacities(self, raw: Any) -> tuple[device_capacity.Capacity, ...]:
+        return device_capacity.capacities(raw)
+
+    def consumed(self, raw: Any) -> device_counters.Amounts:
+        return device_counters.consumed_of(raw)
+
+
+EACH_TIME: DeviceParts = _EachTime()
+
+
+def pool_of_slice(
+    obj: Obj,
+    driver: str,
+    name: str,
+    generation: int,
+    shape: SliceDevices | None = None,
+    parts: DeviceParts = EACH_TIME,
+) -> Pool:
     """One slice as a Pool (a pool of several slices is several Pools with the same name; the devices
     are what matters, each slice keeps its own node selection). A slice whose devices each say which
-    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`. `read`:
-    the attributes any selector or constraint reads (device_reads.attributes_read), None for all."""
+    nodes they are on (`perDeviceNodeSelection`) carries one view per such selection in `views`. `shape`:
+    its devices as parsed for a slice alike (observe/pool_book.py), else parsed here."""
     spec = obj.get("spec") or {}
     count = int((spec.get("pool") or {}).get("resourceSliceCount") or 1)
     node_name = str(spec["nodeName"]) if spec.get("nodeName") else None
     if not spec.get("perDeviceNodeSelection"):
-        shape = alike_devices(driver, name, spec, read, obj.get(SKELETON), obj.get(COLUMNS))
+        if shape is None:
+            shape = slice_devices(driver, name, spec.get("devices") or [], spec, parts)
         return Pool.of_shape(driver, name, generation, count, node_name, spec, shape)
     selector = spec.get("nodeSelector")
     node_selector = (selector or {}).get("nodeSelectorTerms") if isinstance(selector, dict) else None
@@ -35,7 +62,7 @@ def pool_of_slice(obj: Obj, driver: str, name: str, generation: int, read: froze
     for raw in spec.get("devices") or []:
         if not isinstance(raw, dict):
             continue
-        device = _device(raw, driver, name)
+        device = _device(raw, driver, name, parts)
         devices.append(device)
         placement = _node_selection(raw)
         placements.setdefault(repr(placement), (*placement, []))[3].append(device)
@@ -78,107 +105,10 @@ def _node_selection(raw: Mapping[str, Any]) -> tuple[str | None, bool, Any]:
     return (str(raw["nodeName"]) if raw.get("nodeName") else None, bool(raw.get("allNodes")), terms)
 
 
-# slices kept (_alike), the oldest bucket out first: each holds its devices as the API gave them (7-9 KB
-# for 8 GPUs), which a slice republished would otherwise have let go
-MAX_SLICES_ALIKE = 1024
-MAX_KINDS_PER_BUCKET = 4  # slices unlike each other kept under one key, the oldest out first
-# buckets by a slice's driver, first device and count of devices, as bytes: the slices parsed with them,
-# each as [its devices, its counters (as the API gave them: the informer never changes an object it holds),
-# SliceDevices]. A bucket holds several: nodes of two kinds with the same first GPU (other partitions, or
-# another model second) took each other's place under one key, and were each parsed again
-_alike: OrderedDict[bytes, list[list[Any]]] = OrderedDict()  # popitem(last=False): no scan past the evicted
-_alike_kept = [0]  # slices in all buckets
-_alike_writing = threading.Lock()  # slices may be read on more than one thread (an informer's readers)
-
-
-class _Last:
-    """The last slice's driver, devices as given, counters, SliceDevices, what was read, its Skeleton and
-    the values of what was read: one entry, replaced whole (no lock needed)."""
-
-    __slots__ = ("counters", "driver", "given", "known", "read", "skeleton", "values")
-
-    def __init__(
-        self,
-        driver: str,
-        given: Any,
-        counters: Any,
-        known: SliceDevices,
-        read: frozenset[str] | None,
-        skeleton: Skeleton | None,
-        values: tuple[Any, ...] | None,
-    ) -> None:
-        self.driver, self.given, self.counters, self.known, self.read = driver, given, counters, known, read
-        self.skeleton, self.values = skeleton, values
-
-
-_alike_last: list[_Last | None] = [None]
-
-
-def alike_devices(
-    driver: str,
-    name: str,
-    spec: Mapping[str, Any],
-    read: frozenset[str] | None = None,
-    skeleton: Skeleton | None = None,
-    columns: Mapping[str, tuple[Any, ...]] | None = None,
-) -> SliceDevices:
-    """The slice's devices as parsed for a slice alike, if one was: 5,000 nodes of one model are one
-    parsing, each pool's devices made under its name when read (Pool.devices). Slices are compared
-    whole (0.7 us for 8 devices) only when their drivers, first devices and counts are alike: a driver that
-    gives each device a UUID makes every slice unlike the others, and then this costs the first device's
-    bytes. The devices of the first such slice keep its pool's name. With `read` (the attributes some
-    selector or constraint reads), the slices are compared, and their devices made, without the
-    attributes none reads (`projected`; by `skeleton` and the values read, where the slice came with
-    one): a driver's UUIDs then make no slice unlike another."""
-    given, counters = spec.get("devices") or [], spec.get("sharedCounters")
-    last = _alike_last[0]
-    alike = last is not None and last.driver == driver and last.read == read and last.counters == counters
-    if alike and last is not None and last.given is given:  # the same list: trim_slice shares equal ones
-        last.known.shared = True
-        return last.known
-    # alike the slice before in what is read (each device's own UUID left out), by its skeleton's identity
-    # and the values read: slices that came with one are not compared whole (1.6 us each, 5,000 at a cold
-    # start, and unlike when every GPU has its UUID)
-    if skeleton is not None and columns is not None and read is not None:
-        values = read_values(columns, skeleton, read, driver)
-        if alike and last is not None and last.skeleton is skeleton and last.values == values:
-            last.known.shared = True  # kept as it is: the next slice alike is alike this one
-            return last.known
-    else:
-        values = None
-        # the slice before's as given: a cold start reads 5,000 slices of one model in a row (no key
-        # made, nothing left out)
-        if alike and last is not None and last.given == given:
-            last.known.shared = True
-            return last.known
-    raw = projected(driver, given, read) if read is not None and type(given) is list else given
-    key: bytes | None = None
-    if isinstance(raw, list):
-        try:
-            key = marshal.dumps((driver, raw[0] if raw else None, len(raw)), 2)
-        except ValueError:  # not JSON's types (never from the API)
-            key = None
-        for entry in _alike.get(key, ()) if key is not None else ():
-            if entry[0] == raw and entry[1] == counters:
-                known: SliceDevices = entry[2]
-                known.shared = True
-                _alike_last[0] = _Last(driver, given, counters, known, read, skeleton, values)
-                return known
-    devices = tuple(_device(d, driver, name) for d in raw if isinstance(d, dict))
-    known = SliceDevices(devices, device_counters.offered(spec))
-    _alike_last[0] = _Last(driver, given, counters, known, read, skeleton, values)
-    if key is not None:
-        with _alike_writing:
-            bucket = _alike.pop(key, [])
-            bucket.append([raw, counters, known])
-            _alike_kept[0] += 1
-            if len(bucket) > MAX_KINDS_PER_BUCKET:
-                del bucket[0]
-                _alike_kept[0] -= 1
-            while _alike and _alike_kept[0] > MAX_SLICES_ALIKE:
-                _alike_kept[0] -= len(_alike.popitem(last=False)[1])
-            _alike[key] = bucket
-    return known
+def slice_devices(driver: str, name: str, raw: Any, spec: Mapping[str, Any], parts: DeviceParts) -> SliceDevices:
+    """A slice's devices (`raw`: as given, or `projected`) and shared counters, made under the pool `name`."""
+    devices = tuple(_device(d, driver, name, parts) for d in raw if isinstance(d, dict))
+    return SliceDevices(devices, device_counters.offered(spec))
 
 
 class Skeleton:
@@ -186,15 +116,13 @@ class Skeleton:
     the attribute names every one of its devices has (None when they differ). Made once per slice as it
     arrives (observe/informer.py trim_slice), the same object for slices alike in it: two slices alike in
     it and in the values of what is read are alike after `projected`, told by identity and those values
-    (a copy of 40,000 devices without their UUIDs in the pass was 100 ms of a cold start's 250:
-    bench/devices.py --unique)."""
+    (a copy of every device without its UUID in every pass was 40% of a cold start with 40,000 such:
+    bench/devices.py --unique). Never changed once made."""
 
-    __slots__ = ("_getters", "devices", "names")
+    __slots__ = ("devices", "names")
 
     def __init__(self, devices: list[Any], names: frozenset[str] | None) -> None:
         self.devices, self.names = devices, names
-        # per (driver, what is read): the names read (few: a cluster's selectors)
-        self._getters: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Skeleton) and other.names == self.names and other.devices == self.devices
@@ -249,16 +177,13 @@ def columns_of(devices: list[Any], skeleton: Skeleton) -> dict[str, tuple[Any, .
     return {name: tuple(map(itemgetter(name), attributes)) for name in skeleton.names}
 
 
-def read_values(
-    columns: Mapping[str, tuple[Any, ...]], skeleton: Skeleton, read: frozenset[str], driver: str
-) -> tuple[Any, ...]:
-    """The values of what `read` names of a slice's devices, from its columns (`columns_of`)."""
-    try:
-        names = skeleton._getters[driver, read]
-    except KeyError:
-        names = skeleton._getters[driver, read] = tuple(
-            sorted((skeleton.names or frozenset()) & device_reads.kept_names(driver, read))
-        )
+def names_read(skeleton: Skeleton, read: frozenset[str], driver: str) -> tuple[str, ...]:
+    """The attribute names of the skeleton's devices that `read` names."""
+    return tuple(sorted((skeleton.names or frozenset()) & device_reads.kept_names(driver, read)))
+
+
+def read_values(columns: Mapping[str, tuple[Any, ...]], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The values of `names` of a slice's devices, from its columns (`columns_of`)."""
     return tuple(map(columns.__getitem__, names))
 
 
@@ -296,11 +221,7 @@ def projected(driver: str, raw: list[Any], read: frozenset[str]) -> list[Any]:
     return found
 
 
-_CAPACITIES = ParsedOnce(device_capacity.capacities)  # a device's capacity map
-_CONSUMED = ParsedOnce(device_counters.consumed_of)  # a device's consumesCounters
-
-
-def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
+def _device(raw: Mapping[str, Any], driver: str, pool: str, parts: DeviceParts) -> Device:
     get = raw.get  # a cluster's devices are parsed at the controller's start: 40,000 in bench/devices.py
     taints = get("taints")
     attributes, capacity, shared = get("attributes"), get("capacity"), bool(get("allowMultipleAllocations"))
@@ -317,9 +238,9 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str) -> Device:
         else (),
         None,
         _content(driver, attributes, capacity, shared),
-        _CONSUMED(get("consumesCounters")) if get("consumesCounters") else (),
+        parts.consumed(get("consumesCounters")) if get("consumesCounters") else (),
         shared,
-        _CAPACITIES(capacity) if capacity else (),
+        parts.capacities(capacity) if capacity else (),
     )
 
 

@@ -47,7 +47,7 @@ from webhook.controller.decide.device_claims import Claims, claims_of
 from webhook.controller.decide.device_demand import pod_demand, templates_by_name
 from webhook.controller.decide.device_inventory import MAX_SELECTOR_SETS_PER_NAMESPACE, Inventory
 from webhook.controller.decide.device_memo import MAX_REMEMBERED_MATCHES, BoundedMap, Memo
-from webhook.controller.decide.device_pools import Gathered, PoolBook, gather_pools
+from webhook.controller.decide.device_pools import Gathered, gather_pools
 from webhook.controller.decide.device_types import (
     CLASS_RESOURCE_PREFIX,
     ClaimDemand,
@@ -82,7 +82,6 @@ __all__ = [
     "Inventory",
     "Memo",
     "Pool",
-    "PoolBook",
     "PoolIndex",
     "Request",
     "Subrequest",

@@ -54,14 +54,6 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 EMPTY_RECORDS: Mapping[str, Release] = MappingProxyType({})
 
 
-# (id of canonical containers (interning), the other fields placement reads: a canonical one by its id,
-# any other as JSON) -> their shape
-_SHAPES: dict[tuple[int, tuple[tuple[str, int | str], ...]], Shape] = {}
-# distinct shapes kept, the oldest out first: each pod's own PVC names (a StatefulSet's volumes) make a
-# shape of its own, and 5,000 such pods left 5,000 entries with nothing to let them go
-MAX_SHAPES = 4096
-
-
 # besides the containers, what Shape.from_pod_spec reads: two pods with the same containers and
 # different affinity, selectors or tolerations have different shapes
 _CONSTRAINT_FIELDS = (
@@ -75,27 +67,31 @@ _CONSTRAINT_FIELDS = (
 )
 
 
-def shape_of(spec: Mapping[str, Any]) -> Shape:
-    """The pod's scheduling shape, computed once per distinct canonical container list and constraints."""
+def shape_key(spec: Mapping[str, Any]) -> tuple[int, tuple[tuple[str, int | str], ...]] | None:
+    """What tells two pods' shapes equal without working them out, where that is cheap: the identity of
+    their canonical containers (interning) and of the other fields placement reads (any not canonical as
+    JSON). None where the pod has more (init containers, overhead, pod-level resources)."""
     containers = spec.get("containers")
     plain = not (spec.get("initContainers") or spec.get("overhead") or spec.get("resources"))
-    if plain and containers is not None and interning.is_canonical(containers):
-        # a pod's claims are canonical too (informer.py): a gang claiming devices is not written out per pod
-        key = (
-            id(containers),
-            tuple(
-                (f, id(value) if interning.is_canonical(value) else json.dumps(value, sort_keys=True))
-                for f in _CONSTRAINT_FIELDS
-                if (value := spec.get(f))
-            ),
-        )
-        shape = _SHAPES.get(key)
-        if shape is None:
-            if len(_SHAPES) >= MAX_SHAPES:
-                del _SHAPES[next(iter(_SHAPES))]
-            shape = _SHAPES[key] = Shape.from_pod_spec(spec)
-        return shape
-    return Shape.from_pod_spec(spec)
+    if not (plain and containers is not None and interning.is_canonical(containers)):
+        return None
+    # a pod's claims are canonical too (informer.py): a gang claiming devices is not written out per pod
+    return (
+        id(containers),
+        tuple(
+            (f, id(value) if interning.is_canonical(value) else json.dumps(value, sort_keys=True))
+            for f in _CONSTRAINT_FIELDS
+            if (value := spec.get(f))
+        ),
+    )
+
+
+def shape_or_one_pod(spec: Mapping[str, Any]) -> Shape:
+    """The pod's scheduling shape; one pod and nothing more where its requests do not parse."""
+    try:
+        return Shape.from_pod_spec(spec)
+    except ValueError:
+        return Shape(requests=(("pods", 1),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +116,13 @@ def _controller_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
 
 
+def _shaped(spec: Mapping[str, Any], shape: Shape | None, shaped: Callable[[Shape], Shape] | None) -> Shape:
+    found = shape if shape is not None else shape_or_one_pod(spec)
+    return found if shaped is None else shaped(found)
+
+
 def _copied(strings: Mapping[str, str] | None) -> Mapping[str, str]:
     return dict(strings) if strings else _EMPTY
-
-
-def _shape_or_one_pod(spec: Mapping[str, Any]) -> Shape:
-    try:
-        return shape_of(spec)
-    except ValueError:  # requests that do not parse: the pod counts as one pod, nothing more
-        return Shape(requests=(("pods", 1),))
 
 
 def _not_scheduled_reason(status: Mapping[str, Any]) -> str | None:
@@ -196,12 +190,14 @@ class PodView:
         release: Release | None = None,
         group: str | None = None,
         shaped: Callable[[Shape], Shape] | None = None,
+        shape: Shape | None = None,
     ) -> PodView:
         """The pod as the controller sees it. Released or not, and where, is the controller's own record
         (its Gang's status), matched by uid: nothing the pod's owner writes on it can say so. Its gang is
         the one it is a member of by identity (`member_group`, given when already worked out), never
-        the one its labels name alone. `shaped`: its shape as placement counts it (its claims' devices
-        added: Demand.shaped)."""
+        the one its labels name alone. `shape`: its shape as worked out before (observe/holds.py
+        ShapesSeen), else worked out here; `shaped`: its shape as placement counts it (its claims'
+        devices added: Demand.shaped)."""
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         gated = _gated(spec)
         # a record of an earlier pod of the same name (a StatefulSet's), or of a pod gated again, is not this one's
@@ -220,7 +216,7 @@ class PodView:
             created_at=parse_time(meta.get("creationTimestamp")),
             terminal=phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
             finished=phase in ("Succeeded", "Failed"),
-            shape=_shape_or_one_pod(spec) if shaped is None else shaped(_shape_or_one_pod(spec)),
+            shape=_shaped(spec, shape, shaped),
             owner=_controller_ref(meta),
             resource_version=meta.get("resourceVersion", ""),
             annotations=_copied(meta.get("annotations")),

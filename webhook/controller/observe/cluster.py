@@ -15,7 +15,7 @@ from webhook import contract
 from webhook.controller.decide import devices
 from webhook.controller.decide.eligibility import Eligibility
 from webhook.controller.decide.placement import Member, Placement
-from webhook.controller.decide.pods import PodView, Release, shape_of
+from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.recovery import ever_placement
 from webhook.controller.decide.shapes import HostPort, Node, Shape, Units
 from webhook.controller.observe.device_nodes import DEVICE_GENERATIONS, DeviceNodes
@@ -25,6 +25,7 @@ from webhook.controller.observe.holds import (
     PlaceholderHolds,
     PreemptionQueries,
     Seen,
+    ShapesSeen,
     add_units,
     placeholder_owner,
 )
@@ -49,6 +50,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         self._tallies: dict[str, tuple[Counter[str], Counter[str]]] = {}
         self._tallied: dict[str, tuple[str, str, str]] = {}  # member pod key -> (gang, mechanism, workload uid)
         self.pods: dict[str, Seen] = {}
+        self.shapes = ShapesSeen()  # the pods' scheduling shapes, each worked out once
         self.nodes: dict[str, Node] = {}
         self.held: dict[str, Units] = {}  # node -> requests of the pods holding it (known node or not)
         self.free: dict[str, Units] = {}  # known nodes: allocatable minus what is held
@@ -236,10 +238,7 @@ class ClusterIndex(PreemptionQueries, DeviceNodes, PlaceholderHolds):
         so no view is made (what PodView.holds_node says of such a pod: its node until it finishes)."""
         node = spec.get("nodeName")
         if node and phase not in ("Succeeded", "Failed"):
-            try:
-                shape = shape_of(spec)
-            except ValueError:
-                shape = Shape(requests=(("pods", 1),))
+            shape = self.shapes.of_member(spec)
             going = bool(meta.get("deletionTimestamp"))
             priority = int(spec.get("priority") or 0)
             hold = self._holds[key] = Hold(node, shape.requests, shape.host_ports, priority, going)

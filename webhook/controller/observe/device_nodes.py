@@ -16,7 +16,7 @@ from webhook.controller.decide.device_alike import class_totals_of
 from webhook.controller.decide.devices import Inventory
 from webhook.controller.decide.pods import PodView, Release
 from webhook.controller.decide.shapes import Node
-from webhook.controller.observe.holds import waiting_claims
+from webhook.controller.observe.holds import ShapesSeen, waiting_claims
 from webhook.gangs.model import Obj
 
 DEVICE_GENERATIONS = itertools.count(1)  # the devices' pictures, numbered across every index
@@ -43,6 +43,7 @@ class DeviceNodes:
     _waiting_frozen: frozenset[tuple[str, str, str]] | None
     _version: int  # ClusterIndex's: changes with any gang's pods
     _member_uids_of: tuple[int, frozenset[str]] | None  # (`_version`, `_member_uids`)
+    shapes: ShapesSeen  # ClusterIndex's
 
     if TYPE_CHECKING:  # ClusterIndex's own: a node or a pod looked at again
 
@@ -66,7 +67,9 @@ class DeviceNodes:
         spec = pod.get("spec") or {}
         inventory = self.devices if self.devices is not None and devices.claims_devices(spec) else None
         demand = inventory.demand((pod.get("metadata") or {}).get("namespace", ""), spec) if inventory else None
-        view = PodView.from_api(pod, release, group, demand.shaped if demand is not None else None)
+        view = PodView.from_api(
+            pod, release, group, demand.shaped if demand is not None else None, self.shapes.of_member(spec)
+        )
         self._devices_lost.discard(key)
         if demand is not None and view.node_name and self._lost(view, pod):
             # bound, and a device of its claims is in no slice now (its driver gone, its node lost):

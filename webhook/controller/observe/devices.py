@@ -19,6 +19,7 @@ from webhook.controller.observe.cel_budget import TenantBudget
 from webhook.controller.observe.cel_sandbox import CPU_BUDGET_SECONDS, CelSandbox
 from webhook.controller.observe.cluster import ClusterIndex
 from webhook.controller.observe.gangview import GangView
+from webhook.controller.observe.pool_book import PoolBook
 from webhook.gangs.model import Obj
 from webhook.informer import Informer
 from webhook.kube import Resource
@@ -48,7 +49,7 @@ class DeviceWatch:
             self.memo = devices.Memo(sandbox, TenantBudget(CPU_BUDGET_SECONDS, lambda: sandbox.cpu_spent))
         else:
             self.memo = devices.Memo(evaluator)
-        self._pools = devices.PoolBook()  # the slices followed by their changes, not read whole each time
+        self._pools = PoolBook()  # the slices followed by their changes, not read whole each time
         self._pools_of: Informer | None = None  # the slices' informer the book follows
         self._templates: tuple[str, dict[tuple[str, str], Obj]] | None = None
         self._claims: tuple[str, devices.Claims] | None = None  # parsed for the claims' list version
@@ -103,7 +104,7 @@ class DeviceWatch:
         classes, slices, claims, templates = informers
         versions = tuple(informer.resource_version for informer in (classes, claims, templates))
         if slices is not self._pools_of:  # a new informer (discovery again): its first changes are all
-            self._pools, self._pools_of = devices.PoolBook(), slices
+            self._pools, self._pools_of = PoolBook(), slices
         self._pools.reading(self._attributes_read(classes, claims, templates, versions))  # before the changes:
         changed = slices.follow("devices")  # a cold start's slices parsed once, as what is read says
         if changed:

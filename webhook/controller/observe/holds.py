@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from webhook import contract
-from webhook.controller.decide.pods import PodView, gang_priority, shape_of
+from webhook.controller.decide.pods import PodView, gang_priority, shape_key
 from webhook.controller.decide.preemption import Victim
-from webhook.controller.decide.shapes import HostPort, Units
+from webhook.controller.decide.shapes import HostPort, Shape, Units
 from webhook.gangs.model import Obj
 
 
@@ -35,6 +35,40 @@ def placeholder_owner(meta: Obj) -> str | None:
         ):
             return str(ref["uid"])
     return None
+
+
+MAX_SHAPES = 4096  # distinct shapes kept, the oldest out first
+
+
+class ShapesSeen:
+    """The scheduling shapes of the pods the index has seen, by decide/pods.py `shape_key`: a cluster's
+    pods are of few shapes (a Job's 1,000 pods one), each worked out once. Bounded: each pod's own PVC
+    names (a StatefulSet's volumes) make a shape of its own, and 5,000 such pods left 5,000 entries."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[int, tuple[tuple[str, int | str], ...]], Shape] = {}
+
+    def of(self, spec: Obj) -> Shape:
+        """The pod's shape; ValueError where its requests do not parse (Shape.from_pod_spec)."""
+        key = shape_key(spec)
+        if key is None:
+            return Shape.from_pod_spec(spec)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= MAX_SHAPES:
+                del self._shapes[next(iter(self._shapes))]
+            shape = self._shapes[key] = Shape.from_pod_spec(spec)
+        return shape
+
+    def of_member(self, spec: Obj) -> Shape:
+        """The shape a gang member counts with: one pod and nothing more where its requests do not parse."""
+        try:
+            return self.of(spec)
+        except ValueError:
+            return Shape(requests=(("pods", 1),))
+
+    def __len__(self) -> int:
+        return len(self._shapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +176,7 @@ class PlaceholderHolds:
 
     pods: dict[str, Seen]
     _holds: dict[str, Hold]
+    shapes: ShapesSeen
     # "namespace/group" -> placeholder pod key -> (its node or "", its requests)
     placeholders: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]]
     placeholder_owners: dict[str, tuple[str, str]]  # placeholder pod key -> (its Gang's uid, its own uid)
@@ -167,7 +202,7 @@ class PlaceholderHolds:
         """A placeholder holds capacity as any pod does (_set_plain); it is also its gang's, whose waiting
         decision it changes when it binds."""
         hold = self._holds.get(key)
-        units = hold.units if hold is not None else shape_of(spec).requests
+        units = hold.units if hold is not None else self.shapes.of(spec).requests
         self.placeholders.setdefault(gang, {})[key] = (hold.node if hold is not None else "", units)
         if hold is not None:
             add_units(self.yielding.setdefault(hold.node, {}), hold.units, +1)

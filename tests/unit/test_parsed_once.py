@@ -1,4 +1,4 @@
-"""Parts of devices parsed once per distinct content (device_parsed.py): bounded, oldest out one at a time,
+"""Parts of devices parsed once per distinct content (observe/parsed_once.py): bounded, oldest out one at a time,
 equal content shared, and nothing remembered for what cannot be read."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.controller.decide.device_parsed import ParsedOnce
+from webhook.controller.observe.parsed_once import ParsedOnce
 
 
 def test_equal_content_is_parsed_once_and_the_oldest_goes_first_past_the_bound() -> None:
