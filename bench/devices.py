@@ -298,7 +298,11 @@ def run(nodes: int, gang: int, per_node: int, repeats: int) -> None:
         f"{repeats} cold runs, "
         f"{STEADY_PASSES} steady passes each"
     )
-    print("  runs:", [round(x * 1000) for x in plain_runs], [round(x * 1000) for x in cold])
+    print(
+        "  each first pass (ms), without devices, then with:",
+        [round(x * 1000) for x in plain_runs],
+        [round(x * 1000) for x in cold],
+    )
     print(show("  the informers' first lists, trimmed (their threads)    ", listing))
     print(show("  first pass without devices (index built, gang decided)", plain_runs))
     print(show("  first pass with devices (every device's CEL, cold)     ", cold))
