@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from types import ModuleType
 
 from tests.apiserver import TestApiServer
 from tests.cluster import Clock, add_job, add_job_pods, default_scheduler, node, pods
@@ -139,6 +140,25 @@ def references(root: object, key: str) -> list[str]:
     ]
 
 
+def module_references(key: str) -> list[str]:
+    """`references` in the controller's modules' globals (a cache at module level outlives every
+    controller: decide/ keeps none, tests/unit/test_architecture.py), each a root of its own."""
+    found = []
+    for module_name, module in sorted(sys.modules.items()):
+        if not module_name.startswith("webhook.controller") or module is None:
+            continue
+        for global_name, value in vars(module).items():
+            if isinstance(value, type | ModuleType) or callable(value):
+                continue
+            namespace, name = key.split("/", 1)
+            found.extend(
+                f"{module_name}.{global_name}{path.removeprefix('controller')}"
+                for held, path, named in walk(value, BOUNDED_BY_DESIGN)
+                if any(mentions(v, key, namespace, name) for v in named)
+            )
+    return found
+
+
 def deep_size(root: object) -> int:
     return sum(sys.getsizeof(value) for value, _, _ in walk(root))
 
@@ -169,7 +189,7 @@ def test_a_gang_run_and_deleted_leaves_nothing_of_itself_after_two_passes(apiser
     controller = Controller(api, clock=clock, resync_seconds=3600)
     key = run_and_delete(apiserver, controller, clock, "gone")
     assert controller.store.get(key) is None and len(controller.store) == 0
-    left = references(controller, key)
+    left = references(controller, key) + module_references(key)
     assert not left, f"the deleted gang {key} is still remembered at: {left}"
 
 
@@ -182,6 +202,13 @@ def test_the_leak_walk_finds_what_is_left(apiserver: TestApiServer, api: Api) ->
     controller.cycle.head_of_line.__dict__["stray"] = {key: 1}
     found = references(controller, key)  # by whichever path the walk reaches the cycle first
     assert len(found) == 1 and found[0].endswith("cycle.head_of_line.stray"), found
+    from webhook.controller.observe import informer
+
+    informer.__dict__["_stray_for_the_test"] = {key: 1}  # and a module's global, which outlives controllers
+    try:
+        assert module_references(key) == ["webhook.controller.observe.informer._stray_for_the_test"]
+    finally:
+        del informer.__dict__["_stray_for_the_test"]
 
 
 def test_ten_thousand_gangs_churned_leave_the_controllers_memory_flat(apiserver: TestApiServer, api: Api) -> None:
