@@ -650,3 +650,24 @@ def test_the_gang_says_when_it_falls_below_its_minimum_and_when_it_is_back(serve
     assert default_scheduler(server.store) == 1
     controller.reconcile_once()
     assert minimum_available(server)[:2] == ("True", "MinimumRunning")
+def test_a_job_whose_parallelism_is_lowered_is_not_short_and_never_requeued(server: TestApiServer, api: Api) -> None:
+    """A shrink by the owner is not a loss (issue 99 item 3): the Job's parallelism lowered from 4 to 2 while
+    it runs, the Job controller deletes 2 pods; past the recovery timeout the gang runs on with the 2 left,
+    the Job not suspended, their uids unchanged."""
+    clock = Clock()
+    controller = running_gang(server, api, clock)
+    job = server.store.get("batch/v1", "jobs", "team-a", "train")
+    job["spec"]["parallelism"] = 2
+    server.store.update("batch/v1", "jobs", "team-a", "train", job, job["metadata"]["resourceVersion"])
+    members = sorted(p["metadata"]["name"] for p in pods(server.store))
+    for name in members[2:]:
+        server.store.delete("v1", "pods", "team-a", name)
+    kept = {p["metadata"]["uid"] for p in pods(server.store)}
+    for _ in range(3):
+        decision = controller.reconcile_once()["team-a/job-train"]
+        assert decision.state == "Running", decision.message
+        assert "lost a member" not in decision.message
+        clock.advance(61)
+    assert not server.store.get("batch/v1", "jobs", "team-a", "train")["spec"].get("suspend")
+    assert {p["metadata"]["uid"] for p in pods(server.store)} == kept
+    assert not events(controller, "GangRequeued")
