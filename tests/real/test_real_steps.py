@@ -3,7 +3,8 @@ scaled past their room while they run, under the gate. The step (the pods the sc
 whole or not at all and the running members keep their uids, sampled every second from what the API
 server reports. (Native and coscheduling bind such a step pod by pod; holding their pods behind
 gangkeeper's gate to hand steps over whole passed these tests there, but made a 1,000-pod StatefulSet
-start in 106 s against 52 s on 5,000 nodes, so it is not done: docs/concepts.md.)"""
+start in 106 s against 52 s on 5,000 nodes, so it is not done: docs/concepts.md.) And a shrink: a Job
+whose parallelism is lowered while it runs is not short of members."""
 
 from __future__ import annotations
 
@@ -114,3 +115,42 @@ def test_a_statefulset_step_binds_whole(stack: Stack) -> None:
 
 def test_a_deployment_step_binds_whole(stack: Stack) -> None:
     a_step_binds_whole_beside_the_running_members(stack, "gate", "deployment")
+
+
+def test_a_job_whose_parallelism_is_lowered_runs_on_and_is_never_requeued(stack: Stack) -> None:
+    """A shrink by the owner is not a loss (issue 99 item 3): a 4-pod Job gang running whole, its
+    parallelism lowered to 2; kube-controller-manager's Job controller deletes 2 pods, and past the gang's
+    recovery timeout (10 s) the 2 left run on with their uids, the Job never suspended."""
+    stack.replace_workers(2, cpu="4")
+    namespace = stack.namespace("steps-job-shrink", "gate")
+    recovery = {"gangkeeper.io/recovery-timeout-seconds": "10"}
+    job = workloads.job("train", namespace, 4, "1", annotations=recovery, backoffLimit=6)
+    wait_until(lambda: stack.plane.apply(job), "the Job admitted", 90, every=5)
+    wait_until(
+        lambda: len(running(stack.pods(namespace))) == 4,
+        "the 4 pods Running",
+        120,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    stack.plane.kubectl("-n", namespace, "patch", "job/train", "--type=merge", "-p", '{"spec":{"parallelism":2}}')
+    left = wait_until(
+        lambda: (
+            (p := [p for p in stack.pods(namespace) if not p["metadata"].get("deletionTimestamp")])
+            and len(p) == 2
+            and p
+        ),
+        "the Job controller's 2 pods deleted",
+        60,
+        every=1,
+        explain=lambda: stack.describe(namespace),
+    )
+    kept = {p["metadata"]["uid"] for p in left}
+    for _ in range(25):  # 2.5 recovery timeouts, each second: the 2 left run on, the Job is not suspended
+        time.sleep(1)
+        now = [p for p in stack.pods(namespace) if not p["metadata"].get("deletionTimestamp")]
+        assert {p["metadata"]["uid"] for p in running(now)} == kept, stack.describe(namespace)
+        stored = stack.plane.get("job", "train", namespace=namespace)
+        assert isinstance(stored, dict) and not stored["spec"].get("suspend"), "the Job was suspended"
+    found = stack.plane.get("gang", "job-train", namespace=namespace)
+    assert isinstance(found, dict) and not found.get("status", {}).get("attempts"), found.get("status")
