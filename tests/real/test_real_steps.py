@@ -1,5 +1,5 @@
-"""Gangs that grow by steps (issue 99) on the real tier: a Parallel StatefulSet and an opted-in Deployment
-scaled past their room while they run, under the gate. The step (the pods the scale-up adds) binds
+"""Gangs that grow by steps (issue 99) on the real tier: a Parallel StatefulSet, an opted-in Deployment and
+a LeaderWorkerSet scaled past their room while they run, under the gate. The step (the pods the scale-up adds) binds
 whole or not at all and the running members keep their uids, sampled every second from what the API
 server reports. (Native and coscheduling bind such a step pod by pod; holding their pods behind
 gangkeeper's gate to hand steps over whole passed these tests there, but made a 1,000-pod StatefulSet
@@ -74,12 +74,17 @@ def deployment(name: str, namespace: str, replicas: int, cpu: str) -> dict[str, 
     }
 
 
+def two_pod_groups(name: str, namespace: str, pods: int, cpu: str) -> dict[str, Any]:
+    """A LeaderWorkerSet of groups of 2 (a leader and a worker), `pods` // 2 of them."""
+    return workloads.leader_worker_set(name, namespace, 2, cpu, replicas=pods // 2)
+
+
 def a_step_binds_whole_beside_the_running_members(stack: Stack, backend: str, kind: str) -> None:
     """2 running (one per node); scaled to 4 with room for one more pod: nothing of the step binds for
     15 s; room for the second: both bind, the first 2 untouched."""
     stack.replace_workers(2, cpu="2")  # a pod asks 2 CPUs: one per node
     namespace = stack.namespace(f"steps-{kind}-{backend}", backend)
-    make = workloads.statefulset if kind == "statefulset" else deployment
+    make = {"statefulset": workloads.statefulset, "deployment": deployment, "leaderworkerset": two_pod_groups}[kind]
     # the webhook's API discovery refreshes each minute: a scheduler just started is refused until then
     wait_until(lambda: stack.plane.apply(make("web", namespace, 2, "2")), f"the {kind} admitted", 90, every=5)
     first = wait_until(
@@ -92,7 +97,10 @@ def a_step_binds_whole_beside_the_running_members(stack: Stack, backend: str, ki
     kept = {p["metadata"]["uid"] for p in first}
     add_worker(stack, f"{stack.workers[0]}-room", "2")  # room for one of the step's 2 pods
     with StepSampler(stack, namespace, kept, 2) as sampler:
-        stack.plane.kubectl("-n", namespace, "scale", f"{kind}/web", "--replicas=4")
+        # the step: 2 pods (a LeaderWorkerSet's second group of 2)
+        stack.plane.kubectl(
+            "-n", namespace, "scale", f"{kind}/web", f"--replicas={4 if kind != 'leaderworkerset' else 2}"
+        )
         wait_until(lambda: len(stack.pods(namespace)) == 4, "the step's 2 pods made", 60, every=1)
         time.sleep(15)  # passes with room for one of the two: neither may bind
         waiting = stack.pods(namespace)
@@ -115,6 +123,11 @@ def test_a_statefulset_step_binds_whole(stack: Stack) -> None:
 
 def test_a_deployment_step_binds_whole(stack: Stack) -> None:
     a_step_binds_whole_beside_the_running_members(stack, "gate", "deployment")
+
+
+def test_a_leaderworkerset_scaled_by_a_group_binds_it_whole(stack: Stack) -> None:
+    """A LeaderWorkerSet's HPA adds whole groups: the group added binds whole, the first untouched."""
+    a_step_binds_whole_beside_the_running_members(stack, "gate", "leaderworkerset")
 
 
 def test_a_job_whose_parallelism_is_lowered_runs_on_and_is_never_requeued(stack: Stack) -> None:
