@@ -125,9 +125,11 @@ def test_a_deployment_step_binds_whole(stack: Stack) -> None:
     a_step_binds_whole_beside_the_running_members(stack, "gate", "deployment")
 
 
-def test_a_leaderworkerset_scaled_by_a_group_binds_it_whole(stack: Stack) -> None:
-    """A LeaderWorkerSet's HPA adds whole groups: the group added binds whole, the first untouched."""
-    a_step_binds_whole_beside_the_running_members(stack, "gate", "leaderworkerset")
+@pytest.mark.parametrize("backend", ["gate", "native"])
+def test_a_leaderworkerset_scaled_by_a_group_binds_it_whole(stack: Stack, backend: str) -> None:
+    """A LeaderWorkerSet's HPA adds whole groups: the group added binds whole, the first untouched. Each
+    group is a gang of its own, so native's gang scheduling keeps it whole too."""
+    a_step_binds_whole_beside_the_running_members(stack, backend, "leaderworkerset")
 
 
 def test_a_job_whose_parallelism_is_lowered_runs_on_and_is_never_requeued(stack: Stack) -> None:
