@@ -650,6 +650,8 @@ def test_the_gang_says_when_it_falls_below_its_minimum_and_when_it_is_back(serve
     assert default_scheduler(server.store) == 1
     controller.reconcile_once()
     assert minimum_available(server)[:2] == ("True", "MinimumRunning")
+
+
 def test_a_job_whose_parallelism_is_lowered_is_not_short_and_never_requeued(server: TestApiServer, api: Api) -> None:
     """A shrink by the owner is not a loss (issue 99 item 3): the Job's parallelism lowered from 4 to 2 while
     it runs, the Job controller deletes 2 pods; past the recovery timeout the gang runs on with the 2 left,
