@@ -145,7 +145,8 @@ def skeleton_of(devices: Any) -> Skeleton | None:
         attributes = device.get("attributes") if type(device) is dict else None
         if type(attributes) is not dict:
             return None
-        # inline, not a call per attribute (`_left_out`): 40,000 devices each with a UUID and an index
+        # each value `projected` leaves out (a string, int or bool) as its kind; inline, not a call per
+        # attribute: 40,000 devices each with a UUID and an index
         kinds = {
             k: next(iter(v)) if type(v) is dict and len(v) == 1 and ("string" in v or "int" in v or "bool" in v) else v
             for k, v in attributes.items()
@@ -156,15 +157,6 @@ def skeleton_of(devices: Any) -> Skeleton | None:
         elif same_names and attributes.keys() != names:
             same_names = False
     return Skeleton(kept, frozenset(names or ()) if same_names else None)
-
-
-def _left_out(value: Any) -> bool:
-    """An attribute's value `projected` leaves out where no selector reads it."""
-    return type(value) is dict and len(value) == 1 and ("string" in value or "int" in value or "bool" in value)
-
-
-def _kind(value: dict[str, Any]) -> str:
-    return next(iter(value))
 
 
 def columns_of(devices: list[Any], skeleton: Skeleton) -> dict[str, tuple[Any, ...]] | None:
