@@ -148,8 +148,8 @@ class SlicesAlike:
     def _names_read(self, skeleton: Skeleton, read: frozenset[str], driver: str) -> tuple[str, ...]:
         found = self._names.get((id(skeleton), driver, read))
         if found is None or found[0] is not skeleton:  # the skeleton held: its id is not another's
-            if len(self._names) >= MAX_SLICES_ALIKE:
-                self._names.clear()
+            while len(self._names) >= MAX_SLICES_ALIKE:  # the oldest out, one at a time
+                del self._names[next(iter(self._names))]
             found = self._names[id(skeleton), driver, read] = (skeleton, names_read(skeleton, read, driver))
         return found[1]
 
